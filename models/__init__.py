@@ -1,0 +1,1 @@
+"""MLX model families: one file (or small package) per family; see zoo.registry for the names."""

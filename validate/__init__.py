@@ -1,0 +1,1 @@
+"""Layer parity of every model against an independent numpy reference (python -m zoo.validate)."""

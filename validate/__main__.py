@@ -1,0 +1,5 @@
+import sys
+
+from zoo.cli.validate import main
+
+sys.exit(main())

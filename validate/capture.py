@@ -1,0 +1,91 @@
+"""Record every named module's inputs and output of an MLX model, from outside.
+
+MLX modules have no hooks, so each module instance is given, for the duration
+of one forward pass, a subclass of its own class whose ``__call__`` records
+and (for fault injection) perturbs; the original class is restored afterwards.
+The models carry no code for this.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_map
+
+from zoo.errors import ZooError
+
+FAULTS = ("zero", "noise", "nan", "drop-residual")
+
+
+@dataclass
+class Record:
+    inputs: tuple
+    output: object
+
+
+def _perturb(out, kind: str):
+    def one(a):
+        if not isinstance(a, mx.array) or not mx.issubdtype(a.dtype, mx.floating):
+            return a
+        if kind == "zero":
+            return mx.zeros_like(a)
+        if kind == "noise":
+            key = mx.random.key(0)
+            scale = mx.maximum(mx.std(a.astype(mx.float32)), 1e-3)
+            return (a + 0.5 * scale * mx.random.normal(a.shape, key=key)).astype(a.dtype)
+        flat = mx.arange(a.size).reshape(a.shape)
+        return mx.where(flat == 0, mx.array(float("nan"), a.dtype), a)
+
+    return tree_map(one, out, is_leaf=lambda v: isinstance(v, mx.array))
+
+
+def parse_fault(spec: str | None) -> tuple[str, str] | None:
+    """'NAME=KIND' -> (NAME, KIND)."""
+    if not spec:
+        return None
+    name, _, kind = spec.partition("=")
+    if not name or kind not in FAULTS:
+        raise ZooError(f"bad --inject {spec!r}: use NAME=KIND with KIND one of {', '.join(FAULTS)}")
+    return name, kind
+
+
+@contextlib.contextmanager
+def recording(model: nn.Module, fault: tuple[str, str] | None = None):
+    """Yield a dict name -> Record, filled in completion order while the model runs."""
+    records: dict[str, Record] = {}
+    modules = [(name, m) for name, m in model.named_modules() if name]
+    if fault is not None:
+        names = {name for name, _ in modules}
+        if fault[0] not in names:
+            near = sorted(n for n in names if fault[0].split(".")[0] in n)[:8]
+            raise ZooError(f"--inject: no module named {fault[0]!r} (some names: {', '.join(near or sorted(names)[:8])})")
+    originals = []
+    try:
+        for name, module in modules:
+            base = type(module)
+            namespace = {"__call__": _recording_call(base, name, records, fault)}
+            if fault == (name, "drop-residual"):
+                if not hasattr(base, "shortcut"):
+                    raise ZooError(f"--inject {name}=drop-residual: {name} ({base.__name__}) has no residual connection")
+                namespace["shortcut"] = lambda self, *a, _base=base: tree_map(
+                    mx.zeros_like, _base.shortcut(self, *a), is_leaf=lambda v: isinstance(v, mx.array))
+            originals.append((module, base))
+            module.__class__ = type(base.__name__, (base,), namespace)
+        yield records
+    finally:
+        for module, base in originals:
+            module.__class__ = base
+
+
+def _recording_call(base, name, records, fault):
+    def __call__(self, *args, **kwargs):
+        out = base.__call__(self, *args, **kwargs)
+        if fault is not None and fault[0] == name and fault[1] != "drop-residual":
+            out = _perturb(out, fault[1])
+        records.pop(name, None)  # a module called twice: keep its last call, in completion order
+        records[name] = Record(args, out)
+        return out
+
+    return __call__

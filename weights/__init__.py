@@ -1,0 +1,1 @@
+"""Weights: Hub download, torch-free checkpoint reading, synthetic weights, conversion to MLX layout."""

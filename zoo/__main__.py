@@ -1,0 +1,5 @@
+import sys
+
+from zoo.run import main
+
+sys.exit(main())

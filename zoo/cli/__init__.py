@@ -1,0 +1,46 @@
+"""Command-line front ends: ``python -m zoo.run`` and ``python -m zoo.validate``.
+
+Each task (classify, detect, segment, inpaint) has a module here with
+``add_arguments(parser)`` and ``run(args, model) -> exit code``.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from zoo.devices import DTYPES
+from zoo.errors import ZooError
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--weights", help="checkpoint (.safetensors/.pt/.pth/.ckpt) or synthetic[:SEED]; default: the model's Hub weights")
+    parser.add_argument("--device", choices=("gpu", "cpu"), help="default: the GPU when MLX has one")
+    parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+
+
+def model_name_from(argv: list[str], prog: str) -> str:
+    """The first positional argument: the model name, needed to know the task's options."""
+    for arg in argv:
+        if not arg.startswith("-"):
+            return arg
+    if any(a in ("-h", "--help") for a in argv):
+        from zoo.registry import list_models
+
+        print(f"usage: {prog} MODEL [options]   (MODEL: {', '.join(list_models())})")
+        sys.exit(0)
+    raise ZooError(f"no model given: usage {prog} MODEL ...")
+
+
+def guarded(main):
+    """Run a CLI entry point; expected errors print one line and exit 2, no traceback."""
+    def wrapper(argv=None):
+        try:
+            code = main(sys.argv[1:] if argv is None else argv)
+        except ZooError as e:
+            print(f"error: {e}", file=sys.stderr)
+            code = 2
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            code = 130
+        return code
+
+    return wrapper

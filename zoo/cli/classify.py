@@ -1,0 +1,36 @@
+"""Classification: top-k ImageNet classes per image."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from zoo.errors import ZooError
+from zoo.images import image_files
+
+
+def add_arguments(parser):
+    parser.add_argument("images", nargs="+", help="image files or directories")
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+
+
+def check_arguments(args):
+    if args.top_k < 1 or args.top_k > 1000:
+        raise ZooError(f"--top-k {args.top_k} is out of range: use 1 to 1000")
+    args.files = [f for source in args.images for f in image_files(source)]
+
+
+def run(args, model) -> int:
+    results = {}
+    for path in args.files:
+        top = model.predict(str(path), top_k=args.top_k)
+        results[str(path)] = [{"index": i, "label": label, "probability": p} for i, label, p in top]
+        print(f"{path}:")
+        for i, label, p in top:
+            print(f"  {p:7.2%}  {label} ({i})")
+    if args.json:
+        out = Path(args.json)
+        tmp = out.with_name(out.name + ".part")  # never leave half a file behind
+        tmp.write_text(json.dumps(results, indent=2))
+        tmp.replace(out)
+    return 0

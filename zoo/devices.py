@@ -1,0 +1,110 @@
+"""One device decision per process, and the dtype boundary of every model.
+
+MLX arrays carry no device: every op runs on the default device. So the
+decision is made once (``use``) and a later, different request raises instead
+of silently moving half the work elsewhere. Dtypes are checked where data
+enters a model: MLX would otherwise promote float16 * float32 to float32 and
+compute quietly in a precision nobody asked for.
+"""
+from __future__ import annotations
+
+import os
+
+import mlx.core as mx
+import numpy as np
+
+from .errors import ZooError
+
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+
+_chosen: str | None = None
+
+
+def gpu_backend() -> str | None:
+    """'metal', 'cuda' or None: which GPU backend this MLX build can use."""
+    if mx.metal.is_available():
+        return "metal"
+    cuda = getattr(mx, "cuda", None)
+    if cuda is not None and cuda.is_available():
+        return "cuda"
+    return None
+
+
+def use(device: str | None = None) -> str:
+    """Choose the process-wide device ('gpu' or 'cpu'; None: GPU when there is one).
+
+    The first call decides; later calls with None keep it, with another name raise.
+    """
+    global _chosen
+    if device is None:
+        if _chosen is not None:
+            return _chosen
+        device = "gpu" if gpu_backend() else "cpu"
+    if device not in ("gpu", "cpu"):
+        raise ZooError(f"unknown device {device!r}: use --device gpu or --device cpu")
+    if device == "gpu" and gpu_backend() is None:
+        raise ZooError(
+            "no GPU backend in this MLX build: use --device cpu, or install mlx with Metal "
+            "(macOS) or `pip install 'mlx[cuda]'` (Linux with an NVIDIA GPU)"
+        )
+    if _chosen is not None and device != _chosen:
+        raise ZooError(
+            f"this process already runs on {_chosen}; one device per process: "
+            f"start a new process for {device}"
+        )
+    mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+    _chosen = device
+    return device
+
+
+def describe() -> str:
+    """The device in words, e.g. 'gpu (cuda: NVIDIA H100 80GB HBM3)' or 'cpu'."""
+    device = use()
+    if device == "cpu":
+        return "cpu"
+    backend = gpu_backend()
+    try:
+        name = mx.device_info().get("device_name", "")
+    except (AttributeError, RuntimeError):
+        name = ""
+    return f"gpu ({backend}{': ' + name if name else ''})"
+
+
+def tf32_enabled() -> bool:
+    """Whether float32 matmul/conv may run as TF32 (MLX on CUDA and new Apple GPUs)."""
+    return use() == "gpu" and os.environ.get("MLX_ENABLE_TF32", "1") != "0"
+
+
+def parse_dtype(dtype: str | mx.Dtype) -> mx.Dtype:
+    if isinstance(dtype, mx.Dtype):
+        if dtype not in DTYPES.values():
+            raise ZooError(f"unsupported dtype {dtype}: use one of {', '.join(DTYPES)}")
+        return dtype
+    if dtype not in DTYPES:
+        raise ZooError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def dtype_name(dtype: mx.Dtype) -> str:
+    return next(name for name, d in DTYPES.items() if d == dtype)
+
+
+def as_model_input(x, dtype: mx.Dtype, what: str = "input") -> mx.array:
+    """Bring a model input to the model's dtype at the boundary.
+
+    numpy arrays are converted once here. An mx.array of another float dtype is
+    rejected: converting it would hide a dtype mix-up in the caller's pipeline.
+    """
+    if isinstance(x, np.ndarray):
+        if x.dtype.kind not in "fiu":
+            raise ZooError(f"{what} has dtype {x.dtype}: pass a float array")
+        return mx.array(x.astype(np.float32)).astype(dtype)
+    if not isinstance(x, mx.array):
+        raise ZooError(f"{what} must be an mx.array or numpy array, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise ZooError(
+            f"{what} is {dtype_name(x.dtype) if x.dtype in DTYPES.values() else x.dtype} but the "
+            f"model runs in {dtype_name(dtype)}: convert with x.astype(mx.{dtype_name(dtype)}) "
+            f"or load the model with dtype='{dtype_name(x.dtype) if x.dtype in DTYPES.values() else 'float32'}'"
+        )
+    return x

@@ -1,0 +1,122 @@
+"""Image input for every model: anything a user holds becomes an RGB uint8 array.
+
+Accepts a path, a PIL image or an HxW / HxWx{1,3,4} array. EXIF orientation is
+applied (phones store photos sideways), and every Pillow mode (L, LA, P, RGBA,
+CMYK, I;16, I, F, ...) becomes RGB.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from .errors import ZooError
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+
+def open_image(path: str | Path) -> Image.Image:
+    """Open and fully decode an image file, with EXIF orientation applied."""
+    path = Path(path)
+    if not path.exists():
+        raise ZooError(f"image not found: {path}")
+    if path.is_dir():
+        raise ZooError(f"{path} is a directory, not an image file")
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode now: truncated files fail here, not later
+            return ImageOps.exif_transpose(img)
+    except UnidentifiedImageError:
+        raise ZooError(f"cannot read {path}: not an image file Pillow recognises") from None
+    except (OSError, SyntaxError, ValueError) as e:
+        raise ZooError(f"cannot read {path}: the file is damaged or truncated ({e})") from None
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    if img.mode == "RGB":
+        return img
+    if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        # 16-bit and float images: scale the full range to 8 bits instead of clipping.
+        a = np.asarray(img, dtype=np.float64)
+        top = 65535.0 if img.mode.startswith("I;16") or a.max() > 255 else 255.0
+        if img.mode == "F":
+            top = max(float(a.max()), 1e-12)
+        img = Image.fromarray(np.clip(np.rint(a / top * 255.0), 0, 255).astype(np.uint8), "L")
+    if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+        # Composite on white: dropping alpha would show whatever colour hides in transparent pixels.
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    return img.convert("RGB")
+
+
+def load_image(source, what: str = "image") -> np.ndarray:
+    """Return the image as an (H, W, 3) uint8 RGB array."""
+    if isinstance(source, (str, Path)):
+        img = open_image(source)
+    elif isinstance(source, Image.Image):
+        img = source
+    elif isinstance(source, np.ndarray):
+        return _array_to_rgb(source, what)
+    else:
+        raise ZooError(f"{what} must be a path, a PIL image or a numpy array, got {type(source).__name__}")
+    if img.width == 0 or img.height == 0:
+        raise ZooError(f"{what} is empty (0 pixels)")
+    return np.asarray(_to_rgb(img), dtype=np.uint8)
+
+
+def _array_to_rgb(a: np.ndarray, what: str) -> np.ndarray:
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[:, :, 0]
+    if a.ndim == 2:
+        a = np.repeat(a[:, :, None], 3, axis=2)
+    if a.ndim != 3 or a.shape[2] not in (3, 4):
+        raise ZooError(f"{what} array has shape {a.shape}: expected (H, W), (H, W, 3) or (H, W, 4)")
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        raise ZooError(f"{what} is empty (shape {a.shape})")
+    if a.shape[2] == 4:
+        a = a[:, :, :3]
+    if a.dtype == np.uint8:
+        return np.ascontiguousarray(a)
+    if a.dtype.kind == "f":
+        if a.min() < 0 or a.max() > 1:
+            raise ZooError(f"{what} is a float array outside [0, 1]: pass uint8 0-255 or floats in [0, 1]")
+        return np.rint(a * 255.0).astype(np.uint8)
+    if a.dtype == np.uint16:
+        return np.rint(a / 257.0).astype(np.uint8)
+    raise ZooError(f"{what} array has dtype {a.dtype}: pass uint8, uint16 or float in [0, 1]")
+
+
+def image_files(path: str | Path) -> list[Path]:
+    """The images to process for a CLI argument: a file, or the image files in a directory."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise ZooError(f"no images in directory {path} (looked for {', '.join(IMAGE_SUFFIXES)})")
+        return files
+    if not path.exists():
+        raise ZooError(f"image not found: {path}")
+    return [path]
+
+
+def resize_shorter_side(img: np.ndarray, size: int) -> np.ndarray:
+    """Resize so the shorter side is ``size`` (torchvision's rule: the long side is truncated).
+
+    Pillow's bilinear filter, antialiased when shrinking: what torchvision does on PIL images.
+    """
+    h, w = img.shape[:2]
+    if h <= w:
+        new_h, new_w = size, int(size * w / h)
+    else:
+        new_h, new_w = int(size * h / w), size
+    return np.asarray(Image.fromarray(img).resize((new_w, new_h), Image.BILINEAR))
+
+
+def center_crop(img: np.ndarray, size: int) -> np.ndarray:
+    h, w = img.shape[:2]
+    if h < size or w < size:
+        raise ZooError(f"image of {w}x{h} is smaller than the {size}x{size} crop")
+    top, left = int(round((h - size) / 2.0)), int(round((w - size) / 2.0))
+    return img[top : top + size, left : left + size]
