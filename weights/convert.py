@@ -37,7 +37,8 @@ def _listing(names: list[str], limit: int = 5) -> str:
     return f"{len(names)} ({shown}{', ...' if len(names) > limit else ''})"
 
 
-def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source: str, dtype: mx.Dtype = mx.float32) -> None:
+def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source: str, dtype: mx.Dtype = mx.float32,
+                    model_name: str | None = None) -> None:
     """Load a checkpoint into ``model`` strictly, converting layouts and dtype once.
 
     Missing, unexpected and mis-shaped keys are all reported in one error.
@@ -61,7 +62,7 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source:
         parts = [f"{label} {_listing(items)}" for label, items in
                  (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)) if items]
         raise ZooError(
-            f"weights {source} do not match {type(model).__name__}: " + "; ".join(parts)
+            f"weights {source} do not match {model_name or type(model).__name__}: " + "; ".join(parts)
             + ": pass the checkpoint of this model variant"
         )
     # rebuilt along the model's own tree: tree_unflatten would turn the "0", "1"

@@ -53,7 +53,8 @@ def download(repo_id: str, filename: str, licence: str | None = None) -> Path:
     if cached is not None:
         return cached
     fix = "pass --weights PATH to a local checkpoint (or --weights synthetic for random test weights)"
-    if constants.HF_HUB_OFFLINE:
+    # huggingface_hub reads HF_HUB_OFFLINE once at import; honour a later setting too
+    if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
         raise ZooError(f"{repo_id}/{filename} is not in the Hub cache and HF_HUB_OFFLINE is set: {fix}")
     if _endpoint_unresolvable():
         raise ZooError(f"cannot reach the Hugging Face Hub to download {repo_id}/{filename} (no network): {fix}")

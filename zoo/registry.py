@@ -92,6 +92,7 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
     cached, use synthetic:0 instead of the network (the validator's default).
     """
     from zoo.weights import hub, synthetic
+    from zoo.weights.checkpoint import read_checkpoint_with_meta
 
     if weights is None and offline_fallback and hub.cached_file(spec.hub_repo, spec.hub_file) is None:
         print(f"note: {spec.hub_repo}/{spec.hub_file} is not cached; using synthetic:0 weights "
@@ -114,19 +115,13 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
     return Weights(sanitize(sd, meta) if sanitize else sd, source, meta)
 
 
-def read_checkpoint_with_meta(path):
-    from zoo.weights.checkpoint import read_checkpoint_with_meta
-
-    return read_checkpoint_with_meta(path)
-
-
 def build(spec: ModelSpec, weights: Weights, dtype: str = "float32") -> nn.Module:
     """Build the model, load ``weights`` strictly and put it in eval mode."""
     from zoo.weights.convert import load_state_dict
 
     fam = family(spec)
     model = fam.build(spec)
-    load_state_dict(model, weights.state_dict, weights.source, devices.parse_dtype(dtype))
+    load_state_dict(model, weights.state_dict, weights.source, devices.parse_dtype(dtype), spec.name)
     if hasattr(fam, "apply_metadata"):
         fam.apply_metadata(model, weights.meta)
     model.eval()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from zoo.errors import ZooError
@@ -23,7 +24,13 @@ def check_arguments(args):
 def run(args, model) -> int:
     results = {}
     for path in args.files:
-        top = model.predict(str(path), top_k=args.top_k)
+        try:
+            top = model.predict(str(path), top_k=args.top_k)
+        except ZooError as e:
+            if len(args.files) == 1:
+                raise
+            print(f"warning: skipped {path}: {e}", file=sys.stderr)
+            continue
         results[str(path)] = [{"index": i, "label": label, "probability": p} for i, label, p in top]
         print(f"{path}:")
         for i, label, p in top:

@@ -1,0 +1,36 @@
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+
+from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+FIXTURES = Path(__file__).parent / "fixtures"
+MANIFESTS = Path(__file__).parent.parent / "models" / "manifests"
+
+
+def synthetic_checkpoint(variant: str, path: Path, seed: int = 0) -> Path:
+    """A safetensors file in the upstream naming, holding the reference cases' weights."""
+    save_file(synthetic_state_dict(read_manifest(MANIFESTS / f"{variant}.json"), seed), str(path))
+    return path
+
+
+def rebuild_input(sidecar: dict, make) -> np.ndarray:
+    """Rebuild a case input from its recipe and check it against the recorded hash."""
+    x = make()
+    assert hashlib.sha256(x.tobytes()).hexdigest() == sidecar["input_sha256_float32_bytes"]
+    return x
+
+
+def load_case(model: str, case: str):
+    return np.load(FIXTURES / model / f"{case}.npz"), json.loads((FIXTURES / model / f"{case}.json").read_text())
+
+
+@pytest.fixture(autouse=True)
+def offline_hub(monkeypatch, tmp_path_factory):
+    """No test may reach the network or a user's Hub cache."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path_factory.getbasetemp() / "hf_home"))

@@ -1,0 +1,344 @@
+"""Checkpoint reading without torch: real torch.save files, hostile pickles, safetensors."""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import struct
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zoo.errors import ZooError
+from zoo.weights.checkpoint import read_checkpoint, read_checkpoint_with_meta
+from zoo.weights.torchfile import (StubObject, UnsafeCheckpointError, load_torch_file,
+                                   module_attribute, state_dict_from)
+
+FIXTURES = Path(__file__).parent / "fixtures" / "torchfiles"
+EXPECTED = dict(np.load(FIXTURES / "state_dict_expected.npz"))  # bf16 stored as float32
+MARKER = Path("/tmp/zoo_pickle_was_executed")
+
+
+def assert_same(actual: dict, expected: dict):
+    assert list(actual) == list(expected)
+    for name, want in expected.items():
+        got = actual[name]
+        assert (got.dtype, got.shape) == (want.dtype, want.shape), name
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+# --- real files written by torch 2.13 ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["state_dict_zip.pt", "state_dict_legacy.pt", "nested_zip.pth"])
+def test_torch_files_match_expected(name):
+    assert_same(read_checkpoint(FIXTURES / name), EXPECTED)
+
+
+def test_bf16_is_widened_to_float32_exactly():
+    weights = read_checkpoint(FIXTURES / "state_dict_zip.pt")
+    assert weights["bf16"].dtype == np.float32
+    assert not (weights["bf16"].view(np.uint32) & 0xFFFF).any()  # only bfloat16's bits are set
+
+
+def test_nested_file_metadata():
+    _, meta = read_checkpoint_with_meta(FIXTURES / "nested_zip.pth")
+    assert meta == {"meta": {"epoch": 3, "names": ["a", "b"], "lr": 0.01, "flag": True, "t": (1, 2)}}
+
+
+def test_lightning_checkpoint_stubs_classes_without_importing_them():
+    tree = load_torch_file(FIXTURES / "lightning_like.ckpt")
+    weights = state_dict_from(tree)
+    prefix = "generator.model."
+    assert all(name.startswith(prefix) for name in weights)
+    assert_same(weights, {prefix + k: v for k, v in EXPECTED.items() if prefix + k in weights})
+    assert len(weights) == 11
+
+    (callback, state), = tree["callbacks"].items()
+    assert "ModelCheckpoint" in repr(callback) and state["monitor"] == "val_loss"
+    config = tree["hyper_parameters"]["config"]
+    assert isinstance(config, StubObject)
+    assert type(config).stub_qualname == "omegaconf.dictconfig.DictConfig"
+    assert set(config._content) == {"generator", "losses"}
+    assert not {"torch", "omegaconf", "pytorch_lightning"} & set(sys.modules)
+
+    _, meta = read_checkpoint_with_meta(FIXTURES / "lightning_like.ckpt")
+    assert meta == {"epoch": 39, "global_step": 1000, "pytorch-lightning_version": "1.2.9"}
+
+
+@pytest.mark.parametrize("name, culprit", [("hostile.pt", "posix.system"),
+                                           ("hostile_eval.pth", "builtins.eval")])
+def test_hostile_files_are_refused_before_running(name, culprit):
+    MARKER.unlink(missing_ok=True)
+    with pytest.raises(UnsafeCheckpointError) as refusal:
+        read_checkpoint(FIXTURES / name)
+    message = str(refusal.value)
+    assert name in message and culprit in message and "nothing was executed" in message
+    assert "\n" not in message
+    assert not MARKER.exists()
+
+
+# --- crafted pickles --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Glob:
+    """Written as GLOBAL module name: names anything without importing it."""
+
+    module: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """Written as func, args, REDUCE."""
+
+    func: object
+    args: tuple
+
+
+@dataclass(frozen=True)
+class New:
+    """Written as cls, (), NEWOBJ, state, BUILD: how protocol 2 pickles an nn.Module."""
+
+    cls: Glob
+    state: dict
+
+
+class Writer(pickle._Pickler):
+    """A protocol-2 pickler for the markers above; arrays become torch float tensors."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def __init__(self, file):
+        super().__init__(file, protocol=2)
+        self.storages: list[np.ndarray] = []
+
+    def persistent_id(self, obj):
+        if isinstance(obj, np.ndarray):
+            self.storages.append(obj)
+            return ("storage", Glob("torch", "FloatStorage"), str(len(self.storages) - 1), "cpu", obj.size)
+        return None
+
+    def save_glob(self, obj):
+        self.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode())
+
+    def save_call(self, obj):
+        self.save(obj.func)
+        self.save(obj.args)
+        self.write(pickle.REDUCE)
+
+    def save_new(self, obj):
+        self.save(obj.cls)
+        self.save(())
+        self.write(pickle.NEWOBJ)
+        self.save(obj.state)
+        self.write(pickle.BUILD)
+
+    dispatch[Glob] = save_glob
+    dispatch[Call] = save_call
+    dispatch[New] = save_new
+
+
+def tensor(values) -> Call:
+    array = np.asarray(values, np.float32)
+    stride = tuple(s // 4 for s in array.strides)
+    return Call(Glob("torch._utils", "_rebuild_tensor_v2"), (array, 0, array.shape, stride, False, {}))
+
+
+def write_torch_zip(path: Path, obj=None, *, data: bytes | None = None, big_endian=False) -> Path:
+    """A torch zip-format file holding ``obj`` (or the raw pickle ``data``)."""
+    buffer, writer = io.BytesIO(), None
+    if data is None:
+        writer = Writer(buffer)
+        writer.dump(obj)
+        data = buffer.getvalue()
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", data)
+        archive.writestr("archive/byteorder", "big" if big_endian else "little")
+        for key, array in enumerate(writer.storages if writer else []):
+            archive.writestr(f"archive/data/{key}", array.astype(">f4" if big_endian else "<f4").tobytes())
+    return path
+
+
+def module(cls: str, parameters=None, buffers=None, children=None, non_persistent=(), **attributes) -> New:
+    module_name, _, name = cls.rpartition(".")
+    return New(Glob(module_name, name), {
+        "training": False, "_parameters": parameters or {}, "_buffers": buffers or {},
+        "_non_persistent_buffers_set": set(non_persistent), "_modules": children or {}, **attributes})
+
+
+def detector() -> New:
+    conv = module("torch.nn.modules.conv.Conv2d", {"weight": tensor([[1, 2], [3, 4]]), "bias": None})
+    bn = module("torch.nn.modules.batchnorm.BatchNorm2d", {"weight": tensor([5, 6])},
+                {"running_mean": tensor([7, 8]), "scratch": tensor([9])}, non_persistent={"scratch"})
+    block = module("mypkg.nets.Block", children={"conv": conv, "bn": bn})
+    return module("mypkg.nets.Detector", children={"block": block, "act": module("torch.nn.SiLU")},
+                  names={0: "cat", 1: "dog"})
+
+
+DETECTOR_WEIGHTS = {"block.conv.weight": np.float32([[1, 2], [3, 4]]),
+                    "block.bn.weight": np.float32([5, 6]), "block.bn.running_mean": np.float32([7, 8])}
+
+
+def test_module_tree_walk_skips_none_parameters_and_non_persistent_buffers(tmp_path):
+    path = write_torch_zip(tmp_path / "detector.pt", {"model": detector(), "epoch": -1})
+    assert_same(read_checkpoint(path), DETECTOR_WEIGHTS)
+    assert module_attribute(load_torch_file(path), "names") == {0: "cat", 1: "dog"}
+    assert read_checkpoint_with_meta(path)[1] == {"epoch": -1, "names": {0: "cat", 1: "dog"}}
+
+
+def test_weight_keys_preference(tmp_path):
+    flat = {"w": tensor([1.0])}
+    cases = {"ema_fallback.pt": ({"model": None, "ema": detector()}, DETECTOR_WEIGHTS),
+             "state_dict_first.pt": ({"model": detector(), "state_dict": flat}, {"w": np.float32([1])}),
+             "bare_module.pt": (detector(), DETECTOR_WEIGHTS)}
+    for name, (obj, expected) in cases.items():
+        assert_same(read_checkpoint(write_torch_zip(tmp_path / name, obj)), expected)
+
+
+def test_big_endian_storages_are_byteswapped(tmp_path):
+    path = write_torch_zip(tmp_path / "big.pt", {"w": tensor([[1.5, -2], [3, 4]])}, big_endian=True)
+    assert_same(read_checkpoint(path), {"w": np.float32([[1.5, -2], [3, 4]])})
+
+
+def test_newobj_of_unknown_class_is_stubbed(tmp_path):
+    path = write_torch_zip(tmp_path / "stub.pt", New(Glob("mypkg.models", "Net"), {"layers": 3}))
+    net = load_torch_file(path)
+    assert isinstance(net, StubObject) and net.layers == 3 and net.stub_state == {"layers": 3}
+    assert repr(net) == "<stub mypkg.models.Net>"
+    assert "mypkg" not in sys.modules
+
+
+@pytest.mark.parametrize("payload, culprit", [
+    (lambda marker: Call(Glob("os", "system"), (f"touch {marker}",)), "os.system"),
+    (lambda marker: Call(Glob("__builtin__", "exec"), (f"open('{marker}', 'w')",)), "builtins.exec"),
+    (lambda marker: Call(Call(Glob("builtins", "getattr"), (Glob("pathlib", "Path"), "touch")), (marker,)),
+     "builtins.getattr"),
+    (lambda marker: Call(Glob("subprocess", "check_call"), (["touch", str(marker)],)), "subprocess.check_call"),
+    (lambda marker: Call(Glob("importlib", "import_module"), ("os",)), "importlib.import_module"),
+    (lambda marker: Call(Glob("mypkg.tools", "run"), (f"touch {marker}",)), "calls mypkg.tools.run"),
+    (lambda marker: Call(Glob("copyreg", "_reconstructor"),
+                         (Glob("collections", "OrderedDict"), Glob("builtins", "object"), None)),
+     "creates OrderedDict"),
+], ids=["os.system", "exec", "getattr", "subprocess", "importlib", "unknown-function", "reconstructor"])
+def test_crafted_calls_are_refused(tmp_path, payload, culprit):
+    marker = tmp_path / "executed"
+    path = write_torch_zip(tmp_path / "crafted.pt", {"weight": tensor([1.0]), "payload": payload(str(marker))})
+    with pytest.raises(UnsafeCheckpointError, match=culprit):
+        load_torch_file(path)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("data", [
+    b"(S'touch x'\nios\nsystem\n.",  # protocol 0 INST of a forbidden global
+    b"(S'x'\nimypkg.tools\nrun\n.",  # INST with arguments calls the class
+], ids=["inst-forbidden", "inst-stub"])
+def test_protocol_0_instantiation_is_refused(tmp_path, data):
+    with pytest.raises(UnsafeCheckpointError):
+        load_torch_file(write_torch_zip(tmp_path / "old.pt", data=data))
+
+
+def test_tensor_outside_its_storage_is_rejected(tmp_path):
+    bad = Call(Glob("torch._utils", "_rebuild_tensor_v2"),
+               (np.zeros(4, np.float32), 2, (2, 2), (2, 1), False, {}))
+    with pytest.raises(ZooError, match="storage"):
+        load_torch_file(write_torch_zip(tmp_path / "bad.pt", {"w": bad}))
+
+
+# --- safetensors ------------------------------------------------------------------------------
+
+
+def write_safetensors(path: Path, tensors: dict[str, tuple[str, tuple, bytes]], metadata=None) -> Path:
+    header, body = {}, b""
+    for name, (dtype, shape, raw) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [len(body), len(body) + len(raw)]}
+        body += raw
+    if metadata:
+        header["__metadata__"] = metadata
+    encoded = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(encoded)) + encoded + body)
+    return path
+
+
+def test_safetensors_bf16_and_f16_written_by_hand(tmp_path):
+    bits = np.random.default_rng(0).integers(0, 0x7F80, (3, 5), dtype=np.uint16)  # finite bf16
+    half = np.random.default_rng(1).standard_normal((2, 3)).astype("<f2")
+    path = write_safetensors(tmp_path / "w.safetensors", {
+        "bf16": ("BF16", bits.shape, bits.astype("<u2").tobytes()),
+        "f16": ("F16", half.shape, half.tobytes())}, metadata={"format": "pt"})
+    weights, meta = read_checkpoint_with_meta(path)
+    assert_same(weights, {"bf16": (bits.astype(np.uint32) << 16).view(np.float32), "f16": half})
+    assert meta == {"format": "pt"}
+
+
+def test_safetensors_round_trip_all_dtypes(tmp_path):
+    save_file = pytest.importorskip("safetensors.numpy").save_file
+    rng = np.random.default_rng(2)
+    tensors = {dtype: rng.integers(-100, 100, (2, 3)).astype(dtype)
+               for dtype in ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8")}
+    tensors["bool"] = np.array([True, False, True])
+    tensors["scalar"] = np.array(2.5, np.float32)
+    tensors["empty"] = np.zeros((0, 4), np.float32)
+    save_file(tensors, str(tmp_path / "all.safetensors"))
+    weights = read_checkpoint(tmp_path / "all.safetensors")
+    assert_same({k: weights[k] for k in tensors}, tensors)
+
+
+def test_bad_safetensors_are_one_line_errors(tmp_path):
+    good = write_safetensors(tmp_path / "good.safetensors", {"w": ("F32", (4,), bytes(16))}).read_bytes()
+    (tmp_path / "truncated.safetensors").write_bytes(good[:-3])
+    (tmp_path / "header.safetensors").write_bytes(good[:20])
+    (tmp_path / "garbage.safetensors").write_bytes(struct.pack("<Q", 5) + b"{oops")
+    (tmp_path / "tiny.safetensors").write_bytes(b"\x01")
+    for name in ("truncated", "header", "garbage", "tiny"):
+        with pytest.raises(ZooError) as error:
+            read_checkpoint(tmp_path / f"{name}.safetensors")
+        assert f"{name}.safetensors" in str(error.value) and "\n" not in str(error.value)
+
+
+# --- what users get wrong ---------------------------------------------------------------------
+
+
+def test_unusable_paths_are_one_line_errors(tmp_path):
+    (tmp_path / "weights.onnx").write_bytes(b"x")
+    (tmp_path / "dir.pt").mkdir()
+    (tmp_path / "noise.pt").write_bytes(bytes(range(256)) * 4)
+    write_torch_zip(tmp_path / "empty.pt", {"epoch": 1})
+    for name, reason in [("weights.onnx", "unknown weights format"), ("missing.pt", "no such file"),
+                         ("dir.pt", "not a file"), ("noise.pt", "cannot read"), ("empty.pt", "no weights")]:
+        with pytest.raises(ZooError) as error:
+            read_checkpoint(tmp_path / name)
+        message = str(error.value)
+        assert not isinstance(error.value, UnsafeCheckpointError)
+        assert name in message and reason in message and "\n" not in message, message
+
+
+def test_values_torch_and_numpy_pickle(tmp_path):
+    obj = {"w": Call(Glob("torch._tensor", "_rebuild_from_type_v2"),  # a tensor with Python attributes
+                     (Glob("torch._utils", "_rebuild_tensor_v2"), Glob("torch", "Tensor"),
+                      tensor([1, 2]).args, {"tag": 1})),
+           "shape": Call(Glob("torch", "Size"), ([2, 3],)),
+           "device": Call(Glob("torch", "device"), ("cuda", 0)),
+           "dtype": Glob("torch", "bfloat16"),
+           "best": np.float64(0.25), "steps": np.int64(7),  # numpy.dtype, scalar and _codecs.encode
+           "config": Call(Glob("copyreg", "_reconstructor"), (Glob("mypkg", "Cfg"), Glob("builtins", "object"), None))}
+    tree = load_torch_file(write_torch_zip(tmp_path / "values.pt", obj))
+    np.testing.assert_array_equal(tree.pop("w"), np.float32([1, 2]))
+    config = tree.pop("config")
+    assert isinstance(config, StubObject) and type(config).stub_qualname == "mypkg.Cfg"
+    assert tree == {"shape": (2, 3), "device": "cuda:0", "dtype": "torch.bfloat16", "best": 0.25, "steps": 7}
+    assert type(tree["best"]) is np.float64 and type(tree["steps"]) is np.int64
+
+
+def test_extension_codes_and_cycles_are_errors(tmp_path):
+    with pytest.raises(ZooError, match="extension"):
+        load_torch_file(write_torch_zip(tmp_path / "ext.pt", data=b"\x80\x02\x82\x01."))
+    cyclic = {}
+    cyclic["model"] = cyclic
+    with pytest.raises(ZooError, match="cyclic"):
+        read_checkpoint(write_torch_zip(tmp_path / "cyclic.pt", cyclic))

@@ -1,0 +1,94 @@
+"""python -m zoo.run end to end, and the one-line errors for bad input."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import synthetic_checkpoint
+from zoo.run import main
+
+
+@pytest.fixture(scope="module")
+def photo(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "photo.jpg"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (240, 320, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def test_classify_end_to_end_json(photo, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    assert main(["resnet18", str(photo), "--weights", "synthetic:0", "--device", "cpu", "--top-k", "3", "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())[str(photo)]
+    assert len(result) == 3 and result[0]["label"] in printed
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_float16_run(photo, capsys):
+    assert main(["resnet18", str(photo), "--weights", "synthetic:0", "--dtype", "float16"]) == 0
+    assert "%" in capsys.readouterr().out
+
+
+def error_of(argv, capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]  # warnings (e.g. synthetic weights) may come first
+    assert last.startswith("error: ")
+    return last
+
+
+def test_missing_image(capsys):
+    assert "image not found: nope.jpg" in error_of(["resnet18", "nope.jpg", "--weights", "synthetic"], capsys)
+
+
+def test_not_an_image(tmp_path, capsys):
+    bad = tmp_path / "notes.jpg"
+    bad.write_text("hello")
+    assert "not an image file" in error_of(["resnet18", str(bad), "--weights", "synthetic"], capsys)
+
+
+def test_unknown_model(photo, capsys):
+    err = error_of(["resnet9", str(photo)], capsys)
+    assert "unknown model 'resnet9'" in err and "resnet50" in err and "yolov8n" in err
+
+
+def test_corrupt_file_among_good_ones_is_skipped(photo, tmp_path, capsys):
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    assert main(["resnet18", str(photo), str(tmp_path / "bad.png"), "--weights", "synthetic"]) == 0
+    captured = capsys.readouterr()
+    assert "skipped" in captured.err and "bad.png" in captured.err and str(photo) in captured.out
+
+
+def test_wrong_shaped_weights(photo, tmp_path, capsys):
+    weights = synthetic_checkpoint("resnet18", tmp_path / "r18.safetensors")
+    err = error_of(["resnet50", str(photo), "--weights", str(weights)], capsys)
+    assert "do not match resnet50" in err and "mis-shaped" in err
+
+
+def test_missing_weights_file(photo, capsys):
+    assert "missing.safetensors: no such file" in error_of(["resnet18", str(photo), "--weights", "missing.safetensors"], capsys)
+
+
+def test_offline_without_weights(photo, capsys):
+    err = error_of(["resnet18", str(photo)], capsys)
+    assert "timm/resnet18.tv_in1k/model.safetensors" in err and "--weights" in err
+
+
+def test_no_network_without_weights_fails_fast(photo, tmp_path):
+    """The real no-network path (not HF_HUB_OFFLINE): an unresolvable Hub host fails at once, in one line."""
+    env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path), "HF_ENDPOINT": "https://hub.invalid", "HOME": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "zoo.run", "resnet18", str(photo), "--device", "cpu"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: cannot reach the Hugging Face Hub to download timm/resnet18.tv_in1k/model.safetensors (no network): "
+        "pass --weights PATH to a local checkpoint (or --weights synthetic for random test weights)"]
+
+
+def test_bad_dtype_and_device_choices(photo):
+    with pytest.raises(SystemExit):
+        main(["resnet18", str(photo), "--dtype", "float64"])

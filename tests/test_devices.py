@@ -1,0 +1,44 @@
+"""One device per process; dtypes are never mixed quietly."""
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import zoo
+from zoo import devices
+from zoo.errors import ZooError
+
+
+def test_second_device_decision_is_refused(monkeypatch):
+    monkeypatch.setattr(devices, "_chosen", "gpu")
+    monkeypatch.setattr(devices, "gpu_backend", lambda: "cuda")
+    monkeypatch.setattr(mx, "set_default_device", lambda d: None)
+    assert devices.use() == "gpu" and devices.use("gpu") == "gpu"
+    with pytest.raises(ZooError, match="already runs on gpu; one device per process"):
+        devices.use("cpu")
+
+
+def test_gpu_request_without_backend(monkeypatch):
+    monkeypatch.setattr(devices, "_chosen", None)
+    monkeypatch.setattr(devices, "gpu_backend", lambda: None)
+    with pytest.raises(ZooError, match="no GPU backend.*--device cpu"):
+        devices.use("gpu")
+
+
+def test_model_refuses_an_input_of_another_dtype():
+    model = zoo.load("resnet18", weights="synthetic", dtype="float16", device="cpu")
+    with pytest.raises(ZooError, match="input is float32 but the model runs in float16"):
+        model(mx.zeros((1, 32, 32, 3), mx.float32))
+    # numpy input is converted once at the boundary; the whole pass stays in float16
+    assert model(np.zeros((1, 32, 32, 3), np.float32)).dtype == mx.float16
+
+
+def test_weights_are_converted_to_the_requested_dtype():
+    from mlx.utils import tree_flatten
+
+    model = zoo.load("resnet18", weights="synthetic", dtype="bfloat16", device="cpu")
+    assert {v.dtype for _, v in tree_flatten(model.parameters())} == {mx.bfloat16}
+
+
+def test_bad_dtype_name():
+    with pytest.raises(ZooError, match="unknown dtype 'float64'"):
+        zoo.load("resnet18", weights="synthetic", dtype="float64")

@@ -1,0 +1,99 @@
+"""The validator itself: it passes a correct model and names the layer of every injected fault."""
+import json
+import types
+
+import numpy as np
+import pytest
+
+from zoo import registry
+from zoo.cli.validate import main as validate_main
+from zoo.errors import ZooError
+from zoo.validate import engine
+from zoo.validate.capture import parse_fault
+
+
+@pytest.fixture(scope="module")
+def run():
+    spec = registry.get_spec("resnet18")
+    weights = registry.read_weights(spec, "synthetic:0")
+    model = registry.build(spec, weights)
+    case = engine.case_module("resnet")
+    inputs = case.make_inputs(spec, types.SimpleNamespace(seed=1234, size=64))
+    return engine.Run(spec, model, weights.state_dict, case, inputs, "float32")
+
+
+@pytest.mark.parametrize("mode", engine.MODES)
+def test_correct_model_passes_every_layer(run, mode):
+    report = run.compare_mode(mode)
+    compared = [r for r in report.layers if r.status != "n/a"]
+    assert report.passed and len(compared) == 60  # stem 4, 8 blocks x 5, 3 downsamples x 3, 4 stages, avgpool, fc, output
+    names = {r.name for r in compared}
+    assert {"conv1", "bn1", "maxpool", "layer1.0.conv1", "layer1.0.bn2", "layer2.0.downsample.0", "layer4.1", "fc", "output"} <= names
+    assert not [r for r in report.layers if r.status == "n/a"]
+
+
+@pytest.mark.parametrize("fault", ["layer2.1=drop-residual", "layer3.0.conv2=zero", "layer1.0.bn1=nan",
+                                   "layer4.1.conv1=noise", "fc=noise", "maxpool=zero"])
+def test_injected_fault_is_caught_at_its_layer(run, fault):
+    name, kind = parse_fault(fault)
+    report = run.compare_mode("isolated", (name, kind))
+    assert report.first_failure == name
+    failed = {r.name for r in report.layers if r.failed}
+    # in isolated mode only the faulty module, the modules containing it and (for fc) the output differ
+    parts = name.split(".")
+    containing = {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    assert name in failed and failed <= containing | ({"output"} if name == "fc" else set()), failed
+    e2e = run.compare_mode("end-to-end", (name, kind))
+    assert e2e.first_failure == name
+
+
+def test_fault_flags(run):
+    report = run.compare_mode("isolated", ("layer1.0.bn1", "nan"))
+    row = next(r for r in report.layers if r.name == "layer1.0.bn1")
+    assert "NaN" in row.flags
+    report = run.compare_mode("isolated", ("layer3.0.conv2", "zero"))
+    row = next(r for r in report.layers if r.name == "layer3.0.conv2")
+    assert "all-zero" in row.flags
+
+
+def test_compare_metrics():
+    ref = np.array([[1.0, -2.0], [0.5, 4.0]])
+    r = engine.compare("x", ref, ref + np.array([[0, 0], [0, 4e-3]]), tol=1e-3)
+    assert r.rel == pytest.approx(1e-3) and r.status == "pass"
+    assert engine.compare("x", ref, ref * 1.01, tol=1e-3).failed
+    assert engine.compare("x", ref, ref[:1], tol=1).failed
+
+
+def test_bad_inject_specs(run):
+    with pytest.raises(ZooError, match="KIND one of"):
+        parse_fault("conv1=explode")
+    with pytest.raises(ZooError, match="no module named 'layer9'"):
+        run.compare_mode("isolated", ("layer9", "zero"))
+    with pytest.raises(ZooError, match="no residual connection"):
+        run.compare_mode("isolated", ("layer1.0.conv1", "drop-residual"))
+
+
+def test_cli_table_json_and_exit_codes(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert validate_main(["resnet18", "--weights", "synthetic:0", "--size", "64", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "end-to-end: PASS 60/60" in text and "isolated: PASS 60/60" in text and "layer1.0.conv1" in text
+    report = json.loads(out.read_text())
+    assert report["passed"] and report["dtype"] == "float32" and report["device"] == "cpu"
+    assert len(report["modes"]["isolated"]["layers"]) == 60
+
+    code = validate_main(["resnet18", "--weights", "synthetic:0", "--size", "64", "--mode", "isolated",
+                          "--inject", "layer2.0=drop-residual", "--show", "failures"])
+    assert code == 1
+    assert "first failing layer: layer2.0" in capsys.readouterr().out
+
+
+def test_validator_defaults_to_synthetic_weights_offline(capsys):
+    assert validate_main(["resnet18", "--size", "32", "--mode", "end-to-end", "--show", "failures"]) == 0
+    captured = capsys.readouterr()
+    assert "using synthetic:0" in captured.err and "weights=synthetic:0" in captured.out
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_within_its_tolerance(dtype):
+    assert validate_main(["resnet18", "--weights", "synthetic:0", "--size", "64", "--dtype", dtype]) == 0

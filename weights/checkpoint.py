@@ -1,0 +1,117 @@
+"""One entry point for weight files: ``.safetensors``, or PyTorch ``.pt/.pth/.ckpt/.bin`` read without torch.
+
+Arrays keep the file's dtype, except bfloat16, which numpy lacks: it comes back as
+float32 (exact).
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from zoo.errors import ZooError
+
+from .torchfile import bfloat16_to_float32, load_torch_file, module_attribute, state_dict_from
+
+_TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin")
+_FIX = "pass a .safetensors, .pt, .pth or .ckpt file"
+
+_SAFETENSORS_DTYPES = {  # safetensors name -> numpy dtype of the stored little-endian elements
+    "F64": "<f8", "F32": "<f4", "F16": "<f2",
+    "BF16": "<u2",  # bits, widened to float32
+    "I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1",
+    "BOOL": "u1",  # compared with 0: a stray byte must not become a numpy bool
+}
+
+
+def read_checkpoint(path) -> dict[str, np.ndarray]:
+    """The weights in a .safetensors or PyTorch file, by name."""
+    return read_checkpoint_with_meta(path)[0]
+
+
+def read_checkpoint_with_meta(path) -> tuple[dict[str, np.ndarray], dict]:
+    """The weights and the file's metadata.
+
+    Metadata: a safetensors file's ``__metadata__``; for a torch file the plain Python
+    values at its top (epoch, versions, train args ...) and the model's ``names`` (class
+    names of an ultralytics checkpoint) when it has them.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".safetensors", *_TORCH_SUFFIXES):
+        raise ZooError(f"{path}: unknown weights format {path.suffix or 'without a suffix'}; {_FIX}")
+    if not path.exists():
+        raise ZooError(f"{path}: no such file; {_FIX}")
+    if not path.is_file():
+        raise ZooError(f"{path}: not a file; {_FIX}")
+    if suffix == ".safetensors":
+        return _read_safetensors(path)
+    tree = load_torch_file(path)
+    try:
+        return state_dict_from(tree), _torch_metadata(tree)
+    except ZooError as error:
+        raise ZooError(f"{path}: {error}; {_FIX} that holds model weights") from None
+    except RecursionError:  # a pickle can make a dict that contains itself
+        raise ZooError(f"{path}: its object tree is cyclic or nested too deeply; re-download it "
+                       "or convert it to .safetensors") from None
+
+
+def _torch_metadata(tree) -> dict:
+    meta = ({k: v for k, v in tree.items() if isinstance(k, str) and _is_plain(v)}
+            if isinstance(tree, Mapping) else {})
+    names = module_attribute(tree, "names")
+    if names is not None and _is_plain(names):
+        meta["names"] = names
+    return meta
+
+
+def _is_plain(value) -> bool:
+    """True for None, bool, int, float, str, and lists / tuples / dicts of them."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(map(_is_plain, value))
+    if isinstance(value, dict):
+        return all(_is_plain(k) and _is_plain(v) for k, v in value.items())
+    return False
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict]:
+    """8-byte little-endian header length, a JSON header, then the raw little-endian bytes."""
+    try:
+        with open(path, "rb") as file:
+            size = path.stat().st_size
+            header_length = int.from_bytes(file.read(8), "little")
+            if size < 8 or header_length > size - 8:
+                raise ValueError(f"header of {header_length} bytes in a file of {size}")
+            header = json.loads(file.read(header_length))
+            meta = header.pop("__metadata__", None) or {}
+            body = 8 + header_length
+            weights = {name: _read_tensor(file, body, size, name, entry) for name, entry in header.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        raise ZooError(f"{path}: not a valid .safetensors file ({reason}); re-download or "
+                       "re-export it") from None
+    return weights, meta
+
+
+def _read_tensor(file, body: int, size: int, name: str, entry: dict) -> np.ndarray:
+    if entry["dtype"] not in _SAFETENSORS_DTYPES:
+        raise ValueError(f"{name}: unsupported dtype {entry['dtype']}")
+    dtype = np.dtype(_SAFETENSORS_DTYPES[entry["dtype"]])
+    shape = tuple(int(n) for n in entry["shape"])
+    start, end = (int(n) for n in entry["data_offsets"])
+    nbytes = math.prod(shape) * dtype.itemsize
+    if min(shape, default=0) < 0 or not 0 <= start <= end or end - start != nbytes or body + end > size:
+        raise ValueError(f"{name}: bytes {start}..{end} do not hold {entry['dtype']} {list(shape)} "
+                         f"in a body of {size - body} bytes")
+    file.seek(body + start)
+    buffer = bytearray(nbytes)  # numpy takes it over: no second copy, and the array is writable
+    file.readinto(buffer)
+    array = np.frombuffer(buffer, dtype).reshape(shape)
+    if entry["dtype"] == "BF16":
+        return bfloat16_to_float32(array)
+    return array != 0 if entry["dtype"] == "BOOL" else array
