@@ -69,6 +69,18 @@ def test_every_depth_loads_strictly_and_runs(variant):
     assert logits.shape == (1, 1000) and bool(mx.all(mx.isfinite(logits)))
 
 
+def test_torchvision_pth_loads_like_safetensors(resnet18_file, tmp_path):
+    """A torch.save'd {"state_dict": ...} .pth in torchvision naming, read by our own unpickler."""
+    from torch_writer import tensor, write_torch_zip
+
+    state = read_checkpoint(resnet18_file)
+    pth = write_torch_zip(tmp_path / "resnet18.pth", {"state_dict": {k: tensor(v) for k, v in state.items()}})
+    x = mx.array(np.random.default_rng(0).standard_normal((1, 32, 32, 3)).astype(np.float32))
+    a = zoo.load("resnet18", weights=pth, device="cpu")(x)
+    b = zoo.load("resnet18", weights=resnet18_file, device="cpu")(x)
+    assert mx.array_equal(a, b)
+
+
 def test_wrong_variant_weights_are_refused_with_key_report(resnet18_file):
     with pytest.raises(ZooError) as e:
         zoo.load("resnet34", weights=resnet18_file, device="cpu")

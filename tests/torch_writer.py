@@ -1,0 +1,97 @@
+"""Writes PyTorch-format files without torch, for tests: pickles name torch's globals
+(GLOBAL module name) without importing them, exactly as torch.save lays them out."""
+from __future__ import annotations
+
+import io
+import pickle
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+@dataclass(frozen=True)
+class Glob:
+    """Written as GLOBAL module name: names anything without importing it."""
+
+    module: str
+    name: str
+
+
+@dataclass(frozen=True)
+class Call:
+    """Written as func, args, REDUCE."""
+
+    func: object
+    args: tuple
+
+
+@dataclass(frozen=True)
+class New:
+    """Written as cls, (), NEWOBJ, state, BUILD: how protocol 2 pickles an nn.Module."""
+
+    cls: Glob
+    state: dict
+
+
+class Writer(pickle._Pickler):
+    """A protocol-2 pickler for the markers above; arrays become torch float tensors."""
+
+    dispatch = dict(pickle._Pickler.dispatch)
+
+    def __init__(self, file):
+        super().__init__(file, protocol=2)
+        self.storages: list[np.ndarray] = []
+
+    def persistent_id(self, obj):
+        if isinstance(obj, np.ndarray):
+            self.storages.append(obj)
+            return ("storage", Glob("torch", "FloatStorage"), str(len(self.storages) - 1), "cpu", obj.size)
+        return None
+
+    def save_glob(self, obj):
+        self.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode())
+
+    def save_call(self, obj):
+        self.save(obj.func)
+        self.save(obj.args)
+        self.write(pickle.REDUCE)
+
+    def save_new(self, obj):
+        self.save(obj.cls)
+        self.save(())
+        self.write(pickle.NEWOBJ)
+        self.save(obj.state)
+        self.write(pickle.BUILD)
+
+    dispatch[Glob] = save_glob
+    dispatch[Call] = save_call
+    dispatch[New] = save_new
+
+
+def tensor(values) -> Call:
+    array = np.asarray(values, np.float32)
+    stride = tuple(s // 4 for s in array.strides)
+    return Call(Glob("torch._utils", "_rebuild_tensor_v2"), (array, 0, array.shape, stride, False, {}))
+
+
+def write_torch_zip(path: Path, obj=None, *, data: bytes | None = None, big_endian=False) -> Path:
+    """A torch zip-format file holding ``obj`` (or the raw pickle ``data``)."""
+    buffer, writer = io.BytesIO(), None
+    if data is None:
+        writer = Writer(buffer)
+        writer.dump(obj)
+        data = buffer.getvalue()
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("archive/data.pkl", data)
+        archive.writestr("archive/byteorder", "big" if big_endian else "little")
+        for key, array in enumerate(writer.storages if writer else []):
+            archive.writestr(f"archive/data/{key}", array.astype(">f4" if big_endian else "<f4").tobytes())
+    return path
+
+
+def module(cls: str, parameters=None, buffers=None, children=None, non_persistent=(), **attributes) -> New:
+    module_name, _, name = cls.rpartition(".")
+    return New(Glob(module_name, name), {
+        "training": False, "_parameters": parameters or {}, "_buffers": buffers or {},
+        "_non_persistent_buffers_set": set(non_persistent), "_modules": children or {}, **attributes})
