@@ -1,0 +1,233 @@
+"""The Metal variant of every zoo kernel, compiled with the machine's C++ compiler
+against zoo/kernels/metal_shim.h, run thread by thread on the CPU and compared with
+numpy.
+
+Each launch is the one the kernel module builds for the GPU (same inputs, template
+arguments, grid, threadgroup); its source is wrapped in the signature that
+``mx.fast.metal_kernel`` generates (mlx/backend/common/metal_kernel.cpp,
+``write_signature``): inputs with fewer than 8 elements in the ``constant`` address
+space, the others in ``device``; outputs ``device``; the Metal attributes the
+source mentions appended as parameters; ``template <...>`` plus an explicit
+instantiation. A kernel with barriers (the NMS greedy pass) runs with one thread
+per threadgroup, where a barrier has nothing to wait for. Data types: float32 and
+float16 (the shim has no bfloat16).
+"""
+
+import ctypes
+import dataclasses
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import zoo.kernels
+from zoo.kernels import core
+from zoo.kernels.nms import _suppression_matrix, float32_threshold, greedy_keep_launch, iou_mask_launch, score_sorted
+from zoo.kernels.resize import resize_launch, source_taps
+from zoo.kernels.sppf import sppf_launch
+from zoo.validate.reference import kernels as ref
+
+COMPILER = shutil.which("g++") or shutil.which("clang++")
+pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C++ compiler (g++ or clang++) on PATH")
+
+SHIM = Path(zoo.kernels.__file__).parent / "metal_shim.h"
+
+# MLX's type names in generated Metal source (get_type_string).
+TYPE_NAMES = {
+    mx.float32: "float",
+    mx.float16: "float16_t",
+    mx.int32: "int32_t",
+    mx.uint32: "uint32_t",
+}
+NUMPY_TYPES = {mx.float32: np.float32, mx.float16: np.float16, mx.int32: np.int32, mx.uint32: np.uint32}
+# Inputs this small go to the constant address space (max_constant_array_size).
+CONSTANT_BELOW = 8
+# The Metal attributes MLX appends when the source names them, in MLX's order, with the
+# value the shim passes; the other attributes of MLX's list are not used by zoo.
+ATTRIBUTES = {
+    "thread_position_in_grid": "position",
+    "thread_position_in_threadgroup": "local",
+    "threads_per_threadgroup": "group",
+}
+
+
+def template_value(value) -> str:
+    if isinstance(value, bool):
+        return str(int(value))  # MLX streams bools as 1 / 0
+    if isinstance(value, int):
+        return str(value)
+    return TYPE_NAMES[value]
+
+
+def metal_source(launch: core.Launch) -> tuple[str, str]:
+    """(kernel function name with template arguments, the whole Metal source)."""
+    kernel = launch.kernel
+    header, body = core.source(kernel, "metal")
+    for name in kernel.input_names:
+        assert not any(f"{name}_{info}" in body for info in ("shape", "strides", "ndim")), "not emulated"
+    template_args = ", ".join(template_value(v) for _, v in launch.template)
+    name = "custom_kernel_" + kernel.name + "".join(f"_{template_value(v)}" for _, v in launch.template)
+    params = []
+    for index, (input_name, array) in enumerate(zip(kernel.input_names, launch.inputs, strict=True)):
+        space = "constant" if array.size < CONSTANT_BELOW else "device"
+        params.append(f"  const {space} {TYPE_NAMES[array.dtype]}* {input_name} [[buffer({index})]]")
+    for index, (output_name, dtype) in enumerate(zip(kernel.output_names, launch.output_dtypes, strict=True)):
+        params.append(f"  device {TYPE_NAMES[dtype]}* {output_name} [[buffer({len(kernel.input_names) + index})]]")
+    params += [f"  uint3 {attribute} [[{attribute}]]" for attribute in ATTRIBUTES if attribute in body]
+    source = header
+    if launch.template:
+        kinds = {bool: "bool", int: "int"}
+        source += "template <" + ", ".join(f"{kinds.get(type(v), 'typename')} {n}" for n, v in launch.template) + ">\n"
+    source += f"[[kernel]] void {name}(\n" + ",\n".join(params) + ") {\n" + body + "\n}\n"
+    if launch.template:
+        instance = f"{name}<{template_args}>"
+        source += f'\ntemplate [[host_name("{name}")]] [[kernel]] decltype({instance}) {instance};\n'
+        return instance, source
+    return name, source
+
+
+def runner(launch: core.Launch, function: str) -> str:
+    """C entry point: call `function` for every thread position of the launch grid."""
+    kernel = launch.kernel
+    args = []
+    for index, array in enumerate(launch.inputs):
+        args.append(f"(const {TYPE_NAMES[array.dtype]}*)buffers[{index}]")
+    for index, dtype in enumerate(launch.output_dtypes):
+        args.append(f"({TYPE_NAMES[dtype]}*)buffers[{len(launch.inputs) + index}]")
+    _, body = core.source(kernel, "metal")
+    args += [value for attribute, value in ATTRIBUTES.items() if attribute in body]
+    return f"""
+extern "C" void zoo_shim_run(void** buffers, const uint* grid, const uint* group_size) {{
+    // (not `threadgroup`: the shim defines that address-space qualifier away)
+    [[maybe_unused]] const uint3 group = {{group_size[0], group_size[1], group_size[2]}};
+    for (uint z = 0; z < grid[2]; ++z)
+        for (uint y = 0; y < grid[1]; ++y)
+            for (uint x = 0; x < grid[0]; ++x) {{
+                [[maybe_unused]] const uint3 position = {{x, y, z}};
+                [[maybe_unused]] const uint3 local = {{x % group.x, y % group.y, z % group.z}};
+                {function}({", ".join(args)});
+            }}
+}}
+"""
+
+
+@functools.cache
+def compiled(source: str, tmp_dir: Path) -> ctypes.CDLL:
+    path = tmp_dir / f"kernel_{abs(hash(source)):x}"
+    path.with_suffix(".cpp").write_text(f'#include "{SHIM}"\n{source}')
+    result = subprocess.run(
+        [COMPILER, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wall", "-Werror",
+         "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, f"{COMPILER} rejected the Metal source:\n{result.stderr}\n{source}"
+    return ctypes.CDLL(str(path.with_suffix(".so")))
+
+
+@pytest.fixture(scope="module")
+def run_metal(tmp_path_factory):
+    tmp_dir = tmp_path_factory.mktemp("metal_shim")
+
+    def run(launch: core.Launch) -> list[np.ndarray]:
+        if launch.kernel.uses_barriers:
+            launch = dataclasses.replace(launch, grid=(1, 1, 1), threadgroup=(1, 1, 1))
+        function, source = metal_source(launch)
+        library = compiled(source + runner(launch, function), tmp_dir)
+        inputs = [np.ascontiguousarray(np.array(a), dtype=NUMPY_TYPES[a.dtype]) for a in launch.inputs]
+        outputs = []
+        for shape, dtype in zip(launch.output_shapes, launch.output_dtypes, strict=True):
+            if launch.init_value is None:
+                # Uninitialised on the GPU: all-ones bytes (NaN, -1) show unwritten elements.
+                out = np.frombuffer(b"\xff" * (int(np.prod(shape)) * np.dtype(NUMPY_TYPES[dtype]).itemsize),
+                                    dtype=NUMPY_TYPES[dtype]).reshape(shape).copy()
+            else:
+                out = np.full(shape, launch.init_value, dtype=NUMPY_TYPES[dtype])
+            outputs.append(out)
+        buffers = (ctypes.c_void_p * (len(inputs) + len(outputs)))(*(a.ctypes.data for a in inputs + outputs))
+        library.zoo_shim_run(
+            buffers, (ctypes.c_uint * 3)(*launch.grid), (ctypes.c_uint * 3)(*launch.threadgroup)
+        )
+        return outputs
+
+    return run
+
+
+def test_shim_sees_unwritten_outputs(run_metal):
+    # The check below relies on outputs the kernel does not write staying NaN.
+    x = mx.zeros((1, 2, 2, 1))
+    launch = sppf_launch(x, 5)
+    half_grid = dataclasses.replace(launch, grid=(2, 1, 1))
+    y1 = run_metal(half_grid)[0].ravel()
+    assert (y1[:2] == 0).all() and np.isnan(y1[2:]).all()
+
+
+# ---------------------------------------------------------------- NMS
+
+
+def nms_cases():
+    rng = np.random.default_rng(0)
+    centers = rng.uniform(0, 640, (700, 2))
+    sizes = rng.uniform(4, 200, (700, 2))
+    boxes = np.concatenate([centers - sizes / 2, centers + sizes / 2], axis=1).astype(np.float32)
+    scores = rng.uniform(0.25, 1, 700).astype(np.float32)
+    scores[::7] = 0.5  # ties
+    chain = np.array([[10 * k, 0, 10 * k + 100, 100] for k in range(40)], np.float32)
+    return {
+        "random, 80 classes": (boxes, scores, rng.integers(0, 80, 700).astype(np.int32), 0.7, 300),
+        "random, agnostic, max_det 50": (boxes, scores, None, 0.45, 50),
+        "chain": (chain, np.linspace(1, 0.5, 40).astype(np.float32), None, 0.7, 300),
+        "one box": (boxes[:1], scores[:1], None, 0.7, 300),
+    }
+
+
+@pytest.mark.parametrize("case", list(nms_cases()))
+def test_nms_metal(run_metal, case):
+    boxes, scores, classes, iou, max_det = nms_cases()[case]
+    order, sorted_boxes, areas = score_sorted(
+        mx.array(boxes), mx.array(scores), None if classes is None else mx.array(classes)
+    )
+    threshold = float32_threshold(iou)
+    (mask,) = run_metal(iou_mask_launch(sorted_boxes, areas, threshold))
+    # The bitmask is the fallback's boolean suppression matrix, packed 32 columns per word.
+    n = len(boxes)
+    matrix = np.array(_suppression_matrix(sorted_boxes, areas, threshold))
+    padded = np.zeros((n, (n + 31) // 32 * 32), dtype=bool)
+    padded[:, :n] = matrix
+    words = np.packbits(padded, axis=1, bitorder="little").view(np.uint32).ravel()
+    np.testing.assert_array_equal(mask, words)
+    removed, kept, count = run_metal(greedy_keep_launch(mx.array(mask), order, max_det))
+    np.testing.assert_array_equal(kept[: count[0]], ref.nms(boxes, scores, iou, classes, max_det))
+
+
+# ---------------------------------------------------------------- resize
+
+
+@pytest.mark.parametrize("mode, align_corners", [("bilinear", False), ("bilinear", True), ("nearest", False)])
+@pytest.mark.parametrize("size", [(40, 61), (5, 7), (1, 1), (13, 17)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_resize_metal(run_metal, size, mode, align_corners, dtype):
+    x = np.random.default_rng(1).standard_normal((2, 13, 17, 3)).astype(dtype)
+    rows, row_weights = source_taps(13, size[0], mode, align_corners)
+    cols, col_weights = source_taps(17, size[1], mode, align_corners)
+    (y,) = run_metal(resize_launch(mx.array(x), rows, row_weights, cols, col_weights, mode == "nearest"))
+    expected = ref.resize(x, size, mode, align_corners)
+    tolerance = 1e-6 if dtype == np.float32 else 1e-3
+    np.testing.assert_allclose(y.astype(np.float32), expected.astype(np.float32), rtol=tolerance, atol=tolerance)
+
+
+# ---------------------------------------------------------------- SPPF max-pool
+
+
+@pytest.mark.parametrize("shape, k", [((1, 20, 20, 8), 5), ((2, 7, 9, 3), 3), ((1, 2, 3, 4), 5)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_sppf_metal(run_metal, shape, k, dtype):
+    x = np.random.default_rng(2).standard_normal(shape).astype(dtype)
+    x.flat[5] = np.nan
+    outputs = run_metal(sppf_launch(mx.array(x), k))
+    for out, expected in zip(outputs, ref.sppf_maxpool(x, k), strict=True):
+        np.testing.assert_array_equal(out, expected)

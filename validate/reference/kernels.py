@@ -1,0 +1,109 @@
+"""numpy references for zoo.kernels (numpy only: no mlx, no models).
+
+Each function restates the upstream algorithm directly, not zoo's implementation:
+
+- `nms`: torchvision's CPU ``nms`` kernel (the one ultralytics' ``non_max_suppression``
+  calls), with ultralytics' class offset for class-aware NMS;
+- `resize`: PyTorch ``F.interpolate`` (``bilinear`` with ``align_corners`` False / True,
+  legacy ``nearest``) on NHWC arrays;
+- `max_pool2d`, `sppf_maxpool`: PyTorch ``max_pool2d`` (padding with -inf) and SPPF's
+  three chained pools.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# ultralytics' non_max_suppression: boxes + class * max_wh keeps classes apart.
+MAX_WH = 7680
+
+
+def nms(boxes, scores, iou_threshold: float, classes=None, max_det: int = 300) -> np.ndarray:
+    """Kept input indices (int32), in descending score order; equal scores: lower index first."""
+    boxes = np.asarray(boxes, dtype=np.float32)
+    scores = np.asarray(scores)
+    if classes is not None:
+        boxes = boxes + np.asarray(classes).astype(np.float32)[:, None] * np.float32(MAX_WH)
+    x1, y1, x2, y2 = (boxes[:, k] for k in range(4))
+    areas = (x2 - x1) * (y2 - y1)
+    order = np.argsort(-scores, kind="stable")
+    suppressed = np.zeros(len(order), dtype=bool)
+    keep = []
+    for position, i in enumerate(order):
+        if suppressed[i]:
+            continue
+        keep.append(i)
+        if len(keep) == max_det:
+            break
+        # torchvision's inner loop over the boxes after i, vectorised: same float32 operations.
+        later = order[position + 1 :]
+        w = np.maximum(np.float32(0), np.minimum(x2[i], x2[later]) - np.maximum(x1[i], x1[later]))
+        h = np.maximum(np.float32(0), np.minimum(y2[i], y2[later]) - np.maximum(y1[i], y1[later]))
+        inter = w * h
+        with np.errstate(divide="ignore", invalid="ignore"):
+            iou = inter / (areas[i] + areas[later] - inter)
+        # torchvision: `ovr > iou_threshold` with the threshold a double.
+        suppressed[later[iou.astype(np.float64) > float(iou_threshold)]] = True
+    return np.asarray(keep, dtype=np.int32)
+
+
+def _bilinear_source(in_size: int, out_size: int, align_corners: bool):
+    """PyTorch area_pixel_compute_source_index + guard_index_and_lambda: float32 scale and coordinate."""
+    dst = np.arange(out_size).astype(np.float32)
+    if align_corners:
+        scale = np.float32(in_size - 1) / np.float32(out_size - 1) if out_size > 1 else np.float32(0)
+        src = scale * dst
+    else:
+        scale = np.float32(in_size) / np.float32(out_size)
+        # PyTorch's compiled kernels fuse `scale * (dst + 0.5) - 0.5` into one multiply-add
+        # (one rounding); float64 holds the product exactly, so rounding it once matches.
+        src = (np.float64(scale) * (dst.astype(np.float64) + 0.5) - 0.5).astype(np.float32)
+        src = np.where(src < 0, np.float32(0), src)
+    index0 = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
+    lambda1 = np.minimum(np.maximum(src - index0.astype(np.float32), np.float32(0)), np.float32(1))
+    index1 = np.where(index0 < in_size - 1, index0 + 1, index0)
+    return index0, index1, np.float32(1) - lambda1, lambda1
+
+
+def resize(x, size, mode: str = "bilinear", align_corners: bool = False) -> np.ndarray:
+    """NHWC (N, H, W, C) -> (N, size[0], size[1], C), same dtype; float16 is computed in float32."""
+    x = np.asarray(x)
+    out_h, out_w = size
+    _, in_h, in_w, _ = x.shape
+    if mode == "nearest":
+        # PyTorch nearest_idx: floor(dst * (float)in / out), clamped.
+        rows = np.minimum(
+            np.floor(np.arange(out_h).astype(np.float32) * (np.float32(in_h) / np.float32(out_h))).astype(np.int64),
+            in_h - 1,
+        )
+        cols = np.minimum(
+            np.floor(np.arange(out_w).astype(np.float32) * (np.float32(in_w) / np.float32(out_w))).astype(np.int64),
+            in_w - 1,
+        )
+        return x[:, rows][:, :, cols]
+    if mode != "bilinear":
+        raise ValueError(f"unknown mode {mode!r}; expected bilinear or nearest")
+    h0, h1, h0_weight, h1_weight = _bilinear_source(in_h, out_h, align_corners)
+    w0, w1, w0_weight, w1_weight = _bilinear_source(in_w, out_w, align_corners)
+    xf = x.astype(np.float32)
+    wl = w0_weight[None, None, :, None]
+    wr = w1_weight[None, None, :, None]
+    upper = wl * xf[:, h0][:, :, w0] + wr * xf[:, h0][:, :, w1]
+    lower = wl * xf[:, h1][:, :, w0] + wr * xf[:, h1][:, :, w1]
+    out = h0_weight[None, :, None, None] * upper + h1_weight[None, :, None, None] * lower
+    return out.astype(x.dtype)
+
+
+def max_pool2d(x, k: int, stride: int = 1, padding: int = 0) -> np.ndarray:
+    """PyTorch max_pool2d on NHWC: padding with -inf, NaN wins."""
+    x = np.asarray(x)
+    padded = np.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)), constant_values=-np.inf)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (k, k), axis=(1, 2))[:, ::stride, ::stride]
+    return windows.max(axis=(-2, -1))
+
+
+def sppf_maxpool(x, k: int = 5):
+    """SPPF's three chained k x k max-pools (stride 1, padding k // 2)."""
+    y1 = max_pool2d(x, k, 1, k // 2)
+    y2 = max_pool2d(y1, k, 1, k // 2)
+    return y1, y2, max_pool2d(y2, k, 1, k // 2)

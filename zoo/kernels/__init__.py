@@ -1,0 +1,18 @@
+"""Custom GPU kernels, each written once for Metal and CUDA, with an MLX fallback.
+
+- ``nms(boxes, scores, iou_threshold, classes=None, max_det=300)``: kept indices,
+  ultralytics / torchvision semantics;
+- ``resize(x, size, mode="bilinear", align_corners=False)``: NHWC resize to an
+  exact size, PyTorch ``F.interpolate`` semantics;
+- ``sppf_maxpool(x, k=5)``: YOLOv8 SPPF's three chained max-pools.
+
+The native kernel runs when MLX's default device is a Metal or CUDA GPU; the
+fallback (plain MLX ops) otherwise, or always with ``ZOO_KERNELS=fallback``.
+Bad input raises ``zoo.errors.ZooError``. See docs/kernels.md.
+"""
+
+from zoo.kernels.nms import nms
+from zoo.kernels.resize import resize
+from zoo.kernels.sppf import sppf_maxpool
+
+__all__ = ["nms", "resize", "sppf_maxpool"]
