@@ -174,7 +174,10 @@ class Run:
             if name not in mlx_outputs:
                 layers.append(LayerResult(name, np.shape(ref), status="n/a", flags=["no MLX module of this name"]))
                 continue
-            result = compare(name, ref, mlx_outputs[name], tol)
+            layer_tol = self.case.tolerance(name, mode, self.dtype, tol) if hasattr(self.case, "tolerance") else tol
+            result = compare(name, ref, mlx_outputs[name], layer_tol)
+            if layer_tol != tol:
+                result.flags.append(f"case tolerance {layer_tol:.2g}")
             if mode == "isolated" and name != "output" and name.split("/")[0] not in trace.fed:
                 result.flags.append("not fed")
             layers.append(result)

@@ -108,7 +108,10 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
             synthetic.warn_synthetic(seed)
             manifests = Path(importlib.import_module("zoo.models").__file__).parent / "manifests"
             manifest = synthetic.read_manifest(manifests / f"{spec.variant}.json")
-            return Weights(synthetic.synthetic_state_dict(manifest, seed), f"synthetic:{seed}", {}, True)
+            sd = synthetic.synthetic_state_dict(manifest, seed)
+            # the manifest lists every checkpoint key, unused ones too: drop them as for a real file
+            sanitize = getattr(family(spec), "sanitize", None)
+            return Weights(sanitize(sd, {}) if sanitize else sd, f"synthetic:{seed}", {}, True)
         sd, meta = read_checkpoint_with_meta(weights)
         source = str(weights)
     sanitize = getattr(family(spec), "sanitize", None)

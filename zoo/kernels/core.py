@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from zoo.devices import gpu_backend
 from zoo.errors import ZooError
 
 ENV_VAR = "ZOO_KERNELS"
@@ -133,15 +134,6 @@ def source(kernel: Kernel, backend: str) -> tuple[str, str]:
         if re.search(rf"\b{name}\b", kernel.body) or (backend == "cuda" and name == "thread_pos")
     )
     return header, lines + kernel.body
-
-
-def gpu_backend() -> str | None:
-    """The GPU backend MLX has here ("metal" or "cuda"), or None."""
-    if mx.metal.is_available():
-        return "metal"
-    if mx.cuda.is_available():
-        return "cuda"
-    return None
 
 
 def native_backend() -> str | None:

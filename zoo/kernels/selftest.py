@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from zoo.devices import gpu_backend
 from zoo.kernels import core, nms, resize, sppf_maxpool
 from zoo.validate.reference import kernels as ref
 
@@ -262,7 +263,7 @@ def main(argv=None) -> int:
     parser.add_argument("--torch", action="store_true", help="also compare the numpy references with PyTorch")
     args = parser.parse_args(argv)
 
-    backend = core.gpu_backend() if mx.default_device().type == mx.gpu else None
+    backend = gpu_backend() if mx.default_device().type == mx.gpu else None
     info = mx.device_info()
     print(f"zoo.kernels selftest  {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
     print(
