@@ -97,3 +97,36 @@ def test_validator_defaults_to_synthetic_weights_offline(capsys):
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_within_its_tolerance(dtype):
     assert validate_main(["resnet18", "--weights", "synthetic:0", "--size", "64", "--dtype", dtype]) == 0
+
+
+def test_drop_residual_on_a_block_that_adds_nothing_back_is_an_error():
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from zoo.validate.capture import recording
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Linear(2, 2)
+            self.add = False  # like a YOLOv8 neck bottleneck
+
+        def shortcut(self, x):
+            return x
+
+        def __call__(self, x):
+            y = self.conv(x)
+            return y + self.shortcut(x) if self.add else y
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.block = Block()
+
+        def __call__(self, x):
+            return self.block(x)
+
+    net = Net()
+    with pytest.raises(ZooError, match="adds no residual"):
+        with recording(net, ("block", "drop-residual")):
+            mx.eval(net(mx.ones((1, 2))))

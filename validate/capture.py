@@ -62,6 +62,7 @@ def recording(model: nn.Module, fault: tuple[str, str] | None = None):
             near = sorted(n for n in names if fault[0].split(".")[0] in n)[:8]
             raise ZooError(f"--inject: no module named {fault[0]!r} (some names: {', '.join(near or sorted(names)[:8])})")
     originals = []
+    dropped = []  # calls of the dropped shortcut: none means the block adds nothing back
     try:
         for name, module in modules:
             base = type(module)
@@ -69,11 +70,19 @@ def recording(model: nn.Module, fault: tuple[str, str] | None = None):
             if fault == (name, "drop-residual"):
                 if not hasattr(base, "shortcut"):
                     raise ZooError(f"--inject {name}=drop-residual: {name} ({base.__name__}) has no residual connection")
-                namespace["shortcut"] = lambda self, *a, _base=base: tree_map(
-                    mx.zeros_like, _base.shortcut(self, *a), is_leaf=lambda v: isinstance(v, mx.array))
+
+                def shortcut(self, *args, _base=base):
+                    dropped.append(True)
+                    return tree_map(mx.zeros_like, _base.shortcut(self, *args), is_leaf=lambda v: isinstance(v, mx.array))
+
+                namespace["shortcut"] = shortcut
             originals.append((module, base))
             module.__class__ = type(base.__name__, (base,), namespace)
         yield records
+        if fault is not None and fault[1] == "drop-residual" and fault[0] in records and not dropped:
+            block = type(dict(modules)[fault[0]]).__name__
+            raise ZooError(f"--inject {fault[0]}=drop-residual: this {block} adds no residual in this model "
+                           "(its shortcut is unused): pick a block that has one")
     finally:
         for module, base in originals:
             module.__class__ = base

@@ -1,0 +1,384 @@
+"""YOLOv8: parity with the upstream case (MLX model and numpy reference), weights in every
+accepted naming, ultralytics' pre/post-processing, fault injection, predict and its results."""
+import json
+import re
+from argparse import Namespace
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from PIL import Image
+from safetensors.numpy import save_file
+
+import zoo
+from conftest import FIXTURES, MANIFESTS, load_case, rebuild_input, synthetic_checkpoint
+from zoo import registry
+from zoo.errors import ZooError
+from zoo.models import yolov8
+from zoo.models.detection import Detections
+from zoo.validate import engine
+from zoo.validate.capture import parse_fault, recording
+from zoo.validate.cases import yolov8 as case_module
+from zoo.validate.reference import yolov8 as reference
+from zoo.validate.reference.kernels import resize as reference_resize
+from zoo.validate.reference.trace import Trace
+from zoo.weights.checkpoint import read_checkpoint_with_meta
+from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+OFFICIAL_PT = FIXTURES / "yolov8" / "yolov8n_seed0_official_layout.pt"
+LAYERS = [f"model.{k}" for k in range(22)]
+
+
+@pytest.fixture(scope="module")
+def case():
+    arrays, sidecar = load_case("yolov8", "yolov8n_seed0_320_thin")
+    x = rebuild_input(sidecar, lambda: np.random.default_rng(1234).uniform(0, 1, (1, 3, 320, 320)).astype(np.float32))
+    return x, arrays, sidecar
+
+
+@pytest.fixture(scope="module")
+def yolov8n_file(tmp_path_factory):
+    """Synthetic seed-0 weights as a .safetensors in ultralytics naming (the weights of the upstream case)."""
+    return synthetic_checkpoint("yolov8n", tmp_path_factory.mktemp("w") / "yolov8n.safetensors")
+
+
+@pytest.fixture(scope="module")
+def yolov8n():
+    return zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+
+
+def sampled(full: np.ndarray, sampling: dict) -> np.ndarray:
+    return full[np.ix_([0], sampling["channels"], sampling["rows"], sampling["cols"])]
+
+
+def nchw(a: mx.array) -> np.ndarray:
+    return np.array(a.astype(mx.float32)).transpose(0, 3, 1, 2).astype(np.float64)
+
+
+def check_against_case(arrays, sidecar, layers: dict, heads: list, output_nac: np.ndarray) -> dict:
+    """Compare traced layers, head maps and the decoded output with the case; return the worst figures.
+
+    output_nac: (N, 4 + nc, A) in upstream layout.
+    """
+    worst = {"layer_rel": 0.0, "head_rel": 0.0, "box_abs": 0.0, "box_rel": 0.0, "score_abs": 0.0}
+    for name in LAYERS:
+        ref = arrays[f"trace/{name}"].astype(np.float64)
+        got = sampled(layers[name], sidecar["sampling"][f"trace/{name}"])
+        assert got.shape == ref.shape, name
+        worst["layer_rel"] = max(worst["layer_rel"], np.abs(got - ref).max() / np.abs(ref).max())
+    for i, level in enumerate(("p3", "p4", "p5")):
+        ref = arrays[f"head/{level}"].astype(np.float64)
+        got = sampled(heads[i], sidecar["sampling"][f"head/{level}"])
+        worst["head_rel"] = max(worst["head_rel"], np.abs(got - ref).max() / np.abs(ref).max())
+    boxes_ref = arrays["output/boxes"].astype(np.float64)
+    boxes = output_nac[:, :4, :]
+    # boxes are pixels: the error scales with the coordinates (a small width is a difference of two
+    # ~300 px corners), so it is taken relative to the largest coordinate
+    worst["box_abs"] = np.abs(boxes - boxes_ref).max()
+    worst["box_rel"] = worst["box_abs"] / np.abs(boxes_ref).max()
+    anchors = sidecar["sampling"]["output/scores"]["anchors"]
+    worst["score_abs"] = np.abs(output_nac[:, 4:, anchors] - arrays["output/scores"]).max()
+    return worst
+
+
+def test_mlx_yolov8n_matches_upstream_case(case, yolov8n_file):
+    x, arrays, sidecar = case
+    model = zoo.load("yolov8n", weights=yolov8n_file, device="cpu")
+    with recording(model) as records:
+        out = model(mx.array(x.transpose(0, 2, 3, 1)))
+        mx.eval(out, [r.output for r in records.values()])
+    layers = {name: nchw(records[name].output) for name in LAYERS}
+    heads = [np.concatenate([nchw(records[f"model.22.cv2.{i}"].output), nchw(records[f"model.22.cv3.{i}"].output)], 1)
+             for i in range(3)]
+    assert out.shape == (1, 2100, 84)
+    worst = check_against_case(arrays, sidecar, layers, heads, np.array(out).transpose(0, 2, 1).astype(np.float64))
+    # measured on CPU (MLX 0.32.4): layers 1.6e-6, heads 4.5e-7, boxes 3.1e-5 px of 316 px (9.7e-8), scores 1.2e-7
+    assert worst["layer_rel"] < 1e-5 and worst["head_rel"] < 1e-5, worst
+    assert worst["box_rel"] < 1e-6 and worst["score_abs"] < 1e-6, worst
+
+
+def test_numpy_reference_matches_upstream_case(case):
+    x, arrays, sidecar = case
+    sd = synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0)
+    trace = Trace()
+    y, maps = reference.forward(sd, x.astype(np.float64), trace)
+    worst = check_against_case(arrays, sidecar, {n: trace.outputs[n] for n in LAYERS}, maps, y)
+    # float64 against the case's float32 storage, whose rounding is all that is left (1.5e-5 px at 316 px)
+    assert worst["layer_rel"] < 1e-6 and worst["head_rel"] < 1e-6, worst
+    assert worst["box_abs"] <= 1.6e-5 and worst["score_abs"] < 1e-7, worst
+
+
+@pytest.mark.parametrize("variant", ["yolov8n", "yolov8s", "yolov8m", "yolov8l", "yolov8x"])
+def test_every_variant_loads_its_manifest_strictly_and_runs(variant):
+    model = zoo.load(variant, weights="synthetic:0", device="cpu")
+    manifest = read_manifest(MANIFESTS / f"{variant}.json")
+    # every float tensor of the manifest is a parameter of the model, and nothing else is
+    params = dict(tree_flatten(model.parameters()))
+    assert set(params) == {k for k, (_, dtype) in manifest.items() if dtype != "int64"}
+    out = model(mx.zeros((1, 64, 96, 3)))
+    assert out.shape == (1, 8 * 12 + 4 * 6 + 2 * 3, 84)
+    assert np.isfinite(np.array(out)).all()
+
+
+def test_wrong_variant_weights_fail_in_one_line(yolov8n_file):
+    with pytest.raises(ZooError, match=r"do not match yolov8s: .*mis-shaped"):
+        zoo.load("yolov8s", weights=yolov8n_file, device="cpu")
+
+
+def test_official_layout_pt_matches_the_safetensors_route(yolov8n):
+    """The ultralytics-pickled fp16 checkpoint of the same weights: exactly their fp16 rounding."""
+    sd, meta = read_checkpoint_with_meta(OFFICIAL_PT)
+    synthetic = synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0)
+    floats = [k for k in synthetic if synthetic[k].dtype == np.float32]
+    assert all(sd[k].dtype == np.float16 and np.array_equal(sd[k], synthetic[k].astype(np.float16)) for k in floats)
+    assert meta["names"][0] == "person" and len(meta["names"]) == 80
+    from_pt = zoo.load("yolov8n", weights=OFFICIAL_PT, device="cpu")
+    assert from_pt.names == yolov8.class_names() and from_pt.dtype == mx.float32
+    x = mx.array(np.random.default_rng(0).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))
+    # the same fp16-rounded weights through the safetensors route give the same numbers
+    rounded = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in synthetic.items()}
+    model_rounded = registry.build(registry.get_spec("yolov8n"), registry.Weights(rounded, "rounded", {}))
+    assert np.array_equal(np.array(from_pt(x)), np.array(model_rounded(x)))
+    # against the float32 weights: only the weights' fp16 rounding (2^-11 relative) remains
+    got, ref = np.array(from_pt(x)), np.array(yolov8n(x))
+    rel = np.abs(got - ref).max() / np.abs(ref).max()
+    assert 0 < rel < 1e-3, rel  # measured 1.1e-5
+    half = zoo.load("yolov8n", weights=OFFICIAL_PT, dtype="float16", device="cpu")
+    assert half.dtype == mx.float16 and half(x.astype(mx.float16)).dtype == mx.float16
+
+
+# Candle's model.rs names (net.b1.0, ..., fpn.n1, ..., head) for ultralytics' layer indexes.
+CANDLE_LAYERS = {0: "net.b1.0", 1: "net.b1.1", 2: "net.b2.0", 3: "net.b2.1", 4: "net.b2.2", 5: "net.b3.0",
+                 6: "net.b3.1", 7: "net.b4.0", 8: "net.b4.1", 9: "net.b5.0", 12: "fpn.n1", 15: "fpn.n2",
+                 16: "fpn.n3", 18: "fpn.n4", 19: "fpn.n5", 21: "fpn.n6", 22: "head"}
+
+
+def candle_name(key: str) -> str:
+    _, index, rest = key.split(".", 2)
+    return f"{CANDLE_LAYERS[int(index)]}.{rest.replace('m.', 'bottleneck.', 1) if rest.startswith('m.') else rest}"
+
+
+def test_candle_naming_loads_like_ultralytics_naming(tmp_path, yolov8n):
+    synthetic = synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0)
+    candle = {candle_name(k): v for k, v in synthetic.items() if not k.endswith("num_batches_tracked")}
+    assert "net.b2.0.bottleneck.0.cv1.conv.weight" in candle and "head.dfl.conv.weight" in candle
+    path = tmp_path / "yolov8n_candle.safetensors"
+    save_file(candle, str(path))
+    model = zoo.load("yolov8n", weights=path, device="cpu")
+    x = mx.array(np.random.default_rng(1).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))
+    assert np.array_equal(np.array(model(x)), np.array(yolov8n(x)))
+
+
+def test_sanitize_keeps_ultralytics_naming():
+    sd = {"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32)}
+    assert yolov8.sanitize(sd, {}) is sd
+    mapped = yolov8.sanitize({"net.b2.0.bottleneck.1.cv2.bn.bias": 1, "fpn.n6.m.0.cv1.conv.weight": 2, "head.cv2.0.2.bias": 3}, {})
+    assert set(mapped) == {"model.2.m.1.cv2.bn.bias", "model.21.m.0.cv1.conv.weight", "model.22.cv2.0.2.bias"}
+
+
+def test_checkpoint_names_replace_the_default_and_must_match_the_head(yolov8n):
+    model = yolov8.build(registry.get_spec("yolov8n"))
+    yolov8.apply_metadata(model, {"names": {i: f"thing{i}" for i in range(80)}})
+    assert model.names[:2] == ["thing0", "thing1"]
+    with pytest.raises(ZooError, match="names 3 classes but its detection head has 80"):
+        yolov8.apply_metadata(model, {"names": {0: "a", 1: "b", 2: "c"}})
+    # safetensors metadata is text: a dict literal with string ids, in numeric order
+    yolov8.apply_metadata(model, {"names": repr({str(i): f"t{i}" for i in range(80)})})
+    assert model.names[9:11] == ["t9", "t10"]
+    with pytest.raises(ZooError, match="not a list or an"):
+        yolov8.apply_metadata(model, {"names": "person, car"})
+
+
+@pytest.mark.parametrize("fault", ["model.4.m.1=zero", "model.22.cv3.1.1.conv=noise", "model.15=nan",
+                                   "model.2.m.0=drop-residual"])
+def test_injected_fault_is_caught_at_its_layer(fault, yolov8n):
+    spec = registry.get_spec("yolov8n")
+    inputs = case_module.make_inputs(spec, Namespace(imgsz=[64], seed=1234))
+    sd = synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0)
+    run = engine.Run(spec, yolov8n, sd, case_module, inputs, "float32")
+    assert run.compare_mode("isolated").passed
+    report = run.compare_mode("isolated", parse_fault(fault))
+    assert report.first_failure == fault.split("=")[0]
+
+
+# ---- pre-processing ---------------------------------------------------------------------
+
+
+def postprocess_case():
+    return np.load(FIXTURES / "yolov8" / "postprocess_case.npz")
+
+
+def test_letterbox_matches_ultralytics_cv2_bit_for_bit():
+    data = postprocess_case()
+    small = json.loads((FIXTURES / "yolov8" / "letterbox_cases.json").read_text())["letterbox_small"]
+    orig = data["letterbox_small/orig"].astype(np.uint8)
+    assert list(orig.shape[:2]) == small["orig_hw"]
+    out = yolov8.letterbox(orig, (small["imgsz"], small["imgsz"]), auto=small["auto"])
+    assert np.array_equal(out, data["letterbox_small/out"].astype(np.uint8))
+
+
+def test_float_bilinear_would_not_match_cv2():
+    """Why resize_linear exists: a float bilinear resize rounded to uint8 is off on many pixels."""
+    data = postprocess_case()
+    orig = data["letterbox_small/orig"]
+    ref = data["letterbox_small/out"][10:53]
+    float_resized = np.rint(reference_resize(orig[None].astype(np.float32), (43, 64))[0])
+    assert (float_resized != ref).mean() > 0.1  # measured 13%
+    assert np.array_equal(yolov8.resize_linear(orig.astype(np.uint8), 43, 64), ref.astype(np.uint8))
+
+
+def test_resize_linear_properties():
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    # a constant image stays constant; an exact 2x reduction is the rounded 2x2 mean (cv2's INTER_AREA)
+    assert (yolov8.resize_linear(np.full((9, 11, 3), 200, np.uint8), 23, 31) == 200).all()
+    even = img[:36, :52]
+    mean = (even.reshape(18, 2, 26, 2, 3).astype(int).sum(axis=(1, 3)) + 2) >> 2
+    assert np.array_equal(yolov8.resize_linear(even, 18, 26), mean)
+    # upscaling by 2: corners keep the corner pixels
+    up = yolov8.resize_linear(img, 74, 106)
+    assert np.array_equal(up[[0, 0, -1, -1], [0, -1, 0, -1]], img[[0, 0, -1, -1], [0, -1, 0, -1]])
+
+
+@pytest.mark.parametrize("example", json.loads((FIXTURES / "yolov8" / "letterbox_cases.json").read_text())["letterbox_examples"],
+                         ids=lambda e: f"{e['orig_hw'][0]}x{e['orig_hw'][1]}-auto{e['auto']}")
+def test_letterbox_geometry(example):
+    img = np.full((*example["orig_hw"], 3), 7, np.uint8)
+    out = yolov8.letterbox(img, (example["imgsz"], example["imgsz"]), auto=example["auto"])
+    top, bottom, left, right = example["pad_top_bottom_left_right"]
+    h, w = out.shape[:2]
+    assert [h, w] == example["out_hw"]
+    assert (out[top : h - bottom, left : w - right] == 7).all()
+    pad = np.ones((h, w), bool)
+    pad[top : h - bottom, left : w - right] = False
+    assert (out[pad] == 114).all()
+
+
+def test_batches_of_one_size_are_rectangles_of_mixed_sizes_squares():
+    a, b = np.zeros((480, 640, 3), np.uint8), np.zeros((640, 480, 3), np.uint8)
+    assert yolov8.letterbox_batch([a, a], (640, 640)).shape == (2, 480, 640, 3)
+    assert yolov8.letterbox_batch([a, b], (640, 640)).shape == (2, 640, 640, 3)
+
+
+def test_imgsz_rounds_up_to_multiples_of_32_with_a_warning(capsys):
+    assert yolov8.check_imgsz(640) == (640, 640) and capsys.readouterr().err == ""
+    assert yolov8.check_imgsz(100) == (128, 128)
+    assert "imgsz 100 is not a multiple of 32; using 128" in capsys.readouterr().err
+    assert yolov8.check_imgsz((300, 641)) == (320, 672)
+    with pytest.raises(ZooError, match="must be positive"):
+        yolov8.check_imgsz(0)
+
+
+# ---- post-processing ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key, kwargs", [("det", {}), ("det_agnostic", {"agnostic": True}), ("det_maxdet3", {"max_det": 3})])
+def test_nms_matches_upstream_case(key, kwargs):
+    data = postprocess_case()
+    pred = data["pred"][0].T  # upstream (84, N) -> ours (N, 84)
+    det = yolov8.non_max_suppression(pred, 0.25, 0.7, **kwargs)
+    ref = data[key]
+    assert det.shape == ref.shape
+    assert np.array_equal(det[:, 5], ref[:, 5]) and np.array_equal(det[:, 4], ref[:, 4])
+    assert np.abs(det[:, :4] - ref[:, :4]).max() <= 1e-4
+
+
+def test_class_filter_and_conf_are_strict():
+    data = postprocess_case()
+    pred = data["pred"][0].T
+    det = yolov8.non_max_suppression(pred, 0.25, 0.7, classes=[0, 16])
+    ref = data["det"]
+    assert np.array_equal(det, ref[np.isin(ref[:, 5], [0, 16])])
+    # row O scores exactly 0.25: not above conf 0.25, above 0.2499
+    assert 14 not in data["det_index"]
+    assert (yolov8.non_max_suppression(pred, 0.2499, 0.7)[:, 4] == np.float32(0.25)).any()
+    assert yolov8.non_max_suppression(pred, 1.0, 0.7).shape == (0, 6)
+
+
+def test_beyond_max_nms_candidates_the_best_go_to_nms(monkeypatch):
+    monkeypatch.setattr(yolov8, "MAX_NMS", 50)  # ultralytics' 30000, scaled down to keep the test fast
+    n = 80
+    pred = np.zeros((n, 6), np.float32)
+    pred[:, 0], pred[:, 1] = np.arange(n) % 9 * 10, np.arange(n) // 9 * 10  # 4x4 boxes on a 10 px grid
+    pred[:, 2:4] = 4
+    pred[:, 4] = np.random.default_rng(0).permutation(n) / n * 0.5 + 0.3
+    det = yolov8.non_max_suppression(pred, 0.25, 0.7, max_det=300)
+    assert len(det) == 50 and np.array_equal(det[:, 4], np.sort(pred[:, 4])[::-1][:50])
+
+
+@pytest.mark.parametrize("key, frame, image", [
+    ("det_scaled_orig_from_640x640", (640, 640), (480, 640)),
+    ("det_scaled_orig_from_480x640", (480, 640), (480, 640)),
+    ("det_scaled_orig_from_384x640_to_720x1280", (384, 640), (720, 1280)),
+])
+def test_scale_boxes_matches_upstream_case(key, frame, image):
+    data = postprocess_case()
+    assert np.abs(yolov8.scale_boxes(frame, data["det"][:, :4], image) - data[key]).max() <= 1e-4
+
+
+# ---- the model's input contract, predict, results ---------------------------------------
+
+
+def test_raw_call_contract(yolov8n):
+    with pytest.raises(ZooError, match="multiples of 32"):
+        yolov8n(mx.zeros((1, 64, 70, 3)))
+    with pytest.raises(ZooError, match=r"\(N, H, W, 3\)"):
+        yolov8n(mx.zeros((1, 3, 64, 64)))
+    with pytest.raises(ZooError, match="float16"):
+        yolov8n(mx.zeros((1, 64, 64, 3), dtype=mx.float16))
+
+
+def test_predict_mixed_inputs(yolov8n, tmp_path):
+    rng = np.random.default_rng(5)
+    path = tmp_path / "a.png"
+    Image.fromarray(rng.integers(0, 256, (50, 70, 3), dtype=np.uint8)).save(path)
+    pil = Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8))
+    array = rng.uniform(0, 1, (30, 60, 3)).astype(np.float32)
+    results = yolov8n.predict([str(path), pil, array], conf=0.05, imgsz=64, classes="remote,bird")
+    assert len(results) == 3 and results[0].path == str(path) and results[1].path is None
+    for r, (h, w) in zip(results, [(50, 70), (40, 40), (30, 60)]):
+        assert len(r) > 0 and set(r.labels) <= {"remote", "bird"}
+        assert (r.boxes[:, [0, 2]] >= 0).all() and (r.boxes[:, [0, 2]] <= w).all()
+        assert (r.boxes[:, [1, 3]] >= 0).all() and (r.boxes[:, [1, 3]] <= h).all()
+        assert (np.diff(r.scores) <= 0).all() and (r.scores > 0.05).all()
+        assert set(r.speed) == {"preprocess", "inference", "postprocess"}
+    assert len(yolov8n.predict(array, conf=0.05, imgsz=64, max_det=2)[0]) == 2
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"conf": 1.5}, r"conf 1.5 is outside \[0, 1\]"),
+    ({"iou": -0.1}, r"iou -0.1 is outside \[0, 1\]"),
+    ({"max_det": 0}, "max_det 0 must be a positive integer"),
+    ({"classes": "person,unicorn"}, "unknown classes 'unicorn': use names or ids 0-79 of person, bicycle"),
+])
+def test_predict_rejects_bad_options(yolov8n, kwargs, message):
+    with pytest.raises(ZooError, match=message):
+        yolov8n.predict(np.zeros((32, 32, 3), np.uint8), **kwargs)
+
+
+def test_detections_json_summary_and_save(tmp_path):
+    img = np.zeros((100, 120, 3), np.uint8)
+    names = yolov8.class_names()
+    det = Detections(np.array([[10, 20, 50, 80], [0, 0, 30, 30], [60, 5, 110, 95]], np.float32),
+                     np.array([0.9, 0.8, 0.5], np.float32), np.array([0, 5, 0]), names, img)
+    assert det.summary() == "2 person, 1 bus"
+    rows = json.loads(det.to_json())
+    assert rows[0] == {"bbox": [10.0, 20.0, 40.0, 60.0], "category_id": 0, "category_name": "person", "score": 0.9}
+    saved = det.save(tmp_path / "out.jpg")
+    with Image.open(saved) as im:
+        assert im.size == (120, 100)
+        drawn = np.asarray(im.convert("RGB"))
+    assert drawn.any() and not list(tmp_path.glob(".*.part"))
+    with pytest.raises(ZooError, match="unknown image suffix"):
+        det.save(tmp_path / "out.xyz")
+    empty = Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), names, img)
+    assert empty.summary() == "no detections" and json.loads(empty.to_json()) == []
+
+
+def test_class_names_ship_with_the_package():
+    names = yolov8.class_names()
+    assert len(names) == 80 and names[0] == "person" and names[79] == "toothbrush"
+    assert re.fullmatch(r"[a-z ]+", "".join(names))
+    assert Path(yolov8.CLASS_NAMES).parent.name == "data"

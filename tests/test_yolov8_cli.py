@@ -1,0 +1,114 @@
+"""python -m zoo.run yolov8n: end to end on generated images, and one-line errors for bad input."""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from zoo.run import main
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("images")
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (90, 120, 3), dtype=np.uint8)).save(folder / "street.png")
+    Image.fromarray(rng.integers(0, 256, (100, 70, 3), dtype=np.uint8)).save(folder / "tall.jpg")
+    return folder
+
+
+def detect(argv, tmp_path):
+    return main(["yolov8n", *argv, "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64",
+                 "--out", str(tmp_path / "out")])
+
+
+def test_end_to_end_writes_annotated_images_and_json(images, tmp_path, capsys):
+    assert detect([str(images / "street.png"), "--conf", "0.05", "--save-json"], tmp_path) == 0
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert len(printed) == 1 and re.fullmatch(r"street\.png: (\d+ [a-z ]+, )*\d+ [a-z ]+ \(\d+\.\d ms\)", printed[0])
+    out = tmp_path / "out"
+    with Image.open(out / "street.png") as im:
+        assert im.size == (120, 90)
+    rows = json.loads((out / "street.json").read_text())
+    assert rows and set(rows[0]) == {"bbox", "category_id", "category_name", "score"}
+    assert len(rows[0]["bbox"]) == 4 and all(r["score"] > 0.05 for r in rows)
+    counts = {}
+    for r in rows:
+        counts[r["category_name"]] = counts.get(r["category_name"], 0) + 1
+    assert all(f"{n} {name}" in printed[0] for name, n in counts.items())
+    assert not [p for p in out.iterdir() if p.name.endswith(".part")]
+
+
+def test_folder_with_a_corrupt_file_and_class_filter(images, tmp_path, capsys):
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for f in images.iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    assert detect([str(folder), "--conf", "0.05", "--classes", "remote,14", "--max-det", "3",
+                   "--agnostic-nms", "--iou", "0.5"], tmp_path) == 0
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["street.png", "tall.jpg"]
+    for line in lines:
+        found = re.findall(r"(\d+) ([a-z ]+)", line.split(": ")[1].split(" (")[0])
+        assert found and {name for _, name in found} <= {"remote", "bird"}  # class 14 is bird
+        assert sum(int(n) for n, _ in found) <= 3
+    assert "warning: skipping " in captured.err and "broken.jpg" in captured.err
+    assert "2 images processed, 1 skipped" in captured.err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["street.png", "tall.jpg"]
+
+
+def test_imgsz_not_a_multiple_of_32_is_rounded_up_with_a_warning(images, tmp_path, capsys):
+    assert main(["yolov8n", str(images / "tall.jpg"), "--weights", "synthetic:0", "--imgsz", "50",
+                 "--out", str(tmp_path)]) == 0
+    assert "imgsz 50 is not a multiple of 32; using 64" in capsys.readouterr().err
+
+
+def error_of(argv, capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]  # warnings (e.g. synthetic weights) may come first
+    assert last.startswith("error: ")
+    return last
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--conf", "1.5"], r"conf 1.5 is outside [0, 1]"),
+    (["--iou", "-0.2"], r"iou -0.2 is outside [0, 1]"),
+    (["--max-det", "0"], "max_det 0 must be a positive integer"),
+    (["--classes", "person,unicorn"], "unknown classes 'unicorn': use names or ids 0-79 of person, bicycle, car"),
+    (["--imgsz", "320", "320", "320"], "--imgsz takes one or two values"),
+])
+def test_bad_options(images, extra, message, capsys):
+    assert message in error_of(["yolov8n", str(images / "street.png"), "--weights", "synthetic:0", *extra], capsys)
+
+
+def test_missing_path(capsys):
+    assert "image not found: nowhere.jpg" in error_of(["yolov8n", "nowhere.jpg", "--weights", "synthetic:0"], capsys)
+
+
+def test_empty_folder(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("no images here")
+    assert f"no images in directory {tmp_path}" in error_of(["yolov8n", str(tmp_path), "--weights", "synthetic:0"], capsys)
+
+
+def test_only_corrupt_files(tmp_path, capsys):
+    (tmp_path / "a.png").write_bytes(b"nope")
+    err = error_of(["yolov8n", str(tmp_path / "a.png"), "--weights", "synthetic:0", "--out", str(tmp_path / "o")], capsys)
+    assert "none of the 1 images could be read" in err
+
+
+def test_offline_without_weights_fails_in_one_line(images, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
+    done = subprocess.run([sys.executable, "-m", "zoo.run", "yolov8", str(images / "street.png"), "--out", str(tmp_path)],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Ultralytics/YOLOv8/yolov8n.pt is not in the Hub cache")
+    assert "--weights" in lines[0]

@@ -1,0 +1,87 @@
+"""Detection: boxes, classes and scores per image; annotated images and COCO-style JSON in --out."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from tqdm import tqdm
+
+from zoo.errors import ZooError
+from zoo.images import image_files, load_image
+from zoo.weights.synthetic import parse_synthetic
+
+
+def add_arguments(parser):
+    parser.add_argument("images", nargs="+", help="image files or directories")
+    parser.add_argument("--conf", type=float, default=0.25, help="keep boxes scoring above this (default 0.25)")
+    parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold (default 0.7)")
+    parser.add_argument("--classes", help="only these classes: comma-separated names or ids, e.g. person,car")
+    parser.add_argument("--agnostic-nms", action="store_true", help="NMS across classes instead of per class")
+    parser.add_argument("--max-det", type=int, default=300, help="at most this many boxes per image (default 300)")
+    parser.add_argument("--imgsz", type=int, nargs="+", default=[640], metavar="SIZE",
+                        help="inference size: one value or height width, rounded up to multiples of 32 (default 640)")
+    parser.add_argument("--out", default="runs/detect", help="folder for annotated images and JSON (default runs/detect)")
+    parser.add_argument("--save-json", action="store_true", help="also write <out>/<image stem>.json, COCO-style")
+
+
+def check_arguments(args):
+    from zoo.models.yolov8 import check_imgsz, check_thresholds, class_names, resolve_classes
+
+    check_thresholds(args.conf, args.iou, args.max_det)
+    if len(args.imgsz) > 2:
+        raise ZooError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
+    args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
+    if args.classes is not None and (args.weights is None or parse_synthetic(str(args.weights)) is not None):
+        # default and synthetic weights carry the COCO names: check now, before any download
+        resolve_classes(args.classes, class_names())
+    args.files = [f for source in args.images for f in image_files(source)]
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ZooError(f"--out {args.out} is a file: pass a folder")
+
+
+def output_names(files: list[Path]) -> list[str]:
+    """The input file names, made unique (images of the same name from two folders would overwrite)."""
+    seen: dict[str, int] = {}
+    names = []
+    for f in files:
+        count = seen.get(f.name, 0)
+        seen[f.name] = count + 1
+        names.append(f.name if count == 0 else f"{f.stem}_{count + 1}{f.suffix}")
+    return names
+
+
+def write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.part")  # never leave half a file behind
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def run(args, model) -> int:
+    classes = model.class_ids(args.classes)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    done = skipped = 0
+    files = args.files
+    bar = tqdm(list(zip(files, output_names(files))), unit="image", file=sys.stderr, disable=len(files) < 2)
+    for path, name in bar:
+        try:
+            image = load_image(path)
+        except ZooError as e:
+            tqdm.write(f"warning: skipping {path}: {e}", file=sys.stderr)
+            skipped += 1
+            continue
+        result = model.predict([image], conf=args.conf, iou=args.iou, classes=classes,
+                               agnostic_nms=args.agnostic_nms, max_det=args.max_det, imgsz=args.imgsz)[0]
+        result.path = str(path)
+        result.save(out / name)
+        if args.save_json:
+            write_text(out / f"{Path(name).stem}.json", result.to_json())
+        tqdm.write(f"{path.name}: {result.summary()} ({sum(result.speed.values()):.1f} ms)")
+        done += 1
+    bar.close()
+    if done == 0:
+        raise ZooError(f"none of the {len(files)} images could be read: pass image files Pillow can open")
+    note = f", {skipped} skipped" if skipped else ""
+    print(f"{done} image{'s' * (done != 1)} processed{note}; results in {out}", file=sys.stderr)
+    return 0
