@@ -75,12 +75,22 @@ def case_module(family: str):
         raise ZooError(f"no parity case for the {family} family yet") from None
 
 
-def _to_numpy(value, nhwc: bool):
-    """MLX value -> float64 numpy in the reference's layout (NHWC -> NCHW for 4-D)."""
+def _to_numpy(value, nhwc: bool, cache: dict | None = None):
+    """MLX value -> float64 numpy in the reference's layout (NHWC -> NCHW for 4-D).
+
+    ``cache`` converts each MLX array once (a module's output is the next one's input):
+    the copies are read-only because they are shared.
+    """
     if isinstance(value, (tuple, list)):
-        return type(value)(_to_numpy(v, nhwc) for v in value)
+        return type(value)(_to_numpy(v, nhwc, cache) for v in value)
     if not isinstance(value, mx.array):
         return value
+    if cache is not None:
+        key = (id(value), nhwc)
+        if key not in cache:
+            cache[key] = _to_numpy(value, nhwc)
+            cache[key].flags.writeable = False
+        return cache[key]
     a = np.array(value.astype(mx.float32) if mx.issubdtype(value.dtype, mx.floating) else value)
     if nhwc and a.ndim == 4:
         a = a.transpose(0, 3, 1, 2)
@@ -154,12 +164,13 @@ class Run:
         tol = TOLERANCES[self.dtype][mode]
         out, records = self.mlx_pass(fault)
         mlx_outputs: dict[str, object] = {}
+        cache: dict = {}  # the records hold the arrays, so their ids stay unique meanwhile
         for name, rec in records.items():
-            mlx_outputs.update(_flatten(name, _to_numpy(rec.output, not self.same_layout(name))))
-        mlx_outputs.update(_flatten("output", _to_numpy(out, not self.same_layout("output"))))
+            mlx_outputs.update(_flatten(name, _to_numpy(rec.output, not self.same_layout(name), cache)))
+        mlx_outputs.update(_flatten("output", _to_numpy(out, not self.same_layout("output"), cache)))
         feed = None
         if mode == "isolated":
-            feed = {name: _to_numpy(rec.inputs, not self.same_layout(name)) for name, rec in records.items()}
+            feed = {name: _to_numpy(rec.inputs, not self.same_layout(name), cache) for name, rec in records.items()}
         ref_out, trace = self.reference_pass(feed)
         ref_outputs: dict[str, object] = {}
         for name, value in trace.outputs.items():
@@ -178,7 +189,7 @@ class Run:
             result = compare(name, ref, mlx_outputs[name], layer_tol)
             if layer_tol != tol:
                 result.flags.append(f"case tolerance {layer_tol:.2g}")
-            if mode == "isolated" and name != "output" and name.split("/")[0] not in trace.fed:
+            if mode == "isolated" and name.split("/")[0] not in ("output", *trace.fed):
                 result.flags.append("not fed")
             layers.append(result)
         return ModeReport(mode, tol, layers)

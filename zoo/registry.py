@@ -98,24 +98,22 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
         print(f"note: {spec.hub_repo}/{spec.hub_file} is not cached; using synthetic:0 weights "
               "(parity does not depend on trained weights)", file=sys.stderr)
         weights = "synthetic:0"
+    seed = None if weights is None else synthetic.parse_synthetic(str(weights))
     if weights is None:
         path = hub.download(spec.hub_repo, spec.hub_file, licence=spec.licence)
         sd, meta = read_checkpoint_with_meta(path)
         source = f"{spec.hub_repo}/{spec.hub_file}"
+    elif seed is not None:
+        synthetic.warn_synthetic(seed)
+        manifests = Path(importlib.import_module("zoo.models").__file__).parent / "manifests"
+        sd, meta = synthetic.synthetic_state_dict(synthetic.read_manifest(manifests / f"{spec.variant}.json"), seed), {}
+        source = f"synthetic:{seed}"
     else:
-        seed = synthetic.parse_synthetic(str(weights))
-        if seed is not None:
-            synthetic.warn_synthetic(seed)
-            manifests = Path(importlib.import_module("zoo.models").__file__).parent / "manifests"
-            manifest = synthetic.read_manifest(manifests / f"{spec.variant}.json")
-            sd = synthetic.synthetic_state_dict(manifest, seed)
-            # the manifest lists every checkpoint key, unused ones too: drop them as for a real file
-            sanitize = getattr(family(spec), "sanitize", None)
-            return Weights(sanitize(sd, {}) if sanitize else sd, f"synthetic:{seed}", {}, True)
         sd, meta = read_checkpoint_with_meta(weights)
         source = str(weights)
+    # every route, synthetic included (the manifest lists unused keys too), goes through sanitize
     sanitize = getattr(family(spec), "sanitize", None)
-    return Weights(sanitize(sd, meta) if sanitize else sd, source, meta)
+    return Weights(sanitize(sd, meta) if sanitize else sd, source, meta, synthetic=seed is not None)
 
 
 def build(spec: ModelSpec, weights: Weights, dtype: str = "float32") -> nn.Module:

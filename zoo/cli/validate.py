@@ -36,7 +36,7 @@ def summary(report: engine.ModeReport) -> str:
     line = (f"{report.mode}: {'PASS' if not failed else 'FAIL'} {len(compared) - len(failed)}/{len(compared)} layers"
             f" within rel err {report.tolerance:g}")
     if worst is not None:
-        line += f"; worst {_fmt(worst.rel)} at {worst.name}"
+        line += f"; worst {_fmt(worst.rel)} at {worst.name}" + (f" ({', '.join(worst.flags)})" if worst.flags else "")
     if failed:
         line += f"; first failing layer: {report.first_failure}"
     return line

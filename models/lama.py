@@ -1,0 +1,518 @@
+"""LaMa (big-lama): the FFC ResNet inpainting generator of advimman/lama, in MLX, NHWC.
+
+The root holds ``generator`` like upstream's Lightning module, so the checkpoint
+keys ``generator.model.N...`` load by name and the module names are upstream's.
+``generator.model`` is upstream's ``nn.Sequential``:
+
+  0      ReflectionPad2d(3)
+  1      FFC_BN_ACT 4 -> 64, 7x7                       (local only)
+  2, 3   FFC_BN_ACT 64 -> 128 -> 256, 3x3 stride 2     (local only)
+  4      FFC_BN_ACT 256 -> 512, 3x3 stride 2           (splits into 128 local + 384 global)
+  5-22   FFCResnetBlock(512), ratio 0.75: tuples (local 128, global 384)
+  23     ConcatTupleLayer                              (local channels first)
+  24-32  3 x [ConvTranspose2d k3 s2 p1 op1, BatchNorm, ReLU]
+  33-35  ReflectionPad2d(3), Conv2d 64 -> 3 7x7, Sigmoid
+
+FFC layers return ``(local, global)``; a part with no channels is the scalar 0,
+as upstream, so the sums of the FFC branches read the same as upstream's.
+Every padding inside the network is reflect padding.
+
+Half precision: the Fourier units (FFT, 1x1 conv, BatchNorm, ReLU, inverse FFT)
+always compute in float32 and hand back the model's dtype. The spectrum is
+where half precision breaks: the DC term of an orthonormal spectrum is the mean
+times sqrt(H*W), which overflows float16 on large feature maps (MNN's float16
+port gives all-zero images). MLX's FFT returns complex64 for any input anyway.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+from PIL import Image
+
+from zoo.devices import as_model_input
+from zoo.errors import ZooError
+from zoo.images import load_image, open_image
+from zoo.models.layers import Sequential
+
+RATIO = 0.75  # share of global (spectral) channels in the residual blocks
+N_BLOCKS = 18
+PAD_MULTIPLE = 8  # three stride-2 downsamplings
+# The residual blocks reflect-pad the 1/8-scale map by 1, which needs 2 pixels:
+# the padded input must be at least 16 pixels on each side.
+MIN_MODEL_SIDE = 16
+
+HD_STRATEGIES = ("original", "resize", "crop")
+# IOPaint's defaults (iopaint/schema.py InpaintRequest)
+RESIZE_LIMIT = 1280
+CROP_MARGIN = 128
+CROP_TRIGGER_SIZE = 800
+# Peak memory of one float32 pass above the weights, per padded input pixel:
+# measured with mx.get_peak_memory() on the CPU backend (MLX 0.32.4) at 64x64
+# and 128x128 (14.9 and 14.8 kB); mostly the 64-channel full-resolution layers.
+BYTES_PER_PIXEL = 15_000
+MEMORY_SHARE = 0.8  # of the device's memory that one pass may plan to use
+
+
+def reflect_pad(x: mx.array, pad: int) -> mx.array:
+    """torch reflect padding of H and W (the edge pixel is not repeated), NHWC."""
+    return mx.pad(x, [(0, 0), (pad, pad), (pad, pad), (0, 0)], mode="reflect")
+
+
+class ReflectionPad2d(nn.Module):
+    def __init__(self, pad: int):
+        super().__init__()
+        self.pad = pad
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return reflect_pad(x, self.pad)
+
+
+class ReflectConv2d(nn.Conv2d):
+    """torch Conv2d(padding_mode="reflect"): the padding is reflected, not zeros.
+
+    A subclass of nn.Conv2d so the weight loader converts its OIHW weight.
+    """
+
+    def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, padding: int = 0, bias: bool = False):
+        super().__init__(cin, cout, kernel, stride=stride, padding=0, bias=bias)
+        self.reflect = padding
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return super().__call__(reflect_pad(x, self.reflect) if self.reflect else x)
+
+
+class FourierUnit(nn.Module):
+    """Global mixing: 1x1 conv + BN + ReLU on the orthonormal 2-D real spectrum of H, W.
+
+    The spectrum's real and imaginary parts are interleaved in channels as
+    upstream lays them out: channel 2k is Re(c_k), channel 2k+1 is Im(c_k).
+    """
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.conv_layer = nn.Conv2d(2 * channels, 2 * channels, 1, bias=False)
+        self.bn = nn.BatchNorm(2 * channels)
+        self.relu = nn.ReLU()
+
+    def __call__(self, x: mx.array) -> mx.array:
+        n, h, w, c = x.shape
+        spectrum = mx.fft.rfft2(x.astype(mx.float32), axes=(1, 2), norm="ortho")  # (n, h, w//2+1, c)
+        parts = mx.stack([mx.real(spectrum), mx.imag(spectrum)], axis=-1).reshape(n, h, w // 2 + 1, 2 * c)
+        # float32 in, half-precision weights: MLX promotes, so this stays float32
+        parts = self.relu(self.bn(self.conv_layer(parts))).reshape(n, h, w // 2 + 1, c, 2)
+        spectrum = parts[..., 0] + 1j * parts[..., 1]
+        return mx.fft.irfft2(spectrum, s=(h, w), axes=(1, 2), norm="ortho").astype(x.dtype)
+
+
+class SpectralTransform(nn.Module):
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.conv1 = Sequential(nn.Conv2d(cin, cout // 2, 1, bias=False), nn.BatchNorm(cout // 2), nn.ReLU())
+        self.fu = FourierUnit(cout // 2)
+        self.conv2 = nn.Conv2d(cout // 2, cout, 1, bias=False)
+
+    def shortcut(self, x: mx.array) -> mx.array:
+        return x
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = self.conv1(x)
+        return self.conv2(self.shortcut(x) + self.fu(x))
+
+
+class FFC(nn.Module):
+    """Fast Fourier convolution: local (conv) and global (spectral) channel groups,
+    with the four paths local->local, local->global, global->local, global->global.
+    A path exists only where both of its channel groups are non-empty."""
+
+    def __init__(self, cin: int, cout: int, kernel: int, ratio_gin: float, ratio_gout: float,
+                 stride: int = 1, padding: int = 0):
+        super().__init__()
+        in_g, out_g = int(cin * ratio_gin), int(cout * ratio_gout)
+        in_l, out_l = cin - in_g, cout - out_g
+        if in_l and out_l:
+            self.convl2l = ReflectConv2d(in_l, out_l, kernel, stride, padding)
+        if in_l and out_g:
+            self.convl2g = ReflectConv2d(in_l, out_g, kernel, stride, padding)
+        if in_g and out_l:
+            self.convg2l = ReflectConv2d(in_g, out_l, kernel, stride, padding)
+        if in_g and out_g:
+            self.convg2g = SpectralTransform(in_g, out_g)
+        self.has_local, self.has_global = out_l > 0, out_g > 0
+
+    def __call__(self, x):
+        x_l, x_g = x if isinstance(x, tuple) else (x, 0)
+        out_l = out_g = 0
+        if self.has_local:
+            out_l = sum(self[path](inp) for path, inp in (("convl2l", x_l), ("convg2l", x_g)) if path in self)
+        if self.has_global:
+            out_g = sum(self[path](inp) for path, inp in (("convl2g", x_l), ("convg2g", x_g)) if path in self)
+        return out_l, out_g
+
+
+class FFC_BN_ACT(nn.Module):  # upstream's class name
+    def __init__(self, cin: int, cout: int, kernel: int, ratio_gin: float, ratio_gout: float,
+                 stride: int = 1, padding: int = 0):
+        super().__init__()
+        self.ffc = FFC(cin, cout, kernel, ratio_gin, ratio_gout, stride, padding)
+        out_g = int(cout * ratio_gout)
+        self.bn_l = nn.BatchNorm(cout - out_g)
+        self.act_l = nn.ReLU()
+        if out_g:
+            self.bn_g = nn.BatchNorm(out_g)
+            self.act_g = nn.ReLU()
+
+    def __call__(self, x):
+        x_l, x_g = self.ffc(x)
+        x_l = self.act_l(self.bn_l(x_l))
+        if "bn_g" in self:
+            x_g = self.act_g(self.bn_g(x_g))
+        return x_l, x_g
+
+
+class FFCResnetBlock(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.conv1 = FFC_BN_ACT(dim, dim, 3, RATIO, RATIO, padding=1)
+        self.conv2 = FFC_BN_ACT(dim, dim, 3, RATIO, RATIO, padding=1)
+
+    def shortcut(self, x: tuple) -> tuple:
+        return x
+
+    def __call__(self, x: tuple) -> tuple:
+        x_l, x_g = self.conv2(self.conv1(x))
+        id_l, id_g = self.shortcut(x)
+        return id_l + x_l, id_g + x_g
+
+
+class ConcatTupleLayer(nn.Module):
+    def __call__(self, x: tuple) -> mx.array:
+        return mx.concatenate(x, axis=-1)
+
+
+class Sigmoid(nn.Module):
+    def __call__(self, x: mx.array) -> mx.array:
+        return mx.sigmoid(x)
+
+
+class FFCResNetGenerator(nn.Module):
+    """big-lama's generator: ngf 64, 3 downsamplings, 18 FFC residual blocks."""
+
+    def __init__(self, ngf: int = 64, n_downsampling: int = 3, n_blocks: int = N_BLOCKS):
+        super().__init__()
+        layers = [ReflectionPad2d(3), FFC_BN_ACT(4, ngf, 7, 0, 0)]
+        for i in range(n_downsampling):
+            last = i == n_downsampling - 1
+            # the last downsampling already splits channels the way the blocks expect
+            layers.append(FFC_BN_ACT(ngf * 2**i, ngf * 2 ** (i + 1), 3, 0, RATIO if last else 0, stride=2, padding=1))
+        dim = ngf * 2**n_downsampling
+        layers += [FFCResnetBlock(dim) for _ in range(n_blocks)]
+        layers.append(ConcatTupleLayer())
+        for i in range(n_downsampling):
+            cin = dim // 2**i
+            layers += [nn.ConvTranspose2d(cin, cin // 2, 3, stride=2, padding=1, output_padding=1),
+                       nn.BatchNorm(cin // 2), nn.ReLU()]
+        layers += [ReflectionPad2d(3), nn.Conv2d(ngf, 3, 7), Sigmoid()]
+        self.model = Sequential(*layers)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.model(x)
+
+
+class LaMa(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.generator = FFCResNetGenerator()
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.generator.model["34"].weight.dtype
+
+    def __call__(self, image, mask) -> mx.array:
+        """image (N, H, W, 3) in [0, 1], mask (N, H, W, 1) in {0, 1} (1 = hole) -> predicted (N, H, W, 3).
+
+        H and W must be multiples of 8 and at least 16. This is the generator's
+        raw prediction everywhere; ``inpaint`` keeps the known pixels.
+        """
+        return self.generator(self.generator_input(image, mask))
+
+    def generator_input(self, image, mask) -> mx.array:
+        """Upstream's training module: cat([image * (1 - mask), mask]) along channels."""
+        image = as_model_input(image, self.dtype, "image")
+        mask = as_model_input(mask, self.dtype, "mask")
+        check_model_shapes(image.shape, mask.shape)
+        return mx.concatenate([image * (1 - mask), mask], axis=-1)
+
+    def inpaint(self, image, mask, hd_strategy: str = "crop", resize_limit: int = RESIZE_LIMIT,
+                crop_margin: int = CROP_MARGIN, crop_trigger_size: int = CROP_TRIGGER_SIZE,
+                max_megapixels: float | None = None, progress: bool = False) -> np.ndarray:
+        """Fill the hole of ``image`` (path, PIL image or HxWx3 array) marked by ``mask``
+        (path, PIL image or HxW array; nonzero = hole) -> HxWx3 uint8.
+
+        Pixels outside the hole are returned unchanged. A mask with no hole
+        returns a copy of the image (with a warning) without running the model.
+        ``hd_strategy`` (IOPaint's): "original" runs the whole image; "resize",
+        when the longer side exceeds ``resize_limit``, runs a copy scaled down to
+        it and pastes back only the hole, scaled up; "crop", when the longer side
+        exceeds ``crop_trigger_size``, runs crops around the holes with
+        ``crop_margin`` pixels of context. ``max_megapixels`` bounds one model
+        pass (default: what fits in the device's memory).
+        """
+        image = load_image(image)
+        hole = load_mask(mask, image.shape[:2])
+        if not hole.any():
+            warnings.warn("the mask marks no pixel as hole: the image is returned unchanged", stacklevel=2)
+            return image.copy()
+        scale, boxes = plan_passes(hole, hd_strategy, resize_limit, crop_margin, crop_trigger_size)
+        for size in pass_sizes(hole.shape, scale, boxes):  # all of them before the first pass
+            check_memory(size, max_megapixels, self.dtype)
+        if scale != 1:
+            return self._inpaint_resized(image, hole, scale)
+        out = image.copy()
+        if progress and len(boxes) > 1:
+            from tqdm import tqdm
+
+            boxes = tqdm(boxes, desc="inpainting crops", unit="crop", file=sys.stderr)
+        for top, left, bottom, right in boxes:
+            region = (slice(top, bottom), slice(left, right))
+            out[region] = self._inpaint_pass(image[region], hole[region])
+        return out
+
+    def _inpaint_pass(self, image: np.ndarray, hole: np.ndarray) -> np.ndarray:
+        """The upstream predict pipeline on one image: pad, predict, keep the known pixels, crop."""
+        h, w = image.shape[:2]
+        x, m = pad_inputs(image, hole)
+        pred = self(x[None], m[None])
+        pred = np.array(pred[0, :h, :w].astype(mx.float32))
+        return compose(image, hole, pred)
+
+    def _inpaint_resized(self, image: np.ndarray, hole: np.ndarray, scale: float) -> np.ndarray:
+        """IOPaint's resize strategy: inpaint a scaled-down copy, scale it up, paste back only the hole.
+
+        Pillow's bicubic filter (antialiased when shrinking; IOPaint uses OpenCV's, which is not)."""
+        h, w = image.shape[:2]
+        small_h, small_w = scaled_size((h, w), scale)
+        small = np.asarray(Image.fromarray(image).resize((small_w, small_h), Image.BICUBIC))
+        # a small pixel that covers any hole pixel is hole: the small hole covers the big one
+        small_hole = np.asarray(Image.fromarray(hole.astype(np.uint8) * 255).resize((small_w, small_h), Image.BILINEAR)) > 0
+        filled = self._inpaint_pass(small, small_hole)
+        big = np.asarray(Image.fromarray(filled).resize((w, h), Image.BICUBIC))
+        return np.where(hole[..., None], big, image)
+
+
+def load_mask(mask, size: tuple[int, int]) -> np.ndarray:
+    """A mask (path, PIL image or array) -> HxW bool hole, binarised as upstream: nonzero = hole.
+
+    Files and PIL images become grey levels as in upstream's loader (PIL's
+    convert("L"): alpha is ignored, colours count by their luma); EXIF
+    orientation is applied as it is to the image. 2-D arrays count every
+    nonzero value; (H, W, 3/4) arrays are converted like images.
+    """
+    if isinstance(mask, (str, Path)):
+        mask = open_image(mask)
+    if isinstance(mask, np.ndarray) and mask.ndim == 3 and mask.shape[2] == 1:
+        mask = mask[:, :, 0]
+    if isinstance(mask, np.ndarray) and mask.ndim == 2:
+        if mask.dtype != bool and mask.dtype.kind not in "fiu":
+            raise ZooError(f"mask array has dtype {mask.dtype}: pass uint8 (0 = keep, nonzero = hole) or bool")
+        if mask.dtype.kind == "f" and not np.isfinite(mask).all():
+            raise ZooError("mask has NaN or Inf values: pass 0 for known pixels and nonzero for the hole")
+        grey = mask
+    elif isinstance(mask, Image.Image):
+        grey = np.asarray(mask.convert("L"))
+    else:
+        grey = np.asarray(Image.fromarray(load_image(mask, "mask")).convert("L"))
+    if grey.shape != tuple(size):
+        raise ZooError(f"the mask is {grey.shape[1]}x{grey.shape[0]} but the image is {size[1]}x{size[0]}: "
+                       "pass a mask of the image's size")
+    return np.asarray(grey) > 0
+
+
+def check_model_shapes(image_shape: tuple, mask_shape: tuple) -> None:
+    if len(image_shape) != 4 or image_shape[-1] != 3:
+        raise ZooError(f"image has shape {tuple(image_shape)}: expected (N, H, W, 3)")
+    if tuple(mask_shape) != (*image_shape[:3], 1):
+        raise ZooError(f"mask has shape {tuple(mask_shape)}: expected {(*image_shape[:3], 1)} to match the image")
+    h, w = image_shape[1:3]
+    if h % PAD_MULTIPLE or w % PAD_MULTIPLE or min(h, w) < MIN_MODEL_SIDE:
+        raise ZooError(f"model input of {w}x{h}: H and W must be multiples of {PAD_MULTIPLE} and at least "
+                       f"{MIN_MODEL_SIDE}; use inpaint(), which pads")
+
+
+def padded_size(n: int) -> int:
+    """Upstream's ceil to a multiple of 8, and at least 16 (see MIN_MODEL_SIDE)."""
+    return max(MIN_MODEL_SIDE, -(-n // PAD_MULTIPLE) * PAD_MULTIPLE)
+
+
+def pad_inputs(image: np.ndarray, hole: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """uint8 HxWx3 image, bool HxW hole -> (Hp, Wp, 3) float32 in [0, 1] and (Hp, Wp, 1) {0, 1}.
+
+    Upstream's pad_img_to_modulo: numpy "symmetric" padding (the edge pixel is
+    repeated) at the bottom and right only. Upstream binarises the mask after
+    padding; padding a binary mask symmetrically keeps it binary, so that is the same.
+    """
+    h, w = image.shape[:2]
+    pad = ((0, padded_size(h) - h), (0, padded_size(w) - w))
+    x = np.pad(image.astype(np.float32) / 255.0, (*pad, (0, 0)), mode="symmetric")
+    m = np.pad(hole.astype(np.float32), pad, mode="symmetric")[..., None]
+    return x, m
+
+
+def compose(image: np.ndarray, hole: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """Upstream's ``mask * pred + (1 - mask) * image`` as bin/predict.py writes it,
+    clip(x * 255, 0, 255) truncated to uint8. The known pixels are copied, so they
+    stay identical (upstream's float round trip u / 255 * 255 is exact for every u)."""
+    if not np.isfinite(pred[hole]).all():
+        raise ZooError("the model produced NaN/Inf in the hole (a half-precision overflow): "
+                       "use --dtype bfloat16 or float32")
+    filled = np.clip(pred.astype(np.float32) * np.float32(255), 0, 255).astype(np.uint8)
+    return np.where(hole[..., None], filled, image)
+
+
+def device_memory() -> int:
+    """Bytes of memory of the device MLX runs on (unified memory on Apple silicon)."""
+    if mx.default_device().type == mx.gpu:
+        info = mx.device_info()
+        size = info.get("memory_size") or info.get("total_memory")  # Metal's key, CUDA's key
+        if size:
+            return int(size)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_memory(size: tuple[int, int], max_megapixels: float | None, dtype: mx.Dtype) -> None:
+    """Refuse a pass that would not fit, before MLX runs out of memory (or swaps for minutes)."""
+    h, w = size
+    pixels = padded_size(h) * padded_size(w)
+    need = pixels * BYTES_PER_PIXEL * dtype.size / 4
+    if max_megapixels is None:
+        have = device_memory()
+        if need <= MEMORY_SHARE * have:
+            return
+        limit = f"the device has {have / 1e9:.0f} GB"
+    elif pixels <= max_megapixels * 1e6:
+        return
+    else:
+        limit = f"--max-megapixels {max_megapixels:g}"
+    raise ZooError(
+        f"one big-lama pass over {w}x{h} pixels needs about {need / 1e9:.3g} GB of memory ({limit}): "
+        "use --hd-strategy crop (small holes) or resize (large holes), or a larger --max-megapixels "
+        "if the device has the memory")
+
+
+def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin: int,
+                crop_trigger_size: int) -> tuple[float, list[tuple[int, int, int, int]]]:
+    """How to cover an image: (scale, boxes). A scale below 1 is one pass over a
+    scaled-down copy; otherwise one full-resolution pass per (top, left, bottom, right) box."""
+    h, w = hole.shape
+    if strategy not in HD_STRATEGIES:
+        raise ZooError(f"unknown hd strategy {strategy!r}: use one of {', '.join(HD_STRATEGIES)}")
+    if resize_limit < MIN_MODEL_SIDE:
+        raise ZooError(f"resize limit {resize_limit} is too small: use at least {MIN_MODEL_SIDE} pixels")
+    if crop_margin < 0:
+        raise ZooError(f"crop margin {crop_margin} is negative: use 0 or more pixels")
+    if strategy == "resize" and max(h, w) > resize_limit:
+        return resize_limit / max(h, w), []
+    if strategy == "crop" and max(h, w) > crop_trigger_size:
+        return 1.0, crop_boxes(hole, crop_margin)
+    return 1.0, [(0, 0, h, w)]
+
+
+def scaled_size(size: tuple[int, int], scale: float) -> tuple[int, int]:
+    """IOPaint's resize_max_size rounding: int(side * scale + 0.5)."""
+    return tuple(max(1, int(side * scale + 0.5)) for side in size)
+
+
+def pass_sizes(size: tuple[int, int], scale: float, boxes: list) -> list[tuple[int, int]]:
+    """(height, width) of each model pass of a plan."""
+    if scale != 1:
+        return [scaled_size(size, scale)]
+    return [(bottom - top, right - left) for top, left, bottom, right in boxes]
+
+
+def crop_boxes(hole: np.ndarray, margin: int) -> list[tuple[int, int, int, int]]:
+    """(top, left, bottom, right) crops that cover every hole with ``margin`` pixels of context.
+
+    As IOPaint: each hole's bounding box grown by ``margin`` on each side and
+    shifted inward at the image border to keep its size. Crops that overlap are
+    merged into their bounding box, so that each hole lies whole in exactly one
+    crop and no crop overwrites another's result.
+    """
+    h, w = hole.shape
+    boxes = []
+    for top, left, bottom, right in hole_boxes(hole):
+        (top, bottom), (left, right) = _span(top, bottom, margin, h), _span(left, right, margin, w)
+        boxes.append((top, left, bottom, right))
+    while True:
+        pair = next(((i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes))
+                     if _overlap(boxes[i], boxes[j])), None)
+        if pair is None:
+            return sorted(boxes)
+        a, b = boxes[pair[0]], boxes.pop(pair[1])
+        boxes[pair[0]] = (min(a[0], b[0]), min(a[1], b[1]), max(a[2], b[2]), max(a[3], b[3]))
+
+
+def _overlap(a: tuple, b: tuple) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _span(start: int, end: int, margin: int, limit: int) -> tuple[int, int]:
+    """[start - margin, end + margin) shifted inside [0, limit) keeping its length where it fits."""
+    start, end = start - margin, end + margin
+    if start < 0:
+        start, end = 0, end - start
+    if end > limit:
+        start, end = start - (end - limit), limit
+    return max(start, 0), end
+
+
+def hole_boxes(hole: np.ndarray, cell: int = 8) -> list[tuple[int, int, int, int]]:
+    """Bounding boxes (top, left, bottom, right) of the connected holes.
+
+    Labelled 8-connected on a grid of ``cell``-pixel cells, so that a 12 MP mask
+    is cheap; holes closer than a cell share a box. Each box is then tightened
+    to the hole pixels inside it.
+    """
+    h, w = hole.shape
+    gh, gw = -(-h // cell), -(-w // cell)
+    grid = np.zeros((gh * cell, gw * cell), bool)
+    grid[:h, :w] = hole
+    grid = grid.reshape(gh, cell, gw, cell).any(axis=(1, 3))
+    seen = np.zeros(grid.shape, bool)
+    boxes = []
+    for start in zip(*np.nonzero(grid)):
+        if seen[start]:
+            continue
+        seen[start] = True
+        stack, cells = [start], []
+        while stack:
+            i, j = stack.pop()
+            cells.append((i, j))
+            for a in range(max(i - 1, 0), min(i + 2, gh)):
+                for b in range(max(j - 1, 0), min(j + 2, gw)):
+                    if grid[a, b] and not seen[a, b]:
+                        seen[a, b] = True
+                        stack.append((a, b))
+        rows, cols = np.array(cells).T
+        top, left = rows.min() * cell, cols.min() * cell
+        ys, xs = np.nonzero(hole[top:(rows.max() + 1) * cell, left:(cols.max() + 1) * cell])
+        boxes.append((int(top + ys.min()), int(left + xs.min()), int(top + ys.max() + 1), int(left + xs.max() + 1)))
+    return boxes
+
+
+def sanitize(state_dict: dict[str, np.ndarray], meta: dict) -> dict[str, np.ndarray]:
+    """Keep the generator of a Lightning ``best.ckpt`` (it also holds the discriminator and
+    the losses' networks, which inpainting does not use)."""
+    weights = {k: v for k, v in state_dict.items() if k.startswith("generator.")}
+    if not weights:
+        raise ZooError("the checkpoint has no generator.* weights: pass big-lama's best.ckpt or "
+                       "big-lama.safetensors")
+    return weights
+
+
+def build(spec) -> LaMa:
+    return LaMa()

@@ -1,0 +1,36 @@
+"""MobileSAM (ChaoningZhang/MobileSAM, ``build_sam_vit_t``) in MLX: promptable segmentation.
+
+    sam = zoo.load("mobilesam")
+    predictor = sam.predictor()            # or SamPredictor(sam)
+    predictor.set_image("photo.jpg")       # the image encoder runs once per image
+    masks, scores, low_res = predictor.predict(point_coords=[[320, 240]], point_labels=[1])
+
+Checkpoints in the official naming load as they are: lmz/candle-sam's
+``mobile_sam-tiny-vitt.safetensors`` (the default) and the official ``mobile_sam.pt``.
+"""
+from __future__ import annotations
+
+from .predictor import SamPredictor
+from .sam import Sam
+
+__all__ = ["Sam", "SamPredictor", "build", "sanitize"]
+
+# TinyViT's ImageNet classifier: in the checkpoint, never used by SAM.
+UNUSED_PREFIXES = ("image_encoder.norm_head.", "image_encoder.head.")
+# Non-persistent buffers a checkpoint may still carry: the model recomputes them.
+RECOMPUTED_SUFFIXES = (".attention_bias_idxs", ".ab")
+RECOMPUTED_NAMES = ("pixel_mean", "pixel_std")
+
+
+def build(spec) -> Sam:
+    return Sam(spec.preprocess["image_size"])
+
+
+def sanitize(state_dict: dict, meta: dict) -> dict:
+    """Drop the classifier head and any stored copies of recomputed buffers."""
+    return {
+        name: value
+        for name, value in state_dict.items()
+        if not name.startswith(UNUSED_PREFIXES) and not name.endswith(RECOMPUTED_SUFFIXES)
+        and name not in RECOMPUTED_NAMES
+    }

@@ -1,0 +1,166 @@
+"""SAM's mask decoder in MLX: a two-way transformer between prompt tokens and the
+image embedding, then hypernetwork MLPs that turn mask tokens into mask logits.
+
+Image-shaped tensors are NHWC; image tokens are (B, H*W, C) with index h * W + w.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from zoo.models.layers import Sequential
+
+
+class MLP(nn.Module):
+    """Linear layers with ReLU between them (none after the last)."""
+
+    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int):
+        super().__init__()
+        dims = [input_dim] + [hidden_dim] * (num_layers - 1) + [output_dim]
+        self.layers = [nn.Linear(a, b) for a, b in itertools.pairwise(dims)]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        for layer in self.layers[:-1]:
+            x = nn.relu(layer(x))
+        return self.layers[-1](x)
+
+
+class MLPBlock(nn.Module):
+    def __init__(self, dim: int, mlp_dim: int):
+        super().__init__()
+        self.lin1 = nn.Linear(dim, mlp_dim)
+        self.act = nn.ReLU()
+        self.lin2 = nn.Linear(mlp_dim, dim)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.lin2(self.act(self.lin1(x)))
+
+
+class Attention(nn.Module):
+    """Multi-head attention whose projections may shrink the width (downsample_rate)."""
+
+    def __init__(self, dim: int, num_heads: int, downsample_rate: int = 1):
+        super().__init__()
+        internal = dim // downsample_rate
+        self.num_heads = num_heads
+        self.q_proj = nn.Linear(dim, internal)
+        self.k_proj = nn.Linear(dim, internal)
+        self.v_proj = nn.Linear(dim, internal)
+        self.out_proj = nn.Linear(internal, dim)
+
+    def _heads(self, x: mx.array) -> mx.array:
+        b, n, c = x.shape
+        return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(0, 2, 1, 3)
+
+    def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+        q, k, v = self._heads(self.q_proj(q)), self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(q.shape[-1]))
+        b, _, n, _ = out.shape
+        return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
+
+
+class TwoWayAttentionBlock(nn.Module):
+    """Token self-attention, tokens -> image, token MLP, image -> tokens; each with a residual and a norm."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_dim: int, skip_first_layer_pe: bool):
+        super().__init__()
+        self.self_attn = Attention(dim, num_heads)
+        self.norm1 = nn.LayerNorm(dim)
+        self.cross_attn_token_to_image = Attention(dim, num_heads, downsample_rate=2)
+        self.norm2 = nn.LayerNorm(dim)
+        self.mlp = MLPBlock(dim, mlp_dim)
+        self.norm3 = nn.LayerNorm(dim)
+        self.norm4 = nn.LayerNorm(dim)
+        self.cross_attn_image_to_token = Attention(dim, num_heads, downsample_rate=2)
+        self.skip_first_layer_pe = skip_first_layer_pe
+
+    def shortcut(self, x: mx.array) -> mx.array:
+        return x
+
+    def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array):
+        if self.skip_first_layer_pe:  # the first layer replaces the queries (no residual, no PE)
+            queries = self.self_attn(queries, queries, queries)
+        else:
+            q = queries + query_pe
+            queries = self.shortcut(queries) + self.self_attn(q, q, queries)
+        queries = self.norm1(queries)
+
+        q, k = queries + query_pe, keys + key_pe
+        queries = self.norm2(self.shortcut(queries) + self.cross_attn_token_to_image(q, k, keys))
+        queries = self.norm3(self.shortcut(queries) + self.mlp(queries))
+
+        q, k = queries + query_pe, keys + key_pe
+        keys = self.norm4(self.shortcut(keys) + self.cross_attn_image_to_token(k, q, queries))
+        return queries, keys
+
+
+class TwoWayTransformer(nn.Module):
+    def __init__(self, depth: int = 2, dim: int = 256, num_heads: int = 8, mlp_dim: int = 2048):
+        super().__init__()
+        self.layers = [TwoWayAttentionBlock(dim, num_heads, mlp_dim, skip_first_layer_pe=i == 0) for i in range(depth)]
+        self.final_attn_token_to_image = Attention(dim, num_heads, downsample_rate=2)
+        self.norm_final_attn = nn.LayerNorm(dim)
+
+    def __call__(self, image_embedding: mx.array, image_pe: mx.array, point_embedding: mx.array):
+        """image_embedding, image_pe: (B, H, W, C); point_embedding: (B, N, C) -> (queries, image tokens)."""
+        b, h, w, c = image_embedding.shape
+        keys = image_embedding.reshape(b, h * w, c)
+        key_pe = image_pe.reshape(image_pe.shape[0], h * w, c)
+        queries = point_embedding
+        for layer in self.layers:
+            queries, keys = layer(queries, keys, point_embedding, key_pe)
+        q, k = queries + point_embedding, keys + key_pe
+        queries = self.norm_final_attn(queries + self.final_attn_token_to_image(q, k, keys))
+        return queries, keys
+
+
+class MaskDecoder(nn.Module):
+    def __init__(self, dim: int = 256, num_multimask_outputs: int = 3, iou_head_depth: int = 3,
+                 iou_head_hidden_dim: int = 256):
+        super().__init__()
+        self.transformer = TwoWayTransformer(dim=dim)
+        self.num_mask_tokens = num_multimask_outputs + 1
+        self.iou_token = nn.Embedding(1, dim)
+        self.mask_tokens = nn.Embedding(self.num_mask_tokens, dim)
+        self.output_upscaling = Sequential(
+            nn.ConvTranspose2d(dim, dim // 4, 2, stride=2),
+            nn.LayerNorm(dim // 4, eps=1e-6),  # LayerNorm2d over channels (last axis in NHWC)
+            nn.GELU(),
+            nn.ConvTranspose2d(dim // 4, dim // 8, 2, stride=2),
+            nn.GELU(),
+        )
+        self.output_hypernetworks_mlps = [MLP(dim, dim, dim // 8, 3) for _ in range(self.num_mask_tokens)]
+        self.iou_prediction_head = MLP(dim, iou_head_hidden_dim, self.num_mask_tokens, iou_head_depth)
+
+    def __call__(self, image_embeddings: mx.array, image_pe: mx.array, sparse_prompt_embeddings: mx.array,
+                 dense_prompt_embeddings: mx.array, multimask_output: bool) -> tuple[mx.array, mx.array]:
+        """-> (mask logits (B, 256, 256, C) NHWC, IoU predictions (B, C)); C = 3 (multimask) or 1."""
+        masks, iou_pred = self.predict_masks(image_embeddings, image_pe, sparse_prompt_embeddings,
+                                             dense_prompt_embeddings)
+        # tokens 1..3 are the three disambiguated masks, token 0 the single-mask answer
+        selected = slice(1, None) if multimask_output else slice(0, 1)
+        return masks[..., selected], iou_pred[:, selected]
+
+    def predict_masks(self, image_embeddings, image_pe, sparse_prompt_embeddings, dense_prompt_embeddings):
+        batch = sparse_prompt_embeddings.shape[0]
+        output_tokens = mx.concatenate([self.iou_token.weight, self.mask_tokens.weight], axis=0)
+        output_tokens = mx.broadcast_to(output_tokens[None], (batch, *output_tokens.shape))
+        tokens = mx.concatenate([output_tokens, sparse_prompt_embeddings], axis=1)
+
+        # one image, several prompt sets: the image is repeated per prompt set
+        src = mx.repeat(image_embeddings, batch, axis=0) + dense_prompt_embeddings
+        pos_src = mx.repeat(image_pe, batch, axis=0)
+        b, h, w, c = src.shape
+        hs, src = self.transformer(src, pos_src, tokens)
+        iou_token_out = hs[:, 0]
+        mask_tokens_out = hs[:, 1 : 1 + self.num_mask_tokens]
+
+        upscaled = self.output_upscaling(src.reshape(b, h, w, c))
+        hyper_in = mx.stack([mlp(mask_tokens_out[:, i]) for i, mlp in enumerate(self.output_hypernetworks_mlps)],
+                            axis=1)  # (B, tokens, C')
+        b, uh, uw, uc = upscaled.shape
+        masks = (upscaled.reshape(b, uh * uw, uc) @ hyper_in.transpose(0, 2, 1)).reshape(b, uh, uw, -1)
+        return masks, self.iou_prediction_head(iou_token_out)

@@ -1,0 +1,58 @@
+"""MobileSAM: TinyViT image encoder + SAM prompt encoder + SAM mask decoder (upstream ``build_sam_vit_t``)."""
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from zoo.kernels import resize
+
+from .mask_decoder import MaskDecoder
+from .predictor import SamPredictor
+from .prompt_encoder import PromptEncoder
+from .tiny_vit import TinyViT
+
+PIXEL_MEAN = (123.675, 116.28, 103.53)
+PIXEL_STD = (58.395, 57.12, 57.375)
+PROMPT_EMBED_DIM = 256
+PATCH_SIZE = 16  # image pixels per image-embedding cell
+
+
+class Sam(nn.Module):
+    mask_threshold = 0.0
+
+    def __init__(self, img_size: int = 1024):
+        super().__init__()
+        self.img_size = img_size
+        grid = img_size // PATCH_SIZE
+        self.image_encoder = TinyViT(img_size)
+        self.prompt_encoder = PromptEncoder(PROMPT_EMBED_DIM, (grid, grid), (img_size, img_size), mask_in_chans=16)
+        self.mask_decoder = MaskDecoder(PROMPT_EMBED_DIM)
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.image_encoder.dtype
+
+    def preprocess(self, image: np.ndarray) -> mx.array:
+        """Resized uint8 (h, w, 3) image -> (1, S, S, 3) normalised and zero-padded at the bottom/right.
+
+        Normalised in float32, then cast: the padding is zeros after normalisation.
+        """
+        h, w = image.shape[:2]
+        x = (mx.array(image).astype(mx.float32) - mx.array(PIXEL_MEAN, mx.float32)) / mx.array(PIXEL_STD, mx.float32)
+        x = mx.pad(x, ((0, self.img_size - h), (0, self.img_size - w), (0, 0)))
+        return x[None].astype(self.dtype)
+
+    def postprocess_masks(self, masks: mx.array, input_size: tuple[int, int], original_size: tuple[int, int]) -> mx.array:
+        """Low-res logits (B, 256, 256, C) -> (B, H, W, C) float32 logits at the original image size.
+
+        Bilinear (align_corners=False) to S x S, crop the padding away, bilinear to
+        the original size: two resizes, as upstream, not one.
+        """
+        masks = resize(masks.astype(mx.float32), (self.img_size, self.img_size), mode="bilinear")
+        masks = masks[:, : input_size[0], : input_size[1]]
+        return resize(masks, tuple(original_size), mode="bilinear")
+
+    def predictor(self) -> SamPredictor:
+        """A SamPredictor on this model: set_image once, predict many times."""
+        return SamPredictor(self)

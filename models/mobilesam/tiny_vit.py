@@ -1,0 +1,252 @@
+"""TinyViT-5M, MobileSAM's image encoder, in MLX.
+
+Attribute names mirror the official checkpoint (``image_encoder.patch_embed.seq.0.c``,
+``image_encoder.layers.1.blocks.0.attn.qkv``, ...). Convolutions run on NHWC;
+between stages the activations are token sequences (B, H*W, C) with the token
+index h * W + w, exactly what upstream passes between its layers, so every
+stage can be compared with upstream's as it is.
+"""
+from __future__ import annotations
+
+import itertools
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from zoo.devices import as_model_input
+from zoo.errors import ZooError
+from zoo.models.layers import Sequential
+
+EMBED_DIMS = (64, 128, 160, 320)
+DEPTHS = (2, 2, 6, 2)
+NUM_HEADS = (2, 4, 5, 10)  # head dim 32 in every stage
+WINDOW_SIZES = (7, 7, 14, 7)
+MLP_RATIO = 4
+MBCONV_EXPAND_RATIO = 4
+NECK_DIM = 256
+
+
+class Conv2d_BN(nn.Module):
+    """Convolution without bias followed by BatchNorm (eval mode: running statistics)."""
+
+    def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1, padding: int = 0, groups: int = 1):
+        super().__init__()
+        self.c = nn.Conv2d(cin, cout, kernel, stride=stride, padding=padding, groups=groups, bias=False)
+        self.bn = nn.BatchNorm(cout)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.bn(self.c(x))
+
+
+class PatchEmbed(nn.Module):
+    """Two stride-2 3x3 convolutions: (B, 1024, 1024, 3) -> (B, 256, 256, 64)."""
+
+    def __init__(self, cin: int, dim: int):
+        super().__init__()
+        self.seq = Sequential(Conv2d_BN(cin, dim // 2, 3, 2, 1), nn.GELU(), Conv2d_BN(dim // 2, dim, 3, 2, 1))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.seq(x)
+
+
+class MBConv(nn.Module):
+    """Inverted residual: 1x1 expand, 3x3 depthwise, 1x1 project, GELU after the sum."""
+
+    def __init__(self, dim: int, expand_ratio: int):
+        super().__init__()
+        hidden = dim * expand_ratio
+        self.conv1 = Conv2d_BN(dim, hidden)
+        self.act1 = nn.GELU()
+        self.conv2 = Conv2d_BN(hidden, hidden, 3, 1, 1, groups=hidden)
+        self.act2 = nn.GELU()
+        self.conv3 = Conv2d_BN(hidden, dim)
+        self.act3 = nn.GELU()
+
+    def shortcut(self, x: mx.array) -> mx.array:
+        return x
+
+    def __call__(self, x: mx.array) -> mx.array:
+        out = self.conv3(self.act2(self.conv2(self.act1(self.conv1(x)))))
+        return self.act3(out + self.shortcut(x))
+
+
+class PatchMerging(nn.Module):
+    """1x1 conv, depthwise 3x3 conv (stride 2, or 1 into the last stage), 1x1 conv; returns tokens."""
+
+    def __init__(self, input_resolution: tuple[int, int], dim: int, out_dim: int, stride: int):
+        super().__init__()
+        self.input_resolution = input_resolution
+        self.conv1 = Conv2d_BN(dim, out_dim)
+        self.act = nn.GELU()
+        self.conv2 = Conv2d_BN(out_dim, out_dim, 3, stride, 1, groups=out_dim)
+        self.conv3 = Conv2d_BN(out_dim, out_dim)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if x.ndim == 3:  # tokens from a transformer stage
+            x = x.reshape(x.shape[0], *self.input_resolution, x.shape[-1])
+        x = self.conv3(self.act(self.conv2(self.act(self.conv1(x)))))
+        return x.reshape(x.shape[0], -1, x.shape[-1])
+
+
+class ConvLayer(nn.Module):
+    """Stage 0: MBConv blocks on the NHWC map, then PatchMerging to tokens."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, out_dim: int):
+        super().__init__()
+        self.blocks = [MBConv(dim, MBCONV_EXPAND_RATIO) for _ in range(depth)]
+        self.downsample = PatchMerging(input_resolution, dim, out_dim, stride=2)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        for block in self.blocks:
+            x = block(x)
+        return self.downsample(x)
+
+
+def relative_offset_index(window: int) -> np.ndarray:
+    """(N, N) index into a head's bias table, N = window**2: one entry per distinct |dy|, |dx|.
+
+    Offsets are numbered in order of first appearance, as upstream numbers them, so
+    that the checkpoint's ``attention_biases`` columns line up.
+    """
+    points = list(itertools.product(range(window), range(window)))
+    offsets: dict[tuple[int, int], int] = {}
+    index = []
+    for p1 in points:
+        for p2 in points:
+            index.append(offsets.setdefault((abs(p1[0] - p2[0]), abs(p1[1] - p2[1])), len(offsets)))
+    return np.array(index, dtype=np.int32).reshape(len(points), len(points))
+
+
+class Attention(nn.Module):
+    """Window self-attention with a learned bias per head and relative offset.
+
+    The qkv projection is laid out per head: head h's features are
+    [q (key_dim), k (key_dim), v (key_dim)] at h * 3 * key_dim.
+    """
+
+    def __init__(self, dim: int, num_heads: int, window: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.key_dim = dim // num_heads
+        self.scale = self.key_dim**-0.5
+        self.norm = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+        index = relative_offset_index(window)
+        self.attention_biases = mx.zeros((num_heads, int(index.max()) + 1))
+        # Not a parameter (leading underscore): an index, never stored in checkpoints.
+        self._bias_index = mx.array(index)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        b, n, _ = x.shape
+        qkv = self.qkv(self.norm(x)).reshape(b, n, self.num_heads, 3, self.key_dim).transpose(3, 0, 2, 1, 4)
+        # Gathered on every call from the loaded table: upstream caches this gather
+        # at eval() time, a cache that goes stale when weights are loaded later.
+        bias = mx.take(self.attention_biases, self._bias_index, axis=1)
+        out = mx.fast.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], scale=self.scale, mask=bias)
+        return self.proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fc1 = nn.Linear(dim, hidden)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(hidden, dim)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.fc2(self.act(self.fc1(self.norm(x))))
+
+
+class TinyViTBlock(nn.Module):
+    """Windowed attention (+ residual), depthwise 3x3 conv, MLP (+ residual) on tokens."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], num_heads: int, window: int):
+        super().__init__()
+        self.input_resolution = input_resolution
+        self.window = window
+        self.attn = Attention(dim, num_heads, window)
+        self.mlp = Mlp(dim, dim * MLP_RATIO)
+        self.local_conv = Conv2d_BN(dim, dim, 3, 1, 1, groups=dim)
+
+    def shortcut(self, x: mx.array) -> mx.array:
+        return x
+
+    def windowed_attention(self, x: mx.array) -> mx.array:
+        b, length, c = x.shape
+        h, w = self.input_resolution
+        ws = self.window
+        pad_b, pad_r = -h % ws, -w % ws
+        x = x.reshape(b, h, w, c)
+        # Zero padding goes in before the attention's LayerNorm: the padded tokens
+        # become the norm's bias and take part in the softmax, as upstream.
+        x = mx.pad(x, ((0, 0), (0, pad_b), (0, pad_r), (0, 0)))
+        nh, nw = (h + pad_b) // ws, (w + pad_r) // ws
+        x = x.reshape(b, nh, ws, nw, ws, c).transpose(0, 1, 3, 2, 4, 5).reshape(b * nh * nw, ws * ws, c)
+        x = self.attn(x)
+        x = x.reshape(b, nh, nw, ws, ws, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, nh * ws, nw * ws, c)
+        return x[:, :h, :w].reshape(b, length, c)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        b, length, c = x.shape
+        x = self.shortcut(x) + self.windowed_attention(x)
+        x = self.local_conv(x.reshape(b, *self.input_resolution, c)).reshape(b, length, c)
+        return self.shortcut(x) + self.mlp(x)
+
+
+class BasicLayer(nn.Module):
+    """A transformer stage on tokens, optionally followed by PatchMerging."""
+
+    def __init__(self, dim: int, input_resolution: tuple[int, int], depth: int, num_heads: int, window: int,
+                 out_dim: int | None, merge_stride: int = 2):
+        super().__init__()
+        self.blocks = [TinyViTBlock(dim, input_resolution, num_heads, window) for _ in range(depth)]
+        if out_dim is not None:
+            self.downsample = PatchMerging(input_resolution, dim, out_dim, merge_stride)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        for block in self.blocks:
+            x = block(x)
+        return self.downsample(x) if "downsample" in self else x
+
+
+class TinyViT(nn.Module):
+    """(B, img_size, img_size, 3) normalised image -> (B, img_size/16, img_size/16, 256) embeddings."""
+
+    def __init__(self, img_size: int = 1024):
+        super().__init__()
+        self.img_size = img_size
+        self.patch_embed = PatchEmbed(3, EMBED_DIMS[0])
+        r = img_size // 4
+        # Stage resolutions 256, 128, 64, 64 at 1024: the last merge keeps the resolution
+        # (upstream uses stride 1 when merging into 320 channels).
+        resolutions = ((r, r), (r // 2, r // 2), (r // 4, r // 4), (r // 4, r // 4))
+        self.layers = [ConvLayer(EMBED_DIMS[0], resolutions[0], DEPTHS[0], EMBED_DIMS[1])]
+        for i in (1, 2, 3):
+            out_dim = EMBED_DIMS[i + 1] if i < 3 else None
+            merge_stride = 2 if i < 2 else 1
+            self.layers.append(BasicLayer(EMBED_DIMS[i], resolutions[i], DEPTHS[i], NUM_HEADS[i],
+                                          WINDOW_SIZES[i], out_dim, merge_stride))
+        self.output_resolution = resolutions[3]
+        self.neck = Sequential(
+            nn.Conv2d(EMBED_DIMS[3], NECK_DIM, 1, bias=False),
+            nn.LayerNorm(NECK_DIM, eps=1e-6),  # SAM's LayerNorm2d: over channels, i.e. the last axis in NHWC
+            nn.Conv2d(NECK_DIM, NECK_DIM, 3, padding=1, bias=False),
+            nn.LayerNorm(NECK_DIM, eps=1e-6),
+        )
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.neck["0"].weight.dtype
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = as_model_input(x, self.dtype, "image")
+        if x.ndim != 4 or x.shape[1:] != (self.img_size, self.img_size, 3):
+            raise ZooError(f"TinyViT expects (B, {self.img_size}, {self.img_size}, 3), got {tuple(x.shape)}: pass the image as SamPredictor.set_image does (resized and padded to {self.img_size})")
+        x = self.patch_embed(x)
+        for layer in self.layers:
+            x = layer(x)
+        x = x.reshape(x.shape[0], *self.output_resolution, x.shape[-1])
+        return self.neck(x)

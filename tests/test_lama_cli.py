@@ -1,0 +1,208 @@
+"""LaMa inpainting: the upstream predict pipeline, HD strategies, `zoo.run lama`, and bad input."""
+import mlx.core as mx
+import numpy as np
+import pytest
+from PIL import Image
+
+import zoo
+from zoo.errors import ZooError
+from zoo.models.lama import check_memory, crop_boxes, pass_sizes, plan_passes
+from zoo.run import main
+from zoo.validate.reference import lama as reference
+from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+from conftest import MANIFESTS
+
+H, W = 45, 61  # not multiples of 8
+
+
+@pytest.fixture(scope="module")
+def model():
+    return zoo.load("lama", weights="synthetic:0", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    """A photo with two holes: one of grey level 255, one of grey level 7."""
+    folder = tmp_path_factory.mktemp("lama")
+    image = np.random.default_rng(0).integers(0, 256, (H, W, 3), dtype=np.uint8)
+    mask = np.zeros((H, W), np.uint8)
+    mask[5:14, 6:20] = 255
+    mask[30:40, 48:57] = 7
+    Image.fromarray(image).save(folder / "photo.png")
+    Image.fromarray(mask).save(folder / "mask.png")
+    return folder, image, mask > 0
+
+
+def upstream_pipeline(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """bin/predict.py in numpy: [0, 1] floats, symmetric pad to 8 at bottom/right, mask > 0
+    after padding, the generator (float64 reference), inpainted, crop, clip(x*255) truncated."""
+    h, w = mask.shape
+    pad = ((0, -h % 8), (0, -w % 8))
+    img = np.pad(image.transpose(2, 0, 1).astype(np.float32) / 255, ((0, 0), *pad), mode="symmetric")[None]
+    m = (np.pad(mask.astype(np.float32)[None] / 255, ((0, 0), *pad), mode="symmetric") > 0)[None].astype(np.float32)
+    sd = synthetic_state_dict(read_manifest(MANIFESTS / "lama.json"), 0)
+    predicted = reference.forward(sd, img.astype(np.float64), m.astype(np.float64))
+    out = reference.inpainted(img, m, predicted.astype(np.float32))[0].transpose(1, 2, 0)[:h, :w]
+    return np.clip(out * 255, 0, 255).astype(np.uint8)
+
+
+def test_inpaint_is_the_upstream_predict_pipeline(model):
+    rng = np.random.default_rng(1)
+    image = rng.integers(0, 256, (21, 30, 3), dtype=np.uint8)
+    mask = np.zeros((21, 30), np.uint8)
+    mask[4:12, 10:27] = rng.integers(1, 256, (8, 17))  # grey levels: all hole
+    mask[18:, :4] = 255  # at the padded border
+    got = model.inpaint(image, mask, hd_strategy="original")
+    expected = upstream_pipeline(image, mask)
+    hole = mask > 0
+    assert np.array_equal(got[~hole], image[~hole])
+    # float32 against the float64 reference: a truncation may land one level apart
+    diff = np.abs(got.astype(int) - expected)
+    assert diff.max() <= 1 and (diff > 0).mean() < 0.01
+    assert (got[hole] != image[hole]).mean() > 0.5
+
+
+def test_mask_is_binarised_as_upstream(model, tmp_path):
+    image = np.random.default_rng(2).integers(0, 256, (16, 20, 3), dtype=np.uint8)
+    binary = np.zeros((16, 20), bool)
+    binary[3:9, 4:15] = True
+    expected = model.inpaint(image, binary)
+    grey = np.where(binary, np.arange(16 * 20).reshape(16, 20) % 255 + 1, 0).astype(np.uint8)
+    assert np.array_equal(model.inpaint(image, grey), expected)
+    # a mask file as RGBA: PIL's convert("L"), as upstream, ignores alpha
+    rgba = np.zeros((16, 20, 4), np.uint8)
+    rgba[binary] = (0, 0, 9, 0)  # luma of blue 9: 9 * 114 / 1000 rounds to 1, nonzero
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "mask.png")
+    assert np.array_equal(model.inpaint(image, tmp_path / "mask.png"), expected)
+
+
+def test_mask_without_hole_returns_the_image_unchanged(model):
+    image = np.random.default_rng(3).integers(0, 256, (10, 12, 3), dtype=np.uint8)
+    with pytest.warns(UserWarning, match="no pixel as hole: the image is returned unchanged"):
+        out = model.inpaint(image, np.zeros((10, 12), np.uint8))
+    assert np.array_equal(out, image) and out is not image
+
+
+@pytest.mark.parametrize("size", [(1, 1), (5, 7), (8, 8), (9, 17)])
+def test_tiny_images_are_padded_to_16(model, size):
+    image = np.random.default_rng(4).integers(0, 256, (*size, 3), dtype=np.uint8)
+    hole = np.zeros(size, bool)
+    hole[size[0] // 2, size[1] // 2] = True
+    out = model.inpaint(image, hole)
+    assert out.shape == image.shape and np.array_equal(out[~hole], image[~hole])
+
+
+def test_library_bad_inputs(model):
+    image = np.zeros((20, 30, 3), np.uint8)
+    with pytest.raises(ZooError, match="the mask is 20x30 but the image is 30x20"):
+        model.inpaint(image, np.ones((30, 20), np.uint8))
+    with pytest.raises(ZooError, match="NaN or Inf"):
+        model.inpaint(image, np.full((20, 30), np.nan))
+    with pytest.raises(ZooError, match="unknown hd strategy 'tiles'"):
+        model.inpaint(image, np.ones((20, 30), np.uint8), hd_strategy="tiles")
+    from zoo.models.lama import compose
+
+    with pytest.raises(ZooError, match="NaN/Inf in the hole .* --dtype bfloat16 or float32"):
+        compose(image, np.ones((20, 30), bool), np.full((20, 30, 3), np.nan, np.float32))
+
+
+def test_huge_image_gets_memory_guidance():
+    # the default bound is the device's memory: 12 MP needs ~180 GB at 15 kB per pixel
+    with pytest.raises(ZooError, match=r"4000x3000 pixels needs about 180 GB of memory \(the device has"):
+        check_memory((3000, 4000), None, mx.float32)
+    with pytest.raises(ZooError, match="use --hd-strategy crop .* or resize"):
+        check_memory((3000, 4000), 4.0, mx.float16)
+    check_memory((1000, 1000), 1.0, mx.float32)
+
+
+def test_crop_boxes_cover_each_hole_with_its_margin():
+    hole = np.zeros((300, 400), bool)
+    hole[10:20, 30:50] = True  # near the top border: the crop shifts down, keeping its size
+    hole[200:230, 300:310] = True
+    hole[215, 335] = True  # 25 px right of the second hole: their crops overlap and merge
+    boxes = crop_boxes(hole, margin=16)
+    assert boxes == [(0, 14, 42, 66), (184, 284, 246, 352)]
+    for top, left, bottom, right in boxes:
+        assert hole[top:bottom, left:right].any()
+    covered = np.zeros_like(hole)
+    for top, left, bottom, right in boxes:
+        covered[top:bottom, left:right] = True
+    assert covered[hole].all()
+    assert crop_boxes(hole, margin=200) == [(0, 0, 300, 400)]
+
+
+def test_strategies_plan_their_passes():
+    hole = np.zeros((100, 300), bool)
+    hole[40:50, 10:20] = True
+    assert plan_passes(hole, "original", 64, 8, 50) == (1.0, [(0, 0, 100, 300)])
+    scale, boxes = plan_passes(hole, "resize", 64, 8, 50)
+    assert pass_sizes(hole.shape, scale, boxes) == [(21, 64)]
+    assert plan_passes(hole, "resize", 300, 8, 50) == (1.0, [(0, 0, 100, 300)])  # not above the limit
+    assert plan_passes(hole, "crop", 64, 8, 50) == (1.0, [(32, 2, 58, 28)])
+    assert plan_passes(hole, "crop", 64, 8, 300) == (1.0, [(0, 0, 100, 300)])  # not above the trigger
+    with pytest.raises(ZooError, match="crop margin -1 is negative"):
+        plan_passes(hole, "crop", 64, -1, 50)
+    with pytest.raises(ZooError, match="resize limit 8 is too small"):
+        plan_passes(hole, "resize", 8, 8, 50)
+
+
+CLI_STRATEGIES = {
+    "original": ["--hd-strategy", "original"],
+    "resize": ["--hd-strategy", "resize", "--resize-limit", "32"],
+    "crop": ["--hd-strategy", "crop", "--crop-trigger-size", "40", "--crop-margin", "6", "--dtype", "float16"],
+}
+
+
+@pytest.mark.parametrize("strategy", CLI_STRATEGIES)
+def test_cli_keeps_every_pixel_outside_the_hole(files, strategy, capsys):
+    folder, image, hole = files
+    out = folder / f"out_{strategy}.png"
+    argv = ["lama", str(folder / "photo.png"), "--mask", str(folder / "mask.png"), "--out", str(out),
+            "--weights", "synthetic:0", "--device", "cpu", *CLI_STRATEGIES[strategy]]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    result = np.asarray(Image.open(out))
+    assert result.shape == image.shape
+    assert np.array_equal(result[~hole], image[~hole])
+    assert (result[hole] != image[hole]).mean() > 0.5
+    assert not list(folder.glob(".*.part"))
+    expected = {"original": "1 pass (original)", "resize": "1 pass at scale 0.525 (resize)",
+                "crop": "2 passes (crop)"}[strategy]
+    assert expected in err
+    if strategy == "crop":
+        assert "inpainting crops: 100%" in err  # the progress bar of multi-crop work
+
+
+def test_cli_default_output_and_empty_mask(files, tmp_path, capsys):
+    _, image, _ = files
+    Image.fromarray(np.zeros((H, W), np.uint8)).save(tmp_path / "empty.png")
+    Image.fromarray(image).save(tmp_path / "photo.png")
+    assert main(["lama", str(tmp_path / "photo.png"), "--mask", str(tmp_path / "empty.png"),
+                 "--weights", "synthetic:0", "--device", "cpu"]) == 0
+    assert "marks no pixel as hole" in capsys.readouterr().err
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "photo_inpainted.png")), image)
+
+
+def cli_error(argv, capsys) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    return err.splitlines()[-1]
+
+
+def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):
+    """Every check runs before the weights are read: a missing weights file is never reached."""
+    folder, _, _ = files
+    base = ["lama", str(folder / "photo.png"), "--weights", str(tmp_path / "missing.safetensors"), "--device", "cpu"]
+    Image.fromarray(np.zeros((W, H), np.uint8)).save(tmp_path / "rotated.png")
+    assert "the mask is 45x61 but the image is 61x45: pass a mask of the image's size" in cli_error(
+        [*base, "--mask", str(tmp_path / "rotated.png")], capsys)
+    mask = ["--mask", str(folder / "mask.png")]
+    assert "needs about 0.0461 GB of memory (--max-megapixels 0.001): use --hd-strategy crop" in cli_error(
+        [*base, *mask, "--hd-strategy", "original", "--max-megapixels", "0.001"], capsys)
+    assert "cannot write .xyz; use .png" in cli_error([*base, *mask, "--out", str(tmp_path / "r.xyz")], capsys)
+    assert "is the input image" in cli_error([*base, *mask, "--out", str(folder / "photo.png")], capsys)
+    assert "image not found" in cli_error(["lama", "nope.png", "--mask", "nope.png", "--weights", "synthetic"], capsys)
+    with pytest.raises(SystemExit):  # argparse names the choices
+        main(["lama", str(folder / "photo.png"), "--hd-strategy", "tiles", *mask])
+    assert "invalid choice: 'tiles'" in capsys.readouterr().err

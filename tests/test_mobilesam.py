@@ -1,0 +1,214 @@
+"""MobileSAM: checkpoints, the attention-bias table, SamPredictor semantics and its errors.
+
+The predictor tests run a 128x128 MobileSAM (the same code and weights, 1/64 of the
+1024 encoder's work) against the numpy reference at the same size.
+"""
+import dataclasses
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from PIL import Image
+from safetensors.numpy import save_file
+
+import zoo
+from conftest import MANIFESTS
+from torch_writer import tensor, write_torch_zip
+from zoo import registry
+from zoo.errors import ZooError
+from zoo.models.mobilesam import SamPredictor, sanitize
+from zoo.models.mobilesam.tiny_vit import Attention, TinyViT
+from zoo.validate.reference import mobilesam as reference
+from zoo.validate.reference.trace import Trace
+from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+SIZE = 128  # model input size of the small predictor
+LOW_RES = 4 * SIZE // 16
+TOL = 1e-4  # float32 against the float64 reference, relative to the largest value
+
+
+def rel_err(got, ref) -> float:
+    ref = np.asarray(ref, np.float64)
+    return float(np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max())
+
+
+@pytest.fixture(scope="module")
+def checkpoint():
+    """The official checkpoint's keys (classifier head included) with the synthetic:0 values."""
+    return synthetic_state_dict(read_manifest(MANIFESTS / "mobilesam.json"), 0)
+
+
+@pytest.fixture(scope="module")
+def small_spec():
+    return dataclasses.replace(registry.get_spec("mobilesam"), preprocess={"image_size": SIZE})
+
+
+@pytest.fixture(scope="module")
+def small_sam(small_spec):
+    return registry.build(small_spec, registry.read_weights(small_spec, "synthetic:0"))
+
+
+@pytest.fixture(scope="module")
+def image():
+    return np.random.default_rng(7).integers(0, 256, (90, 120, 3), dtype=np.uint8)
+
+
+@pytest.fixture(scope="module")
+def predictor(small_sam, image):
+    p = SamPredictor(small_sam)
+    p.set_image(image)
+    return p
+
+
+# ---------------------------------------------------------------- checkpoints
+
+
+def test_sanitize_drops_the_classifier_head_and_recomputed_buffers(checkpoint):
+    extra = {"image_encoder.layers.1.blocks.0.attn.attention_bias_idxs": np.zeros((49, 49), np.int64),
+             "image_encoder.layers.1.blocks.0.attn.ab": np.zeros((4, 49, 49), np.float32),
+             "pixel_mean": np.zeros((3, 1, 1), np.float32)}
+    out = sanitize({**checkpoint, **extra}, {})
+    assert set(checkpoint) - set(out) == {"image_encoder.norm_head.weight", "image_encoder.norm_head.bias",
+                                          "image_encoder.head.weight", "image_encoder.head.bias"}
+    assert not set(extra) & set(out)
+
+
+def test_official_pt_and_candle_safetensors_load_the_same(checkpoint, tmp_path):
+    """mobile_sam.pt is a plain state dict (torch-free reader); candle's file has the same names."""
+    pt = write_torch_zip(tmp_path / "mobile_sam.pt", {k: tensor(v) for k, v in checkpoint.items()})
+    st = tmp_path / "mobile_sam-tiny-vitt.safetensors"
+    save_file(checkpoint, str(st))
+    a = dict(tree_flatten(zoo.load("mobilesam", weights=pt, device="cpu").parameters()))
+    b = dict(tree_flatten(zoo.load("mobilesam", weights=st, device="cpu").parameters()))
+    assert a.keys() == b.keys() and len(a) == 408
+    name = "image_encoder.layers.2.blocks.3.attn.attention_biases"
+    assert mx.array_equal(a[name], mx.array(checkpoint[name]))
+    # ConvTranspose2d (in, out, kH, kW) -> MLX (out, kH, kW, in)
+    up = "mask_decoder.output_upscaling.0.weight"
+    assert mx.array_equal(a[up], mx.array(checkpoint[up].transpose(1, 2, 3, 0)))
+    assert all(mx.array_equal(a[k], b[k]) for k in a)
+
+
+def test_a_missing_key_is_refused(checkpoint, tmp_path):
+    partial = {k: v for k, v in checkpoint.items() if k != "mask_decoder.iou_token.weight"}
+    save_file(partial, str(tmp_path / "partial.safetensors"))
+    with pytest.raises(ZooError, match=r"missing 1 \(mask_decoder.iou_token.weight\)"):
+        zoo.load("mobilesam", weights=tmp_path / "partial.safetensors", device="cpu")
+
+
+def test_attention_bias_table_is_read_at_call_time():
+    """Upstream caches attention_biases[:, idxs] at eval(): a cache that goes stale when weights
+    load afterwards. Here the table is gathered on every call, so loading a new table counts."""
+    attn = Attention(64, 2, 7)
+    x = np.random.default_rng(0).standard_normal((3, 49, 64)).astype(np.float32)
+    rng = np.random.default_rng(1)
+    for _ in range(2):
+        attn.update({"attention_biases": mx.array(rng.standard_normal((2, 49)).astype(np.float32))})
+        sd = {f"attn.{k}": np.array(v, np.float64) for k, v in tree_flatten(attn.parameters())}
+        expected = reference._window_attention(Trace(), sd, "attn", x.astype(np.float64), 2, 7)
+        assert rel_err(np.array(attn(mx.array(x))), expected) < TOL
+
+
+def test_encoder_refuses_a_wrong_input_size():
+    with pytest.raises(ZooError, match=r"TinyViT expects \(B, 128, 128, 3\)"):
+        TinyViT(128)(mx.zeros((1, 64, 64, 3)))
+
+
+# ---------------------------------------------------------------- SamPredictor against the reference
+
+
+@pytest.mark.parametrize("prompt", [
+    {"point_coords": [[60.0, 45.0]], "point_labels": [1], "multimask_output": True},
+    {"box": [10.0, 12.0, 90.0, 70.0], "multimask_output": False},
+    {"point_coords": [[30.0, 40.0], [100.0, 80.0]], "point_labels": [1, 0], "box": [5.0, 5.0, 110.0, 85.0],
+     "multimask_output": False},
+], ids=["point", "box", "points+box"])
+def test_predict_matches_reference(predictor, small_sam, image, checkpoint, prompt):
+    masks, scores, low_res = predictor.predict(**prompt, return_logits=True)
+    expected = reference.predict(sanitize(checkpoint, {}), image, prompt.get("point_coords"), prompt.get("point_labels"),
+                                 prompt.get("box"), multimask_output=prompt["multimask_output"], img_size=SIZE)
+    channels = 3 if prompt["multimask_output"] else 1
+    assert masks.shape == (channels, 90, 120) and scores.shape == (channels,) and low_res.shape == (channels, LOW_RES, LOW_RES)
+    for got, ref in zip((masks, scores, low_res), expected):
+        assert rel_err(got, ref) < TOL
+    binary, _, _ = predictor.predict(**prompt)
+    assert binary.dtype == bool and np.array_equal(binary, masks > 0)
+
+
+def test_mask_input_from_a_previous_prediction_matches_reference(predictor, image, checkpoint):
+    prompt = {"point_coords": [[60.0, 45.0]], "point_labels": [1]}
+    _, scores, low_res = predictor.predict(**prompt)
+    mask_input = low_res[np.argmax(scores)][None]
+    got = predictor.predict(**prompt, mask_input=mask_input, multimask_output=False, return_logits=True)
+    expected = reference.predict(sanitize(checkpoint, {}), image, prompt["point_coords"], prompt["point_labels"],
+                                 mask_input=mask_input, multimask_output=False, img_size=SIZE)
+    for g, ref in zip(got, expected):
+        assert rel_err(g, ref) < TOL
+
+
+def test_set_image_encodes_once_for_many_predictions(small_sam, image, monkeypatch):
+    calls = []
+    original = TinyViT.__call__
+    monkeypatch.setattr(TinyViT, "__call__", lambda self, x: calls.append(1) or original(self, x))
+    p = small_sam.predictor()
+    p.set_image(Image.fromarray(image))
+    for x in (10, 50, 100):
+        p.predict(point_coords=[[x, 30]], point_labels=[1])
+    p.predict(box=[0, 0, 60, 60])
+    assert len(calls) == 1
+
+
+def test_bgr_input_is_flipped_to_rgb(small_sam, image, predictor):
+    p = small_sam.predictor()
+    p.set_image(np.ascontiguousarray(image[..., ::-1]), image_format="BGR")
+    assert mx.array_equal(p.get_image_embedding(), predictor.get_image_embedding())
+
+
+def test_float16_model_stays_close_to_float32(small_spec, image, predictor):
+    sam16 = registry.build(small_spec, registry.read_weights(small_spec, "synthetic:0"), "float16")
+    p = sam16.predictor()
+    p.set_image(image)
+    prompt = {"point_coords": [[60.0, 45.0]], "point_labels": [1], "return_logits": True}
+    masks16, scores16, _ = p.predict(**prompt)
+    masks32, scores32, _ = predictor.predict(**prompt)
+    assert masks16.dtype == np.float32 and np.isfinite(masks16).all()
+    assert rel_err(masks16, masks32) < 5e-2 and np.abs(scores16 - scores32).max() < 5e-2
+
+
+# ---------------------------------------------------------------- bad input: one-line errors
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({}, "empty prompt"),
+    ({"point_coords": [[120.0, 10.0]], "point_labels": [1]}, r"point \(120, 10\) is outside the 120x90 image"),
+    ({"point_coords": [[-1.0, 10.0]], "point_labels": [1]}, "is outside the 120x90 image"),
+    ({"point_coords": [[10.0, 10.0]], "point_labels": [2]}, "point label 2 is not allowed"),
+    ({"point_coords": [[10.0, 10.0]], "point_labels": [-1]}, "point label -1 is not allowed"),
+    ({"point_coords": [[10.0, 10.0]]}, "point_coords and point_labels go together"),
+    ({"point_coords": [10.0, 10.0], "point_labels": [1]}, r"point_coords has shape \(2,\)"),
+    ({"point_coords": [[10.0, 10.0]], "point_labels": [1, 0]}, r"point_labels has shape \(2,\)"),
+    ({"point_coords": [[np.nan, 10.0]], "point_labels": [1]}, "NaN or infinity"),
+    ({"point_coords": [["left", "top"]], "point_labels": [1]}, "point_coords must be numbers"),
+    ({"box": [50.0, 10.0, 20.0, 40.0]}, "has x2 < x1"),
+    ({"box": [10.0, 10.0, 130.0, 40.0]}, "reaches outside the 120x90 image"),
+    ({"box": [10.0, 10.0, 40.0]}, r"box has shape \(3,\)"),
+    ({"point_coords": [[10.0, 10.0]], "point_labels": [1], "mask_input": np.zeros((1, 256, 256))},
+     r"mask_input has shape \(1, 256, 256\) \(float64\): expected \(1, 32, 32\)"),
+    ({"mask_input": np.zeros((32, 32))}, r"expected \(1, 32, 32\)"),
+])
+def test_bad_prompts_raise_one_line_errors(predictor, kwargs, message):
+    with pytest.raises(ZooError, match=message) as e:
+        predictor.predict(**kwargs)
+    assert "\n" not in str(e.value)
+
+
+def test_predict_before_set_image_and_bad_images(small_sam, tmp_path):
+    p = small_sam.predictor()
+    with pytest.raises(ZooError, match="no image set"):
+        p.predict(point_coords=[[1, 1]], point_labels=[1])
+    (tmp_path / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(ZooError, match="not an image file"):
+        p.set_image(tmp_path / "broken.png")
+    with pytest.raises(ZooError, match="image_format 'RGBA'"):
+        p.set_image(np.zeros((8, 8, 3), np.uint8), image_format="RGBA")

@@ -1,0 +1,116 @@
+"""python -m zoo.run mobilesam: mask PNGs, overlay and JSON for points, boxes and both; one-line errors.
+
+The registry entry is pointed at a 128x128 MobileSAM (same code and weights, 1/64 of the
+1024 encoder's work): the CLI's behaviour does not depend on the input size.
+"""
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from zoo import registry
+from zoo.models.mobilesam.tiny_vit import TinyViT
+from zoo.run import main
+
+
+@pytest.fixture(autouse=True)
+def small_mobilesam(monkeypatch):
+    spec = registry.get_spec("mobilesam")
+    monkeypatch.setitem(registry.REGISTRY, "mobilesam", dataclasses.replace(spec, preprocess={"image_size": 128}))
+
+
+@pytest.fixture(scope="module")
+def photo(tmp_path_factory):
+    path = tmp_path_factory.mktemp("img") / "photo.png"
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (120, 160, 3), dtype=np.uint8)).save(path)
+    return path
+
+
+def run_cli(photo, out, *prompt, capsys=None):
+    code = main(["mobilesam", str(photo), "--weights", "synthetic:0", "--device", "cpu", "--out", str(out), *prompt])
+    return code, (capsys.readouterr() if capsys else None)
+
+
+def check_outputs(out, photo, objects, masks_per_object):
+    summary = json.loads((out / "photo_masks.json").read_text())
+    assert (summary["width"], summary["height"]) == (160, 120) and len(summary["objects"]) == objects
+    overlay = Image.open(out / summary["overlay"])
+    assert overlay.size == (160, 120) and overlay.mode == "RGB"
+    for record in summary["objects"]:
+        assert len(record["masks"]) == masks_per_object
+        assert record["best"] == int(np.argmax([m["score"] for m in record["masks"]]))
+        for entry in record["masks"]:
+            mask = np.asarray(Image.open(out / entry["file"]))
+            assert mask.shape == (120, 160) and set(np.unique(mask)) <= {0, 255}
+            inside = mask == 255
+            assert entry["area"] == int(inside.sum())
+            if entry["area"]:
+                ys, xs = np.nonzero(inside)
+                assert entry["bbox_xyxy"] == [int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())]
+            else:
+                assert entry["bbox_xyxy"] is None
+    assert not list(out.glob(".*part"))
+    return summary
+
+
+def test_points(photo, tmp_path, capsys):
+    code, captured = run_cli(photo, tmp_path / "out", "--point", "80,60", "--point", "20,100,0", "--multimask",
+                             capsys=capsys)
+    assert code == 0
+    summary = check_outputs(tmp_path / "out", photo, objects=1, masks_per_object=3)
+    assert summary["objects"][0]["points"] == [{"x": 80.0, "y": 60.0, "label": 1}, {"x": 20.0, "y": 100.0, "label": 0}]
+    assert summary["objects"][0]["box_xyxy"] is None
+    assert "object 0 mask 2: score" in captured.out and "overlay:" in captured.out
+
+
+def test_box(photo, tmp_path):
+    assert run_cli(photo, tmp_path / "out", "--box", "10,20,120,100")[0] == 0
+    summary = check_outputs(tmp_path / "out", photo, objects=1, masks_per_object=1)
+    assert summary["objects"][0]["box_xyxy"] == [10.0, 20.0, 120.0, 100.0] and summary["objects"][0]["points"] is None
+
+
+def test_points_and_box_together(photo, tmp_path):
+    assert run_cli(photo, tmp_path / "out", "--point", "60,50", "--box", "10,20,120,100")[0] == 0
+    record = check_outputs(tmp_path / "out", photo, objects=1, masks_per_object=1)["objects"][0]
+    assert record["points"] == [{"x": 60.0, "y": 50.0, "label": 1}] and record["box_xyxy"] == [10.0, 20.0, 120.0, 100.0]
+
+
+def test_several_boxes_encode_the_image_once(photo, tmp_path, monkeypatch):
+    calls = []
+    original = TinyViT.__call__
+    monkeypatch.setattr(TinyViT, "__call__", lambda self, x: calls.append(1) or original(self, x))
+    assert run_cli(photo, tmp_path / "out", "--box", "0,0,80,60", "--box", "80,60,160,120", "--box", "20,20,60,90")[0] == 0
+    check_outputs(tmp_path / "out", photo, objects=3, masks_per_object=1)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("prompt, message", [
+    (["--point", "160,10"], "point (160, 10) is outside the 160x120 image"),
+    (["--point", "10,10,2"], "point label 2 is not allowed: use 1 (foreground) or 0 (background)"),
+    (["--box", "100,10,50,60"], "box (100, 10, 50, 60) has x2 < x1 or y2 < y1"),
+    (["--box", "10,10,50,130"], "reaches outside the 160x120 image"),
+    ([], "no prompt: give at least one --point"),
+    (["--point", "ten,10"], "--point 'ten,10' is not X,Y or X,Y,LABEL"),
+    (["--box", "1,2,3"], "--box '1,2,3' is not X1,Y1,X2,Y2"),
+    (["--point", "10,10", "--box", "0,0,5,5", "--box", "5,5,9,9"], "--point with several --box is ambiguous"),
+])
+def test_bad_prompts_fail_before_anything_is_written(photo, tmp_path, capsys, prompt, message):
+    code, captured = run_cli(photo, tmp_path / "out", *prompt, capsys=capsys)
+    assert code == 2
+    lines = captured.err.strip().splitlines()
+    assert lines[-1].startswith("error: ") and message in lines[-1] and "Traceback" not in captured.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_image_and_bad_out(photo, tmp_path, capsys):
+    bad = tmp_path / "bad.jpg"
+    bad.write_text("not a jpeg")
+    code, captured = run_cli(bad, tmp_path / "out", "--point", "1,1", capsys=capsys)
+    assert code == 2 and "error: cannot read" in captured.err and "not an image file" in captured.err
+    code, captured = run_cli(tmp_path / "missing.png", tmp_path / "out", "--point", "1,1", capsys=capsys)
+    assert code == 2 and "error: image not found" in captured.err
+    (tmp_path / "file").write_text("")
+    code, captured = run_cli(photo, tmp_path / "file", "--point", "1,1", capsys=capsys)
+    assert code == 2 and "exists and is not a folder" in captured.err

@@ -1,0 +1,52 @@
+"""big-lama parity case: a random image with a rectangular hole, as the upstream reference case.
+
+At --size 256 and --seed 1234 (the defaults) the inputs are exactly those of
+shared/reference/lama/biglama_seed0_256 (image uniform in [0, 1], hole rows
+64..159, cols 96..207); other sizes scale the rectangle.
+"""
+import mlx.core as mx
+import numpy as np
+
+from zoo.errors import ZooError
+from zoo.validate.reference import lama
+
+
+def add_arguments(parser):
+    parser.add_argument("--size", type=int, default=256,
+                        help="image height and width, a multiple of 8 and at least 16 (default 256, the upstream "
+                             "case; a pass takes minutes on the CPU backend: --size 64 is quick)")
+
+
+def make_inputs(spec, args):
+    size = args.size
+    if size % 8 or size < 16:
+        raise ZooError(f"--size {size}: use a multiple of 8 of at least 16")
+    image = np.random.default_rng(args.seed).uniform(0, 1, (1, 3, size, size)).astype(np.float32)
+    mask = np.zeros((1, 1, size, size), np.float32)
+    mask[0, 0, size * 64 // 256 : size * 160 // 256, size * 96 // 256 : size * 208 // 256] = 1
+    return {"image": image, "mask": mask}
+
+
+def run_mlx(model, inputs):
+    image, mask = (mx.array(inputs[k].transpose(0, 2, 3, 1)).astype(model.dtype) for k in ("image", "mask"))
+    return model(image, mask)
+
+
+def run_reference(spec, state_dict, inputs, trace):
+    return lama.forward(state_dict, inputs["image"], inputs["mask"], trace)
+
+
+# Names whose value is the output of the final sigmoid.
+SIGMOID_OUTPUTS = ("generator.model.35", "generator.model", "generator", "output")
+
+
+def tolerance(name, mode, dtype, default):
+    """End-to-end, the saturating sigmoid turns the logits' relative error into
+    absolute output error: the synthetic weights drive the logits to ~9e3, where
+    float32's roundoff alone is ~1e-3 (torch float32 itself is 6e-4 off the
+    float64 upstream case). In float32 the sigmoid's outputs, pixel values in
+    [0, 1], are held to one uint8 level (1/255); the logits (generator.model.34)
+    keep the default bound."""
+    if mode == "end-to-end" and dtype == "float32" and name in SIGMOID_OUTPUTS:
+        return max(default, 1 / 255)
+    return default
