@@ -29,6 +29,18 @@ def load_case(model: str, case: str):
     return np.load(FIXTURES / model / f"{case}.npz"), json.loads((FIXTURES / model / f"{case}.json").read_text())
 
 
+def cli_error(argv: list[str], capsys) -> str:
+    """Run ``python -m zoo.run ARGV`` in-process; it must fail with one `error:` line, no traceback."""
+    from zoo.run import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert "Traceback" not in err
+    last = err.splitlines()[-1]  # warnings (e.g. synthetic weights) may come first
+    assert last.startswith("error: ")
+    return last
+
+
 @pytest.fixture(autouse=True)
 def offline_hub(monkeypatch, tmp_path_factory):
     """No test may reach the network or a user's Hub cache."""

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import synthetic_checkpoint
+from conftest import cli_error, synthetic_checkpoint
 from zoo.run import main
 
 
@@ -32,27 +32,20 @@ def test_float16_run(photo, capsys):
     assert "%" in capsys.readouterr().out
 
 
-def error_of(argv, capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    last = err.splitlines()[-1]  # warnings (e.g. synthetic weights) may come first
-    assert last.startswith("error: ")
-    return last
 
 
 def test_missing_image(capsys):
-    assert "image not found: nope.jpg" in error_of(["resnet18", "nope.jpg", "--weights", "synthetic"], capsys)
+    assert "image not found: nope.jpg" in cli_error(["resnet18", "nope.jpg", "--weights", "synthetic"], capsys)
 
 
 def test_not_an_image(tmp_path, capsys):
     bad = tmp_path / "notes.jpg"
     bad.write_text("hello")
-    assert "not an image file" in error_of(["resnet18", str(bad), "--weights", "synthetic"], capsys)
+    assert "not an image file" in cli_error(["resnet18", str(bad), "--weights", "synthetic"], capsys)
 
 
 def test_unknown_model(photo, capsys):
-    err = error_of(["resnet9", str(photo)], capsys)
+    err = cli_error(["resnet9", str(photo)], capsys)
     assert "unknown model 'resnet9'" in err and "resnet50" in err and "yolov8n" in err
 
 
@@ -65,16 +58,16 @@ def test_corrupt_file_among_good_ones_is_skipped(photo, tmp_path, capsys):
 
 def test_wrong_shaped_weights(photo, tmp_path, capsys):
     weights = synthetic_checkpoint("resnet18", tmp_path / "r18.safetensors")
-    err = error_of(["resnet50", str(photo), "--weights", str(weights)], capsys)
+    err = cli_error(["resnet50", str(photo), "--weights", str(weights)], capsys)
     assert "do not match resnet50" in err and "mis-shaped" in err
 
 
 def test_missing_weights_file(photo, capsys):
-    assert "missing.safetensors: no such file" in error_of(["resnet18", str(photo), "--weights", "missing.safetensors"], capsys)
+    assert "missing.safetensors: no such file" in cli_error(["resnet18", str(photo), "--weights", "missing.safetensors"], capsys)
 
 
 def test_offline_without_weights(photo, capsys):
-    err = error_of(["resnet18", str(photo)], capsys)
+    err = cli_error(["resnet18", str(photo)], capsys)
     assert "timm/resnet18.tv_in1k/model.safetensors" in err and "--weights" in err
 
 

@@ -10,7 +10,7 @@ from zoo.models.lama import check_memory, crop_boxes, pass_sizes, plan_passes
 from zoo.run import main
 from zoo.validate.reference import lama as reference
 from zoo.weights.synthetic import read_manifest, synthetic_state_dict
-from conftest import MANIFESTS
+from conftest import MANIFESTS, cli_error
 
 H, W = 45, 61  # not multiples of 8
 
@@ -183,11 +183,6 @@ def test_cli_default_output_and_empty_mask(files, tmp_path, capsys):
     assert np.array_equal(np.asarray(Image.open(tmp_path / "photo_inpainted.png")), image)
 
 
-def cli_error(argv, capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    return err.splitlines()[-1]
 
 
 def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):

@@ -10,6 +10,7 @@ import pytest
 from PIL import Image
 
 from zoo.run import main
+from conftest import cli_error
 
 
 @pytest.fixture(scope="module")
@@ -69,13 +70,6 @@ def test_imgsz_not_a_multiple_of_32_is_rounded_up_with_a_warning(images, tmp_pat
     assert "imgsz 50 is not a multiple of 32; using 64" in capsys.readouterr().err
 
 
-def error_of(argv, capsys) -> str:
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert "Traceback" not in err
-    last = err.splitlines()[-1]  # warnings (e.g. synthetic weights) may come first
-    assert last.startswith("error: ")
-    return last
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -86,21 +80,21 @@ def error_of(argv, capsys) -> str:
     (["--imgsz", "320", "320", "320"], "--imgsz takes one or two values"),
 ])
 def test_bad_options(images, extra, message, capsys):
-    assert message in error_of(["yolov8n", str(images / "street.png"), "--weights", "synthetic:0", *extra], capsys)
+    assert message in cli_error(["yolov8n", str(images / "street.png"), "--weights", "synthetic:0", *extra], capsys)
 
 
 def test_missing_path(capsys):
-    assert "image not found: nowhere.jpg" in error_of(["yolov8n", "nowhere.jpg", "--weights", "synthetic:0"], capsys)
+    assert "image not found: nowhere.jpg" in cli_error(["yolov8n", "nowhere.jpg", "--weights", "synthetic:0"], capsys)
 
 
 def test_empty_folder(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("no images here")
-    assert f"no images in directory {tmp_path}" in error_of(["yolov8n", str(tmp_path), "--weights", "synthetic:0"], capsys)
+    assert f"no images in directory {tmp_path}" in cli_error(["yolov8n", str(tmp_path), "--weights", "synthetic:0"], capsys)
 
 
 def test_only_corrupt_files(tmp_path, capsys):
     (tmp_path / "a.png").write_bytes(b"nope")
-    err = error_of(["yolov8n", str(tmp_path / "a.png"), "--weights", "synthetic:0", "--out", str(tmp_path / "o")], capsys)
+    err = cli_error(["yolov8n", str(tmp_path / "a.png"), "--weights", "synthetic:0", "--out", str(tmp_path / "o")], capsys)
     assert "none of the 1 images could be read" in err
 
 

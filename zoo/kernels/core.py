@@ -201,6 +201,21 @@ def as_array(name: str, value) -> mx.array:
     raise ZooError(f"{name} must be an mx.array (or a numpy array), got {type(value).__name__}")
 
 
+FLOAT_DTYPES = (mx.float32, mx.float16, mx.bfloat16)
+
+
+def nhwc_float_input(op: str, x) -> mx.array:
+    """The image input of an NHWC kernel: a non-empty 4-D float32/float16/bfloat16 array, or a ZooError."""
+    x = as_array("x", x)
+    if x.ndim != 4:
+        raise ZooError(f"{op}: x must be NHWC (N, H, W, C), got shape {tuple(x.shape)}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise ZooError(f"{op}: x must be float32, float16 or bfloat16, got {x.dtype}")
+    if x.size == 0:
+        raise ZooError(f"{op}: x is empty (shape {tuple(x.shape)})")
+    return x
+
+
 def is_float(dtype: mx.Dtype) -> bool:
     return mx.issubdtype(dtype, mx.floating)
 

@@ -35,7 +35,6 @@ from zoo.errors import ZooError
 from zoo.kernels import core
 
 MODES = ("bilinear", "nearest")
-DTYPES = (mx.float32, mx.float16, mx.bfloat16)
 
 RESIZE = core.Kernel(
     name="zoo_resize",
@@ -87,13 +86,7 @@ def resize(x, size, mode="bilinear", align_corners=False) -> mx.array:
 
 
 def _checked(x, size, mode, align_corners):
-    x = core.as_array("x", x)
-    if x.ndim != 4:
-        raise ZooError(f"resize: x must be NHWC (N, H, W, C), got shape {tuple(x.shape)}")
-    if x.dtype not in DTYPES:
-        raise ZooError(f"resize: x must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.size == 0:
-        raise ZooError(f"resize: x is empty (shape {tuple(x.shape)})")
+    x = core.nhwc_float_input("resize", x)
     if (
         not isinstance(size, (tuple, list))
         or len(size) != 2

@@ -65,7 +65,6 @@ SPPF = core.Kernel(
 """,
 )
 
-DTYPES = (mx.float32, mx.float16, mx.bfloat16)
 
 
 def sppf_maxpool(x, k=5) -> tuple[mx.array, mx.array, mx.array]:
@@ -79,13 +78,7 @@ def sppf_maxpool(x, k=5) -> tuple[mx.array, mx.array, mx.array]:
 
 
 def _checked(x, k):
-    x = core.as_array("x", x)
-    if x.ndim != 4:
-        raise ZooError(f"sppf_maxpool: x must be NHWC (N, H, W, C), got shape {tuple(x.shape)}")
-    if x.dtype not in DTYPES:
-        raise ZooError(f"sppf_maxpool: x must be float32, float16 or bfloat16, got {x.dtype}")
-    if x.size == 0:
-        raise ZooError(f"sppf_maxpool: x is empty (shape {tuple(x.shape)})")
+    x = core.nhwc_float_input("sppf_maxpool", x)
     if isinstance(k, bool) or not isinstance(k, numbers.Integral) or k < 1 or k % 2 == 0:
         raise ZooError(f"sppf_maxpool: k must be a positive odd integer (same-size output), got {k!r}")
     core.check_size("sppf_maxpool input", x.size)
