@@ -12,16 +12,19 @@ from zoo.devices import DTYPES
 from zoo.errors import ZooError
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--weights", help="checkpoint (.safetensors/.pt/.pth/.ckpt) or synthetic[:SEED]; default: the model's Hub weights")
+    parser.add_argument("--weights", help="checkpoint (.safetensors/.pt/.pth/.ckpt/.bin) or synthetic[:SEED]; default: the model's Hub weights")
     parser.add_argument("--device", choices=("gpu", "cpu"), help="default: the GPU when MLX has one")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
 
 
 def model_name_from(argv: list[str], prog: str) -> str:
-    """The first positional argument: the model name, needed to know the task's options."""
-    for arg in argv:
-        if not arg.startswith("-"):
-            return arg
+    """The MODEL positional, wherever it stands: it decides which options the task has."""
+    peek = argparse.ArgumentParser(prog=prog, add_help=False)
+    add_model_arguments(peek)
+    peek.add_argument("model", nargs="?")
+    known, _ = peek.parse_known_args(argv)
+    if known.model is not None:
+        return known.model
     if any(a in ("-h", "--help") for a in argv):
         from zoo.registry import list_models
 
