@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import math
+import numbers
 import re
 import sys
 import time
@@ -31,6 +32,7 @@ from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image
 from zoo.kernels import nms, sppf_maxpool
+from zoo.kernels.nms import MAX_BOXES as MAX_NMS
 from zoo.models.detection import Detections
 from zoo.models.layers import Sequential
 
@@ -76,7 +78,7 @@ STRIDES = (8, 16, 32)
 STRIDE = STRIDES[-1]  # input sides must be multiples of the largest stride
 REG_MAX = 16  # DFL bins per box side
 PAD_VALUE = 114  # letterbox border grey
-MAX_NMS = 30000  # ultralytics hands at most this many boxes (best scores) to NMS
+MAX_IMGSZ = 8192  # a letterboxed 8192x8192 batch of one is already 800 MB in float32
 
 
 class Conv(nn.Module):
@@ -306,8 +308,8 @@ def check_imgsz(imgsz) -> tuple[int, int]:
     sides = (imgsz, imgsz) if isinstance(imgsz, (int, np.integer)) else tuple(imgsz)
     if len(sides) != 2 or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in sides):
         raise ZooError(f"bad imgsz {imgsz!r}: give one integer (square) or two (height, width)")
-    if min(sides) < 1:
-        raise ZooError(f"imgsz {imgsz!r} must be positive: use e.g. 640")
+    if min(sides) < 1 or max(sides) > MAX_IMGSZ:
+        raise ZooError(f"imgsz {imgsz!r} must be from 1 to {MAX_IMGSZ}: use e.g. 640")
     rounded = tuple(int(math.ceil(s / STRIDE) * STRIDE) for s in sides)
     if rounded != tuple(int(s) for s in sides):
         shown = rounded[0] if isinstance(imgsz, (int, np.integer)) else list(rounded)
@@ -317,7 +319,7 @@ def check_imgsz(imgsz) -> tuple[int, int]:
 
 def check_thresholds(conf: float, iou: float, max_det: int) -> None:
     for name, value in (("conf", conf), ("iou", iou)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
             raise ZooError(f"{name} {value!r} is outside [0, 1]: pass a value from 0 to 1")
     if isinstance(max_det, bool) or not isinstance(max_det, (int, np.integer)) or max_det < 1:
         raise ZooError(f"max_det {max_det!r} must be a positive integer: use e.g. 300")
@@ -424,7 +426,7 @@ def non_max_suppression(pred, conf: float, iou: float, classes=None, agnostic: b
     if classes is not None:
         mask = mask & (cls[:, None] == mx.array(classes, dtype=mx.int32)[None, :]).any(axis=1)
     index = np.flatnonzero(np.array(mask))
-    if index.size > MAX_NMS:
+    if index.size > MAX_NMS:  # ultralytics hands at most this many boxes (best scores) to NMS
         order = np.argsort(-np.array(best)[index], kind="stable")[:MAX_NMS]
         index = index[order]
     if index.size == 0:

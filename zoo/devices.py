@@ -45,7 +45,7 @@ def use(device: str | None = None) -> str:
     if device == "gpu" and gpu_backend() is None:
         raise ZooError(
             "no GPU backend in this MLX build: use --device cpu, or install mlx with Metal "
-            "(macOS) or `pip install 'mlx[cuda]'` (Linux with an NVIDIA GPU)"
+            "(macOS) or MLX's CUDA build, e.g. `pip install 'mlx[cuda13]'` (Linux with an NVIDIA GPU)"
         )
     if _chosen is not None and device != _chosen:
         raise ZooError(

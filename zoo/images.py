@@ -29,6 +29,9 @@ def open_image(path: str | Path) -> Image.Image:
             return ImageOps.exif_transpose(img)
     except UnidentifiedImageError:
         raise ZooError(f"cannot read {path}: not an image file Pillow recognises") from None
+    except Image.DecompressionBombError as e:
+        raise ZooError(f"{path} is too large to open safely ({e}); raise PIL.Image.MAX_IMAGE_PIXELS "
+                       "if you trust the file") from None
     except (OSError, SyntaxError, ValueError) as e:
         raise ZooError(f"cannot read {path}: the file is damaged or truncated ({e})") from None
 

@@ -5,7 +5,7 @@ import argparse
 import importlib
 import sys
 
-from zoo import registry
+from zoo import devices, registry
 from zoo.cli import add_model_arguments, guarded, model_name_from
 
 
@@ -18,6 +18,7 @@ def main(argv: list[str]) -> int:
     add_model_arguments(parser)
     task.add_arguments(parser)
     args = parser.parse_args(argv)
+    devices.use(args.device)  # the checks may size work for the device (LaMa's memory bound)
     task.check_arguments(args)  # bad inputs fail before weights are read
     model = registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device)
     return task.run(args, model)

@@ -1,6 +1,7 @@
 import mlx.core as mx
 import numpy as np
 
+from zoo.errors import ZooError
 from zoo.validate.reference import resnet
 
 
@@ -9,6 +10,8 @@ def add_arguments(parser):
 
 
 def make_inputs(spec, args):
+    if not 1 <= args.size <= 4096:
+        raise ZooError(f"--size {args.size}: use a side from 1 to 4096 pixels, e.g. 224")
     # seed 1234 at 224 is the input of the upstream resnet18 reference case
     x = np.random.default_rng(args.seed).standard_normal((1, 3, args.size, args.size)).astype(np.float32)
     return {"x": x}

@@ -114,55 +114,6 @@ def apply_coords(coords: np.ndarray, original_size: tuple[int, int], long_side: 
     return out.astype(np.float32)
 
 
-# ---------------------------------------------------------------- exact GELU
-
-_ERF_WIDTH, _ERF_PIECES, _ERF_DEGREE = 0.25, 24, 10
-
-
-def _erf_tables() -> list[np.ndarray]:
-    """Per piece of [0, 6) of width 0.25, the degree-10 polynomial (in t in [-1, 1] across the
-    piece) through math.erf at the Chebyshev points: within 2e-15 of math.erf."""
-    erf = np.vectorize(math.erf)
-    cheb = np.polynomial.chebyshev
-    rows = []
-    for p in range(_ERF_PIECES):
-        center = (p + 0.5) * _ERF_WIDTH
-        c = cheb.chebinterpolate(lambda t, center=center: erf(center + t * _ERF_WIDTH / 2), _ERF_DEGREE)
-        rows.append(np.pad(cheb.cheb2poly(c), (0, _ERF_DEGREE + 1 - len(c))))
-    return [np.ascontiguousarray(column) for column in np.array(rows).T]
-
-
-_ERF_COLUMNS = _erf_tables()  # _ERF_COLUMNS[k][piece]: coefficient of t**k
-
-
-def _erf_chunk(x: np.ndarray) -> np.ndarray:
-    a = np.abs(x)
-    piece = np.minimum((a * (1 / _ERF_WIDTH)).astype(np.intp), _ERF_PIECES - 1)
-    t = (a - (piece + 0.5) * _ERF_WIDTH) * (2 / _ERF_WIDTH)
-    y = np.take(_ERF_COLUMNS[-1], piece)
-    for column in _ERF_COLUMNS[-2::-1]:  # Horner
-        y *= t
-        y += np.take(column, piece)
-    y[a >= _ERF_PIECES * _ERF_WIDTH] = 1.0  # erf(6) = 1 - 2e-17
-    return np.copysign(y, x)
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """Vectorised erf, float64, within 2e-15 of math.erf (ops.gelu calls math.erf per element:
-    too slow for the 140 million activations of one 1024 x 1024 pass)."""
-    flat = np.asarray(x, dtype=np.float64).ravel()
-    out = np.empty_like(flat)
-    step = 1 << 15  # chunks that stay in cache
-    for start in range(0, flat.size, step):
-        out[start : start + step] = _erf_chunk(flat[start : start + step])
-    return out.reshape(np.shape(x))
-
-
-def gelu(x: np.ndarray) -> np.ndarray:
-    """torch.nn.GELU(): exact, x * Phi(x)."""
-    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
-
-
 # ---------------------------------------------------------------- TinyViT image encoder
 
 
@@ -209,20 +160,20 @@ def _layer_norm(t: Trace, sd, name, x, eps=1e-5):
 
 def _mbconv(t: Trace, sd, name, x):
     out = _conv_bn(t, sd, f"{name}.conv1", x)
-    out = t(f"{name}.act1", gelu, out)
+    out = t(f"{name}.act1", ops.gelu, out)
     out = _conv_bn(t, sd, f"{name}.conv2", out, padding=1, groups=out.shape[1])
-    out = t(f"{name}.act2", gelu, out)
+    out = t(f"{name}.act2", ops.gelu, out)
     out = _conv_bn(t, sd, f"{name}.conv3", out)
-    return t(f"{name}.act3", gelu, out + x)
+    return t(f"{name}.act3", ops.gelu, out + x)
 
 
 def _patch_merging(t: Trace, sd, name, x, resolution, out_dim):
     def merge(v):
         if v.ndim == 3:  # tokens (B, H*W, C) -> NCHW
             v = v.reshape(v.shape[0], *resolution, v.shape[2]).transpose(0, 3, 1, 2)
-        v = t(f"{name}.act", gelu, _conv_bn(t, sd, f"{name}.conv1", v))
+        v = t(f"{name}.act", ops.gelu, _conv_bn(t, sd, f"{name}.conv1", v))
         stride = 1 if out_dim in (320, 448, 576) else 2  # upstream's rule
-        v = t(f"{name}.act", gelu, _conv_bn(t, sd, f"{name}.conv2", v, stride, 1, groups=out_dim))
+        v = t(f"{name}.act", ops.gelu, _conv_bn(t, sd, f"{name}.conv2", v, stride, 1, groups=out_dim))
         v = _conv_bn(t, sd, f"{name}.conv3", v)
         return v.reshape(v.shape[0], v.shape[1], -1).transpose(0, 2, 1)
 
@@ -261,7 +212,7 @@ def _window_attention(t: Trace, sd, name, x, num_heads, window):
 def _mlp(t: Trace, sd, name, x):
     def mlp(v):
         v = _linear(t, sd, f"{name}.fc1", _layer_norm(t, sd, f"{name}.norm", v))
-        return _linear(t, sd, f"{name}.fc2", t(f"{name}.act", gelu, v))
+        return _linear(t, sd, f"{name}.fc2", t(f"{name}.act", ops.gelu, v))
 
     return t(name, mlp, x)
 
@@ -290,7 +241,7 @@ def image_encoder(sd, x: np.ndarray, trace: Trace | None = None) -> np.ndarray:
     def encode(v):
         def patch_embed(u):
             u = _conv_bn(t, sd, "image_encoder.patch_embed.seq.0", u, 2, 1)
-            u = t("image_encoder.patch_embed.seq.1", gelu, u)
+            u = t("image_encoder.patch_embed.seq.1", ops.gelu, u)
             return _conv_bn(t, sd, "image_encoder.patch_embed.seq.2", u, 2, 1)
 
         v = t("image_encoder.patch_embed", patch_embed, v)
@@ -392,10 +343,10 @@ def _mask_downscaling(t: Trace, sd, m):
     p = "prompt_encoder.mask_downscaling"
     m = t(f"{p}.0", lambda v: ops.conv2d(v, sd[f"{p}.0.weight"], sd[f"{p}.0.bias"], stride=2), m)
     m = t(f"{p}.1", lambda v: ops.layer_norm_2d(v, sd[f"{p}.1.weight"], sd[f"{p}.1.bias"]), m)
-    m = t(f"{p}.2", gelu, m)
+    m = t(f"{p}.2", ops.gelu, m)
     m = t(f"{p}.3", lambda v: ops.conv2d(v, sd[f"{p}.3.weight"], sd[f"{p}.3.bias"], stride=2), m)
     m = t(f"{p}.4", lambda v: ops.layer_norm_2d(v, sd[f"{p}.4.weight"], sd[f"{p}.4.bias"]), m)
-    m = t(f"{p}.5", gelu, m)
+    m = t(f"{p}.5", ops.gelu, m)
     return t(f"{p}.6", lambda v: _conv(v, sd[f"{p}.6.weight"], sd[f"{p}.6.bias"]), m)
 
 
@@ -471,9 +422,9 @@ def _output_upscaling(t: Trace, sd, x):
     def upscale(v):
         v = t(f"{p}.0", lambda a: ops.conv_transpose2d(a, sd[f"{p}.0.weight"], sd[f"{p}.0.bias"], stride=2), v)
         v = t(f"{p}.1", lambda a: ops.layer_norm_2d(a, sd[f"{p}.1.weight"], sd[f"{p}.1.bias"]), v)
-        v = t(f"{p}.2", gelu, v)
+        v = t(f"{p}.2", ops.gelu, v)
         v = t(f"{p}.3", lambda a: ops.conv_transpose2d(a, sd[f"{p}.3.weight"], sd[f"{p}.3.bias"], stride=2), v)
-        return t(f"{p}.4", gelu, v)
+        return t(f"{p}.4", ops.gelu, v)
 
     return t(p, upscale, x)
 

@@ -59,4 +59,5 @@ def forward(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None = None
             return v
         x = t(f"layer{stage}", run_stage, x)
     x = t("avgpool", ops.adaptive_avg_pool_1x1, x)
-    return t("fc", lambda v: ops.linear(v.reshape(v.shape[0], -1), sd["fc.weight"], sd["fc.bias"]), x)
+    x = x.reshape(x.shape[0], -1)  # torch.flatten: fc's input is (N, C)
+    return t("fc", lambda v: ops.linear(v, sd["fc.weight"], sd["fc.bias"]), x)

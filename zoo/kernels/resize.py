@@ -136,7 +136,7 @@ def resize_launch(x, rows, row_weights, cols, col_weights, nearest: bool) -> cor
     return core.Launch(
         kernel=RESIZE,
         inputs=(
-            x, rows, row_weights, cols, col_weights, mx.array([in_h, in_w, channels, out_h, out_w], dtype=mx.int32)
+            x, rows, row_weights, cols, col_weights, core.constant((in_h, in_w, channels, out_h, out_w), mx.int32)
         ),
         template=(("T", x.dtype), ("NEAREST", nearest)),
         grid=(n * out_h * out_w * channels, 1, 1),
