@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import colorsys
 import json
-import os
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +10,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from zoo.errors import ZooError
+from zoo.files import image_format, write_atomic
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
 PALETTE = [
@@ -101,15 +100,5 @@ class Detections:
 
     def save(self, path: str | Path) -> Path:
         """Write the annotated image; the format follows the file's suffix (.jpg, .png, ...)."""
-        path = Path(path)
-        fmt = Image.registered_extensions().get(path.suffix.lower())
-        if fmt is None:
-            raise ZooError(f"cannot save {path}: unknown image suffix {path.suffix or '(none)'!r}; use .jpg or .png")
-        tmp = path.with_name(f".{path.name}.part")  # never leave half an image behind
-        try:
-            self.plot().save(tmp, format=fmt)
-            os.replace(tmp, path)
-        except OSError as e:
-            tmp.unlink(missing_ok=True)
-            raise ZooError(f"cannot write {path}: {e.strerror or e}; check the folder exists and is writable") from None
-        return path
+        fmt = image_format(path)  # before drawing: a bad suffix fails at once, in one line
+        return write_atomic(path, lambda tmp: self.plot().save(tmp, format=fmt))

@@ -8,6 +8,8 @@ import pytest
 from PIL import Image
 
 from conftest import cli_error, synthetic_checkpoint
+from zoo.errors import ZooError
+from zoo.files import image_format, write_atomic
 from zoo.run import main
 
 
@@ -85,3 +87,50 @@ def test_no_network_without_weights_fails_fast(photo, tmp_path):
 def test_bad_dtype_and_device_choices(photo):
     with pytest.raises(SystemExit):
         main(["resnet18", str(photo), "--dtype", "float64"])
+
+
+def test_write_atomic_never_leaves_half_a_file(tmp_path):
+    target = tmp_path / "out.json"
+    target.write_text("old")
+
+    def fail(tmp):
+        tmp.write_text("half")
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        write_atomic(target, fail)
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    missing = tmp_path / "nowhere" / "out.json"
+    with pytest.raises(ZooError, match=f"cannot write {missing}: No such file or directory") as e:
+        write_atomic(missing, lambda tmp: tmp.write_text("x"))
+    assert "\n" not in str(e.value)
+    assert write_atomic(target, lambda tmp: tmp.write_text("new")) == target and target.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("x.xyz", "x.xyz: unknown image suffix: cannot write .xyz; use .png"),
+    ("x.psd", "x.psd: Pillow only reads PSD: cannot write .psd; use .png"),  # a KeyError in Pillow's save
+    ("x", "x: no image suffix: cannot write a file without suffix; use .png"),
+])
+def test_image_format_names_what_cannot_be_written(name, message):
+    assert image_format("a.PNG") == "PNG" and image_format("b.jpeg") == "JPEG"
+    with pytest.raises(ZooError) as e:
+        image_format(name)
+    assert str(e.value) == message
+
+
+def test_json_path_is_checked_before_the_weights(photo, tmp_path, capsys):
+    base = ["resnet18", str(photo), "--weights", str(tmp_path / "missing.safetensors")]
+    missing = tmp_path / "nowhere" / "out.json"
+    assert f"--json {missing}: folder {missing.parent} does not exist" in cli_error([*base, "--json", str(missing)], capsys)
+    assert f"--json {tmp_path} is a folder: pass a file path" in cli_error([*base, "--json", str(tmp_path)], capsys)
+
+
+def test_no_readable_image_fails_and_writes_nothing(tmp_path, capsys):
+    for name in ("a.png", "b.jpg"):
+        (tmp_path / name).write_bytes(b"not an image")
+    out = tmp_path / "out.json"
+    err = cli_error(["resnet18", str(tmp_path), "--weights", "synthetic:0", "--device", "cpu", "--json", str(out)], capsys)
+    assert "none of the 2 images could be read" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.jpg"]

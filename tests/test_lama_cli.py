@@ -201,3 +201,19 @@ def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):
     with pytest.raises(SystemExit):  # argparse names the choices
         main(["lama", str(folder / "photo.png"), "--hd-strategy", "tiles", *mask])
     assert "invalid choice: 'tiles'" in capsys.readouterr().err
+
+
+def test_cli_gif_output_gets_the_lossy_note(files, tmp_path, capsys):
+    folder, _, _ = files
+    assert main(["lama", str(folder / "photo.png"), "--mask", str(folder / "mask.png"), "--out", str(tmp_path / "r.gif"),
+                 "--weights", "synthetic:0", "--device", "cpu", "--hd-strategy", "original"]) == 0
+    assert "note: .gif is lossy: pixels outside the hole change; use .png" in capsys.readouterr().err
+    assert [p.name for p in tmp_path.iterdir()] == ["r.gif"]
+
+
+def test_cli_out_that_is_a_folder_fails_before_the_weights(files, tmp_path, capsys):
+    folder, _, _ = files
+    (tmp_path / "result.png").mkdir()
+    err = cli_error(["lama", str(folder / "photo.png"), "--mask", str(folder / "mask.png"), "--out",
+                     str(tmp_path / "result.png"), "--weights", str(tmp_path / "missing.safetensors")], capsys)
+    assert f"--out {tmp_path / 'result.png'} is a folder: pass a file path" in err

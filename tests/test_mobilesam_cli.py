@@ -6,6 +6,7 @@ The registry entry is pointed at a 128x128 MobileSAM (same code and weights, 1/6
 import dataclasses
 import json
 
+import mlx.core as mx
 import numpy as np
 import pytest
 from PIL import Image
@@ -114,3 +115,39 @@ def test_unreadable_image_and_bad_out(photo, tmp_path, capsys):
     (tmp_path / "file").write_text("")
     code, captured = run_cli(photo, tmp_path / "file", "--point", "1,1", capsys=capsys)
     assert code == 2 and "exists and is not a folder" in captured.err
+
+
+def test_rerun_removes_the_stale_masks_of_its_image_only(photo, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli(photo, out, "--point", "80,60", "--multimask")[0] == 0
+    (out / "photo_object3_mask0.png").write_bytes(b"from an older run")
+    (out / "photo_object1_object0_mask0.png").write_bytes(b"the mask of an image named photo_object1")
+    assert run_cli(photo, out, "--box", "10,20,120,100")[0] == 0
+    check_outputs(out, photo, objects=1, masks_per_object=1)
+    assert sorted(p.name for p in out.iterdir()) == [
+        "photo_masks.json", "photo_object0_mask0.png", "photo_object1_object0_mask0.png", "photo_overlay.png"]
+
+
+def test_bgr_flips_arrays_only(photo):
+    """Paths and PIL images are decoded as RGB whatever image_format says (upstream takes only arrays)."""
+    spec = registry.get_spec("mobilesam")
+    sam = registry.build(spec, registry.read_weights(spec, "synthetic:0"))
+
+    def embedding(image, image_format):
+        predictor = sam.predictor()
+        predictor.set_image(image, image_format=image_format)
+        return predictor.get_image_embedding()
+
+    rgb = np.asarray(Image.open(photo))
+    expected = embedding(rgb, "RGB")
+    assert mx.array_equal(embedding(np.ascontiguousarray(rgb[..., ::-1]), "BGR"), expected)
+    assert mx.array_equal(embedding(photo, "BGR"), expected)
+    assert mx.array_equal(embedding(Image.open(photo), "BGR"), expected)
+
+
+def test_prompt_parsers_live_with_the_predictor():
+    from zoo.cli import segment
+    from zoo.models.mobilesam import predictor
+
+    assert segment.parse_point is predictor.parse_point and segment.parse_box is predictor.parse_box
+    assert predictor.parse_point("3,4") == (3.0, 4.0, 1.0) and predictor.parse_box("1,2,3,4") == (1.0, 2.0, 3.0, 4.0)

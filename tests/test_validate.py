@@ -1,5 +1,7 @@
 """The validator itself: it passes a correct model and names the layer of every injected fault."""
 import json
+import subprocess
+import sys
 import types
 
 import numpy as np
@@ -30,6 +32,7 @@ def test_correct_model_passes_every_layer(run, mode):
     names = {r.name for r in compared}
     assert {"conv1", "bn1", "maxpool", "layer1.0.conv1", "layer1.0.bn2", "layer2.0.downsample.0", "layer4.1", "fc", "output"} <= names
     assert not [r for r in report.layers if r.status == "n/a"]
+    assert not [r.name for r in report.layers if "not fed" in r.flags]  # isolated: every module gets MLX's input
 
 
 @pytest.mark.parametrize("fault", ["layer2.1=drop-residual", "layer3.0.conv2=zero", "layer1.0.bn1=nan",
@@ -130,3 +133,21 @@ def test_drop_residual_on_a_block_that_adds_nothing_back_is_an_error():
     with pytest.raises(ZooError, match="adds no residual"):
         with recording(net, ("block", "drop-residual")):
             mx.eval(net(mx.ones((1, 2))))
+
+
+def test_json_path_is_checked_before_the_model_is_built(tmp_path, capsys):
+    missing = tmp_path / "nowhere" / "report.json"
+    argv = ["resnet18", "--weights", str(tmp_path / "missing.safetensors"), "--size", "32"]
+    assert validate_main([*argv, "--json", str(missing)]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: --json {missing}: folder {missing.parent} does not exist; create it or pass another path"]
+    assert validate_main([*argv, "--json", str(tmp_path)]) == 2
+    assert f"error: --json {tmp_path} is a folder" in capsys.readouterr().err
+
+
+def test_the_cases_do_not_need_the_cli():
+    """The validator's cases import nothing of zoo.cli (the MobileSAM prompt parsers live with its predictor)."""
+    code = ("import sys, zoo.validate.engine, zoo.validate.cases.mobilesam; "
+            "cli = sorted(m for m in sys.modules if m.startswith('zoo.cli')); sys.exit(f'imports {cli}' if cli else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

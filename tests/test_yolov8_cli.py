@@ -4,11 +4,15 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from PIL import Image
 
+from zoo.cli.detect import output_names
+from zoo.errors import ZooError
+from zoo.models.detection import Detections
 from zoo.run import main
 from conftest import cli_error
 
@@ -106,3 +110,31 @@ def test_offline_without_weights_fails_in_one_line(images, tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: Ultralytics/YOLOv8/yolov8n.pt is not in the Hub cache")
     assert "--weights" in lines[0]
+
+
+def test_output_names_are_unique_ignoring_case_and_writable():
+    files = [Path("a/x.png"), Path("b/x.png"), Path("c/x_2.png"), Path("d/X.jpg"), Path("e/scan.psd"), Path("f/raw")]
+    assert output_names(files) == ["x.png", "x_2.png", "x_2_2.png", "X_3.jpg", "scan.png", "raw.png"]
+
+
+def test_same_stems_and_a_suffixless_input_get_their_own_outputs(images, tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "cat.jpg").write_bytes((images / "tall.jpg").read_bytes())
+    (folder / "cat.png").write_bytes((images / "street.png").read_bytes())
+    (tmp_path / "raw").write_bytes((images / "street.png").read_bytes())  # a PNG without suffix
+    assert detect([str(folder), str(tmp_path / "raw"), "--save-json"], tmp_path) == 0
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["cat.jpg", "cat.json", "cat_2.json", "cat_2.png", "raw.json", "raw.png"]
+    with Image.open(out / "cat_2.png") as im:
+        assert im.size == (120, 90)
+    with Image.open(out / "raw.png") as im:
+        assert im.format == "PNG"
+
+
+def test_save_refuses_a_suffix_pillow_only_reads(tmp_path):
+    det = Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), ["a"],
+                     np.zeros((8, 8, 3), np.uint8))
+    with pytest.raises(ZooError, match="x.psd: Pillow only reads PSD: cannot write .psd; use .png"):
+        det.save(tmp_path / "x.psd")
+    assert not list(tmp_path.iterdir())

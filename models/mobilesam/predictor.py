@@ -109,6 +109,34 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
     return coords, labels, box, mask_input
 
 
+# Command-line prompts (zoo.run mobilesam, zoo.validate mobilesam) as text.
+PROMPT_EXAMPLES = {"--point": "--point 320,240 or --point 100,400,0", "--box": "--box 50,60,400,300"}
+
+
+def _numbers(text: str, what: str, counts: tuple[int, ...], form: str) -> list[float]:
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) not in counts or not np.isfinite(values).all():
+        raise ZooError(f"{what} {text!r} is not {form}: give numbers separated by commas, e.g. {PROMPT_EXAMPLES[what]}")
+    return values
+
+
+def parse_point(text: str) -> tuple[float, float, float]:
+    """'X,Y' or 'X,Y,LABEL' -> (x, y, label); the label defaults to 1 (foreground).
+
+    The label is checked (0 or 1) with the rest of the prompt, by check_prompts."""
+    values = _numbers(text, "--point", (2, 3), "X,Y or X,Y,LABEL")
+    return values[0], values[1], values[2] if len(values) == 3 else 1.0
+
+
+def parse_box(text: str) -> tuple[float, float, float, float]:
+    """'X1,Y1,X2,Y2' -> the box (its corners are checked with the rest of the prompt)."""
+    x1, y1, x2, y2 = _numbers(text, "--box", (4,), "X1,Y1,X2,Y2")
+    return x1, y1, x2, y2
+
+
 class SamPredictor:
     def __init__(self, sam_model):
         self.model = sam_model
@@ -124,11 +152,14 @@ class SamPredictor:
         return self.features is not None
 
     def set_image(self, image, image_format: str = "RGB") -> None:
-        """Run the image encoder once: ``image`` is a path, a PIL image or an (H, W, 3) uint8 array."""
+        """Run the image encoder once: ``image`` is a path, a PIL image or an (H, W, 3) uint8 array.
+
+        ``image_format`` is the channel order of an array (upstream takes only arrays);
+        paths and PIL images are always decoded as RGB."""
         if image_format not in ("RGB", "BGR"):
             raise ZooError(f"image_format {image_format!r} is not supported: use 'RGB' or 'BGR'")
         rgb = load_image(image)
-        if image_format == "BGR":
+        if image_format == "BGR" and isinstance(image, np.ndarray):
             rgb = np.ascontiguousarray(rgb[..., ::-1])
         self.reset_image()
         resized = resize_longest_side(rgb, self.model.img_size)

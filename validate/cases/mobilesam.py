@@ -9,9 +9,8 @@ and ``--single-mask`` change it. The output compared as ``output`` is
 import mlx.core as mx
 import numpy as np
 
-from zoo.cli.segment import parse_box, parse_point
 from zoo.images import load_image
-from zoo.models.mobilesam.predictor import check_prompts
+from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
 from zoo.validate.reference import mobilesam as reference
 
 IMAGE_SHAPE = (480, 640, 3)

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from zoo.errors import ZooError
+from zoo.files import check_output_file, write_atomic
 from zoo.images import image_files
 
 
@@ -19,6 +19,8 @@ def check_arguments(args):
     if args.top_k < 1 or args.top_k > 1000:
         raise ZooError(f"--top-k {args.top_k} is out of range: use 1 to 1000")
     args.files = [f for source in args.images for f in image_files(source)]
+    if args.json:
+        check_output_file(args.json, "--json")
 
 
 def run(args, model) -> int:
@@ -35,9 +37,8 @@ def run(args, model) -> int:
         print(f"{path}:")
         for i, label, p in top:
             print(f"  {p:7.2%}  {label} ({i})")
+    if not results:
+        raise ZooError(f"none of the {len(args.files)} images could be read: pass image files Pillow can open")
     if args.json:
-        out = Path(args.json)
-        tmp = out.with_name(out.name + ".part")  # never leave half a file behind
-        tmp.write_text(json.dumps(results, indent=2))
-        tmp.replace(out)
+        write_atomic(args.json, lambda tmp: tmp.write_text(json.dumps(results, indent=2)))
     return 0

@@ -1,13 +1,13 @@
 """Detection: boxes, classes and scores per image; annotated images and COCO-style JSON in --out."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 from tqdm import tqdm
 
 from zoo.errors import ZooError
+from zoo.files import write_atomic, writable_format
 from zoo.images import image_files, load_image
 from zoo.weights.synthetic import parse_synthetic
 
@@ -36,25 +36,28 @@ def check_arguments(args):
         # default and synthetic weights carry the COCO names: check now, before any download
         resolve_classes(args.classes, class_names())
     args.files = [f for source in args.images for f in image_files(source)]
+    args.names = output_names(args.files)
     if Path(args.out).exists() and not Path(args.out).is_dir():
         raise ZooError(f"--out {args.out} is a file: pass a folder")
 
 
 def output_names(files: list[Path]) -> list[str]:
-    """The input file names, made unique (images of the same name from two folders would overwrite)."""
-    seen: dict[str, int] = {}
+    """Per input, the name of its annotated image in --out; its JSON is <the same stem>.json.
+
+    Stems are made unique (x, x_2, x_3 ...), compared ignoring case as macOS and Windows
+    folders do: images of one name from two folders, or cat.jpg beside cat.png (one
+    cat.json), would overwrite each other. A suffix Pillow cannot write becomes .png.
+    """
+    taken: set[str] = set()
     names = []
     for f in files:
-        count = seen.get(f.name, 0)
-        seen[f.name] = count + 1
-        names.append(f.name if count == 0 else f"{f.stem}_{count + 1}{f.suffix}")
+        stem, n = f.stem, 1
+        while stem.lower() in taken:
+            n += 1
+            stem = f"{f.stem}_{n}"
+        taken.add(stem.lower())
+        names.append(stem + (f.suffix if writable_format(f) else ".png"))
     return names
-
-
-def write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.part")  # never leave half a file behind
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def run(args, model) -> int:
@@ -63,7 +66,7 @@ def run(args, model) -> int:
     out.mkdir(parents=True, exist_ok=True)
     done = skipped = 0
     files = args.files
-    bar = tqdm(list(zip(files, output_names(files))), unit="image", file=sys.stderr, disable=len(files) < 2)
+    bar = tqdm(list(zip(files, args.names)), unit="image", file=sys.stderr, disable=len(files) < 2)
     for path, name in bar:
         try:
             image = load_image(path)
@@ -76,7 +79,7 @@ def run(args, model) -> int:
         result.path = str(path)
         result.save(out / name)
         if args.save_json:
-            write_text(out / f"{Path(name).stem}.json", result.to_json())
+            write_atomic(out / f"{Path(name).stem}.json", lambda tmp: tmp.write_text(result.to_json()))
         tqdm.write(f"{path.name}: {result.summary()} ({sum(result.speed.values()):.1f} ms)")
         done += 1
     bar.close()

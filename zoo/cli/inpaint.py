@@ -1,7 +1,6 @@
 """Inpainting: fill the hole a mask marks in an image (LaMa), with IOPaint's HD strategies."""
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -10,10 +9,11 @@ from PIL import Image
 
 from zoo.devices import parse_dtype
 from zoo.errors import ZooError
+from zoo.files import check_output_file, image_format, write_atomic
 from zoo.images import load_image
 
-# PNG and the other lossless formats keep the pixels outside the hole exact.
-LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp")
+# PNG and the other lossless formats keep the pixels outside the hole exact; GIF quantises to 256 colours.
+LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp", ".gif")
 
 
 def add_arguments(parser):
@@ -47,25 +47,15 @@ def check_arguments(args):
     if args.max_megapixels is not None and args.max_megapixels <= 0:
         raise ZooError(f"--max-megapixels {args.max_megapixels:g}: use a positive number")
     args.out = Path(args.out) if args.out else Path(args.image).with_name(f"{Path(args.image).stem}_inpainted.png")
-    args.format = image_format(args.out)
+    check_output_file(args.out, "--out")
+    args.format = image_format(args.out, f"--out {args.out}")
     if args.out.resolve() == Path(args.image).resolve():
         raise ZooError(f"--out {args.out} is the input image: pass another path")
-    if not args.out.parent.is_dir():
-        raise ZooError(f"--out {args.out}: folder {args.out.parent} does not exist")
     args.plan = plan_passes(args.hole, args.hd_strategy, args.resize_limit, args.crop_margin, args.crop_trigger_size)
     if args.hole.any():
         # a pass that cannot fit fails now, before the weights are read
         for size in pass_sizes(args.hole.shape, *args.plan):
             check_memory(size, args.max_megapixels, parse_dtype(args.dtype))
-
-
-def image_format(path: Path) -> str:
-    """Pillow's format name for an output path, from its suffix."""
-    Image.init()
-    fmt = Image.registered_extensions().get(path.suffix.lower())
-    if fmt is None or fmt not in Image.SAVE:
-        raise ZooError(f"--out {path}: cannot write {path.suffix or 'a file without suffix'}; use .png")
-    return fmt
 
 
 def run(args, model) -> int:
@@ -82,10 +72,8 @@ def run(args, model) -> int:
         print(f"{Path(args.image).name}: {w}x{h}, hole {args.hole.mean():.1%} of the image, {how} "
               f"({args.hd_strategy}), {time.perf_counter() - start:.1f} s", file=sys.stderr)
     if args.out.suffix.lower() in LOSSY_SUFFIXES:
-        print(f"note: {args.out.suffix} is lossy: pixels outside the hole change slightly; use .png to keep them",
+        print(f"note: {args.out.suffix} is lossy: pixels outside the hole change; use .png to keep them",
               file=sys.stderr)
-    tmp = args.out.with_name(f".{args.out.name}.part")  # never leave half a file behind
-    Image.fromarray(result).save(tmp, format=args.format)
-    os.replace(tmp, args.out)
+    write_atomic(args.out, lambda tmp: Image.fromarray(result).save(tmp, format=args.format))
     print(f"wrote {args.out}", file=sys.stderr)
     return 0

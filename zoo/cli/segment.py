@@ -11,45 +11,21 @@ object on the image, and a JSON with scores, bounding boxes and areas.
 from __future__ import annotations
 
 import json
-import os
+import re
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 from zoo.errors import ZooError
+from zoo.files import write_atomic
 from zoo.images import load_image
-from zoo.models.mobilesam.predictor import check_prompts
+from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
 
 # overlay colours per object (RGB), then points: foreground green, background red
 COLOURS = ((30, 144, 255), (255, 140, 0), (50, 205, 50), (220, 20, 60), (148, 0, 211), (0, 206, 209))
 POINT_COLOURS = {1: (0, 255, 0), 0: (255, 0, 0)}
 OVERLAY_ALPHA = 0.5
-EXAMPLES = {"--point": "--point 320,240 or --point 100,400,0", "--box": "--box 50,60,400,300"}
-
-
-def _numbers(text: str, what: str, counts: tuple[int, ...], form: str) -> list[float]:
-    try:
-        values = [float(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if len(values) not in counts or not np.isfinite(values).all():
-        raise ZooError(f"{what} {text!r} is not {form}: give numbers separated by commas, e.g. {EXAMPLES[what]}")
-    return values
-
-
-def parse_point(text: str) -> tuple[float, float, float]:
-    """'X,Y' or 'X,Y,LABEL' -> (x, y, label); the label defaults to 1 (foreground).
-
-    The label is checked (0 or 1) with the rest of the prompt, by check_prompts."""
-    values = _numbers(text, "--point", (2, 3), "X,Y or X,Y,LABEL")
-    return values[0], values[1], values[2] if len(values) == 3 else 1.0
-
-
-def parse_box(text: str) -> tuple[float, float, float, float]:
-    """'X1,Y1,X2,Y2' -> the box (its corners are checked with the rest of the prompt)."""
-    x1, y1, x2, y2 = _numbers(text, "--box", (4,), "X1,Y1,X2,Y2")
-    return x1, y1, x2, y2
 
 
 def add_arguments(parser):
@@ -89,18 +65,19 @@ def check_arguments(args):
         raise ZooError(f"--out {out} exists and is not a folder: pass a folder path")
 
 
-def _write_atomic(path: Path, write) -> None:
-    """Write through a temporary name, then rename: never half a file under the real name."""
-    tmp = path.with_name(f".{path.name}.part")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def _save_png(image: Image.Image, path: Path) -> None:
-    _write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
+    write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
+
+
+def remove_stale_masks(out: Path, stem: str, keep: set[str]) -> None:
+    """Delete the mask PNGs of ``stem`` that a previous run wrote and the new JSON does not list.
+
+    A regular expression, not a glob: photo_object*_mask*.png would also match the
+    masks of an image named photo_object1."""
+    pattern = re.compile(rf"{re.escape(stem)}_object\d+_mask\d+\.png")
+    for path in out.iterdir():
+        if pattern.fullmatch(path.name) and path.name not in keep:
+            path.unlink(missing_ok=True)
 
 
 def mask_bbox(mask: np.ndarray) -> list[int] | None:
@@ -163,7 +140,9 @@ def run(args, model) -> int:
     summary = {"image": str(args.image), "width": width, "height": height, "overlay": overlay_path.name,
                "objects": records}
     json_path = out / f"{stem}_masks.json"
-    _write_atomic(json_path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    write_atomic(json_path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    # after the JSON, not before the run: until the new JSON is in place, the old one's files all exist
+    remove_stale_masks(out, stem, {entry["file"] for record in records for entry in record["masks"]})
 
     print(f"{args.image}: {width}x{height}, {len(records)} object(s)")
     for k, record in enumerate(records):

@@ -4,12 +4,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-from pathlib import Path
 
 from zoo import devices, registry
 from zoo.cli import add_model_arguments, guarded, model_name_from
+from zoo.files import check_output_file, write_atomic
+from zoo.errors import ZooError
 from zoo.validate import engine
 from zoo.validate.capture import parse_fault
 
@@ -58,12 +58,17 @@ def main(argv: list[str]) -> int:
     if hasattr(case, "add_arguments"):
         case.add_arguments(parser)
     args = parser.parse_args(argv)
+    if args.json:
+        check_output_file(args.json, "--json")  # before the model is built
     fault = parse_fault(args.inject)
+    if args.seed < 0:
+        raise ZooError(f"--seed {args.seed}: use a non-negative integer")
+    inputs = case.make_inputs(spec, args)  # bad case options fail before the weights are read
 
     devices.use(args.device)
     weights = registry.read_weights(spec, args.weights, offline_fallback=True)
     model = registry.build(spec, weights, args.dtype)
-    run = engine.Run(spec, model, weights.state_dict, case, case.make_inputs(spec, args), args.dtype)
+    run = engine.Run(spec, model, weights.state_dict, case, inputs, args.dtype)
     modes = engine.MODES if args.mode == "both" else (args.mode,)
     reports = [run.compare_mode(mode, fault) for mode in modes]
     head = engine.header(spec, weights.source, args.dtype)
@@ -78,10 +83,7 @@ def main(argv: list[str]) -> int:
     for report in reports:
         print(summary(report))
     if args.json:
-        out = Path(args.json)
-        tmp = out.with_name(out.name + ".part")
-        tmp.write_text(json.dumps(engine.report_dict(head, reports), indent=1))
-        os.replace(tmp, out)
+        write_atomic(args.json, lambda tmp: tmp.write_text(json.dumps(engine.report_dict(head, reports), indent=1)))
     return 0 if all(r.passed for r in reports) else 1
 
 
