@@ -370,8 +370,9 @@ def compose(image: np.ndarray, hole: np.ndarray, pred: np.ndarray) -> np.ndarray
     if not np.isfinite(pred[hole]).all():
         raise ZooError("the model produced NaN/Inf in the hole (a half-precision overflow): "
                        "use --dtype bfloat16 or float32")
-    filled = np.clip(pred.astype(np.float32) * np.float32(255), 0, 255).astype(np.uint8)
-    return np.where(hole[..., None], filled, image)
+    out = image.copy()  # only the hole is computed: pred outside it is never read (it may even be NaN)
+    out[hole] = np.clip(pred[hole].astype(np.float32) * np.float32(255), 0, 255).astype(np.uint8)
+    return out
 
 
 def device_memory() -> int:
