@@ -29,6 +29,17 @@ def load_case(model: str, case: str):
     return np.load(FIXTURES / model / f"{case}.npz"), json.loads((FIXTURES / model / f"{case}.json").read_text())
 
 
+def parity_run(spec, model, state_dict: dict, dtype: str = "float32", **case_options):
+    """The validator's engine.Run of ``spec``'s parity case, input made with ``case_options`` (seed 1234)."""
+    import types
+
+    from zoo.validate import engine
+
+    case = engine.case_module(spec.family)
+    inputs = case.make_inputs(spec, types.SimpleNamespace(**{"seed": 1234, **case_options}))
+    return engine.Run(spec, model, state_dict, case, inputs, dtype)
+
+
 def cli_error(argv: list[str], capsys) -> str:
     """Run ``python -m zoo.run ARGV`` in-process; it must fail with one `error:` line, no traceback."""
     from zoo.run import main

@@ -7,7 +7,6 @@ the reference layer by layer at a small size through the validator's engine.
 """
 import hashlib
 import sys
-import types
 
 import mlx.core as mx
 import numpy as np
@@ -15,7 +14,7 @@ import pytest
 from mlx.utils import tree_flatten
 
 import zoo
-from conftest import load_case, rebuild_input
+from conftest import load_case, parity_run, rebuild_input
 from torch_writer import Glob, New, tensor, write_torch_zip
 from zoo import registry
 from zoo.errors import ZooError
@@ -128,10 +127,8 @@ def nchw(value):
 
 @pytest.fixture(scope="module")
 def small_run(model, weights):
-    spec = registry.get_spec("lama")
     # 24 px: the residual blocks work on 3x3 maps, an odd width for rfft2/irfft2
-    inputs = case_module.make_inputs(spec, types.SimpleNamespace(seed=1234, size=24))
-    return engine.Run(spec, model, weights.state_dict, case_module, inputs, "float32")
+    return parity_run(registry.get_spec("lama"), model, weights.state_dict, size=24)
 
 
 @pytest.mark.parametrize("mode", engine.MODES)
@@ -176,8 +173,7 @@ def test_validate_cli_rejects_bad_size(capsys):
 def test_float16_keeps_the_fourier_units_in_float32(weights):
     spec = registry.get_spec("lama")
     model16 = registry.build(spec, weights, "float16")
-    inputs = case_module.make_inputs(spec, types.SimpleNamespace(seed=1234, size=24))
-    run = engine.Run(spec, model16, weights.state_dict, case_module, inputs, "float16")
+    run = parity_run(spec, model16, weights.state_dict, "float16", size=24)
     out, records = run.mlx_pass()
     fu = "generator.model.5.conv1.ffc.convg2g.fu"
     assert records[f"{fu}.conv_layer"].output.dtype == mx.float32

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import load_case
+from conftest import load_case, parity_run
 from zoo import registry
 from zoo.models.mobilesam.predictor import apply_coords, resize_longest_side
 from zoo.validate import engine
@@ -207,9 +207,7 @@ def test_mlx_prompt_encoder_decoder_and_masks_match_upstream(case, reference_run
 def small_run(weights):
     spec = dataclasses.replace(registry.get_spec("mobilesam"), preprocess={"image_size": 128})
     model = registry.build(spec, weights)
-    case = engine.case_module("mobilesam")
-    args = types.SimpleNamespace(seed=1234, image=None, point=[], box=None, single_mask=False)
-    return engine.Run(spec, model, weights.state_dict, case, case.make_inputs(spec, args), "float32")
+    return parity_run(spec, model, weights.state_dict, image=None, point=[], box=None, single_mask=False)
 
 
 @pytest.mark.parametrize("mode", engine.MODES)

@@ -2,7 +2,6 @@
 import json
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -12,16 +11,14 @@ from zoo.cli.validate import main as validate_main
 from zoo.errors import ZooError
 from zoo.validate import engine
 from zoo.validate.capture import parse_fault
+from conftest import parity_run
 
 
 @pytest.fixture(scope="module")
 def run():
     spec = registry.get_spec("resnet18")
     weights = registry.read_weights(spec, "synthetic:0")
-    model = registry.build(spec, weights)
-    case = engine.case_module("resnet")
-    inputs = case.make_inputs(spec, types.SimpleNamespace(seed=1234, size=64))
-    return engine.Run(spec, model, weights.state_dict, case, inputs, "float32")
+    return parity_run(spec, registry.build(spec, weights), weights.state_dict, size=64)
 
 
 @pytest.mark.parametrize("mode", engine.MODES)

@@ -2,7 +2,6 @@
 accepted naming, ultralytics' pre/post-processing, fault injection, predict and its results."""
 import json
 import re
-from argparse import Namespace
 from pathlib import Path
 
 import mlx.core as mx
@@ -13,14 +12,12 @@ from PIL import Image
 from safetensors.numpy import save_file
 
 import zoo
-from conftest import FIXTURES, MANIFESTS, load_case, rebuild_input, synthetic_checkpoint
+from conftest import FIXTURES, MANIFESTS, load_case, parity_run, rebuild_input, synthetic_checkpoint
 from zoo import registry
 from zoo.errors import ZooError
 from zoo.models import yolov8
 from zoo.models.detection import Detections
-from zoo.validate import engine
 from zoo.validate.capture import parse_fault, recording
-from zoo.validate.cases import yolov8 as case_module
 from zoo.validate.reference import yolov8 as reference
 from zoo.validate.reference.kernels import resize as reference_resize
 from zoo.validate.reference.trace import Trace
@@ -195,9 +192,8 @@ def test_checkpoint_names_replace_the_default_and_must_match_the_head(yolov8n):
                                    "model.2.m.0=drop-residual"])
 def test_injected_fault_is_caught_at_its_layer(fault, yolov8n):
     spec = registry.get_spec("yolov8n")
-    inputs = case_module.make_inputs(spec, Namespace(imgsz=[64], seed=1234))
     sd = synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0)
-    run = engine.Run(spec, yolov8n, sd, case_module, inputs, "float32")
+    run = parity_run(spec, yolov8n, sd, imgsz=[64])
     assert run.compare_mode("isolated").passed
     report = run.compare_mode("isolated", parse_fault(fault))
     assert report.first_failure == fault.split("=")[0]

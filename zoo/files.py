@@ -38,6 +38,14 @@ def check_output_file(path: str | Path, what: str) -> Path:
     return path
 
 
+def check_output_folder(path: str | Path, what: str) -> Path:
+    """Fail now, before any work, when ``path`` exists but is not a folder (it is created later)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ZooError(f"{what} {path} exists and is not a folder: pass a folder")
+    return path
+
+
 def writable_format(path: str | Path) -> str | None:
     """Pillow's format name that writes ``path``, from its suffix; None when Pillow cannot write it."""
     fmt = Image.registered_extensions().get(Path(path).suffix.lower())

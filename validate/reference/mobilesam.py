@@ -117,29 +117,9 @@ def apply_coords(coords: np.ndarray, original_size: tuple[int, int], long_side: 
 # ---------------------------------------------------------------- TinyViT image encoder
 
 
-def _conv(x, weight, bias=None, stride=1, padding=0, groups=1):
-    """conv2d with fast paths for the two shapes TinyViT is made of: 1x1 and depthwise 3x3."""
-    cout, cin_g, kh, kw = weight.shape
-    if kh == kw == 1 and stride == 1 and groups == 1:
-        n, c, h, w = x.shape
-        out = np.matmul(weight.reshape(cout, cin_g), x.reshape(n, c, h * w)).reshape(n, cout, h, w)
-    elif groups == x.shape[1] == cout and cin_g == 1:
-        # depthwise: a sum of shifted products, one per tap
-        xp = np.pad(x, ((0, 0), (0, 0), (padding, padding), (padding, padding)))
-        ho = (x.shape[2] + 2 * padding - kh) // stride + 1
-        wo = (x.shape[3] + 2 * padding - kw) // stride + 1
-        out = np.zeros((x.shape[0], cout, ho, wo))
-        for i, j in itertools.product(range(kh), range(kw)):
-            tap = xp[:, :, i : i + stride * (ho - 1) + 1 : stride, j : j + stride * (wo - 1) + 1 : stride]
-            out += tap * weight[:, 0, i, j].reshape(1, -1, 1, 1)
-    else:
-        return ops.conv2d(x, weight, bias, stride, padding, groups=groups)
-    return out + bias.reshape(1, -1, 1, 1) if bias is not None else out
-
-
 def _conv_bn(t: Trace, sd, name, x, stride=1, padding=0, groups=1):
     def conv_bn(v):
-        v = _conv(v, sd[f"{name}.c.weight"], stride=stride, padding=padding, groups=groups)
+        v = ops.conv2d(v, sd[f"{name}.c.weight"], stride=stride, padding=padding, groups=groups)
         return ops.batch_norm(v, *(sd[f"{name}.bn.{k}"] for k in ("weight", "bias", "running_mean", "running_var")))
 
     return t(name, conv_bn, x)
@@ -270,7 +250,7 @@ def image_encoder(sd, x: np.ndarray, trace: Trace | None = None) -> np.ndarray:
         v = v.reshape(v.shape[0], *resolutions[3], v.shape[2]).transpose(0, 3, 1, 2)
 
         def neck(u):
-            u = t("image_encoder.neck.0", lambda a: _conv(a, sd["image_encoder.neck.0.weight"]), u)
+            u = t("image_encoder.neck.0", lambda a: ops.conv2d(a, sd["image_encoder.neck.0.weight"]), u)
             u = t("image_encoder.neck.1", lambda a: ops.layer_norm_2d(a, sd["image_encoder.neck.1.weight"], sd["image_encoder.neck.1.bias"]), u)
             u = t("image_encoder.neck.2", lambda a: ops.conv2d(a, sd["image_encoder.neck.2.weight"], padding=1), u)
             return t("image_encoder.neck.3", lambda a: ops.layer_norm_2d(a, sd["image_encoder.neck.3.weight"], sd["image_encoder.neck.3.bias"]), u)
@@ -347,7 +327,7 @@ def _mask_downscaling(t: Trace, sd, m):
     m = t(f"{p}.3", lambda v: ops.conv2d(v, sd[f"{p}.3.weight"], sd[f"{p}.3.bias"], stride=2), m)
     m = t(f"{p}.4", lambda v: ops.layer_norm_2d(v, sd[f"{p}.4.weight"], sd[f"{p}.4.bias"]), m)
     m = t(f"{p}.5", ops.gelu, m)
-    return t(f"{p}.6", lambda v: _conv(v, sd[f"{p}.6.weight"], sd[f"{p}.6.bias"]), m)
+    return t(f"{p}.6", lambda v: ops.conv2d(v, sd[f"{p}.6.weight"], sd[f"{p}.6.bias"]), m)
 
 
 # ---------------------------------------------------------------- mask decoder

@@ -28,10 +28,20 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     cout, cin_g, kh, kw = weight.shape
     win = _windows(x, (kh, kw), stride, dilation)  # N, C, Ho, Wo, kh, kw
     n, _, ho, wo = win.shape[:4]
-    if groups == 1:
+    if kh == kw == 1 and groups == 1:
+        # pointwise: one matrix product per image, no im2col copy
+        out = np.matmul(weight.reshape(cout, cin_g), np.ascontiguousarray(win[..., 0, 0]).reshape(n, cin_g, ho * wo))
+        out = out.reshape(n, cout, ho, wo)
+    elif groups == 1:
         # im2col + one matrix product
         cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cin_g * kh * kw)
         out = (cols @ weight.reshape(cout, -1).T).reshape(n, ho, wo, cout).transpose(0, 3, 1, 2)
+    elif groups == x.shape[1] == cout and cin_g == 1:
+        # depthwise: a sum of shifted products, one per tap (einsum over the groups is slow here)
+        out = np.zeros((n, cout, ho, wo))
+        for i in range(kh):
+            for j in range(kw):
+                out += win[..., i, j] * weight[:, 0, i, j].reshape(1, -1, 1, 1)
     else:
         win = win.reshape(n, groups, cin_g, ho, wo, kh, kw)
         w = weight.reshape(groups, cout // groups, cin_g, kh, kw)

@@ -7,7 +7,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from zoo.errors import ZooError
-from zoo.files import write_atomic, writable_format
+from zoo.files import check_output_folder, write_atomic, writable_format
 from zoo.images import image_files, load_image
 from zoo.weights.synthetic import parse_synthetic
 
@@ -37,8 +37,7 @@ def check_arguments(args):
         resolve_classes(args.classes, class_names())
     args.files = [f for source in args.images for f in image_files(source)]
     args.names = output_names(args.files)
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        raise ZooError(f"--out {args.out} is a file: pass a folder")
+    check_output_folder(args.out, "--out")
 
 
 def output_names(files: list[Path]) -> list[str]:

@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from zoo.errors import ZooError
-from zoo.files import write_atomic
+from zoo.files import check_output_folder, write_atomic
 from zoo.images import load_image
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
 
@@ -60,9 +60,7 @@ def check_arguments(args):
     for prompt in prompts:
         coords, labels, box, _ = check_prompts(args.rgb.shape[:2], **prompt)
         args.prompts.append({"point_coords": coords, "point_labels": labels, "box": box})
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise ZooError(f"--out {out} exists and is not a folder: pass a folder path")
+    check_output_folder(args.out, "--out")
 
 
 def _save_png(image: Image.Image, path: Path) -> None:
