@@ -1,0 +1,56 @@
+"""zoo.blas: MLX's Linux CPU matmul runs on OpenBLAS when zoo is imported first."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="OpenBLAS preload is Linux-only")
+
+
+def _info(code: str, env_extra: dict | None = None) -> dict:
+    import os
+
+    env = {**os.environ, **(env_extra or {})}
+    out = subprocess.run([sys.executable, "-c", code + "\nimport json, zoo.blas; print(json.dumps(zoo.blas.info()))"],
+                         capture_output=True, text=True, env=env, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@linux_only
+def test_zoo_first_gives_mlx_openblas():
+    import zoo.blas
+
+    info = zoo.blas.info()
+    assert info["blas"].startswith("OpenBLAS"), info["reason"]
+    maps = open("/proc/self/maps").read()
+    assert "libscipy_openblas" in maps and "cblas_forward" in maps
+
+
+@linux_only
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64"])
+def test_forwarded_gemm_is_correct(dtype):
+    """sgemm, dgemm and cgemm (complex alpha/beta by pointer) through the forwarder, against numpy."""
+    import mlx.core as mx
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((37, 53)), rng.standard_normal((53, 29))
+    if dtype == "complex64":
+        a, b = a + 1j * rng.standard_normal(a.shape), b + 1j * rng.standard_normal(b.shape)
+    a, b = a.astype(dtype), b.astype(dtype)
+    got = np.array(mx.matmul(mx.array(a), mx.array(b), stream=mx.cpu))
+    np.testing.assert_allclose(got, a.astype(np.complex128 if dtype == "complex64" else np.float64) @ b,
+                               rtol=1e-5, atol=1e-4)
+
+
+@linux_only
+def test_mlx_imported_first_keeps_its_blas_and_says_why():
+    info = _info("import mlx.core\nimport zoo")
+    assert info["blas"] == "mlx's own" and "import zoo first" in info["reason"]
+
+
+@linux_only
+def test_reference_blas_on_request():
+    info = _info("import zoo", {"ZOO_BLAS": "reference"})
+    assert info["blas"] == "mlx's own" and info["reason"] == "ZOO_BLAS=reference"

@@ -1,0 +1,85 @@
+"""An optimized BLAS for MLX's Linux CPU backend, chosen before mlx is imported.
+
+MLX's Linux CPU wheel (``mlx[cpu]``) calls a reference (netlib) BLAS: matmul and
+the GEMM behind convolution run 20-40x slower than with an optimized one. The
+three functions MLX uses (``cblas_sgemm/dgemm/cgemm``) are bound when mlx's
+library loads, to the first library in the process's global scope that defines
+them. So, once per process and before ``import mlx``:
+
+1. load scipy-openblas32 (the OpenBLAS build numpy and SciPy ship; no Fortran
+   runtime needed) with RTLD_GLOBAL: it defines ``scipy_cblas_sgemm`` ...;
+2. load ``zoo/native/cblas_forward`` (compiled at install) with RTLD_GLOBAL:
+   it defines the unprefixed names and forwards them to (1).
+
+OpenBLAS's idle worker threads spin for a while after each call and slowed the
+next MLX op 2-3x on 2 cores; OPENBLAS_THREAD_TIMEOUT (read when the library
+loads) makes them sleep sooner. A value the user set is kept.
+
+macOS keeps Accelerate. ``ZOO_BLAS=reference`` keeps MLX's own BLAS (to compare).
+Nothing here raises: without the pieces, MLX keeps its own BLAS and ``info()`` says why.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+THREAD_TIMEOUT = "4"  # 2^4 cycles, OpenBLAS's minimum (its default, 2^28, is ~0.1 s of spinning)
+
+_state = {"blas": "mlx's own", "reason": "not tried"}
+_library: ctypes.CDLL | None = None
+
+
+def _forwarder() -> Path | None:
+    spec = importlib.util.find_spec("zoo.native.cblas_forward")
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
+def preload() -> dict:
+    """Bind MLX's BLAS calls to OpenBLAS, if this is Linux and mlx is not imported yet. Returns info()."""
+    global _library
+    if _library is not None or _state["reason"] != "not tried":
+        return info()
+    if not sys.platform.startswith("linux"):
+        _state["reason"] = "not Linux: MLX uses the platform's BLAS (Accelerate on macOS)"
+    elif os.environ.get("ZOO_BLAS", "").lower() == "reference":
+        _state["reason"] = "ZOO_BLAS=reference"
+    elif "mlx.core" in sys.modules:
+        _state["reason"] = "mlx was imported before zoo: import zoo first to give MLX OpenBLAS"
+    else:
+        try:
+            import scipy_openblas32
+        except ImportError:
+            _state["reason"] = "scipy-openblas32 is not installed (pip install scipy-openblas32)"
+            return info()
+        forwarder = _forwarder()
+        if forwarder is None:
+            _state["reason"] = "zoo.native.cblas_forward was not compiled at install (no C compiler?)"
+            return info()
+        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", THREAD_TIMEOUT)
+        try:
+            path = Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so"
+            library = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+            ctypes.CDLL(str(forwarder), mode=ctypes.RTLD_GLOBAL)
+        except OSError as e:
+            _state["reason"] = f"could not load OpenBLAS ({e})"
+            return info()
+        _library = library
+        _state.update(blas=f"OpenBLAS {scipy_openblas32.__version__} (scipy-openblas32)", reason="")
+    return info()
+
+
+def info() -> dict:
+    """Which BLAS MLX's CPU backend calls, and why not OpenBLAS when it is not."""
+    out = dict(_state)
+    if _library is not None:
+        out["threads"] = _library.scipy_openblas_get_num_threads()
+    return out
+
+
+def set_threads(n: int) -> None:
+    """OpenBLAS threads for MLX's CPU matmul/conv (e.g. one Ray actor's CPUs); no-op without OpenBLAS."""
+    if _library is not None:
+        _library.scipy_openblas_set_num_threads(ctypes.c_int(max(1, int(n))))

@@ -1,0 +1,1 @@
+"""Compiled helpers (built at install, optional): cblas_forward, see zoo.blas."""
