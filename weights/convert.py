@@ -38,10 +38,12 @@ def _listing(names: list[str], limit: int = 5) -> str:
 
 
 def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source: str, dtype: mx.Dtype = mx.float32,
-                    model_name: str | None = None) -> None:
+                    model_name: str | None = None, kept: set[str] = frozenset()) -> None:
     """Load a checkpoint into ``model`` strictly, converting layouts and dtype once.
 
     Missing, unexpected and mis-shaped keys are all reported in one error.
+    ``kept``: parameters that are not in the checkpoint on purpose (a new head):
+    they keep the model's values, cast to ``dtype``.
     """
     expected = dict(tree_flatten(model.parameters()))
     owners = _owners(model)
@@ -57,7 +59,9 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source:
             misshaped.append(f"{name} {tuple(value.shape)} vs model {tuple(expected[name].shape)}")
             continue
         params[name] = mx.array(value.astype(np.float32, copy=False)).astype(dtype)
-    missing = sorted(set(expected) - set(state_dict))
+    for name in kept:
+        params[name] = expected[name].astype(dtype)
+    missing = sorted(set(expected) - set(state_dict) - set(kept))
     if missing or unexpected or misshaped:
         parts = [f"{label} {_listing(items)}" for label, items in
                  (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)) if items]

@@ -3,12 +3,17 @@
 Users pick "resnet50", not classes. A family is a module ``zoo.models.<family>``
 that provides ``build(spec) -> nn.Module`` (float32, weights not loaded) and, optionally,
 ``sanitize(state_dict, meta) -> state_dict`` (other checkpoint namings -> the
-upstream one) and ``apply_metadata(model, meta)`` (e.g. class names stored in
-the checkpoint).
+upstream one), ``fit_checkpoint(model, state_dict) -> (state_dict, kept)`` (drop
+what a model built with options does not take, e.g. a head of another size, and
+name the parameters that keep the model's own values) and
+``apply_metadata(model, meta)`` (e.g. class names stored in the checkpoint).
+Options of ``load`` (``num_classes=10``, ``features_only=True``) go to ``build``.
 """
 from __future__ import annotations
 
+import fnmatch
 import importlib
+import inspect
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,8 +66,12 @@ REGISTRY: dict[str, ModelSpec] = {
 ALIASES = {"yolov8": "yolov8n", "big-lama": "lama", "mobile_sam": "mobilesam"}
 
 
-def list_models(task: str | None = None) -> list[str]:
-    return [name for name, spec in REGISTRY.items() if task is None or spec.task == task]
+def list_models(filter: str | list[str] = "", task: str | None = None) -> list[str]:
+    """Registered names, as timm's: ``filter`` is a wildcard pattern or a list of them ("resnet*")."""
+    patterns = [filter] if isinstance(filter, str) else list(filter)
+    return [name for name, spec in REGISTRY.items()
+            if (task is None or spec.task == task)
+            and (not any(patterns) or any(fnmatch.fnmatchcase(name, p) for p in patterns if p))]
 
 
 def get_spec(name: str) -> ModelSpec:
@@ -116,26 +125,43 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
     return Weights(sanitize(sd, meta) if sanitize else sd, source, meta, synthetic=seed is not None)
 
 
-def build(spec: ModelSpec, weights: Weights, dtype: str = "float32") -> nn.Module:
-    """Build the model, load ``weights`` strictly and put it in eval mode."""
+def check_options(spec: ModelSpec, options: dict) -> None:
+    """Options ``build`` passes to the family's builder: unknown names fail before any weights are read."""
+    known = list(inspect.signature(family(spec).build).parameters)[1:]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise ZooError(f"{spec.name} takes no option {', '.join(unknown)}: "
+                       f"{'its options are ' + ', '.join(known) if known else 'it has no options'}")
+
+
+def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) -> nn.Module:
+    """Build the model (with the family's ``options``), load ``weights`` strictly and put it in eval mode."""
     from zoo.weights.convert import load_state_dict
 
     fam = family(spec)
-    model = fam.build(spec)
-    load_state_dict(model, weights.state_dict, weights.source, devices.parse_dtype(dtype), spec.name)
+    check_options(spec, options)
+    model = fam.build(spec, **options)
+    state_dict, kept = weights.state_dict, set()
+    if hasattr(fam, "fit_checkpoint"):
+        state_dict, kept = fam.fit_checkpoint(model, state_dict)
+    load_state_dict(model, state_dict, weights.source, devices.parse_dtype(dtype), spec.name, kept)
     if hasattr(fam, "apply_metadata"):
         fam.apply_metadata(model, weights.meta)
     model.eval()
     return model
 
 
-def load(name: str, weights: str | Path | None = None, dtype: str = "float32", device: str | None = None) -> nn.Module:
+def load(name: str, weights: str | Path | None = None, dtype: str = "float32", device: str | None = None,
+         **options) -> nn.Module:
     """Build a registered model with its weights, on the process's device, in eval mode.
 
     ``weights``: None (default Hub weights), a .safetensors/.pt/.pth/.ckpt path,
     or ``"synthetic[:SEED]"`` (random weights in the checkpoint's layout).
+    ``options``: the family's build options, e.g. ResNet's ``num_classes``,
+    ``features_only`` and ``out_indices`` (timm's).
     """
     devices.use(device)
     devices.parse_dtype(dtype)  # fail on a bad dtype before any download
     spec = get_spec(name)
-    return build(spec, read_weights(spec, weights), dtype)
+    check_options(spec, options)
+    return build(spec, read_weights(spec, weights), dtype, **options)
