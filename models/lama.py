@@ -250,9 +250,15 @@ class LaMa(nn.Module):
 
     def inpaint(self, image, mask, hd_strategy: str = "crop", resize_limit: int = RESIZE_LIMIT,
                 crop_margin: int = CROP_MARGIN, crop_trigger_size: int = CROP_TRIGGER_SIZE,
-                max_megapixels: float | None = None, progress: bool = False) -> np.ndarray:
-        """Fill the hole of ``image`` (path, PIL image or HxWx3 array) marked by ``mask``
-        (path, PIL image or HxW array; nonzero = hole) -> HxWx3 uint8.
+                max_megapixels: float | None = None, progress: bool = False):
+        """Fill the hole of ``image`` marked by ``mask`` (nonzero = hole); returns the kind given.
+
+        ``image``: a path or a PIL image -> a PIL image; an (H, W, 3) or (H, W, 4)
+        array -> a uint8 array of as many channels. An alpha channel is set aside
+        and put back unchanged (the model sees the raw colours, as IOPaint); a PIL
+        result carries the input's ICC profile, EXIF (orientation applied, as on
+        read) and dpi in ``info``. ``mask``: path, PIL image or HxW array of the
+        image's size (see ``load_mask``).
 
         Pixels outside the hole are returned unchanged. A mask with no hole
         returns a copy of the image (with a warning) without running the model.
@@ -263,11 +269,28 @@ class LaMa(nn.Module):
         ``crop_margin`` pixels of context. ``max_megapixels`` bounds one model
         pass (default: what fits in the device's memory).
         """
-        image = load_image(image)
-        hole = load_mask(mask, image.shape[:2])
+        pil = open_image(image) if isinstance(image, (str, Path)) else image if isinstance(image, Image.Image) else None
+        rgb, alpha = split_alpha(image if pil is None else pil)
+        hole = load_mask(mask, rgb.shape[:2])
         if not hole.any():
             warnings.warn("the mask marks no pixel as hole: the image is returned unchanged", stacklevel=2)
-            return image.copy()
+            out = rgb.copy()
+        else:
+            out = self.inpaint_array(rgb, hole, hd_strategy, resize_limit, crop_margin, crop_trigger_size,
+                                     max_megapixels, progress)
+        if alpha is not None:
+            out = np.dstack([out, alpha])
+        if pil is None:
+            return out
+        result = Image.fromarray(out, "RGBA" if alpha is not None else "RGB")
+        result.info = {k: pil.info[k] for k in ("icc_profile", "exif", "dpi") if k in pil.info}
+        return result
+
+    def inpaint_array(self, image: np.ndarray, hole: np.ndarray, hd_strategy: str = "crop",
+                      resize_limit: int = RESIZE_LIMIT, crop_margin: int = CROP_MARGIN,
+                      crop_trigger_size: int = CROP_TRIGGER_SIZE, max_megapixels: float | None = None,
+                      progress: bool = False) -> np.ndarray:
+        """``inpaint`` on an (H, W, 3) uint8 image and an (H, W) bool hole that marks some pixel."""
         scale, boxes = plan_passes(hole, hd_strategy, resize_limit, crop_margin, crop_trigger_size)
         for size in pass_sizes(hole.shape, scale, boxes):  # all of them before the first pass
             check_memory(size, max_megapixels, self.dtype)
@@ -277,7 +300,7 @@ class LaMa(nn.Module):
         if progress and len(boxes) > 1:
             from tqdm import tqdm
 
-            boxes = tqdm(boxes, desc="inpainting crops", unit="crop", file=sys.stderr)
+            boxes = tqdm(boxes, desc="inpainting crops", unit="crop", file=sys.stderr, leave=False)
         for top, left, bottom, right in boxes:
             region = (slice(top, bottom), slice(left, right))
             out[region] = self._inpaint_pass(image[region], hole[region])
@@ -305,13 +328,27 @@ class LaMa(nn.Module):
         return np.where(hole[..., None], big, image)
 
 
-def load_mask(mask, size: tuple[int, int]) -> np.ndarray:
-    """A mask (path, PIL image or array) -> HxW bool hole, binarised as upstream: nonzero = hole.
+def split_alpha(image) -> tuple[np.ndarray, np.ndarray | None]:
+    """(H, W, 3) uint8 colours and the (H, W) uint8 alpha channel, or None when the image has none.
+
+    With alpha, the colours are the raw ones (not composited on a background):
+    inpainting keeps every pixel outside the hole, transparent ones included.
+    """
+    if isinstance(image, Image.Image) and image.has_transparency_data:
+        rgba = np.asarray(image.convert("RGBA"))
+        return np.ascontiguousarray(rgba[..., :3]), np.ascontiguousarray(rgba[..., 3])
+    if isinstance(image, np.ndarray) and image.ndim == 3 and image.shape[2] == 4:
+        return load_image(image[..., :3]), load_image(image[..., 3], "alpha channel")[..., 0]
+    return load_image(image), None
+
+
+def mask_levels(mask) -> np.ndarray:
+    """A mask (path, PIL image or array) -> its HxW grey levels (0 = keep).
 
     Files and PIL images become grey levels as in upstream's loader (PIL's
     convert("L"): alpha is ignored, colours count by their luma); EXIF
-    orientation is applied as it is to the image. 2-D arrays count every
-    nonzero value; (H, W, 3/4) arrays are converted like images.
+    orientation is applied as it is to the image. 2-D arrays are taken as they
+    are; (H, W, 3/4) arrays are converted like images.
     """
     if isinstance(mask, (str, Path)):
         mask = open_image(mask)
@@ -322,15 +359,43 @@ def load_mask(mask, size: tuple[int, int]) -> np.ndarray:
             raise ZooError(f"mask array has dtype {mask.dtype}: pass uint8 (0 = keep, nonzero = hole) or bool")
         if mask.dtype.kind == "f" and not np.isfinite(mask).all():
             raise ZooError("mask has NaN or Inf values: pass 0 for known pixels and nonzero for the hole")
-        grey = mask
-    elif isinstance(mask, Image.Image):
-        grey = np.asarray(mask.convert("L"))
-    else:
-        grey = np.asarray(Image.fromarray(load_image(mask, "mask")).convert("L"))
+        return mask
+    if isinstance(mask, Image.Image):
+        return np.asarray(mask.convert("L"))
+    return np.asarray(Image.fromarray(load_image(mask, "mask")).convert("L"))
+
+
+def load_mask(mask, size: tuple[int, int], threshold: float | None = None, dilate: int = 0) -> np.ndarray:
+    """A mask of the image's ``size`` (path, PIL image or array) -> HxW bool hole.
+
+    ``threshold``: levels at or above it are hole; None: every nonzero level, as
+    upstream's predict.py (IOPaint's batch rule is 127). ``dilate``: grow the hole
+    by this many pixels in every direction (a square, as cv2.dilate with a
+    (2n+1)x(2n+1) kernel).
+    """
+    grey = mask_levels(mask)
     if grey.shape != tuple(size):
         raise ZooError(f"the mask is {grey.shape[1]}x{grey.shape[0]} but the image is {size[1]}x{size[0]}: "
                        "pass a mask of the image's size")
-    return np.asarray(grey) > 0
+    hole = grey > 0 if threshold is None else grey >= threshold
+    return dilate_hole(hole, dilate) if dilate else hole
+
+
+def dilate_hole(hole: np.ndarray, pixels: int) -> np.ndarray:
+    """Grow a bool hole by ``pixels`` in every direction (square structuring element).
+
+    A pixel becomes hole when its (2p+1)-wide window along a row, then along a
+    column, holds a hole pixel: window sums from cumulative sums, so the cost
+    does not grow with ``pixels``.
+    """
+    if pixels < 0:
+        raise ZooError(f"dilation of {pixels} pixels: use 0 or more")
+    for axis in (0, 1):
+        n = hole.shape[axis]
+        cum = np.concatenate([np.zeros_like(hole.take([0], axis), np.int64), np.cumsum(hole, axis, dtype=np.int64)], axis)
+        i = np.arange(n)
+        hole = (cum.take(np.minimum(i + pixels + 1, n), axis) - cum.take(np.maximum(i - pixels, 0), axis)) > 0
+    return hole
 
 
 def check_model_shapes(image_shape: tuple, mask_shape: tuple) -> None:

@@ -189,15 +189,20 @@ def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):
     """Every check runs before the weights are read: a missing weights file is never reached."""
     folder, _, _ = files
     base = ["lama", str(folder / "photo.png"), "--weights", str(tmp_path / "missing.safetensors"), "--device", "cpu"]
-    Image.fromarray(np.zeros((W, H), np.uint8)).save(tmp_path / "rotated.png")
-    assert "the mask is 45x61 but the image is 61x45: pass a mask of the image's size" in cli_error(
-        [*base, "--mask", str(tmp_path / "rotated.png")], capsys)
     mask = ["--mask", str(folder / "mask.png")]
     assert "needs about 0.0461 GB of memory (--max-megapixels 0.001): use --hd-strategy crop" in cli_error(
         [*base, *mask, "--hd-strategy", "original", "--max-megapixels", "0.001"], capsys)
     assert "cannot write .xyz; use .png" in cli_error([*base, *mask, "--out", str(tmp_path / "r.xyz")], capsys)
-    assert "is the input image" in cli_error([*base, *mask, "--out", str(folder / "photo.png")], capsys)
-    assert "image not found" in cli_error(["lama", "nope.png", "--mask", "nope.png", "--weights", "synthetic"], capsys)
+    assert "its output " + str(folder / "photo.png") + " is an input: pass another --out" in cli_error(
+        [*base, *mask, "--out", str(folder / "photo.png")], capsys)
+    assert "mask not found: nope.png" in cli_error(["lama", "nope.png", "--mask", "nope.png", "--weights", "synthetic"], capsys)
+    assert "image not found: nope.png" in cli_error(["lama", "nope.png", *mask, "--weights", "synthetic"], capsys)
+    (tmp_path / "notes.png").write_text("not a picture")
+    assert f"cannot read {tmp_path / 'notes.png'}: not an image file Pillow recognises" in cli_error(
+        ["lama", str(tmp_path / "notes.png"), *mask, "--weights", str(tmp_path / "missing.safetensors")], capsys)
+    assert "--quality 0: use 1 to 100" in cli_error([*base, *mask, "--quality", "0"], capsys)
+    assert "--mask-threshold 256: use 1 to 255" in cli_error([*base, *mask, "--mask-threshold", "256"], capsys)
+    assert "--dilate -1: use 0 to 10000" in cli_error([*base, *mask, "--dilate", "-1"], capsys)
     with pytest.raises(SystemExit):  # argparse names the choices
         main(["lama", str(folder / "photo.png"), "--hd-strategy", "tiles", *mask])
     assert "invalid choice: 'tiles'" in capsys.readouterr().err
@@ -207,13 +212,17 @@ def test_cli_gif_output_gets_the_lossy_note(files, tmp_path, capsys):
     folder, _, _ = files
     assert main(["lama", str(folder / "photo.png"), "--mask", str(folder / "mask.png"), "--out", str(tmp_path / "r.gif"),
                  "--weights", "synthetic:0", "--device", "cpu", "--hd-strategy", "original"]) == 0
-    assert "note: .gif is lossy: pixels outside the hole change; use .png" in capsys.readouterr().err
+    assert "note: .gif is lossy: pixels outside the hole change; write .png (--out NAME.png) to keep them" in capsys.readouterr().err
     assert [p.name for p in tmp_path.iterdir()] == ["r.gif"]
 
 
-def test_cli_out_that_is_a_folder_fails_before_the_weights(files, tmp_path, capsys):
+def test_cli_out_that_cannot_be_written_fails_before_the_weights(files, tmp_path, capsys):
     folder, _, _ = files
-    (tmp_path / "result.png").mkdir()
-    err = cli_error(["lama", str(folder / "photo.png"), "--mask", str(folder / "mask.png"), "--out",
-                     str(tmp_path / "result.png"), "--weights", str(tmp_path / "missing.safetensors")], capsys)
-    assert f"--out {tmp_path / 'result.png'} is a folder: pass a file path" in err
+    base = ["lama", str(folder / "photo.png"), "--mask", str(folder / "mask.png"),
+            "--weights", str(tmp_path / "missing.safetensors")]
+    (tmp_path / "results").write_text("a file")
+    err = cli_error([*base, "--out", str(tmp_path / "results")], capsys)
+    assert f"--out {tmp_path / 'results'} exists and is not a folder: pass a folder" in err
+    (tmp_path / "out" / "photo.png").mkdir(parents=True)  # the output name, taken by a folder
+    err = cli_error([*base, "--out", str(tmp_path / "out")], capsys)
+    assert f"its output {tmp_path / 'out' / 'photo.png'} is a folder: remove it or pass another --out" in err

@@ -6,27 +6,26 @@ CMYK, I;16, I, F, ...) becomes RGB.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 
 from .errors import ZooError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 
 
-def open_image(path: str | Path) -> Image.Image:
-    """Open and fully decode an image file, with EXIF orientation applied."""
-    path = Path(path)
+@contextmanager
+def reading_errors(path: Path):
+    """Pillow's failures while reading ``path`` -> one-line ZooErrors naming the file and the fix."""
     if not path.exists():
         raise ZooError(f"image not found: {path}")
     if path.is_dir():
         raise ZooError(f"{path} is a directory, not an image file")
     try:
-        with Image.open(path) as img:
-            img.load()  # decode now: truncated files fail here, not later
-            return ImageOps.exif_transpose(img)
+        yield
     except UnidentifiedImageError:
         raise ZooError(f"cannot read {path}: not an image file Pillow recognises") from None
     except Image.DecompressionBombError as e:
@@ -34,6 +33,23 @@ def open_image(path: str | Path) -> Image.Image:
                        "if you trust the file") from None
     except (OSError, SyntaxError, ValueError) as e:
         raise ZooError(f"cannot read {path}: the file is damaged or truncated ({e})") from None
+
+
+def open_image(path: str | Path) -> Image.Image:
+    """Open and fully decode an image file, with EXIF orientation applied."""
+    path = Path(path)
+    with reading_errors(path), Image.open(path) as img:
+        img.load()  # decode now: truncated files fail here, not later
+        return ImageOps.exif_transpose(img)
+
+
+def image_size(path: str | Path) -> tuple[int, int]:
+    """(height, width) of an image file as open_image returns it (EXIF orientation applied), from its header."""
+    path = Path(path)
+    with reading_errors(path), Image.open(path) as img:
+        w, h = img.size
+        # orientations 5-8 turn the picture by a quarter
+        return (w, h) if img.getexif().get(ExifTags.Base.Orientation) in (5, 6, 7, 8) else (h, w)
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:

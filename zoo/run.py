@@ -19,7 +19,9 @@ def main(argv: list[str]) -> int:
     task.add_arguments(parser)
     args = parser.parse_args(argv)
     devices.use(args.device)  # the checks may size work for the device (LaMa's memory bound)
-    task.check_arguments(args)  # bad inputs fail before weights are read
+    code = task.check_arguments(args)  # bad inputs fail before weights are read
+    if code is not None:  # the task found nothing to do (e.g. every output already written)
+        return code
     model = registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device)
     return task.run(args, model)
 

@@ -1,28 +1,67 @@
-"""Inpainting: fill the hole a mask marks in an image (LaMa), with IOPaint's HD strategies."""
+"""Inpainting (LaMa): fill the holes masks mark, in one image or in folders as IOPaint's batch mode does.
+
+    python -m zoo.run lama IMAGES... --mask MASKS --out DIR
+
+IMAGES are files or folders; MASKS is one mask for every image, or a folder of
+masks matched to the images by file stem (IOPaint's rule, ``a.jpg`` <- ``a.png``)
+or by lama's naming (``a.jpg`` <- ``a_mask.png``, ``a_mask001.png``; then
+images and masks may share one folder). Outputs are named like the inputs.
+Problems with one file (no mask, a mask for no image, an unreadable file) are
+reported one line per file; the rest is processed and the exit code is 1.
+"""
 from __future__ import annotations
 
 import sys
 import time
+import warnings
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
-from PIL import Image
+import numpy as np
+from PIL import ExifTags, Image
 
-from zoo.devices import parse_dtype
 from zoo.errors import ZooError
-from zoo.files import check_output_file, image_format, write_atomic
-from zoo.images import load_image
+from zoo.files import check_output_folder, image_format, write_atomic
+from zoo.images import image_files, image_size, open_image, reading_errors
 
 # PNG and the other lossless formats keep the pixels outside the hole exact; GIF quantises to 256 colours.
 LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp", ".gif")
+QUALITY_FORMATS = ("JPEG", "WEBP")
+MASK_MARK = "_mask"  # lama's naming: photo.png <- photo_mask.png, photo_mask001.png
+# A TIFF's EXIF is its own tag directory: its layout tags describe that file's pixels, not the output's.
+TIFF_LAYOUT_TAGS = {256, 257, 258, 259, 262, 273, 277, 278, 279, 284, 317, 322, 323, 324, 325, 338, 339, 34675}
+
+
+@dataclass
+class Job:
+    image: Path
+    mask: Path
+    out: Path
+    format: str
 
 
 def add_arguments(parser):
     from zoo.models.lama import CROP_MARGIN, CROP_TRIGGER_SIZE, HD_STRATEGIES, RESIZE_LIMIT
 
-    parser.add_argument("image", help="image file")
-    parser.add_argument("--mask", required=True,
-                        help="mask image of the image's size: every pixel whose grey level is above 0 is hole")
-    parser.add_argument("--out", help="result image (default: <image>_inpainted.png beside the image)")
+    parser.add_argument("images", nargs="+", metavar="IMAGES", help="image files or folders of images")
+    parser.add_argument("--mask", required=True, metavar="MASKS",
+                        help="one mask for every image, or a folder of masks matched by file stem (a.jpg <- a.png "
+                             "or a_mask.png); a mask of another size is resized to its image (nearest)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="output folder (created; outputs named like the inputs); for one image also a file "
+                             "path (default for one image: <image>_inpainted.png beside it)")
+    parser.add_argument("--ext", metavar="SUFFIX",
+                        help="write the outputs in a folder with this suffix, e.g. png (lossless); default: the input's")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace outputs that exist (default: skip them; inputs are never replaced)")
+    parser.add_argument("--quality", type=int, default=95, metavar="Q",
+                        help="JPEG and WebP quality, 1-100 (default 95); PNG and TIFF are lossless")
+    parser.add_argument("--mask-threshold", type=int, default=1, metavar="LEVEL",
+                        help="grey levels at or above LEVEL are hole (default 1: any nonzero level, as lama's "
+                             "predict.py; IOPaint's batch mode uses 127)")
+    parser.add_argument("--dilate", type=int, default=0, metavar="PIXELS",
+                        help="grow every hole by this many pixels (square, as cv2.dilate; default 0)")
     parser.add_argument("--hd-strategy", choices=HD_STRATEGIES, default="crop",
                         help="large images: original = one pass over the whole image; resize = one pass with the "
                              "longer side scaled to --resize-limit, only the hole pasted back; crop = one pass per "
@@ -37,43 +76,242 @@ def add_arguments(parser):
                         help="refuse a pass larger than this (default: what fits in the device's memory)")
 
 
-def check_arguments(args):
-    from zoo.models.lama import check_memory, load_mask, pass_sizes, plan_passes
+def check_arguments(args) -> int | None:
+    """Pair images and masks, name the outputs, skip those that exist: all before the weights are read.
 
-    args.image_array = load_image(args.image)
-    args.hole = load_mask(args.mask, args.image_array.shape[:2])
+    Returns an exit code when nothing is left to inpaint (the model is then never loaded).
+    """
+    check_options(args)
+    mask_arg = Path(args.mask)
+    if not mask_arg.exists():
+        raise ZooError(f"mask not found: {mask_arg}")
+    folders = [Path(a) for a in args.images if Path(a).is_dir()]
+    shared = mask_arg.is_dir() and any(f.resolve() == mask_arg.resolve() for f in folders)
+    masks = mask_files(mask_arg, shared)
+    mask_set = {m.resolve() for m in masks}
+    images = [p for a in args.images for p in image_files(a) if p.resolve() not in mask_set]
+    if not images:
+        raise ZooError(f"no images to inpaint in {', '.join(args.images)}: the files there are all masks")
+    args.single = len(images) == 1 and not folders  # one image named: its problem is the run's error
+    args.failed = 0
+
+    def fail(message: str) -> None:
+        if args.single:
+            raise ZooError(message)
+        print(f"error: {message}", file=sys.stderr)
+        args.failed += 1
+
+    pairs = pair_masks(images, masks, mask_arg, fail, report_unused=bool(folders))
+    outputs = output_paths(args, [image for image, _ in pairs])
+    protected = {p.resolve() for p in images} | mask_set
+    args.jobs, skipped, writers = [], [], {}
+    for (image, mask), out in zip(pairs, outputs):
+        key = out.resolve()
+        try:
+            fmt = image_format(out, f"{image}: output {out.name}")
+            if key in protected:
+                raise ZooError(f"{image}: its output {out} is an input: pass another --out")
+            if key in writers:
+                raise ZooError(f"{image}: its output {out} is also {writers[key]}'s: rename one of them")
+            writers[key] = image
+            if out.is_dir():
+                raise ZooError(f"{image}: its output {out} is a folder: remove it or pass another --out")
+            if out.exists() and not args.overwrite:
+                skipped.append(out)
+                continue
+            check_files(image, mask, args)
+            args.jobs.append(Job(image, mask, out, fmt))
+        except ZooError as e:
+            fail(str(e))
+    args.skipped = len(skipped)
+    lossy = sorted({job.out.suffix for job in args.jobs if job.out.suffix.lower() in LOSSY_SUFFIXES})
+    if lossy:
+        print(f"note: {', '.join(lossy)} is lossy: pixels outside the hole change; write .png "
+              f"({'--ext png' if args.out and not args.single else '--out NAME.png'}) to keep them", file=sys.stderr)
+    if skipped:
+        where = skipped[0] if len(skipped) == 1 else f"{len(skipped)} outputs in {skipped[0].parent}"
+        print(f"note: skipping {where}: already written (--overwrite replaces them)", file=sys.stderr)
+    if not args.jobs:
+        print(summary(0, args.skipped, args.failed, 0.0, args.out or outputs[0]), file=sys.stderr)
+        return 1 if args.failed else 0
+    return None
+
+
+def check_options(args) -> None:
+    from zoo.models.lama import plan_passes
+
+    for option, low, high in (("quality", 1, 100), ("mask_threshold", 1, 255), ("dilate", 0, 10_000)):
+        value = getattr(args, option)
+        if not low <= value <= high:
+            raise ZooError(f"--{option.replace('_', '-')} {value}: use {low} to {high}")
     if args.crop_trigger_size < 1:
         raise ZooError(f"--crop-trigger-size {args.crop_trigger_size}: use a positive number of pixels")
     if args.max_megapixels is not None and args.max_megapixels <= 0:
         raise ZooError(f"--max-megapixels {args.max_megapixels:g}: use a positive number")
-    args.out = Path(args.out) if args.out else Path(args.image).with_name(f"{Path(args.image).stem}_inpainted.png")
-    check_output_file(args.out, "--out")
-    args.format = image_format(args.out, f"--out {args.out}")
-    if args.out.resolve() == Path(args.image).resolve():
-        raise ZooError(f"--out {args.out} is the input image: pass another path")
-    args.plan = plan_passes(args.hole, args.hd_strategy, args.resize_limit, args.crop_margin, args.crop_trigger_size)
-    if args.hole.any():
-        # a pass that cannot fit fails now, before the weights are read
-        for size in pass_sizes(args.hole.shape, *args.plan):
-            check_memory(size, args.max_megapixels, parse_dtype(args.dtype))
+    plan_passes(np.zeros((1, 1), bool), args.hd_strategy, args.resize_limit, args.crop_margin, args.crop_trigger_size)
+
+
+def output_paths(args, images: list[Path]) -> list[Path]:
+    """Outputs named like the inputs in the --out folder (suffix --ext if given); one image may
+    also name its output file, or write <image>_inpainted.png beside itself."""
+    out = Path(args.out) if args.out else None
+    if out is not None and args.single and out.suffix and not out.is_dir():
+        if args.ext:
+            raise ZooError(f"--ext {args.ext} names the outputs in a folder: give --out a folder")
+        return [out]
+    if out is None:
+        if not args.single:
+            raise ZooError("several images need an output folder: pass --out DIR")
+        return [images[0].with_name(f"{images[0].stem}_inpainted.png")]
+    check_output_folder(out, "--out")
+    ext = f".{args.ext.lstrip('.')}" if args.ext else None
+    return [out / f"{image.stem}{ext or image.suffix}" for image in images]
+
+
+def check_files(image: Path, mask: Path, args) -> None:
+    """What the file headers tell before the weights are read: both are images Pillow reads, and
+    every pass over the whole image (or its resized copy) fits the memory bound."""
+    from zoo.devices import parse_dtype
+    from zoo.models.lama import check_memory, pass_sizes, plan_passes
+
+    size = image_size(image)
+    image_size(mask)
+    # without the hole the crops are unknown (planned empty); whole-image passes depend on the size alone
+    plan = plan_passes(np.broadcast_to(False, size), args.hd_strategy, args.resize_limit, args.crop_margin,
+                       args.crop_trigger_size)
+    for pass_size in pass_sizes(size, *plan):
+        check_memory(pass_size, args.max_megapixels, parse_dtype(args.dtype))
+
+
+def mask_files(mask: Path, shared: bool) -> list[Path]:
+    """The masks an argument names; in a folder images share (lama's layout), only the *_mask* files."""
+    if not mask.is_dir():
+        return [mask]
+    masks = [p for p in image_files(mask) if not shared or MASK_MARK in p.stem]
+    if not masks:
+        raise ZooError(f"no masks in {mask}: images and masks share it, so masks must be named <image>_mask.png")
+    return masks
+
+
+def pair_masks(images: list[Path], masks: list[Path], mask_arg: Path, fail, report_unused: bool) -> list[tuple[Path, Path]]:
+    """Each image's mask: the one mask, or the mask of the same stem, else lama's <stem>_mask*.
+
+    An image without a mask, an image with several candidates and (when images
+    came from folders) a mask no image uses are each reported through ``fail``.
+    """
+    if not mask_arg.is_dir():
+        return [(image, mask_arg) for image in images]
+    by_stem, by_mark = defaultdict(list), defaultdict(list)
+    for m in masks:
+        by_stem[m.stem].append(m)
+        if MASK_MARK in m.stem:
+            by_mark[m.stem.rsplit(MASK_MARK, 1)[0]].append(m)
+    pairs, used = [], set()
+    for image in images:
+        found = by_stem.get(image.stem) or by_mark.get(image.stem) or []
+        if not found:
+            fail(f"{image}: no mask in {mask_arg} (looked for {image.stem}.* and {image.stem}{MASK_MARK}*.*): "
+                 "add one, or pass one mask file for every image")
+        elif len(found) > 1:
+            fail(f"{image}: {len(found)} masks match it ({', '.join(m.name for m in found)}): keep one")
+        else:
+            pairs.append((image, found[0]))
+        used.update(found)
+    if report_unused:
+        for m in masks:
+            if m not in used:
+                fail(f"{m}: mask of no image (no image named {m.stem.rsplit(MASK_MARK, 1)[0]}.*): "
+                     "add the image, or remove or rename the mask")
+    return pairs
 
 
 def run(args, model) -> int:
-    h, w = args.image_array.shape[:2]
-    if not args.hole.any():
-        print(f"note: {args.mask} marks no pixel as hole: {args.out} is the image unchanged", file=sys.stderr)
-        result = args.image_array
-    else:
-        start = time.perf_counter()
-        result = model.inpaint(args.image_array, args.hole, args.hd_strategy, args.resize_limit, args.crop_margin,
-                               args.crop_trigger_size, args.max_megapixels, progress=True)
-        scale, boxes = args.plan
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    args.jobs[0].out.parent.mkdir(parents=True, exist_ok=True)  # the --out folder
+    single = len(args.jobs) == 1
+    bar = tqdm(args.jobs, desc="inpainting", unit="image", file=sys.stderr, disable=single)
+    done = 0
+    masks: dict[Path, np.ndarray] = {}  # the last mask read: one mask for every image is read once
+    args.resize_noted = set()
+    for job in bar:
+        try:
+            inpaint_file(job, args, model, masks, lambda line: bar.write(line, file=sys.stderr), verbose=single)
+            done += 1
+        except ZooError as e:
+            if args.single:
+                raise
+            message = str(e)
+            bar.write(f"error: {message if str(job.image) in message else f'{job.image}: {message}'}", file=sys.stderr)
+            args.failed += 1
+    bar.close()
+    print(summary(done, args.skipped, args.failed, time.perf_counter() - start, args.out or args.jobs[0].out),
+          file=sys.stderr)
+    return 1 if args.failed else 0
+
+
+def summary(done: int, skipped: int, failed: int, seconds: float, out) -> str:
+    parts = [f"{done} inpainted"]
+    if skipped:
+        parts.append(f"{skipped} skipped (already written)")
+    if failed:
+        parts.append(f"{failed} failed (see the error lines)")
+    return f"lama: {', '.join(parts)} in {seconds:.1f} s -> {out}"
+
+
+def inpaint_file(job: Job, args, model, masks: dict, say, verbose: bool) -> None:
+    """Read, inpaint and write one image; its metadata (EXIF without orientation, ICC, dpi) carried over."""
+    from zoo.models.lama import load_mask, mask_levels
+
+    image = open_image(job.image)  # EXIF orientation applied
+    if job.mask not in masks:
+        masks.clear()
+        masks[job.mask] = mask_levels(job.mask)
+    levels = masks[job.mask]
+    if levels.shape != (image.height, image.width):
+        if (job.mask, image.size) not in args.resize_noted:  # one mask for a folder of one size: one note
+            args.resize_noted.add((job.mask, image.size))
+            say(f"note: resized mask {job.mask.name} from {levels.shape[1]}x{levels.shape[0]} to "
+                f"{image.width}x{image.height} (nearest) for {job.image.name}")
+        levels = resize_nearest(levels, (image.height, image.width))
+    hole = load_mask(levels, levels.shape, args.mask_threshold, args.dilate)
+    start = time.perf_counter()
+    if not hole.any():
+        say(f"note: {job.mask.name} marks no pixel as hole: {job.out} is {job.image.name} unchanged")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the empty hole: said above
+        result = model.inpaint(image, hole, args.hd_strategy, args.resize_limit, args.crop_margin,
+                               args.crop_trigger_size, args.max_megapixels, progress=verbose)
+    if verbose and hole.any():
+        from zoo.models.lama import plan_passes
+
+        scale, boxes = plan_passes(hole, args.hd_strategy, args.resize_limit, args.crop_margin, args.crop_trigger_size)
         how = f"1 pass at scale {scale:.3g}" if scale != 1 else f"{len(boxes)} pass{'es' * (len(boxes) != 1)}"
-        print(f"{Path(args.image).name}: {w}x{h}, hole {args.hole.mean():.1%} of the image, {how} "
-              f"({args.hd_strategy}), {time.perf_counter() - start:.1f} s", file=sys.stderr)
-    if args.out.suffix.lower() in LOSSY_SUFFIXES:
-        print(f"note: {args.out.suffix} is lossy: pixels outside the hole change; use .png to keep them",
-              file=sys.stderr)
-    write_atomic(args.out, lambda tmp: Image.fromarray(result).save(tmp, format=args.format))
-    print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+        say(f"{job.image.name}: {image.width}x{image.height}, hole {hole.mean():.1%} of the image, {how} "
+            f"({args.hd_strategy}), {time.perf_counter() - start:.1f} s")
+    if result.mode == "RGBA" and job.format == "JPEG":
+        raise ZooError(f"{job.image} has transparency, which {job.out.suffix} cannot store: pass --ext png")
+    options = metadata(job.image)
+    if job.format in QUALITY_FORMATS:
+        options["quality"] = args.quality
+    write_atomic(job.out, lambda tmp: result.save(tmp, format=job.format, **options))
+
+
+def metadata(path: Path) -> dict:
+    """Save options that carry a file's EXIF (minus the orientation: it is applied), ICC profile and dpi."""
+    with reading_errors(path), Image.open(path) as src:
+        exif, info = src.getexif(), src.info
+        for tag in {ExifTags.Base.Orientation} | (TIFF_LAYOUT_TAGS if src.format == "TIFF" else set()):
+            exif.pop(tag, None)
+        options = {"exif": exif.tobytes()} if len(exif) else {}
+        options.update({k: info[k] for k in ("icc_profile", "dpi") if info.get(k)})
+    return options
+
+
+def resize_nearest(levels: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """Nearest-neighbour resize of a 2-D array to (height, width): each output pixel takes the input pixel under its centre."""
+    h, w = size
+    rows = ((np.arange(h) + 0.5) * levels.shape[0] / h).astype(np.int64)
+    cols = ((np.arange(w) + 0.5) * levels.shape[1] / w).astype(np.int64)
+    return levels[rows[:, None], cols[None, :]]

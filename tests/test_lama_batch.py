@@ -1,0 +1,255 @@
+"""`zoo.run lama` over folders as IOPaint's batch mode, and `inpaint` returning the kind it was given.
+
+The folder case: 20 small photos (PNG, JPEG, TIFF; some stored sideways with an
+EXIF orientation), each with an ICC profile and EXIF tags, and masks of other
+sizes and names (a.png <- a.png, a_mask.png, a.jpg). Hole rectangles sit on the
+masks' scale factors, so the hole at image resolution is known exactly.
+"""
+import numpy as np
+import pytest
+from PIL import ExifTags, Image, ImageCms
+
+import zoo
+from conftest import cli_error
+from zoo.run import main
+
+H, W = 48, 64  # as displayed (after EXIF orientation)
+N = 20
+HOLE = (slice(8, 24), slice(16, 40))  # rows, cols at image resolution
+ICC = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+# EXIF orientation -> how to store an upright picture so that applying the tag gives it back
+STORED = {1: None, 3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_90, 8: Image.Transpose.ROTATE_270}
+MASK_SCALES = (1, 0.5, 2, 1.5)  # the mask's size relative to its image
+WEIGHTS = ["--weights", "synthetic:0", "--device", "cpu"]
+
+
+def make_exif(i: int, orientation: int) -> Image.Exif:
+    exif = Image.Exif()
+    exif[ExifTags.Base.Make] = "ZooCam"
+    exif[ExifTags.Base.Model] = f"Model {i}"
+    exif[ExifTags.Base.Orientation] = orientation
+    exif.get_ifd(ExifTags.IFD.Exif)[ExifTags.Base.DateTimeOriginal] = f"2024:01:{i + 1:02d} 10:00:00"
+    exif.get_ifd(ExifTags.IFD.GPSInfo)[ExifTags.GPS.GPSLatitudeRef] = "N"
+    return exif
+
+
+def save_mask(path, scale: float, fmt: str | None = None) -> None:
+    mask = np.zeros((int(H * scale), int(W * scale)), np.uint8)
+    mask[int(HOLE[0].start * scale):int(HOLE[0].stop * scale), int(HOLE[1].start * scale):int(HOLE[1].stop * scale)] = 255
+    Image.fromarray(mask).save(path, format=fmt)
+
+
+def exif_tags(exif: Image.Exif) -> dict:
+    """Every tag of IFD0 and of the Exif and GPS directories (pointer offsets left out: they move)."""
+    tags = {k: v for k, v in exif.items() if k not in (ExifTags.IFD.Exif, ExifTags.IFD.GPSInfo)}
+    tags.update({("exif", k): v for k, v in exif.get_ifd(ExifTags.IFD.Exif).items()})
+    tags.update({("gps", k): v for k, v in exif.get_ifd(ExifTags.IFD.GPSInfo).items()})
+    return tags
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """20 photos and their masks; returns (images folder, masks folder, {name: (upright pixels, exif)})."""
+    root = tmp_path_factory.mktemp("batch")
+    images, masks = root / "images", root / "masks"
+    images.mkdir()
+    masks.mkdir()
+    rng = np.random.default_rng(0)
+    expected = {}
+    for i in range(N):
+        upright = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        orientation = (1, 6, 3, 8)[i % 4]
+        # TIFF only upright: Pillow's TIFF writer turns a picture saved with an orientation tag itself
+        suffix = (".tif" if i % 8 == 0 else ".png", ".png", ".jpg", ".png")[i % 4]
+        stored = Image.fromarray(upright)
+        if STORED[orientation] is not None:
+            stored = stored.transpose(STORED[orientation])
+        exif = make_exif(i, orientation)
+        name = f"photo{i:02d}{suffix}"
+        stored.save(images / name, exif=exif.tobytes(), icc_profile=ICC, **({"quality": 95} if suffix == ".jpg" else {}))
+        # what the file holds, decoded and turned upright (JPEG is lossy: its decoded pixels are the input)
+        with Image.open(images / name) as f:
+            pixels = np.asarray(f.convert("RGB"))
+        if orientation != 1:
+            pixels = np.asarray(Image.fromarray(pixels).transpose(
+                {3: Image.Transpose.ROTATE_180, 6: Image.Transpose.ROTATE_270, 8: Image.Transpose.ROTATE_90}[orientation]))
+        assert pixels.shape == (H, W, 3)
+        expected[name] = (pixels, exif)
+        stem = name.rsplit(".", 1)[0]
+        mask_name = (f"{stem}.png", f"{stem}_mask.png", f"{stem}.bmp", f"{stem}_mask001.png")[i % 4]
+        save_mask(masks / mask_name, MASK_SCALES[i % len(MASK_SCALES)])
+    return images, masks, expected
+
+
+@pytest.fixture(scope="module")
+def first_run(photos, tmp_path_factory):
+    images, masks, _ = photos
+    out = tmp_path_factory.mktemp("out")
+    code = main(["lama", str(images), "--mask", str(masks), "--out", str(out), "--ext", "png", *WEIGHTS])
+    return code, out
+
+
+def test_folder_of_20_inpaints_in_one_command(photos, first_run):
+    images, _, expected = photos
+    code, out = first_run
+    assert code == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"{name.rsplit('.', 1)[0]}.png" for name in expected)
+    hole = np.zeros((H, W), bool)
+    hole[HOLE] = True
+    for name, (pixels, exif) in expected.items():
+        with Image.open(out / f"{name.rsplit('.', 1)[0]}.png") as result:
+            got = np.asarray(result)
+            assert result.info.get("icc_profile") == ICC, name
+            got_exif = result.getexif()
+        assert got.shape == (H, W, 3), name
+        assert np.array_equal(got[~hole], pixels[~hole]), name  # byte-identical outside the hole
+        assert (got[hole] != pixels[hole]).mean() > 0.5, name  # and the hole was filled
+        want = exif_tags(exif)
+        del want[ExifTags.Base.Orientation]
+        assert exif_tags(got_exif) == want, name  # every tag but the orientation, now applied
+
+
+def test_second_run_skips_everything_without_reading_weights(photos, first_run, tmp_path, capsys):
+    images, masks, _ = photos
+    _, out = first_run
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    capsys.readouterr()
+    missing = str(tmp_path / "missing.safetensors")  # never read: nothing is left to do
+    assert main(["lama", str(images), "--mask", str(masks), "--out", str(out), "--ext", "png",
+                 "--weights", missing, "--device", "cpu"]) == 0
+    err = capsys.readouterr().err
+    assert f"note: skipping {N} outputs in {out}: already written (--overwrite replaces them)" in err
+    assert f"lama: 0 inpainted, {N} skipped (already written) in 0.0 s -> {out}" in err
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_outputs_named_like_the_inputs_jpeg_quality_and_overwrite(photos, tmp_path, capsys):
+    images, masks, expected = photos
+    picked = tmp_path / "in"
+    picked.mkdir()
+    names = ["photo01.png", "photo02.jpg"]
+    for name in names:
+        (picked / name).write_bytes((images / name).read_bytes())
+    out = tmp_path / "out"
+    argv = ["lama", str(picked), "--mask", str(masks), "--out", str(out), *WEIGHTS, "--quality", "80"]
+    # the masks of the other 18 images match nothing here: one line each, the two images still done
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.count("mask of no image") == N - 2
+    assert "note: .jpg is lossy: pixels outside the hole change; write .png (--ext png) to keep them" in err
+    assert sorted(p.name for p in out.iterdir()) == names
+    with Image.open(out / "photo02.jpg") as jpeg:
+        reference = tmp_path / "q80.jpg"
+        Image.fromarray(expected["photo02.jpg"][0]).save(reference, quality=80)
+        assert jpeg.format == "JPEG" and jpeg.quantization == Image.open(reference).quantization
+    png_bytes = (out / "photo01.png").read_bytes()
+    (out / "photo01.png").write_bytes(b"stale")
+    assert main([*argv, "--overwrite"]) == 1
+    assert (out / "photo01.png").read_bytes() == png_bytes  # replaced, deterministically
+
+
+def test_bad_files_one_line_each_the_rest_processed(tmp_path, capsys):
+    images, masks, out = tmp_path / "images", tmp_path / "masks", tmp_path / "out"
+    images.mkdir()
+    masks.mkdir()
+    rng = np.random.default_rng(1)
+    for stem in ("good1", "good2", "nomask", "broken", "truncated"):
+        Image.fromarray(rng.integers(0, 256, (H, W, 3), dtype=np.uint8)).save(images / f"{stem}.png")
+    (images / "broken.png").write_bytes(b"not a png at all")
+    whole = (images / "truncated.png").read_bytes()
+    (images / "truncated.png").write_bytes(whole[: len(whole) // 2])
+    (images / "notes.txt").write_text("not an image suffix: ignored")
+    for stem in ("good1", "good2", "broken", "truncated", "orphan"):
+        save_mask(masks / f"{stem}.png", 1)
+    code = main(["lama", str(images), "--mask", str(masks), "--out", str(out), *WEIGHTS])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 1
+    assert len(errors) == 4, errors
+    assert any("nomask.png: no mask in" in e and "looked for nomask.* and nomask_mask*.*" in e for e in errors)
+    assert any("orphan.png: mask of no image" in e for e in errors)
+    assert any("broken.png: not an image file Pillow recognises" in e for e in errors)
+    assert any("truncated.png: the file is damaged or truncated" in e for e in errors)
+    assert sorted(p.name for p in out.iterdir()) == ["good1.png", "good2.png"]
+    assert "lama: 2 inpainted, 4 failed (see the error lines)" in err.splitlines()[-1]
+
+
+def test_one_mask_for_all_resized_threshold_and_dilation(tmp_path, capsys):
+    rng = np.random.default_rng(2)
+    images = tmp_path / "images"
+    images.mkdir()
+    pixels = {}
+    for stem in ("a", "b"):
+        pixels[stem] = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+        Image.fromarray(pixels[stem]).save(images / f"{stem}.png")
+    mask = np.zeros((H // 2, W // 2), np.uint8)
+    mask[4:12, 8:20] = 200  # hole at threshold 127
+    mask[20:22, 2:4] = 100  # below it: kept
+    Image.fromarray(mask).save(tmp_path / "mask.png")
+    out = tmp_path / "out"
+    assert main(["lama", str(images), "--mask", str(tmp_path / "mask.png"), "--out", str(out), *WEIGHTS,
+                 "--mask-threshold", "127", "--dilate", "3"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("note: resized mask mask.png from 32x24 to 64x48 (nearest) for a.png") == 1  # once per size
+    assert "inpainting: 100%" in err and "lama: 2 inpainted in" in err.splitlines()[-1]
+    hole = np.zeros((H, W), bool)
+    hole[8 - 3:24 + 3, 16 - 3:40 + 3] = True  # the resized rectangle grown by 3 px
+    for stem in ("a", "b"):
+        got = np.asarray(Image.open(out / f"{stem}.png"))
+        assert np.array_equal(got[~hole], pixels[stem][~hole])
+        assert (got[hole] != pixels[stem][hole]).mean() > 0.5
+        ring = hole.copy()
+        ring[HOLE] = False
+        assert (got[ring] != pixels[stem][ring]).any(axis=-1).mean() > 0.5  # the dilated ring was filled too
+
+
+def test_lama_layout_images_and_masks_in_one_folder(tmp_path, capsys):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    for stem in ("a", "b"):
+        Image.fromarray(rng.integers(0, 256, (H, W, 3), dtype=np.uint8)).save(folder / f"{stem}.png")
+    save_mask(folder / "a_mask.png", 1)
+    save_mask(folder / "b_mask001.png", 1)
+    out = tmp_path / "out"
+    assert main(["lama", str(folder), "--mask", str(folder), "--out", str(out), *WEIGHTS]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b.png"]
+    # an output that would replace an input is refused, --overwrite or not
+    assert main(["lama", str(folder), "--mask", str(folder), "--out", str(folder), "--overwrite", *WEIGHTS]) == 1
+    assert capsys.readouterr().err.count("is an input: pass another --out") == 2
+
+
+def test_cli_argument_errors(photos, tmp_path, capsys):
+    images, masks, _ = photos
+    assert "several images need an output folder: pass --out DIR" in cli_error(
+        ["lama", str(images), "--mask", str(masks), *WEIGHTS], capsys)
+    assert "--ext png names the outputs in a folder" in cli_error(
+        ["lama", str(images / "photo01.png"), "--mask", str(masks / "photo01_mask.png"), "--out",
+         str(tmp_path / "x.png"), "--ext", "png", *WEIGHTS], capsys)
+
+
+def test_inpaint_returns_the_kind_it_was_given(tmp_path):
+    lama = zoo.load("lama", weights="synthetic:0", device="cpu")
+    rng = np.random.default_rng(4)
+    rgb = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+    hole = np.zeros((H, W), bool)
+    hole[HOLE] = True
+    from_array = lama.inpaint(rgb, hole)
+    assert isinstance(from_array, np.ndarray) and from_array.shape == (H, W, 3)
+    pil = Image.fromarray(rgb)
+    pil.info.update(icc_profile=ICC, dpi=(300, 300))
+    from_pil = lama.inpaint(pil, hole)
+    assert isinstance(from_pil, Image.Image) and from_pil.mode == "RGB"
+    assert np.array_equal(np.asarray(from_pil), from_array)
+    assert from_pil.info["icc_profile"] == ICC and from_pil.info["dpi"] == (300, 300)
+    Image.fromarray(rgb).save(tmp_path / "p.png", icc_profile=ICC)
+    Image.fromarray(hole.astype(np.uint8) * 255).save(tmp_path / "m.png")
+    from_path = lama.inpaint(tmp_path / "p.png", str(tmp_path / "m.png"))
+    assert isinstance(from_path, Image.Image) and np.array_equal(np.asarray(from_path), from_array)
+    assert from_path.info["icc_profile"] == ICC
+    # alpha is set aside and put back: the model sees the raw colours
+    alpha = rng.integers(0, 256, (H, W), dtype=np.uint8)
+    rgba = np.dstack([rgb, alpha])
+    from_rgba = lama.inpaint(Image.fromarray(rgba, "RGBA"), hole)
+    assert from_rgba.mode == "RGBA" and np.array_equal(np.asarray(from_rgba), np.dstack([from_array, alpha]))
+    assert np.array_equal(lama.inpaint(rgba, hole), np.dstack([from_array, alpha]))
