@@ -38,7 +38,7 @@ from PIL import Image
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image, open_image
-from zoo.models.layers import Sequential
+from zoo.models.layers import Conv2d, ConvTranspose2d, Sequential, Sigmoid
 
 RATIO = 0.75  # share of global (spectral) channels in the residual blocks
 N_BLOCKS = 18
@@ -195,11 +195,6 @@ class ConcatTupleLayer(nn.Module):
         return mx.concatenate(x, axis=-1)
 
 
-class Sigmoid(nn.Module):
-    def __call__(self, x: mx.array) -> mx.array:
-        return mx.sigmoid(x)
-
-
 class FFCResNetGenerator(nn.Module):
     """big-lama's generator: ngf 64, 3 downsamplings, 18 FFC residual blocks."""
 
@@ -215,9 +210,9 @@ class FFCResNetGenerator(nn.Module):
         layers.append(ConcatTupleLayer())
         for i in range(n_downsampling):
             cin = dim // 2**i
-            layers += [nn.ConvTranspose2d(cin, cin // 2, 3, stride=2, padding=1, output_padding=1),
+            layers += [ConvTranspose2d(cin, cin // 2, 3, stride=2, padding=1, output_padding=1),
                        nn.BatchNorm(cin // 2), nn.ReLU()]
-        layers += [ReflectionPad2d(3), nn.Conv2d(ngf, 3, 7), Sigmoid()]
+        layers += [ReflectionPad2d(3), Conv2d(ngf, 3, 7), Sigmoid()]
         self.model = Sequential(*layers)
 
     def __call__(self, x: mx.array) -> mx.array:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from zoo.kernels import cpu as cpu_ops
+
 
 class Sequential(nn.Module):
     """torch.nn.Sequential's naming: children are "0", "1", ... so that
@@ -29,3 +31,64 @@ class GlobalAvgPool(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         return mx.mean(x, axis=(1, 2), keepdims=True)
+
+
+# Activations and convolutions every family shares. On the CPU they take zoo.kernels.cpu's
+# fast forms of the ops MLX's CPU backend runs slowly; elsewhere MLX's own ops.
+
+def sigmoid(x: mx.array) -> mx.array:
+    return cpu_ops.sigmoid(x)
+
+
+def silu(x: mx.array) -> mx.array:
+    return cpu_ops.silu(x)
+
+
+def gelu(x: mx.array) -> mx.array:
+    """Exact (erf) GELU, as torch.nn.GELU()."""
+    return cpu_ops.gelu(x)
+
+
+class GELU(nn.Module):
+    """Exact GELU as a module (upstream's nn.GELU() in a Sequential keeps its index)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return gelu(x)
+
+
+class Sigmoid(nn.Module):
+    def __call__(self, x: mx.array) -> mx.array:
+        return sigmoid(x)
+
+
+def _no_dilation(dilation) -> bool:
+    return dilation == 1 or tuple(dilation) == (1, 1)
+
+
+class Conv2d(nn.Conv2d):
+    """nn.Conv2d (same weights, same names) whose depthwise form, and stride-1 unpadded form with
+    few output channels, run as zoo.kernels.cpu's on the CPU."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        cout, kh, kw, cin = self.weight.shape
+        if not _no_dilation(self.dilation):
+            return super().__call__(x)
+        if self.groups > 1 and self.groups == cout and cin == 1:
+            y = cpu_ops.depthwise_conv2d(x, self.weight, self.stride, self.padding)
+        elif (self.groups == 1 and kh * kw > 1 and cout * 8 <= cin and self.stride in (1, (1, 1))
+              and self.padding in (0, (0, 0))):
+            y = cpu_ops.conv2d_few_outputs(x, self.weight)
+        else:
+            return super().__call__(x)
+        return y + self.bias if "bias" in self else y
+
+
+class ConvTranspose2d(nn.ConvTranspose2d):
+    """nn.ConvTranspose2d (same weights, same names) run as one GEMM and a sub-pixel scatter
+    on the CPU (zoo.kernels.cpu.conv_transpose2d)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if not _no_dilation(self.dilation):
+            return super().__call__(x)
+        y = cpu_ops.conv_transpose2d(x, self.weight, self.stride, self.padding, self.output_padding)
+        return y + self.bias if "bias" in self else y

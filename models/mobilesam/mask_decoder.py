@@ -11,7 +11,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.models.layers import Sequential
+from zoo.models.layers import GELU, ConvTranspose2d, Sequential
 
 
 class MLP(nn.Module):
@@ -126,11 +126,11 @@ class MaskDecoder(nn.Module):
         self.iou_token = nn.Embedding(1, dim)
         self.mask_tokens = nn.Embedding(self.num_mask_tokens, dim)
         self.output_upscaling = Sequential(
-            nn.ConvTranspose2d(dim, dim // 4, 2, stride=2),
+            ConvTranspose2d(dim, dim // 4, 2, stride=2),
             nn.LayerNorm(dim // 4, eps=1e-6),  # LayerNorm2d over channels (last axis in NHWC)
-            nn.GELU(),
-            nn.ConvTranspose2d(dim // 4, dim // 8, 2, stride=2),
-            nn.GELU(),
+            GELU(),
+            ConvTranspose2d(dim // 4, dim // 8, 2, stride=2),
+            GELU(),
         )
         self.output_hypernetworks_mlps = [MLP(dim, dim, dim // 8, 3) for _ in range(self.num_mask_tokens)]
         self.iou_prediction_head = MLP(dim, iou_head_hidden_dim, self.num_mask_tokens, iou_head_depth)

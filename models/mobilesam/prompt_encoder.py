@@ -12,7 +12,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from zoo.devices import as_model_input
-from zoo.models.layers import Sequential
+from zoo.models.layers import GELU, Sequential
 
 
 class PositionEmbeddingRandom(nn.Module):
@@ -60,10 +60,10 @@ class PromptEncoder(nn.Module):
         self.mask_downscaling = Sequential(
             nn.Conv2d(1, mask_in_chans // 4, 2, stride=2),
             nn.LayerNorm(mask_in_chans // 4, eps=1e-6),  # LayerNorm2d over channels (last axis in NHWC)
-            nn.GELU(),
+            GELU(),
             nn.Conv2d(mask_in_chans // 4, mask_in_chans, 2, stride=2),
             nn.LayerNorm(mask_in_chans, eps=1e-6),
-            nn.GELU(),
+            GELU(),
             nn.Conv2d(mask_in_chans, embed_dim, 1),
         )
         self.no_mask_embed = nn.Embedding(1, embed_dim)

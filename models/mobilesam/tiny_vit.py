@@ -16,7 +16,7 @@ import numpy as np
 
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
-from zoo.models.layers import Sequential
+from zoo.models.layers import GELU, Conv2d, Sequential
 
 EMBED_DIMS = (64, 128, 160, 320)
 DEPTHS = (2, 2, 6, 2)
@@ -32,7 +32,7 @@ class Conv2d_BN(nn.Module):
 
     def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1, padding: int = 0, groups: int = 1):
         super().__init__()
-        self.c = nn.Conv2d(cin, cout, kernel, stride=stride, padding=padding, groups=groups, bias=False)
+        self.c = Conv2d(cin, cout, kernel, stride=stride, padding=padding, groups=groups, bias=False)
         self.bn = nn.BatchNorm(cout)
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -44,7 +44,7 @@ class PatchEmbed(nn.Module):
 
     def __init__(self, cin: int, dim: int):
         super().__init__()
-        self.seq = Sequential(Conv2d_BN(cin, dim // 2, 3, 2, 1), nn.GELU(), Conv2d_BN(dim // 2, dim, 3, 2, 1))
+        self.seq = Sequential(Conv2d_BN(cin, dim // 2, 3, 2, 1), GELU(), Conv2d_BN(dim // 2, dim, 3, 2, 1))
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.seq(x)
@@ -57,11 +57,11 @@ class MBConv(nn.Module):
         super().__init__()
         hidden = dim * expand_ratio
         self.conv1 = Conv2d_BN(dim, hidden)
-        self.act1 = nn.GELU()
+        self.act1 = GELU()
         self.conv2 = Conv2d_BN(hidden, hidden, 3, 1, 1, groups=hidden)
-        self.act2 = nn.GELU()
+        self.act2 = GELU()
         self.conv3 = Conv2d_BN(hidden, dim)
-        self.act3 = nn.GELU()
+        self.act3 = GELU()
 
     def shortcut(self, x: mx.array) -> mx.array:
         return x
@@ -78,7 +78,7 @@ class PatchMerging(nn.Module):
         super().__init__()
         self.input_resolution = input_resolution
         self.conv1 = Conv2d_BN(dim, out_dim)
-        self.act = nn.GELU()
+        self.act = GELU()
         self.conv2 = Conv2d_BN(out_dim, out_dim, 3, stride, 1, groups=out_dim)
         self.conv3 = Conv2d_BN(out_dim, out_dim)
 
@@ -153,7 +153,7 @@ class Mlp(nn.Module):
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.fc1 = nn.Linear(dim, hidden)
-        self.act = nn.GELU()
+        self.act = GELU()
         self.fc2 = nn.Linear(hidden, dim)
 
     def __call__(self, x: mx.array) -> mx.array:

@@ -1,0 +1,122 @@
+"""zoo.kernels.cpu: the CPU forms match MLX's ops (and float64 maths) in every dtype; they give way
+to MLX's ops inside mx.compile and with ZOO_KERNELS=fallback."""
+import math
+import sys
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import pytest
+
+from zoo.kernels import cpu
+from zoo.models import layers
+
+pytestmark = pytest.mark.usefixtures("on_cpu")
+
+DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
+# float32: a few ulp of the exact value (GELU: ~1e-6 where Phi is small, x ~ -3.4; MLX's own
+# x (1 + erf(x / sqrt 2)) / 2 cancels there, to ~1e-4); half types: rounding the float32 result.
+UNARY_TOL = {"float32": 4e-7, "float16": 1e-3, "bfloat16": 8e-3}
+GELU_FLOAT32_TOL = 2e-6
+
+
+@pytest.fixture
+def on_cpu():
+    previous = mx.default_device()
+    mx.set_default_device(mx.cpu)
+    yield
+    mx.set_default_device(previous)
+
+
+def test_native_routines_are_built_on_linux():
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the C routines are compiled where the package is installed; checked on Linux")
+    assert cpu.native_available()
+
+
+def _exact(name, x):
+    erf = np.vectorize(math.erf)
+    sig = 1 / (1 + np.exp(-x))
+    return {"sigmoid": sig, "silu": x * sig, "gelu": x * 0.5 * (1 + erf(x / math.sqrt(2)))}[name]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", ["sigmoid", "silu", "gelu"])
+def test_activations_match_exact_maths(name, dtype):
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal(70_000) * 5).astype(np.float32)
+    x[:8] = [0.0, -0.0, 90.0, -90.0, 1e-30, -20.0, 20.0, -6.0]
+    xm = mx.array(x).astype(DTYPES[dtype])
+    got = getattr(cpu, name)(xm)
+    assert got.dtype == xm.dtype and got.shape == xm.shape
+    exact = _exact(name, np.array(xm.astype(mx.float32)).astype(np.float64))
+    err = np.abs(np.array(got.astype(mx.float32)) - exact) / np.maximum(np.abs(exact), 1e-3)
+    tol = GELU_FLOAT32_TOL if (name, dtype) == ("gelu", "float32") else UNARY_TOL[dtype]
+    assert err.max() <= tol, err.max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("stride,padding,kernel,size", [(1, 1, 3, 9), (2, 1, 3, 9), (2, 1, 3, 8), (1, 0, 3, 7), (2, 2, 5, 11)])
+def test_depthwise_matches_mlx(stride, padding, kernel, size, dtype):
+    x = mx.random.normal((2, size, size + 1, 24), key=mx.random.key(1)).astype(DTYPES[dtype])
+    w = mx.random.normal((24, kernel, kernel, 1), key=mx.random.key(2)).astype(DTYPES[dtype])
+    got = cpu.depthwise_conv2d(x, w, stride, padding)
+    want = mx.conv2d(x.astype(mx.float32), w.astype(mx.float32), stride=stride, padding=padding, groups=24)
+    assert got.shape == want.shape and got.dtype == x.dtype
+    tol = 1e-6 if dtype == "float32" else 1e-2
+    assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel,stride,padding,output_padding", [
+    (3, 2, 1, 1),  # LaMa's upsampling
+    (2, 2, 0, 0),  # SAM's output upscaling
+    (4, 3, 1, 2), (3, 1, 1, 0), (1, 2, 0, 1), (5, 2, 2, 0),
+])
+def test_conv_transpose_matches_mlx(kernel, stride, padding, output_padding, dtype):
+    x = mx.random.normal((2, 5, 6, 7), key=mx.random.key(3)).astype(DTYPES[dtype])
+    w = mx.random.normal((4, kernel, kernel, 7), key=mx.random.key(4)).astype(DTYPES[dtype])
+    got = cpu.conv_transpose2d(x, w, stride, padding, output_padding)
+    want = mx.conv_transpose2d(x.astype(mx.float32), w.astype(mx.float32), stride=stride, padding=padding,
+                               output_padding=output_padding)
+    assert got.shape == want.shape and got.dtype == x.dtype
+    tol = 1e-6 if dtype == "float32" else 2e-2
+    assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_few_output_conv_matches_mlx(dtype):
+    x = mx.random.normal((1, 20, 17, 64), key=mx.random.key(5)).astype(DTYPES[dtype])
+    w = mx.random.normal((3, 7, 7, 64), key=mx.random.key(6)).astype(DTYPES[dtype])
+    got = cpu.conv2d_few_outputs(x, w)
+    want = mx.conv2d(x.astype(mx.float32), w.astype(mx.float32))
+    assert got.shape == want.shape and got.dtype == x.dtype
+    tol = 1e-6 if dtype == "float32" else 2e-2
+    assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
+
+
+def test_layers_keep_nn_weights_and_results():
+    """layers.Conv2d / ConvTranspose2d are nn's modules (same parameters, bias added) with other CPU maths."""
+    x = mx.random.normal((1, 12, 12, 64), key=mx.random.key(7))
+    for fast, plain in [(layers.Conv2d(64, 64, 3, stride=2, padding=1, groups=64, bias=True),
+                         nn.Conv2d(64, 64, 3, stride=2, padding=1, groups=64, bias=True)),
+                        (layers.Conv2d(64, 3, 7, bias=True), nn.Conv2d(64, 3, 7, bias=True)),
+                        (layers.ConvTranspose2d(64, 32, 3, stride=2, padding=1, output_padding=1),
+                         nn.ConvTranspose2d(64, 32, 3, stride=2, padding=1, output_padding=1))]:
+        assert isinstance(fast, type(plain))
+        fast.update(plain.parameters())
+        fast["bias"] = mx.arange(fast.bias.size).astype(mx.float32)
+        plain["bias"] = fast.bias
+        want = plain(x)
+        assert mx.abs(fast(x) - want).max().item() <= 1e-5 * mx.abs(want).max().item()
+
+
+def test_inside_compile_and_on_request_mlx_runs(monkeypatch):
+    x = mx.random.normal((4, 50), key=mx.random.key(8))
+    compiled = mx.compile(lambda v: cpu.gelu(v) + cpu.silu(v) + cpu.sigmoid(v))
+    want = nn.gelu(x) + nn.silu(x) + mx.sigmoid(x)
+    assert mx.allclose(compiled(x), want, rtol=1e-5, atol=1e-6).item()
+    calls = []
+    monkeypatch.setenv("ZOO_KERNELS", "fallback")
+    monkeypatch.setattr(cpu, "_host", lambda v: calls.append(v))
+    assert mx.array_equal(cpu.gelu(x), nn.gelu(x)).item() and not calls
