@@ -73,10 +73,10 @@ class ReflectionPad2d(nn.Module):
         return reflect_pad(x, self.pad)
 
 
-class ReflectConv2d(nn.Conv2d):
+class ReflectConv2d(Conv2d):
     """torch Conv2d(padding_mode="reflect"): the padding is reflected, not zeros.
 
-    A subclass of nn.Conv2d so the weight loader converts its OIHW weight.
+    A subclass of nn.Conv2d (through layers.Conv2d) so the weight loader converts its OIHW weight.
     """
 
     def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, padding: int = 0, bias: bool = False):
@@ -96,7 +96,7 @@ class FourierUnit(nn.Module):
 
     def __init__(self, channels: int):
         super().__init__()
-        self.conv_layer = nn.Conv2d(2 * channels, 2 * channels, 1, bias=False)
+        self.conv_layer = Conv2d(2 * channels, 2 * channels, 1, bias=False)
         self.bn = nn.BatchNorm(2 * channels)
         self.relu = nn.ReLU()
 
@@ -113,9 +113,9 @@ class FourierUnit(nn.Module):
 class SpectralTransform(nn.Module):
     def __init__(self, cin: int, cout: int):
         super().__init__()
-        self.conv1 = Sequential(nn.Conv2d(cin, cout // 2, 1, bias=False), nn.BatchNorm(cout // 2), nn.ReLU())
+        self.conv1 = Sequential(Conv2d(cin, cout // 2, 1, bias=False), nn.BatchNorm(cout // 2), nn.ReLU())
         self.fu = FourierUnit(cout // 2)
-        self.conv2 = nn.Conv2d(cout // 2, cout, 1, bias=False)
+        self.conv2 = Conv2d(cout // 2, cout, 1, bias=False)
 
     def shortcut(self, x: mx.array) -> mx.array:
         return x

@@ -66,17 +66,19 @@ def _no_dilation(dilation) -> bool:
 
 
 class Conv2d(nn.Conv2d):
-    """nn.Conv2d (same weights, same names) whose depthwise form, and stride-1 unpadded form with
-    few output channels, run as zoo.kernels.cpu's on the CPU."""
+    """nn.Conv2d (same weights, same names) whose depthwise, 1x1 and few-output forms run as
+    zoo.kernels.cpu's on the CPU."""
 
     def __call__(self, x: mx.array) -> mx.array:
         cout, kh, kw, cin = self.weight.shape
         if not _no_dilation(self.dilation):
             return super().__call__(x)
+        plain = self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0))
         if self.groups > 1 and self.groups == cout and cin == 1:
             y = cpu_ops.depthwise_conv2d(x, self.weight, self.stride, self.padding)
-        elif (self.groups == 1 and kh * kw > 1 and cout * 8 <= cin and self.stride in (1, (1, 1))
-              and self.padding in (0, (0, 0))):
+        elif plain and kh == kw == 1:
+            y = cpu_ops.pointwise_conv2d(x, self.weight)
+        elif plain and cout * 8 <= cin:
             y = cpu_ops.conv2d_few_outputs(x, self.weight)
         else:
             return super().__call__(x)

@@ -16,7 +16,7 @@ import numpy as np
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
-from zoo.models.layers import GlobalAvgPool, Sequential
+from zoo.models.layers import Conv2d, GlobalAvgPool, Sequential
 
 DEPTHS = {
     "resnet18": ("basic", (2, 2, 2, 2)),
@@ -33,7 +33,7 @@ def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
 
 
 def conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 1, stride=stride, bias=False)
+    return Conv2d(cin, cout, 1, stride=stride, bias=False)
 
 
 class BasicBlock(nn.Module):

@@ -101,6 +101,7 @@ def test_layers_keep_nn_weights_and_results():
     for fast, plain in [(layers.Conv2d(64, 64, 3, stride=2, padding=1, groups=64, bias=True),
                          nn.Conv2d(64, 64, 3, stride=2, padding=1, groups=64, bias=True)),
                         (layers.Conv2d(64, 3, 7, bias=True), nn.Conv2d(64, 3, 7, bias=True)),
+                        (layers.Conv2d(64, 16, 1, bias=True), nn.Conv2d(64, 16, 1, bias=True)),
                         (layers.ConvTranspose2d(64, 32, 3, stride=2, padding=1, output_padding=1),
                          nn.ConvTranspose2d(64, 32, 3, stride=2, padding=1, output_padding=1))]:
         assert isinstance(fast, type(plain))

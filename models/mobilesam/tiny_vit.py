@@ -231,7 +231,7 @@ class TinyViT(nn.Module):
                                           WINDOW_SIZES[i], out_dim, merge_stride))
         self.output_resolution = resolutions[3]
         self.neck = Sequential(
-            nn.Conv2d(EMBED_DIMS[3], NECK_DIM, 1, bias=False),
+            Conv2d(EMBED_DIMS[3], NECK_DIM, 1, bias=False),
             nn.LayerNorm(NECK_DIM, eps=1e-6),  # SAM's LayerNorm2d: over channels, i.e. the last axis in NHWC
             nn.Conv2d(NECK_DIM, NECK_DIM, 3, padding=1, bias=False),
             nn.LayerNorm(NECK_DIM, eps=1e-6),

@@ -12,6 +12,8 @@ Measured on Linux x86-64, 2 cores (docs/speed-cpu.md has the figures and ratios)
   dilation, which also takes ``slow_conv_2D``. Here: ONE GEMM (input x all kernel taps)
   and a sub-pixel scatter (strided adds per output phase) in MLX ops, so OpenBLAS does
   the arithmetic;
+- 1x1 convolutions: MLX's explicit-GEMM convolution copies the input twice (a padded
+  copy, then the patch matrix) even when the patch is one pixel. Here: a matmul;
 - convolutions with few output channels (LaMa's last 7x7 conv 64->3): MLX's explicit
   GEMM first copies every input patch (im2col: H*W x 3136 floats, ~0.8 GB at 256 px) for
   a GEMM with 3 columns. Here: one GEMM of the input with all taps, then the taps'
@@ -216,3 +218,11 @@ def conv2d_few_outputs(x: mx.array, weight: mx.array) -> mx.array:
             part = taps[:, th:th + oh, tw:tw + ow, th * kw + tw]
             out = part if out is None else out + part
     return out
+
+
+def pointwise_conv2d(x: mx.array, weight: mx.array) -> mx.array:
+    """mx.conv2d(x, weight) for a 1x1 weight (O, 1, 1, I), stride 1, no padding: one matmul."""
+    if not _fast_path():
+        return mx.conv2d(x, weight)
+    co, _, _, ci = weight.shape
+    return (x.reshape(-1, ci) @ weight.reshape(co, ci).T).reshape(*x.shape[:-1], co)
