@@ -49,6 +49,11 @@ def gelu(x: mx.array) -> mx.array:
     return cpu_ops.gelu(x)
 
 
+def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | None = None) -> mx.array:
+    """mx.fast.scaled_dot_product_attention with an additive mask (or none)."""
+    return cpu_ops.attention(q, k, v, scale, mask)
+
+
 class GELU(nn.Module):
     """Exact GELU as a module (upstream's nn.GELU() in a Sequential keeps its index)."""
 

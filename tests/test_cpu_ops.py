@@ -121,3 +121,16 @@ def test_inside_compile_and_on_request_mlx_runs(monkeypatch):
     monkeypatch.setenv("ZOO_KERNELS", "fallback")
     monkeypatch.setattr(cpu, "_host", lambda v: calls.append(v))
     assert mx.array_equal(cpu.gelu(x), nn.gelu(x)).item() and not calls
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_attention_and_softmax_match_mlx(dtype):
+    q, k, v = (mx.random.normal((3, 4, 49, 32), key=mx.random.key(i)).astype(DTYPES[dtype]) for i in (9, 10, 11))
+    bias = mx.random.normal((4, 49, 49), key=mx.random.key(12)).astype(DTYPES[dtype])
+    got = cpu.attention(q, k, v, 32**-0.5, bias)
+    want = mx.fast.scaled_dot_product_attention(*(a.astype(mx.float32) for a in (q, k, v)), scale=32**-0.5,
+                                                mask=bias.astype(mx.float32))
+    tol = 1e-6 if dtype == "float32" else 2e-2
+    assert got.dtype == q.dtype and mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
+    x = mx.array([[0.0, -mx.inf, 3.0, 100.0], [-1e3, -1e3, -1e3, -1e3]]).astype(DTYPES[dtype])
+    assert mx.allclose(cpu.softmax(x).astype(mx.float32), mx.softmax(x.astype(mx.float32), axis=-1), atol=1e-7).item()

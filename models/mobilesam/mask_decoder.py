@@ -11,7 +11,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.models.layers import GELU, ConvTranspose2d, Sequential
+from zoo.models.layers import GELU, ConvTranspose2d, Sequential, attention
 
 
 class MLP(nn.Module):
@@ -57,7 +57,7 @@ class Attention(nn.Module):
 
     def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
         q, k, v = self._heads(self.q_proj(q)), self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=1.0 / math.sqrt(q.shape[-1]))
+        out = attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 

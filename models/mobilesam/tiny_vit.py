@@ -16,7 +16,7 @@ import numpy as np
 
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
-from zoo.models.layers import GELU, Conv2d, Sequential
+from zoo.models.layers import GELU, Conv2d, Sequential, attention
 
 EMBED_DIMS = (64, 128, 160, 320)
 DEPTHS = (2, 2, 6, 2)
@@ -144,7 +144,7 @@ class Attention(nn.Module):
         # Gathered on every call from the loaded table: upstream caches this gather
         # at eval() time, a cache that goes stale when weights are loaded later.
         bias = mx.take(self.attention_biases, self._bias_index, axis=1)
-        out = mx.fast.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], scale=self.scale, mask=bias)
+        out = attention(qkv[0], qkv[1], qkv[2], self.scale, bias)
         return self.proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
 

@@ -6,6 +6,9 @@ Measured on Linux x86-64, 2 cores (docs/speed-cpu.md has the figures and ratios)
   MLX's x86 wheel is built for baseline x86-64, so its element-wise ops run one float
   at a time with exp/erf/fma/floor as library calls (mlx/backend/cpu/simd: no SIMD
   width on x86; unary.h). Here: one vectorised pass in C (zoo/native/cpu_ops.c);
+- softmax, and so attention (MLX's CPU scaled_dot_product_attention is its unfused
+  fallback: matmul, softmax, matmul): the same slow exp. Here: a vectorised row softmax in C
+  between MLX's (OpenBLAS) matmuls;
 - depthwise convolution (~0.5 GFLOP/s): any ``groups > 1`` takes MLX's naive
   ``slow_conv_2D`` loop (conv.cpp). Here: a channel-vectorised loop in C;
 - transposed convolution (~1.2 GFLOP/s): MLX runs it as a convolution with input
@@ -56,6 +59,7 @@ def _library() -> ctypes.CDLL | None:
                 size = ctypes.c_ssize_t
                 for name in ("zoo_sigmoid_f32", "zoo_silu_f32", "zoo_gelu_f32"):
                     getattr(lib, name).argtypes = [_PTR, _PTR, size, ctypes.c_int]
+                lib.zoo_softmax_f32.argtypes = [_PTR, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR] + [ctypes.c_int] * 12
                 _lib = lib
     return _lib
@@ -133,6 +137,29 @@ def silu(x: mx.array) -> mx.array:
 def gelu(x: mx.array) -> mx.array:
     """Exact (erf) GELU, x * Phi(x)."""
     return _unary("zoo_gelu_f32", x, nn.gelu)
+
+
+def softmax(x: mx.array) -> mx.array:
+    """Softmax over the last axis (float32 maths for every dtype, as MLX's precise softmax)."""
+    lib = _library() if _fast_path() else None
+    host = _host(x) if lib is not None else None
+    if host is None:
+        return mx.softmax(x, axis=-1, precise=True)
+    out, view = _output(host.shape)
+    cols = host.shape[-1] if host.ndim else 1
+    lib.zoo_softmax_f32(_ptr(host), _ptr(view), host.size // max(cols, 1), cols, _threads())
+    return _like(out, x)
+
+
+def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | None = None) -> mx.array:
+    """mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask) for an additive mask
+    (or none); on the CPU the fallback MLX itself runs there, with softmax() above."""
+    if not _fast_path():
+        return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
+    scores = (q * scale) @ k.swapaxes(-1, -2)
+    if mask is not None:
+        scores = scores + mask
+    return softmax(scores) @ v
 
 
 def _pair(v) -> tuple[int, int]:

@@ -4,7 +4,7 @@
  * MLX's x86 CPU wheel is built for baseline x86-64: its element-wise ops run one
  * float at a time, and exp/erf/fma/floor become library calls (sigmoid ~20 ns per
  * element, exact GELU ~35 ns, where an add takes 0.3 ns). Grouped convolutions
- * (depthwise) take its naive loop (~0.5 GFLOP/s). Here the same maths is written as
+ * (depthwise) take its naive loop (~0.5 GFLOP/s); softmax pays the same exp. Here the same maths is written as
  * plain loops that the compiler vectorises; on x86-64 each entry point is built for
  * AVX-512, AVX2+FMA and baseline, and the loader picks the best one the CPU has
  * (target_clones). Work is split over `threads` POSIX threads.
@@ -155,6 +155,38 @@ static void unary(range_fn fn, const float *x, float *y, ptrdiff_t n, int thread
 void zoo_sigmoid_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(sigmoid_range, x, y, n, threads); }
 void zoo_silu_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(silu_range, x, y, n, threads); }
 void zoo_gelu_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(gelu_range, x, y, n, threads); }
+
+/* ---- softmax over the last axis -------------------------------------------------------------- */
+
+typedef struct {
+  const float *x;
+  float *y;
+  ptrdiff_t cols;
+} softmax_args;
+
+ZOO_CLONES static void softmax_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const softmax_args *a = (const softmax_args *)p;
+  const ptrdiff_t cols = a->cols;
+  for (ptrdiff_t row = b; row < e; ++row) {
+    const float *x = a->x + row * cols;
+    float *y = a->y + row * cols;
+    float top = x[0];
+    for (ptrdiff_t i = 1; i < cols; ++i) top = x[i] > top ? x[i] : top;
+    float sum = 0.0f;
+    for (ptrdiff_t i = 0; i < cols; ++i) {
+      y[i] = exp_nonpositive(x[i] - top);
+      sum += y[i];
+    }
+    const float inv = 1.0f / sum;
+    for (ptrdiff_t i = 0; i < cols; ++i) y[i] *= inv;
+  }
+}
+
+void zoo_softmax_f32(const float *x, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads) {
+  softmax_args a = {x, y, cols};
+  if (rows * cols < UNARY_GRAIN * 2) threads = 1;
+  parallel_for(softmax_rows, &a, rows, threads);
+}
 
 /* ---- depthwise 2-D convolution, NHWC --------------------------------------------------------- */
 
