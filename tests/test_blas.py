@@ -54,3 +54,9 @@ def test_mlx_imported_first_keeps_its_blas_and_says_why():
 def test_reference_blas_on_request():
     info = _info("import zoo", {"ZOO_BLAS": "reference"})
     assert info["blas"] == "mlx's own" and info["reason"] == "ZOO_BLAS=reference"
+
+
+@linux_only
+def test_malloc_keeps_freed_memory_unless_told_not_to():
+    assert "kept for reuse" in _info("import zoo")["malloc"]
+    assert _info("import zoo", {"ZOO_MALLOC": "system"})["malloc"] == "system"
