@@ -34,7 +34,7 @@ from zoo.images import load_image
 from zoo.kernels import nms, sppf_maxpool
 from zoo.kernels.nms import MAX_BOXES as MAX_NMS
 from zoo.models.detection import Detections
-from zoo.models.layers import Sequential
+from zoo.models.layers import Conv2d, Sequential, sigmoid, silu
 
 CLASS_NAMES = Path(__file__).parent / "data" / "coco_classes.txt"
 
@@ -86,11 +86,11 @@ class Conv(nn.Module):
 
     def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1):
         super().__init__()
-        self.conv = nn.Conv2d(c1, c2, k, stride=s, padding=k // 2, bias=False)
+        self.conv = Conv2d(c1, c2, k, stride=s, padding=k // 2, bias=False)
         self.bn = nn.BatchNorm(c2, eps=1e-3, momentum=0.03)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return nn.silu(self.bn(self.conv(x)))
+        return silu(self.bn(self.conv(x)))
 
 
 class Bottleneck(nn.Module):
@@ -167,7 +167,7 @@ class DFL(nn.Module):
 
 
 def head_branch(c1: int, c: int, c_out: int) -> Sequential:
-    return Sequential(Conv(c1, c, 3), Conv(c, c, 3), nn.Conv2d(c, c_out, 1))
+    return Sequential(Conv(c1, c, 3), Conv(c, c, 3), Conv2d(c, c_out, 1))
 
 
 class Detect(nn.Module):
@@ -193,7 +193,7 @@ class Detect(nn.Module):
         x1y1 = anchors - dist[..., :2]
         x2y2 = anchors + dist[..., 2:]
         xywh = mx.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=-1) * strides
-        return mx.concatenate([xywh, mx.sigmoid(mx.concatenate(cls, axis=1))], axis=-1)
+        return mx.concatenate([xywh, sigmoid(mx.concatenate(cls, axis=1))], axis=-1)
 
 
 def anchor_grid(sizes, dtype) -> tuple[mx.array, mx.array]:
