@@ -10,6 +10,11 @@ from PIL import Image
 from .errors import ZooError
 
 
+def temporary_path(path: Path) -> Path:
+    """Where ``path`` is written before it is renamed: a hidden sibling, so the rename stays on one file system."""
+    return path.with_name(f".{path.name}.part")
+
+
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     """``write(tmp)`` to a temporary sibling name, then rename it over ``path``.
 
@@ -17,7 +22,7 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     nor the temporary file; an OSError becomes a one-line ZooError naming ``path``.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.part")  # a sibling: the rename stays on one file system
+    tmp = temporary_path(path)
     try:
         write(tmp)
         os.replace(tmp, path)

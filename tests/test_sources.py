@@ -1,0 +1,233 @@
+"""zoo.sources: every source kind yields the same Items; bad items are reported one by one; writers are atomic."""
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from zoo.errors import ZooError
+from zoo.sources import (Arrays, Camera, Chain, Files, Folder, Glob, JsonlWriter, PathList, Video, VideoWriter,
+                         open_source, read_jsonl)
+
+av = pytest.importorskip("av")  # the `video` extra, part of `test`
+
+
+def save(path, value=0, size=(12, 16), mode="RGB"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.new(mode, size[::-1], value if mode != "RGB" else (value, value, value)).save(path)
+    return path
+
+
+def loaded(source):
+    """(name, shape or the error) per item."""
+    out = []
+    for item in source:
+        try:
+            out.append((item.name, item.load().shape))
+        except ZooError as e:
+            out.append((item.name, f"error: {e}"))
+    return out
+
+
+def grey_video(path, n, fps=10.0, size=(24, 32), stride=1):
+    """n frames whose grey level says their number (frame i: 8 * i), readable after lossy coding."""
+    with VideoWriter(path, fps=fps) as video:
+        for i in range(n):
+            video.write(np.full((*size, 3), 8 * i % 256, np.uint8))
+    return path
+
+
+def test_folder_sorted_unique_names_hidden_files_skipped(tmp_path):
+    save(tmp_path / "b.png", 10)
+    save(tmp_path / "a.jpg", 20)
+    save(tmp_path / "A.png", 30, size=(5, 7))  # same stem ignoring case: its outputs must not collide
+    save(tmp_path / ".hidden.png")
+    (tmp_path / ".out.png.part").write_bytes((tmp_path / "b.png").read_bytes())  # our partial outputs are no inputs
+    (tmp_path / "notes.txt").write_text("not an image")
+    source = open_source(tmp_path)
+    assert isinstance(source, Folder) and source.total == 3
+    items = list(source)
+    assert [Path_name(i.path) for i in items] == ["A.png", "a.jpg", "b.png"]
+    assert [i.name for i in items] == ["A", "a_2", "b"]
+    assert [i.index for i in items] == [0, 1, 2]
+    assert items[0].load().shape == (5, 7, 3) and items[2].load()[0, 0, 0] == 10
+    assert items[0].meta == {"path": str(tmp_path / "A.png")} and items[0].frame is None
+
+
+def Path_name(p):
+    return p.rsplit("/", 1)[-1]
+
+
+def test_recursive_folder_and_empty_folder(tmp_path):
+    save(tmp_path / "top.png")
+    save(tmp_path / "sub" / "deep" / "x.png")
+    assert open_source(tmp_path).total == 1
+    assert [i.name for i in open_source(tmp_path, recursive=True)] == ["x", "top"]
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    save(tmp_path / "empty" / "sub" / "y.png")
+    with pytest.raises(ZooError, match="no images or videos in folder .*--recursive"):
+        Folder(tmp_path / "empty")
+    with pytest.raises(ZooError, match="^not found: "):
+        open_source(tmp_path / "nope")
+
+
+def test_glob_txt_and_csv_lists(tmp_path):
+    for n in ("a", "b", "c"):
+        save(tmp_path / "imgs" / f"{n}.png")
+    glob = open_source(str(tmp_path / "imgs" / "[ab].png"))
+    assert isinstance(glob, Glob) and [i.name for i in glob] == ["a", "b"]
+    with pytest.raises(ZooError, match="no images or videos match"):
+        open_source(str(tmp_path / "*.tif"))
+
+    # relative entries are read relative to the list file; comments and blank lines are skipped
+    (tmp_path / "list.txt").write_text("# mine\nimgs/c.png\n\n  imgs/missing.png\n" + str(tmp_path / "imgs/a.png"))
+    txt = open_source(tmp_path / "list.txt")
+    assert isinstance(txt, PathList) and txt.total == 3
+    assert loaded(txt) == [("c", (12, 16, 3)), ("missing", f"error: not found: {tmp_path / 'imgs/missing.png'}"),
+                           ("a", (12, 16, 3))]
+
+    (tmp_path / "timm.csv").write_text("index_0,filename\n3,imgs/b.png\n4,imgs/a.png\n")  # timm's column name
+    assert [i.name for i in open_source(tmp_path / "timm.csv")] == ["b", "a"]
+    (tmp_path / "bare.csv").write_text("imgs/c.png,1\nimgs/b.png,2\n")  # no header: the first column
+    assert [i.name for i in open_source(tmp_path / "bare.csv")] == ["c", "b"]
+    (tmp_path / "empty.txt").write_text("# nothing\n")
+    with pytest.raises(ZooError, match="names no files"):
+        open_source(tmp_path / "empty.txt")
+
+
+def test_list_of_sources_is_one_numbering(tmp_path):
+    save(tmp_path / "one" / "x.png")
+    save(tmp_path / "two" / "x.png")
+    source = open_source([tmp_path / "one", tmp_path / "two" / "x.png"])
+    assert isinstance(source, Chain) and source.total == 2
+    assert [(i.index, i.name) for i in source] == [(0, "x"), (1, "x_2")]
+    with pytest.raises(ZooError, match="not both"):
+        open_source([tmp_path / "one", np.zeros((2, 2, 3), np.uint8)])
+
+
+def test_arrays_rgb_and_bgr():
+    bgr = np.zeros((4, 5, 3), np.uint8)
+    bgr[..., 0] = 255  # blue in OpenCV's order
+    pil = Image.new("L", (3, 2), 7)
+    rgb_items = list(open_source([bgr, pil]))
+    assert [i.path for i in rgb_items] == ["image0", "image1"]
+    assert rgb_items[0].load()[0, 0].tolist() == [255, 0, 0]
+    assert rgb_items[1].load().shape == (2, 3, 3)
+    as_bgr = list(Arrays([bgr, pil], bgr=True))
+    assert as_bgr[0].load()[0, 0].tolist() == [0, 0, 255]
+    assert as_bgr[1].load()[0, 0].tolist() == [7, 7, 7]  # PIL images are RGB whatever bgr says
+    with pytest.raises(ZooError, match="image 1 is a str"):
+        Arrays([bgr, "x.png"])
+
+
+def test_bad_items_reported_one_by_one(tmp_path):
+    save(tmp_path / "a.png")
+    (tmp_path / "b.jpg").write_bytes(b"not a jpeg")
+    good = tmp_path / "c.png"
+    save(good, size=(64, 64))
+    (tmp_path / "d.png").write_bytes(good.read_bytes()[:60])  # truncated
+    (tmp_path / "e.mp4").write_bytes(b"not a video")
+    save(tmp_path / "f.png")
+    result = dict(loaded(open_source(tmp_path)))
+    assert result["a"] == result["c"][:0] + (12, 16, 3) and result["f"] == (12, 16, 3)
+    for bad in ("b", "d", "e"):
+        assert result[bad].startswith("error: ") and "\n" not in result[bad], result[bad]
+    assert str(tmp_path / "e.mp4") in result["e"]
+
+
+def test_video_frames_stride_and_metadata(tmp_path):
+    path = grey_video(tmp_path / "clip.mp4", 12, fps=12.5)
+    video = open_source(path)
+    assert isinstance(video, Video) and (video.fps, video.frames, video.total) == (12.5, 12, 12)
+    items = list(video)
+    assert [i.frame for i in items] == list(range(12)) and items[3].name == "clip_3" and items[3].stem == "clip"
+    assert [round(float(i.load().mean()) / 8) for i in items] == list(range(12))
+    assert items[5].meta == {"path": str(path), "frame": 5, "fps": 12.5, "frames": 12}
+    strided = list(open_source(path, vid_stride=3))  # ultralytics: the last frame of each group of 3
+    assert [i.frame for i in strided] == [2, 5, 8, 11] and [i.index for i in strided] == [0, 1, 2, 3]
+    assert Video(path, vid_stride=5).total == 2 == len(list(Video(path, vid_stride=5)))
+
+
+def test_videos_in_folders_mix_with_images(tmp_path):
+    save(tmp_path / "a.png")
+    grey_video(tmp_path / "b.mkv", 6)
+    save(tmp_path / "c.png")
+    source = Folder(tmp_path, vid_stride=2)
+    assert source.total == 1 + 3 + 1
+    assert [(i.index, i.name, i.frame) for i in source] == [
+        (0, "a", None), (1, "b_1", 1), (2, "b_3", 3), (3, "b_5", 5), (4, "c", None)]
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".avi", ".mov", ".mkv", ".webm"])
+def test_video_writer_every_container_keeps_count_and_rate(tmp_path, suffix):
+    path = grey_video(tmp_path / f"v{suffix}", 5, fps=29.97, size=(15, 21))  # odd sizes are padded
+    video = Video(path)
+    assert video.fps == pytest.approx(29.97, abs=1e-3) and video.frames == 5
+    frames = [i.load() for i in video]
+    assert len(frames) == 5 and frames[0].shape == (16, 22, 3)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_video_writer_is_atomic_and_guards_existing(tmp_path):
+    path = tmp_path / "out.mp4"
+    with pytest.raises(RuntimeError):
+        with VideoWriter(path, fps=5) as video:
+            video.write(np.zeros((8, 8, 3), np.uint8))
+            assert not path.exists()  # only the temporary file exists while writing
+            raise RuntimeError("the run breaks off")
+    assert list(tmp_path.iterdir()) == []
+    grey_video(path, 2)
+    with pytest.raises(ZooError, match="exists"):
+        VideoWriter(path, fps=5)
+    VideoWriter(path, fps=5, overwrite=True).abort()
+    with pytest.raises(ZooError, match="cannot write video .*use one of"):
+        VideoWriter(tmp_path / "x.gif", fps=5)
+    with VideoWriter(tmp_path / "y.mp4", fps=5) as video:
+        video.write(np.zeros((8, 8, 3), np.uint8))
+        with pytest.raises(ZooError, match="frame 1 is 10x8"):
+            video.write(np.zeros((8, 10, 3), np.uint8))
+
+
+def test_unreadable_video_and_missing_camera_are_one_line(tmp_path):
+    (tmp_path / "bad.mp4").write_bytes(b"\x00" * 100)
+    with pytest.raises(ZooError, match=r"^cannot read video .*bad.mp4: .*; pass a video FFmpeg can decode$"):
+        open_source(tmp_path / "bad.mp4")
+    for camera in (99, "99"):
+        with pytest.raises(ZooError) as e:
+            open_source(camera)
+        assert str(e.value).startswith("camera 99 does not open (") and "\n" not in str(e.value)
+    with pytest.raises(ZooError, match="vid_stride 0"):
+        Camera(0, vid_stride=0)
+
+
+def test_damaged_video_keeps_the_frames_before_the_damage(tmp_path):
+    path = grey_video(tmp_path / "v.avi", 40, size=(64, 64))  # AVI: the header counts the frames
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) * 2 // 3])
+    frames = loaded(Files([path]))
+    assert 10 < len(frames) < 40
+    assert all(isinstance(shape, tuple) for _, shape in frames[:-1])
+    name, error = frames[-1]
+    assert error == f"error: video {path} is damaged: it ends after {name.split('_')[1]} of its 40 frames"
+
+
+def test_jsonl_writer_flushes_renames_and_resumes(tmp_path):
+    path = tmp_path / "results.jsonl"
+    writer = JsonlWriter(path)
+    writer.write({"path": "a", "label": 1})
+    assert not path.exists()  # under its temporary name until closed
+    partial = next(tmp_path.iterdir())
+    assert partial.name.startswith(".") and json.loads(partial.read_text()) == {"path": "a", "label": 1}
+    writer.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]
+    with pytest.raises(ZooError, match="exists: pass --resume .* or --overwrite"):
+        JsonlWriter(path)
+    with JsonlWriter(path, resume=True) as writer:
+        assert writer.records == [{"path": "a", "label": 1}]
+        writer.write({"path": "b", "label": 2})
+    assert [r["path"] for r in read_jsonl(path)] == ["a", "b"]
+    path.write_text(path.read_text() + '{"path": "c", "la')  # a torn last line (a killed writer)
+    assert [r["path"] for r in read_jsonl(path)] == ["a", "b"]
+    with JsonlWriter(path, overwrite=True) as writer:
+        assert writer.records == []
+    assert path.read_text() == ""

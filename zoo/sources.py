@@ -1,0 +1,699 @@
+"""Input sources for every task: one class per source kind, all yielding the same Items.
+
+Whatever a user passes -- a file, a folder, a glob, a list, a ``.txt``/``.csv``
+list of paths, numpy arrays or PIL images, a video, a camera -- becomes a
+``Source``: an iterable of ``Item`` in a fixed order (ultralytics'
+``data/loaders`` is the model). Every task's CLI and library code reads its
+inputs through here::
+
+    from zoo.sources import open_source
+
+    source = open_source(["photos/", "clip.mp4"], recursive=True, vid_stride=2)
+    print(source.total)                 # images + kept video frames (None for a camera)
+    for item in source:
+        try:
+            rgb = item.load()           # (H, W, 3) uint8 RGB
+        except ZooError as e:           # this item is bad: report it, go on with the next
+            print(f"error: {e}")
+            continue
+        item.path, item.index, item.frame, item.fps, item.frames, item.name
+
+The kinds (``open_source`` picks one; each can be used directly):
+
+====================  ===========================================================
+``Files(paths)``      image and video files in the given order (a missing or
+                      unreadable one is a bad item, not a failed run)
+``Folder(dir)``       its images and videos, sorted; ``recursive=True`` walks
+                      sub-folders; dot-files are skipped; empty is an error
+``Glob(pattern)``     ``photos/**/*.jpg``; no match is an error
+``PathList(file)``    a ``.txt`` (one path a line, ``#`` comments) or ``.csv``
+                      (column ``path``/``filename``/``file``/``image``, else the
+                      first) list; relative paths are relative to the list file
+``Arrays(objects)``   numpy arrays and PIL images (``bgr=True``: 3/4-channel
+                      arrays are BGR(A), as OpenCV and ultralytics hold them)
+``Video(path)``       a video file (mp4, avi, mov, mkv, webm ...) or a stream
+                      URL (rtsp://, http://), decoded by PyAV (extra ``video``)
+``Camera(index)``     a camera by number: PyAV (v4l2 on Linux, avfoundation on
+                      macOS) or OpenCV when installed
+====================  ===========================================================
+
+``vid_stride=N`` keeps every N-th frame of videos and cameras, ultralytics'
+way: the last of each group of N (frames N-1, 2N-1, ...), so a video of F frames
+gives F // N items. Image files are decoded only when ``item.load()`` is called
+(a thread pool can decode them in parallel); video frames are decoded in order
+by the iteration itself, and ``load()`` returns the decoded frame.
+
+Per-item metadata (``Item``): ``path`` (the file, the video, ``camera0`` or
+``image3`` for an in-memory object), ``index`` (0-based position in the source),
+``frame`` (0-based frame number in its video; None for images), ``fps`` and
+``frames`` (the video's rate and frame count; None for images and where the
+container does not say, e.g. cameras), and ``name``: a name for the item's own
+outputs, unique in the source, ignoring case as macOS and Windows folders do
+(``cat``, ``cat_2`` for a second cat.*, ``clip_12`` for frame 12 of clip.mp4);
+``stem`` is the same without the frame number (one annotated video per video).
+
+Writers, both writing to a temporary name in the output's folder and renaming
+it when closed, so no reader ever sees half a file: ``VideoWriter`` (an
+annotated video at the source's frame rate, PyAV) and ``JsonlWriter`` (one JSON
+record a line, flushed as it comes; ``read_jsonl`` reads one back for
+``--resume``).
+"""
+from __future__ import annotations
+
+import csv
+import glob as globlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+import numpy as np
+from PIL import Image
+
+from .errors import ZooError
+from .files import temporary_path
+from .images import IMAGE_SUFFIXES, load_image
+
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
+STREAM_SCHEMES = ("rtsp://", "rtmp://", "http://", "https://", "udp://", "tcp://")
+LIST_SUFFIXES = (".txt", ".csv")
+CSV_PATH_COLUMNS = ("path", "filename", "file", "image", "img")
+INSTALL_VIDEO = 'pip install "mlx-zoo[video]"'
+
+
+def is_video(path: str | Path) -> bool:
+    return Path(path).suffix.lower() in VIDEO_SUFFIXES
+
+
+@dataclass(eq=False)
+class Item:
+    """One image or video frame of a source; ``load()`` gives its pixels or raises a one-line ZooError."""
+
+    path: str
+    index: int
+    name: str
+    stem: str
+    frame: int | None = None
+    fps: float | None = None
+    frames: int | None = None
+    _load: Callable[[], np.ndarray] | None = field(default=None, repr=False)
+
+    def load(self) -> np.ndarray:
+        """The pixels as an (H, W, 3) uint8 RGB array; a ZooError naming the item when it cannot be read."""
+        return self._load()
+
+    @property
+    def meta(self) -> dict:
+        """The metadata as a plain dict (for result records): path, and the video fields where they apply."""
+        out = {"path": self.path}
+        if self.frame is not None:
+            out.update(frame=self.frame, fps=self.fps, frames=self.frames)
+        return out
+
+
+def failed(message: str) -> Callable[[], np.ndarray]:
+    """A loader for an item known to be bad before decoding."""
+    def load():
+        raise ZooError(message)
+    return load
+
+
+class UniqueNames:
+    """Stems made unique in one source (x, x_2, x_3 ...), compared ignoring case as macOS and Windows folders do."""
+
+    def __init__(self):
+        self.taken: set[str] = set()
+
+    def __call__(self, stem: str) -> str:
+        name, n = stem, 1
+        while name.lower() in self.taken:
+            n += 1
+            name = f"{stem}_{n}"
+        self.taken.add(name.lower())
+        return name
+
+
+class Source:
+    """An iterable of Items in a fixed order. ``total``: how many it yields, None when unknown (cameras)."""
+
+    kind = "source"
+    total: int | None = None
+
+    def __iter__(self) -> Iterator[Item]:
+        return self.items(0, UniqueNames())
+
+    def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        """The Items, numbered from ``start``, their names made unique with ``names`` (shared when chained)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(total={self.total})"
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+def load_image_file(path: Path) -> np.ndarray:
+    """Decode an image file; Pillow's failures on a bad file (any mode it cannot convert) -> a ZooError naming it."""
+    try:
+        return load_image(path)
+    except (OSError, ValueError, SyntaxError, EOFError) as e:
+        raise ZooError(f"cannot read {path}: {e}") from None
+
+
+class Files(Source):
+    """Image and video files in the given order; a missing or unreadable one becomes a bad item."""
+
+    kind = "files"
+
+    def __init__(self, paths: Iterable[str | Path], vid_stride: int = 1):
+        self.paths = [Path(p) for p in paths]
+        self.vid_stride = check_stride(vid_stride)
+        self.videos: dict[Path, Video | str] = {}  # a video's Video, or why it does not open
+        for p in self.paths:
+            if is_video(p) and p.is_file():
+                try:
+                    self.videos[p] = Video(p, vid_stride)
+                except ZooError as e:
+                    self.videos[p] = str(e)
+        counts = [v.total if isinstance(v := self.videos.get(p), Video) else 1 for p in self.paths]
+        self.total = None if None in counts else sum(counts)  # None: a video that does not say its length
+
+    def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        index = start
+        for path in self.paths:
+            video = self.videos.get(path)
+            if isinstance(video, Video):
+                for item in video.items(index, names):
+                    yield item
+                    index += 1
+                continue
+            name = names(path.stem)
+            if isinstance(video, str):
+                load = failed(video)
+            elif not path.exists():
+                load = failed(f"not found: {path}")
+            elif path.is_dir():
+                load = failed(f"{path} is a folder, not an image or video file")
+            else:
+                load = lambda path=path: load_image_file(path)  # noqa: E731
+            yield Item(str(path), index, name, name, _load=load)
+            index += 1
+
+
+def media_files(paths: Iterable[Path]) -> list[Path]:
+    """The images and videos among ``paths``, dot-files (hidden, or our own partial outputs) left out."""
+    return [p for p in paths if p.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES
+            and not p.name.startswith(".") and p.is_file()]
+
+
+class Folder(Files):
+    """A folder's images and videos sorted by path; ``recursive=True`` walks its sub-folders too."""
+
+    kind = "folder"
+
+    def __init__(self, folder: str | Path, recursive: bool = False, vid_stride: int = 1):
+        folder = Path(folder)
+        if not folder.is_dir():
+            raise ZooError(f"folder not found: {folder}")
+        files = sorted(media_files(folder.rglob("*") if recursive else folder.iterdir()))
+        if not files:
+            deeper = "" if recursive else "; pass --recursive to look in its sub-folders"
+            raise ZooError(f"no images or videos in folder {folder} (looked for "
+                           f"{', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)}){deeper}")
+        super().__init__(files, vid_stride)
+
+
+class Glob(Files):
+    """Files matching a pattern (``**`` crosses folders), sorted."""
+
+    kind = "glob"
+
+    def __init__(self, pattern: str, vid_stride: int = 1):
+        files = sorted(media_files(Path(p) for p in globlib.glob(str(pattern), recursive=True)))
+        if not files:
+            raise ZooError(f"no images or videos match {pattern}")
+        super().__init__(files, vid_stride)
+
+
+class PathList(Files):
+    """The files a ``.txt`` (one path a line) or ``.csv`` (a path column) names, relative to the list's folder."""
+
+    kind = "list"
+
+    def __init__(self, listfile: str | Path, vid_stride: int = 1):
+        listfile = Path(listfile)
+        if not listfile.is_file():
+            raise ZooError(f"list of paths not found: {listfile}")
+        try:
+            text = listfile.read_text(encoding="utf-8-sig")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ZooError(f"cannot read the list {listfile}: {e}; pass a UTF-8 text file, one path a line") from None
+        entries = csv_paths(text) if listfile.suffix.lower() == ".csv" else [
+            line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+        if not entries:
+            raise ZooError(f"the list {listfile} names no files")
+        super().__init__([p if (p := Path(e).expanduser()).is_absolute() else listfile.parent / p for e in entries],
+                         vid_stride)
+
+
+def csv_paths(text: str) -> list[str]:
+    """The path column of a CSV: the one headed path/filename/file/image (timm's output has ``filename``), else the first."""
+    rows = [row for row in csv.reader(text.splitlines()) if row and any(cell.strip() for cell in row)]
+    if not rows:
+        return []
+    header = [cell.strip().lower() for cell in rows[0]]
+    column = next((header.index(c) for c in CSV_PATH_COLUMNS if c in header), None)
+    if column is not None:
+        rows = rows[1:]
+    return [row[column or 0].strip() for row in rows if len(row) > (column or 0) and row[column or 0].strip()]
+
+
+# -- in-memory objects ----------------------------------------------------------------------------
+
+class Arrays(Source):
+    """numpy arrays and PIL images; ``bgr=True`` reads 3/4-channel arrays as BGR(A) (OpenCV's order)."""
+
+    kind = "arrays"
+
+    def __init__(self, objects: Iterable, bgr: bool = False):
+        self.objects = list(objects)
+        for i, obj in enumerate(self.objects):
+            if not isinstance(obj, (np.ndarray, Image.Image)):
+                raise ZooError(f"image {i} is a {type(obj).__name__}: pass numpy arrays or PIL images")
+        self.bgr = bgr
+        self.total = len(self.objects)
+
+    def load(self, obj, what: str) -> np.ndarray:
+        rgb = load_image(obj, what)
+        if self.bgr and isinstance(obj, np.ndarray) and obj.ndim == 3 and obj.shape[2] in (3, 4):
+            rgb = np.ascontiguousarray(rgb[:, :, ::-1])
+        return rgb
+
+    def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        for i, obj in enumerate(self.objects):
+            name = names(f"image{i}")
+            yield Item(f"image{i}", start + i, name, name, _load=lambda obj=obj, n=name: self.load(obj, n))
+
+
+# -- videos and cameras ---------------------------------------------------------------------------
+
+def import_av():
+    try:
+        import av
+    except ImportError:
+        raise ZooError(f"reading and writing videos needs PyAV: {INSTALL_VIDEO}") from None
+    return av
+
+
+def check_stride(vid_stride: int) -> int:
+    if not isinstance(vid_stride, int) or vid_stride < 1:
+        raise ZooError(f"vid_stride {vid_stride!r}: use a whole number >= 1")
+    return vid_stride
+
+
+def frame_count(stream) -> int | None:
+    """The frames a video stream holds: the container's count, else its duration times its rate."""
+    if stream.frames:
+        return int(stream.frames)
+    rate = stream.average_rate or stream.guessed_rate
+    seconds = (stream.duration * stream.time_base if stream.duration and stream.time_base
+               else stream.container.duration / 1_000_000 if stream.container.duration else None)
+    return int(round(float(seconds * rate))) if seconds and rate else None
+
+
+class FrameSource(Source):
+    """What videos and cameras share: decoding frames in order, keeping every vid_stride-th."""
+
+    def __init__(self, path: str, what: str, vid_stride: int):
+        self.path, self.what = path, what
+        self.vid_stride = check_stride(vid_stride)
+        self.fps: float | None = None
+        self.frames: int | None = None
+        self.counted = False  # frames is the container's own count, not duration x rate
+
+    def open(self):
+        """A fresh (container, video stream) pair, or a one-line ZooError."""
+        raise NotImplementedError
+
+    def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        av = import_av()
+        stem = names(Path(self.path).stem if self.kind == "video" else self.path)
+        container, stream = self.open()
+        index, n = start, -1
+        try:
+            frames = container.decode(stream)
+            while True:
+                try:
+                    frame = next(frames)
+                except StopIteration:
+                    if self.counted and n + 1 < self.frames:  # the container promised more
+                        yield self.broken(index, stem, n + 1, f"it ends after {n + 1} of its {self.frames} frames")
+                    return
+                except (av.error.FFmpegError, OSError) as e:
+                    yield self.broken(index, stem, n + 1, f"frame {n + 1} cannot be decoded ({e})")
+                    return
+                n += 1
+                if (n + 1) % self.vid_stride:
+                    continue
+                rgb = frame.to_ndarray(format="rgb24")
+                yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames, lambda rgb=rgb: rgb)
+                index += 1
+        finally:
+            container.close()
+
+    def broken(self, index: int, stem: str, frame: int, problem: str) -> Item:
+        """The bad item of a video that breaks off; the frames before it stand."""
+        return Item(self.path, index, f"{stem}_{frame}", stem, frame, self.fps, self.frames,
+                    failed(f"{self.what} is damaged: {problem}"))
+
+
+class Video(FrameSource):
+    """A video file or stream URL, decoded by PyAV; opened once now so a bad file fails before any work."""
+
+    kind = "video"
+
+    def __init__(self, path: str | Path, vid_stride: int = 1):
+        super().__init__(str(path), f"video {path}", vid_stride)
+        if not str(path).startswith(STREAM_SCHEMES):
+            if not Path(path).exists():
+                raise ZooError(f"video not found: {path}")
+        container, stream = self.open()
+        try:
+            rate = stream.average_rate or stream.guessed_rate
+            self.fps = float(rate) if rate else None
+            self.frames = frame_count(stream)
+            self.counted = bool(stream.frames)
+            self.total = None if self.frames is None else self.frames // self.vid_stride
+        finally:
+            container.close()
+
+    def open(self):
+        av = import_av()
+        try:
+            container = av.open(self.path)
+        except (av.error.FFmpegError, OSError) as e:
+            raise ZooError(f"cannot read {self.what}: {e}; pass a video FFmpeg can decode") from None
+        if not container.streams.video:
+            container.close()
+            raise ZooError(f"{self.what} has no video stream")
+        stream = container.streams.video[0]
+        stream.thread_type = "AUTO"  # frame-parallel decoding
+        return container, stream
+
+
+class Camera(FrameSource):
+    """A camera by number: PyAV's v4l2 (Linux) or avfoundation (macOS) device, else OpenCV when installed."""
+
+    kind = "camera"
+
+    def __init__(self, index: int, vid_stride: int = 1):
+        super().__init__(f"camera{index}", f"camera {index}", vid_stride)
+        self.index = index
+        container, stream = self.open()
+        rate = stream.average_rate or stream.guessed_rate
+        self.fps = float(rate) if rate else None
+        container.close()
+
+    def open(self):
+        try:
+            import av
+        except ImportError:
+            av = None
+        device = {"linux": (f"/dev/video{self.index}", "v4l2"), "darwin": (str(self.index), "avfoundation")}
+        target = next((d for platform, d in device.items() if sys.platform.startswith(platform)), None)
+        problem = "no PyAV camera input on this platform"
+        if av is not None and target is not None:
+            try:
+                container = av.open(target[0], format=target[1])
+                if container.streams.video:
+                    return container, container.streams.video[0]
+                container.close()
+                problem = "it has no video stream"
+            except (av.error.FFmpegError, OSError, ValueError) as e:
+                problem = str(e)
+        opencv = OpenCVCamera.open(self.index)
+        if opencv is not None:
+            return opencv, opencv
+        fix = "" if av is not None else f" ({INSTALL_VIDEO} or opencv-python)"
+        raise ZooError(f"camera {self.index} does not open ({problem}); check it is connected and not in use{fix}")
+
+
+class OpenCVCamera:
+    """OpenCV's camera shaped like a PyAV container and stream, for the platforms PyAV cannot open a camera on."""
+
+    class Frame:
+        def __init__(self, bgr):
+            self.bgr = bgr
+
+        def to_ndarray(self, format: str) -> np.ndarray:
+            return np.ascontiguousarray(self.bgr[:, :, ::-1])
+
+    def __init__(self, capture):
+        self.capture = capture
+        fps = capture.get(5)  # cv2.CAP_PROP_FPS
+        self.average_rate = Fraction(fps).limit_denominator(1001) if fps and fps > 0 else None
+        self.guessed_rate = None
+
+    @classmethod
+    def open(cls, index: int):
+        try:
+            import cv2
+        except ImportError:
+            return None
+        capture = cv2.VideoCapture(index)
+        if not capture.isOpened():
+            capture.release()
+            return None
+        return cls(capture)
+
+    def decode(self, stream) -> Iterator[Frame]:
+        while True:
+            ok, bgr = self.capture.read()
+            if not ok:
+                return
+            yield self.Frame(bgr)
+
+    def close(self) -> None:
+        self.capture.release()
+
+
+# -- picking the kind -------------------------------------------------------------------------------
+
+class Chain(Source):
+    """Several sources one after another, numbered and named as one."""
+
+    kind = "chain"
+
+    def __init__(self, sources: list[Source]):
+        self.sources = sources
+        totals = [s.total for s in sources]
+        self.total = None if None in totals else sum(totals)
+
+    def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        index = start
+        for source in self.sources:
+            for item in source.items(index, names):
+                yield item
+                index += 1
+
+
+def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool = False) -> Source:
+    """The Source for what a user passes; a list may mix paths, folders, globs and lists of paths.
+
+    A path that does not exist, an empty folder or a glob without match is a ZooError
+    now (one line); a file that turns out unreadable is a bad item later.
+    """
+    check_stride(vid_stride)
+    if isinstance(source, Source):
+        return source
+    if isinstance(source, (np.ndarray, Image.Image)):
+        return Arrays([source], bgr)
+    if isinstance(source, int) and not isinstance(source, bool):
+        return Camera(source, vid_stride)
+    if isinstance(source, (str, Path)):
+        return open_path(str(source), recursive, vid_stride)
+    if isinstance(source, (list, tuple)):
+        if not source:
+            raise ZooError("no inputs given")
+        if all(isinstance(s, (np.ndarray, Image.Image)) for s in source):
+            return Arrays(source, bgr)
+        if all(isinstance(s, (str, Path)) for s in source):
+            parts = [open_path(str(s), recursive, vid_stride) for s in source]
+            return parts[0] if len(parts) == 1 else Chain(parts)
+        raise ZooError("a list of inputs holds paths, or numpy arrays and PIL images, not both")
+    raise ZooError(f"cannot read images from a {type(source).__name__}: pass paths, folders, a glob, "
+                   "a .txt/.csv list, videos, a camera number, numpy arrays or PIL images")
+
+
+def open_path(text: str, recursive: bool, vid_stride: int) -> Source:
+    if text.startswith(STREAM_SCHEMES):
+        return Video(text, vid_stride)
+    if text.isdigit() and not Path(text).exists():
+        return Camera(int(text), vid_stride)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return Folder(path, recursive, vid_stride)
+    if path.is_file():
+        if path.suffix.lower() in LIST_SUFFIXES:
+            return PathList(path, vid_stride)
+        if is_video(path):
+            return Video(path, vid_stride)
+        return Files([path], vid_stride)
+    if globlib.has_magic(text):
+        return Glob(text, vid_stride)
+    raise ZooError(f"not found: {text}")
+
+
+# -- writers --------------------------------------------------------------------------------------
+
+VIDEO_FORMATS = {".mp4": ("mp4", "h264"), ".m4v": ("mp4", "h264"), ".mov": ("mov", "h264"),
+                 ".mkv": ("matroska", "h264"), ".avi": ("avi", "mpeg4"), ".webm": ("webm", "libvpx-vp9")}
+
+
+class VideoWriter:
+    """Frames to a video file at a given rate, through a temporary name renamed by ``close()``.
+
+    ``with VideoWriter("out.mp4", fps=source.fps) as video: video.write(rgb)`` -- leaving
+    the block by an exception deletes the partial file. Suffixes: .mp4 .m4v .mov .mkv
+    (H.264), .avi (MPEG-4 part 2), .webm (VP9). Frames of odd width or height are padded
+    by one edge pixel (4:2:0 video needs even sizes).
+    """
+
+    def __init__(self, path: str | Path, fps: float, overwrite: bool = False, quality: int = 23):
+        self.path = Path(path)
+        suffix = self.path.suffix.lower()
+        if suffix not in VIDEO_FORMATS:
+            raise ZooError(f"cannot write video {self.path}: use one of {', '.join(VIDEO_FORMATS)}")
+        if self.path.exists() and not overwrite:
+            raise ZooError(f"{self.path} exists: pass another name or the flag to overwrite it")
+        if not fps or fps <= 0:
+            raise ZooError(f"cannot write video {self.path} at {fps} frames per second")
+        self.format, self.codec = VIDEO_FORMATS[suffix]
+        self.rate = Fraction(fps).limit_denominator(1001)
+        self.quality = quality
+        self.tmp = temporary_path(self.path)
+        self.container = self.stream = None
+        self.count = 0
+
+    def write(self, rgb: np.ndarray) -> None:
+        """Append one (H, W, 3) uint8 RGB frame; every frame has the first one's size."""
+        av = import_av()
+        h, w = rgb.shape[:2]
+        rgb = np.pad(rgb, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge") if h % 2 or w % 2 else rgb
+        if self.container is None:
+            try:
+                self.container = av.open(str(self.tmp), "w", format=self.format)
+            except (av.error.FFmpegError, OSError) as e:
+                raise ZooError(f"cannot write {self.path}: {e}; check the folder exists and is writable") from None
+            self.stream = self.container.add_stream(self.codec, rate=self.rate)
+            self.stream.width, self.stream.height = rgb.shape[1], rgb.shape[0]
+            self.stream.pix_fmt = "yuv420p"
+            if self.codec == "h264":
+                self.stream.options = {"crf": str(self.quality)}
+        elif (rgb.shape[1], rgb.shape[0]) != (self.stream.width, self.stream.height):
+            raise ZooError(f"{self.path}: frame {self.count} is {w}x{h}, the video "
+                           f"{self.stream.width}x{self.stream.height}")
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+        frame.pts = self.count
+        frame.time_base = 1 / self.rate
+        self.container.mux(self.stream.encode(frame))
+        self.count += 1
+
+    def close(self) -> Path:
+        """Finish the video and give it its real name."""
+        if self.container is None:
+            raise ZooError(f"{self.path}: no frames to write")
+        try:
+            self.container.mux(self.stream.encode(None))
+            self.container.close()
+            self.container = None
+            os.replace(self.tmp, self.path)
+        except OSError as e:
+            raise ZooError(f"cannot write {self.path}: {e}") from None
+        finally:
+            self.abort()
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial video (a no-op once closed)."""
+        if self.container is not None:
+            try:
+                self.container.close()
+            except Exception:  # the file is deleted next; closing only frees the encoder
+                pass
+            self.container = None
+        self.tmp.unlink(missing_ok=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The records of a JSONL file; a torn last line (a run killed mid-write) is left out."""
+    path = Path(path)
+    records = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                if line.endswith("\n"):
+                    raise ZooError(f"{path} line {n} is not JSON: pass a JSONL file this program wrote") from None
+    return records
+
+
+class JsonlWriter:
+    """One JSON record a line, flushed as it comes, under a temporary name renamed by ``close()``.
+
+    ``resume=True`` starts from the existing file's records (``self.records``): the
+    run appends the rest. Without it an existing file is an error unless
+    ``overwrite=True``. ``close()`` runs on an interrupt too: every record written
+    is kept. Use as a context manager or call ``close()``.
+    """
+
+    def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False):
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise ZooError(f"{self.path} is a folder: pass a file path for the results")
+        if not self.path.parent.is_dir():
+            raise ZooError(f"folder {self.path.parent} does not exist; create it or pass another path")
+        self.records: list[dict] = []
+        if self.path.exists():
+            if resume:
+                self.records = read_jsonl(self.path)
+            elif not overwrite:
+                raise ZooError(f"{self.path} exists: pass --resume to continue it or --overwrite to replace it")
+        self.tmp = temporary_path(self.path)
+        try:
+            self.file = open(self.tmp, "w", encoding="utf-8")
+            for record in self.records:
+                self.file.write(json.dumps(record) + "\n")
+        except OSError as e:
+            raise ZooError(f"cannot write {self.path}: {e.strerror or e}") from None
+
+    def write(self, record: dict) -> None:
+        self.file.write(json.dumps(record) + "\n")
+        self.file.flush()
+
+    def close(self) -> Path:
+        if not self.file.closed:
+            self.file.close()
+            os.replace(self.tmp, self.path)
+        return self.path
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
