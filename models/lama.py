@@ -35,6 +35,7 @@ import mlx.nn as nn
 import numpy as np
 from PIL import Image
 
+from zoo.compiled import CompiledForward
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image, open_image
@@ -223,6 +224,7 @@ class LaMa(nn.Module):
     def __init__(self):
         super().__init__()
         self.generator = FFCResNetGenerator()
+        self.compiled = CompiledForward(self.forward, self)
 
     @property
     def dtype(self) -> mx.Dtype:
@@ -232,15 +234,19 @@ class LaMa(nn.Module):
         """image (N, H, W, 3) in [0, 1], mask (N, H, W, 1) in {0, 1} (1 = hole) -> predicted (N, H, W, 3).
 
         H and W must be multiples of 8 and at least 16. This is the generator's
-        raw prediction everywhere; ``inpaint`` keeps the known pixels.
+        raw prediction everywhere; ``inpaint`` keeps the known pixels. Compiled per
+        input size (zoo.compiled); ``forward`` is the same network, eager.
         """
-        return self.generator(self.generator_input(image, mask))
-
-    def generator_input(self, image, mask) -> mx.array:
-        """Upstream's training module: cat([image * (1 - mask), mask]) along channels."""
         image = as_model_input(image, self.dtype, "image")
         mask = as_model_input(mask, self.dtype, "mask")
         check_model_shapes(image.shape, mask.shape)
+        return self.compiled(image, mask)
+
+    def forward(self, image: mx.array, mask: mx.array) -> mx.array:
+        return self.generator(self.generator_input(image, mask))
+
+    def generator_input(self, image: mx.array, mask: mx.array) -> mx.array:
+        """Upstream's training module: cat([image * (1 - mask), mask]) along channels."""
         return mx.concatenate([image * (1 - mask), mask], axis=-1)
 
     def inpaint(self, image, mask, hd_strategy: str = "crop", resize_limit: int = RESIZE_LIMIT,

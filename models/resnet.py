@@ -13,6 +13,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from zoo.compiled import CompiledForward
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
@@ -134,6 +135,7 @@ class ResNet(nn.Module):
         if not features_only:
             self.reset_classifier(num_classes)
         self.preprocess = preprocess  # the registry's: resize, crop, mean, std
+        self.compiled = CompiledForward(self.forward, self)
 
     @property
     def dtype(self) -> mx.Dtype:
@@ -180,7 +182,12 @@ class ResNet(nn.Module):
         return x if pre_logits or "fc" not in self else self.fc(x)
 
     def __call__(self, x: mx.array):
-        """x: (N, H, W, 3) normalised image -> (N, num_classes) logits; features_only: the picked NHWC maps."""
+        """x: (N, H, W, 3) normalised image -> (N, num_classes) logits; features_only: the picked NHWC maps.
+
+        Compiled per input shape (zoo.compiled); ``forward`` is the same network, eager."""
+        return self.compiled(as_model_input(x, self.dtype))
+
+    def forward(self, x: mx.array):
         if self.features_only:
             maps = self.stage_maps(x)
             return [maps[i] for i in self.out_indices]

@@ -21,6 +21,7 @@ import mlx.core as mx
 import numpy as np
 
 from zoo import devices
+from zoo.compiled import eager
 from zoo.errors import ZooError
 from zoo.validate.capture import recording
 from zoo.validate.reference.trace import Trace
@@ -148,8 +149,7 @@ class Run:
         return any(fnmatch.fnmatchcase(name, p) for p in getattr(self.case, "SAME_LAYOUT", ()))
 
     def mlx_pass(self, fault=None):
-        mx.disable_compile()  # recording needs the eager modules
-        with recording(self.model, fault) as records:
+        with eager(), recording(self.model, fault) as records:  # recording needs the eager modules
             out = self.case.run_mlx(self.model, self.inputs)
             mx.eval(out, [r.output for r in records.values()], [r.inputs for r in records.values()])
         return out, records

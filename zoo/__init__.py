@@ -4,7 +4,16 @@ from . import blas
 blas.preload()  # before anything imports mlx: MLX's Linux CPU backend then calls OpenBLAS
 
 from .errors import ZooError  # noqa: E402
-from .registry import get_spec, list_models, load  # noqa: E402
 
 __all__ = ["ZooError", "get_spec", "list_models", "load"]
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # mlx is imported on first use, not by `import zoo`: `python -m zoo.bench` must let torch
+    # load its own cuDNN before MLX's CUDA backend loads an older one into the process.
+    if name in ("get_spec", "list_models", "load"):
+        from . import registry
+
+        return getattr(registry, name)
+    raise AttributeError(f"module 'zoo' has no attribute {name!r}")

@@ -163,7 +163,7 @@ class SamPredictor:
             rgb = np.ascontiguousarray(rgb[..., ::-1])
         self.reset_image()
         resized = resize_longest_side(rgb, self.model.img_size)
-        features = self.model.image_encoder(self.model.preprocess(resized))
+        features = self.model.encode_image(self.model.preprocess(resized))
         mx.eval(features)
         self.original_size = rgb.shape[:2]
         self.input_size = resized.shape[:2]
@@ -198,10 +198,7 @@ class SamPredictor:
             boxes = mx.array(apply_coords(box.reshape(2, 2), self.original_size, long_side).reshape(1, 4))
         if mask_input is not None:
             masks = mx.array(mask_input[..., None]).astype(self.model.dtype)  # (1, 256, 256, 1) NHWC
-        prompt_encoder = self.model.prompt_encoder
-        sparse, dense = prompt_encoder(points, boxes, masks)
-        low_res, iou = self.model.mask_decoder(self.features, prompt_encoder.get_dense_pe(), sparse, dense,
-                                               bool(multimask_output))
+        low_res, iou = self.model.decode_prompt(self.features, points, boxes, masks, bool(multimask_output))
         masks = self.model.postprocess_masks(low_res, self.input_size, self.original_size)
         if not return_logits:
             masks = masks > self.model.mask_threshold

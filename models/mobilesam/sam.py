@@ -5,6 +5,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from zoo.compiled import CompiledForward
 from zoo.kernels import resize
 
 from .mask_decoder import MaskDecoder
@@ -28,10 +29,19 @@ class Sam(nn.Module):
         self.image_encoder = TinyViT(img_size)
         self.prompt_encoder = PromptEncoder(PROMPT_EMBED_DIM, (grid, grid), (img_size, img_size), mask_in_chans=16)
         self.mask_decoder = MaskDecoder(PROMPT_EMBED_DIM)
+        # the user paths, compiled per input signature (zoo.compiled): set_image's encoder and
+        # predict's prompt encoder + mask decoder (one trace per prompt kind and point count)
+        self.encode_image = CompiledForward(self.image_encoder, self.image_encoder)
+        self.decode_prompt = CompiledForward(self.prompt_and_decode, [self.prompt_encoder, self.mask_decoder])
 
     @property
     def dtype(self) -> mx.Dtype:
         return self.image_encoder.dtype
+
+    def prompt_and_decode(self, features: mx.array, points, boxes, masks, multimask_output: bool):
+        """Image embedding (B, 64, 64, 256) + one prompt -> (low-res mask logits (B, 256, 256, C), IoU (B, C))."""
+        sparse, dense = self.prompt_encoder(points, boxes, masks)
+        return self.mask_decoder(features, self.prompt_encoder.get_dense_pe(), sparse, dense, multimask_output)
 
     def preprocess(self, image: np.ndarray) -> mx.array:
         """Resized uint8 (h, w, 3) image -> (1, S, S, 3) normalised and zero-padded at the bottom/right.

@@ -1,0 +1,94 @@
+"""zoo.compiled: the user paths run their network through mx.compile, one bounded trace per input
+signature, with the module's current weights, and give the eager network's outputs."""
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import zoo
+from zoo.compiled import CompiledForward, eager, enabled
+from zoo.errors import ZooError
+
+
+@pytest.fixture
+def compile_on(monkeypatch):
+    monkeypatch.setenv("ZOO_COMPILE", "on")  # the CPU default (auto) does not compile
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return zoo.load("resnet18", weights="synthetic", device="cpu")
+
+
+def images(n, side, seed=0):
+    return mx.array(np.random.default_rng(seed).standard_normal((n, side, side, 3)).astype(np.float32))
+
+
+def test_modes(monkeypatch):
+    monkeypatch.delenv("ZOO_COMPILE", raising=False)
+    assert not enabled()  # auto: the GPU only, and these tests run on the CPU
+    monkeypatch.setenv("ZOO_COMPILE", "on")
+    assert enabled()
+    monkeypatch.setenv("ZOO_COMPILE", "sometimes")
+    with pytest.raises(ZooError, match="ZOO_COMPILE"):
+        enabled()
+
+
+def test_resnet_call_is_compiled_and_equals_eager(resnet, compile_on):
+    resnet.compiled.clear()
+    x = images(2, 64)
+    got = resnet(x)
+    assert len(resnet.compiled.traces) == 1
+    with eager():
+        want = resnet(x)
+    assert len(resnet.compiled.traces) == 1  # the eager call added no trace
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+    resnet(images(2, 64, seed=1))
+    assert len(resnet.compiled.traces) == 1  # same signature, same trace
+
+
+def test_traces_are_bounded_least_recently_used_first(compile_on):
+    calls = []
+
+    def double(x):
+        calls.append(x.shape)
+        return x * 2
+
+    forward = CompiledForward(double, [], max_traces=2)
+    for n in (1, 2, 1, 3):
+        forward(mx.ones((n,)))
+    assert [k[1][1] for k in forward.traces] == [(1,), (3,)]  # (2,) was the least recently used
+    assert calls == [(1,), (2,), (3,)]  # each signature traced once
+
+
+def test_weights_changed_after_tracing_are_used(compile_on):
+    model = zoo.load("resnet18", weights="synthetic", device="cpu")
+    x = images(1, 32)
+    before = np.array(model(x))
+    model.fc.bias = model.fc.bias + 1.0  # a new array after the trace: a frozen constant would miss it
+    after = np.array(model(x))
+    np.testing.assert_allclose(after, before + 1.0, rtol=1e-5, atol=1e-4)
+
+
+def test_sam_decoder_compiled_equals_eager(compile_on):
+    sam = zoo.load("mobilesam", weights="synthetic", device="cpu")
+    features = mx.array(np.random.default_rng(0).standard_normal((1, 64, 64, 256)).astype(np.float32))
+    points = (mx.array([[[100.0, 200.0], [700.0, 50.0]]]), mx.array([[1, 0]], dtype=mx.int32))
+    got = sam.decode_prompt(features, points, None, None, True)
+    with eager():
+        want = sam.decode_prompt(features, points, None, None, True)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-4)
+    sam.decode_prompt(features, points, None, None, False)  # a constant argument is part of the signature
+    assert len(sam.decode_prompt.traces) == 2
+
+
+def test_lama_compiled_equals_eager(compile_on):
+    lama = zoo.load("lama", weights="synthetic", device="cpu")
+    rng = np.random.default_rng(0)
+    image = mx.array(rng.uniform(0, 1, (1, 32, 32, 3)).astype(np.float32))
+    mask = mx.array((rng.uniform(0, 1, (1, 32, 32, 1)) > 0.7).astype(np.float32))
+    got = lama(image, mask)
+    with eager():
+        want = lama(image, mask)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+    assert len(lama.compiled.traces) == 1
