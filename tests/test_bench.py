@@ -1,0 +1,55 @@
+"""python -m zoo.bench: options are checked before any work; a run writes the report and the rows.
+
+The test environment has no torch, so these runs time the MLX variants only (the GPU runs
+with the PyTorch peers are documented in benchmarks/README.md)."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zoo.bench.__main__ import main
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "resnet9"], "unknown model 'resnet9'"),
+    (["--dtypes", "float64"], "--dtypes"),
+    (["--batches", "1,x"], "--batches"),
+    (["--batches", "0"], "--batches"),
+    (["--variants", "fast"], "--variants"),
+    (["--lama-size", "100"], "--lama-size"),
+    (["--upstream", "/no/such/folder"], "no such folder"),
+    (["--seconds", "0"], "--seconds"),
+])
+def test_bad_options_fail_with_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+
+
+def test_existing_output_needs_overwrite(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    out.write_text("keep")
+    assert main(["--json", str(out)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert out.read_text() == "keep"
+
+
+def test_mlx_run_writes_report_and_rows(tmp_path):
+    report, rows = tmp_path / "report.json", tmp_path / "rows.json"
+    cmd = [sys.executable, "-m", "zoo.bench", "--device", "cpu", "--models", "resnet50", "--batches", "1",
+           "--dtypes", "float32", "--variants", "eager,user", "--seconds", "0.1", "--warmup-seconds", "0",
+           "--min-rounds", "2", "--json", str(report), "--rows", str(rows)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(report.read_text())
+    (case,) = result["results"]
+    assert case["model"] == "resnet50" and case["batch"] == 1 and case["dtype"] == "float32"
+    for name in ("eager", "user"):
+        v = case["variants"][name]
+        assert v["n"] >= 2 and 0 < v["p50_ms"] <= v["p90_ms"] and v["img_per_s"] > 0 and v["peak_extra_mib"] >= 0
+    assert result["env"]["versions"]["mlx"] and result["env"]["tf32"] is False
+    (row,) = json.loads(rows.read_text())
+    assert {"model", "batch", "dtype", "device", "mlx_ms", "torch_ms"} <= set(row)
+    assert row["mlx_ms"] == case["variants"]["user"]["p50_ms"]
+    assert "| resnet50/b1 | float32 |" in done.stdout
