@@ -39,7 +39,7 @@ from zoo.compiled import CompiledForward
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image, open_image
-from zoo.models.layers import Conv2d, ConvTranspose2d, Sequential, Sigmoid
+from zoo.models.layers import BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid
 
 RATIO = 0.75  # share of global (spectral) channels in the residual blocks
 N_BLOCKS = 18
@@ -98,7 +98,7 @@ class FourierUnit(nn.Module):
     def __init__(self, channels: int):
         super().__init__()
         self.conv_layer = Conv2d(2 * channels, 2 * channels, 1, bias=False)
-        self.bn = nn.BatchNorm(2 * channels)
+        self.bn = BatchNorm(2 * channels)
         self.relu = nn.ReLU()
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -114,7 +114,7 @@ class FourierUnit(nn.Module):
 class SpectralTransform(nn.Module):
     def __init__(self, cin: int, cout: int):
         super().__init__()
-        self.conv1 = Sequential(Conv2d(cin, cout // 2, 1, bias=False), nn.BatchNorm(cout // 2), nn.ReLU())
+        self.conv1 = Sequential(Conv2d(cin, cout // 2, 1, bias=False), BatchNorm(cout // 2), nn.ReLU())
         self.fu = FourierUnit(cout // 2)
         self.conv2 = Conv2d(cout // 2, cout, 1, bias=False)
 
@@ -162,10 +162,10 @@ class FFC_BN_ACT(nn.Module):  # upstream's class name
         super().__init__()
         self.ffc = FFC(cin, cout, kernel, ratio_gin, ratio_gout, stride, padding)
         out_g = int(cout * ratio_gout)
-        self.bn_l = nn.BatchNorm(cout - out_g)
+        self.bn_l = BatchNorm(cout - out_g)
         self.act_l = nn.ReLU()
         if out_g:
-            self.bn_g = nn.BatchNorm(out_g)
+            self.bn_g = BatchNorm(out_g)
             self.act_g = nn.ReLU()
 
     def __call__(self, x):
@@ -212,7 +212,7 @@ class FFCResNetGenerator(nn.Module):
         for i in range(n_downsampling):
             cin = dim // 2**i
             layers += [ConvTranspose2d(cin, cin // 2, 3, stride=2, padding=1, output_padding=1),
-                       nn.BatchNorm(cin // 2), nn.ReLU()]
+                       BatchNorm(cin // 2), nn.ReLU()]
         layers += [ReflectionPad2d(3), Conv2d(ngf, 3, 7), Sigmoid()]
         self.model = Sequential(*layers)
 

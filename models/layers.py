@@ -66,6 +66,19 @@ class Sigmoid(nn.Module):
         return sigmoid(x)
 
 
+class BatchNorm(nn.BatchNorm):
+    """nn.BatchNorm (same parameters and names); at inference on the CPU one pass of
+    x * scale + shift, scale = weight / sqrt(running_var + eps), shift = bias - mean * scale,
+    as the fold into a convolution computes it."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if self.training or not self.track_running_stats or not cpu_ops.on_cpu() or "weight" not in self:
+            return super().__call__(x)
+        scale = self.weight.astype(mx.float32) * mx.rsqrt(self.running_var.astype(mx.float32) + self.eps)
+        shift = self.bias.astype(mx.float32) - self.running_mean.astype(mx.float32) * scale
+        return cpu_ops.channel_affine(x, scale, shift)
+
+
 def _no_dilation(dilation) -> bool:
     return dilation == 1 or tuple(dilation) == (1, 1)
 

@@ -17,7 +17,7 @@ from zoo.compiled import CompiledForward
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
-from zoo.models.layers import Conv2d, GlobalAvgPool, Sequential
+from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, Sequential
 
 DEPTHS = {
     "resnet18": ("basic", (2, 2, 2, 2)),
@@ -43,11 +43,11 @@ class BasicBlock(nn.Module):
     def __init__(self, cin: int, planes: int, stride: int = 1):
         super().__init__()
         self.conv1 = conv3x3(cin, planes, stride)
-        self.bn1 = nn.BatchNorm(planes)
+        self.bn1 = BatchNorm(planes)
         self.conv2 = conv3x3(planes, planes)
-        self.bn2 = nn.BatchNorm(planes)
+        self.bn2 = BatchNorm(planes)
         if stride != 1 or cin != planes:
-            self.downsample = Sequential(conv1x1(cin, planes, stride), nn.BatchNorm(planes))
+            self.downsample = Sequential(conv1x1(cin, planes, stride), BatchNorm(planes))
 
     def shortcut(self, x: mx.array) -> mx.array:
         return self.downsample(x) if "downsample" in self else x
@@ -64,13 +64,13 @@ class Bottleneck(nn.Module):
     def __init__(self, cin: int, planes: int, stride: int = 1):
         super().__init__()
         self.conv1 = conv1x1(cin, planes)
-        self.bn1 = nn.BatchNorm(planes)
+        self.bn1 = BatchNorm(planes)
         self.conv2 = conv3x3(planes, planes, stride)
-        self.bn2 = nn.BatchNorm(planes)
+        self.bn2 = BatchNorm(planes)
         self.conv3 = conv1x1(planes, planes * 4)
-        self.bn3 = nn.BatchNorm(planes * 4)
+        self.bn3 = BatchNorm(planes * 4)
         if stride != 1 or cin != planes * 4:
-            self.downsample = Sequential(conv1x1(cin, planes * 4, stride), nn.BatchNorm(planes * 4))
+            self.downsample = Sequential(conv1x1(cin, planes * 4, stride), BatchNorm(planes * 4))
 
     shortcut = BasicBlock.shortcut
 
@@ -112,7 +112,7 @@ class ResNet(nn.Module):
         if num_classes < 0:
             raise ZooError(f"num_classes {num_classes}: use 0 (no head) or a positive number of classes")
         self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
-        self.bn1 = nn.BatchNorm(64)
+        self.bn1 = BatchNorm(64)
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
         info = [{"num_chs": 64, "reduction": 2, "module": "relu"}]

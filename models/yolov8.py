@@ -34,7 +34,7 @@ from zoo.images import load_image
 from zoo.kernels import nms, sppf_maxpool
 from zoo.kernels.nms import MAX_BOXES as MAX_NMS
 from zoo.models.detection import Detections
-from zoo.models.layers import Conv2d, Sequential, sigmoid, silu
+from zoo.models.layers import BatchNorm, Conv2d, Sequential, sigmoid, silu
 
 CLASS_NAMES = Path(__file__).parent / "data" / "coco_classes.txt"
 
@@ -87,7 +87,7 @@ class Conv(nn.Module):
     def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1):
         super().__init__()
         self.conv = Conv2d(c1, c2, k, stride=s, padding=k // 2, bias=False)
-        self.bn = nn.BatchNorm(c2, eps=1e-3, momentum=0.03)
+        self.bn = BatchNorm(c2, eps=1e-3, momentum=0.03)
 
     def __call__(self, x: mx.array) -> mx.array:
         return silu(self.bn(self.conv(x)))

@@ -134,3 +134,20 @@ def test_attention_and_softmax_match_mlx(dtype):
     assert got.dtype == q.dtype and mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
     x = mx.array([[0.0, -mx.inf, 3.0, 100.0], [-1e3, -1e3, -1e3, -1e3]]).astype(DTYPES[dtype])
     assert mx.allclose(cpu.softmax(x).astype(mx.float32), mx.softmax(x.astype(mx.float32), axis=-1), atol=1e-7).item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_batchnorm_at_inference_matches_nn(dtype):
+    plain, fast = nn.BatchNorm(24), layers.BatchNorm(24)
+    keys = iter(mx.random.split(mx.random.key(13), 4))
+    params = {"weight": mx.random.normal((24,), key=next(keys)), "bias": mx.random.normal((24,), key=next(keys)),
+              "running_mean": mx.random.normal((24,), key=next(keys)),
+              "running_var": mx.random.uniform(0.5, 2.0, (24,), key=next(keys))}
+    for m in (plain, fast):
+        m.update({k: v.astype(DTYPES[dtype]) for k, v in params.items()})
+        m.eval()
+    x = mx.random.normal((2, 9, 7, 24), key=mx.random.key(14)).astype(DTYPES[dtype])
+    want = plain.update({k: v for k, v in params.items()})(x.astype(mx.float32))
+    got = fast(x)
+    tol = 1e-6 if dtype == "float32" else 1e-2
+    assert got.dtype == x.dtype and mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()

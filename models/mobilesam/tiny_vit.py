@@ -16,7 +16,7 @@ import numpy as np
 
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
-from zoo.models.layers import GELU, Conv2d, Sequential, attention
+from zoo.models.layers import GELU, BatchNorm, Conv2d, Sequential, attention
 
 EMBED_DIMS = (64, 128, 160, 320)
 DEPTHS = (2, 2, 6, 2)
@@ -33,7 +33,7 @@ class Conv2d_BN(nn.Module):
     def __init__(self, cin: int, cout: int, kernel: int = 1, stride: int = 1, padding: int = 0, groups: int = 1):
         super().__init__()
         self.c = Conv2d(cin, cout, kernel, stride=stride, padding=padding, groups=groups, bias=False)
-        self.bn = nn.BatchNorm(cout)
+        self.bn = BatchNorm(cout)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.bn(self.c(x))

@@ -6,6 +6,8 @@ Measured on Linux x86-64, 2 cores (docs/speed-cpu.md has the figures and ratios)
   MLX's x86 wheel is built for baseline x86-64, so its element-wise ops run one float
   at a time with exp/erf/fma/floor as library calls (mlx/backend/cpu/simd: no SIMD
   width on x86; unary.h). Here: one vectorised pass in C (zoo/native/cpu_ops.c);
+- BatchNorm at inference: MLX's nn.BatchNorm makes four passes over the map
+  ((x - mean) * rsqrt(var + eps) * weight + bias). Here: one pass of x * scale + shift;
 - softmax, and so attention (MLX's CPU scaled_dot_product_attention is its unfused
   fallback: matmul, softmax, matmul): the same slow exp. Here: a vectorised row softmax in C
   between MLX's (OpenBLAS) matmuls;
@@ -59,6 +61,7 @@ def _library() -> ctypes.CDLL | None:
                 size = ctypes.c_ssize_t
                 for name in ("zoo_sigmoid_f32", "zoo_silu_f32", "zoo_gelu_f32"):
                     getattr(lib, name).argtypes = [_PTR, _PTR, size, ctypes.c_int]
+                lib.zoo_channel_affine_f32.argtypes = [_PTR, _PTR, _PTR, _PTR, size, size, ctypes.c_int]
                 lib.zoo_softmax_f32.argtypes = [_PTR, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR] + [ctypes.c_int] * 12
                 _lib = lib
@@ -137,6 +140,19 @@ def silu(x: mx.array) -> mx.array:
 def gelu(x: mx.array) -> mx.array:
     """Exact (erf) GELU, x * Phi(x)."""
     return _unary("zoo_gelu_f32", x, nn.gelu)
+
+
+def channel_affine(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
+    """x * scale + shift over the last axis (per channel), computed in float32."""
+    lib = _library() if _fast_path() else None
+    host = _host(x) if lib is not None else None
+    params = (_host(scale), _host(shift)) if host is not None else (None, None)
+    if params[0] is None:
+        return (x.astype(mx.float32) * scale + shift).astype(x.dtype)
+    out, view = _output(host.shape)
+    c = host.shape[-1]
+    lib.zoo_channel_affine_f32(_ptr(host), _ptr(params[0]), _ptr(params[1]), _ptr(view), host.size // c, c, _threads())
+    return _like(out, x)
 
 
 def softmax(x: mx.array) -> mx.array:

@@ -156,6 +156,31 @@ void zoo_sigmoid_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary
 void zoo_silu_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(silu_range, x, y, n, threads); }
 void zoo_gelu_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(gelu_range, x, y, n, threads); }
 
+/* ---- per-channel scale and shift (BatchNorm at inference), channels last ------------------- */
+
+typedef struct {
+  const float *x, *scale, *shift;
+  float *y;
+  ptrdiff_t channels;
+} affine_args;
+
+ZOO_CLONES static void affine_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const affine_args *a = (const affine_args *)p;
+  const ptrdiff_t C = a->channels;
+  for (ptrdiff_t row = b; row < e; ++row) {
+    const float *x = a->x + row * C;
+    float *y = a->y + row * C;
+    for (ptrdiff_t c = 0; c < C; ++c) y[c] = x[c] * a->scale[c] + a->shift[c];
+  }
+}
+
+void zoo_channel_affine_f32(const float *x, const float *scale, const float *shift, float *y, ptrdiff_t rows,
+                            ptrdiff_t channels, int threads) {
+  affine_args a = {x, scale, shift, y, channels};
+  if (rows * channels < UNARY_GRAIN * 2) threads = 1;
+  parallel_for(affine_rows, &a, rows, threads);
+}
+
 /* ---- softmax over the last axis -------------------------------------------------------------- */
 
 typedef struct {
