@@ -9,6 +9,9 @@
 The native kernel runs when MLX's default device is a Metal or CUDA GPU; the
 fallback (plain MLX ops) otherwise, or always with ``ZOO_KERNELS=fallback``.
 Bad input raises ``zoo.errors.ZooError``. See docs/kernels.md.
+
+``zoo.kernels.cpu``: the other way round, compiled C forms of the ops MLX's CPU backend
+runs slowly, used on the CPU only (docs/speed-cpu.md).
 """
 
 from zoo.kernels.nms import nms
