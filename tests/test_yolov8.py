@@ -16,7 +16,7 @@ from conftest import FIXTURES, MANIFESTS, load_case, parity_run, rebuild_input, 
 from zoo import registry
 from zoo.errors import ZooError
 from zoo.models import yolov8
-from zoo.models.detection import Detections
+from zoo.results import Detections
 from zoo.validate.capture import parse_fault, recording
 from zoo.validate.reference import yolov8 as reference
 from zoo.validate.reference.kernels import resize as reference_resize
@@ -294,7 +294,7 @@ def test_class_filter_and_conf_are_strict():
 
 
 def test_beyond_max_nms_candidates_the_best_go_to_nms(monkeypatch):
-    monkeypatch.setattr(yolov8, "MAX_NMS", 50)  # ultralytics' 30000, scaled down to keep the test fast
+    monkeypatch.setattr(yolov8.ops, "MAX_NMS", 50)  # ultralytics' 30000, scaled down to keep the test fast
     n = 80
     pred = np.zeros((n, 6), np.float32)
     pred[:, 0], pred[:, 1] = np.arange(n) % 9 * 10, np.arange(n) // 9 * 10  # 4x4 boxes on a 10 px grid

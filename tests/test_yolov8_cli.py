@@ -12,7 +12,7 @@ from PIL import Image
 
 from zoo.cli.detect import output_names
 from zoo.errors import ZooError
-from zoo.models.detection import Detections
+from zoo.results import Detections
 from zoo.run import main
 from conftest import cli_error
 

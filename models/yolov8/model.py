@@ -1,0 +1,297 @@
+"""YOLOv8 n/s/m/l/x detection (ultralytics layout) in MLX, NHWC, with ultralytics' pre/post-processing.
+
+Attribute names mirror ultralytics' DetectionModel state dict (model.0.conv.weight,
+model.2.m.0.cv1.bn.running_var, model.22.cv2.0.2.weight, model.22.dfl.conv.weight, ...)
+so checkpoints load by name. The network is built from the table of
+ultralytics/cfg/models/v8/yolov8.yaml and the variant's scale, as ultralytics' parse_model does.
+
+Raw call: ``det(x)`` with x (N, H, W, 3) RGB in [0, 1], H and W multiples of 32
+-> (N, A, 4 + 80): box centre x, y, width, height in input pixels, then the 80
+class scores; anchors ordered P3 (stride 8), P4 (16), P5 (32), each row-major.
+Upstream returns the transpose, (N, 84, A).
+
+``det.predict(images)``: letterbox, the network, confidence filter, class-aware
+NMS on the GPU, boxes mapped back to the original image (ops.py).
+"""
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+
+from zoo.devices import as_model_input
+from zoo.errors import ZooError
+from zoo.images import load_image
+from zoo.kernels import sppf_maxpool
+from zoo.models.layers import BatchNorm, Conv2d, Sequential, sigmoid, silu
+from zoo.results import Detections
+
+from .checkpoint import class_names
+from .ops import (STRIDE, check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, resolve_classes,
+                  scale_boxes)
+
+# yolov8.yaml scales: depth multiple, width multiple, max channels.
+SCALES = {
+    "n": (0.33, 0.25, 1024),
+    "s": (0.33, 0.50, 1024),
+    "m": (0.67, 0.75, 768),
+    "l": (1.00, 1.00, 512),
+    "x": (1.00, 1.25, 512),
+}
+
+# yolov8.yaml, one row per layer: inputs (-1 = previous layer), repeats, module, args
+# (output channels before width scaling first).
+ARCH = (
+    (-1, 1, "Conv", (64, 3, 2)),  # 0 P1/2
+    (-1, 1, "Conv", (128, 3, 2)),  # 1 P2/4
+    (-1, 3, "C2f", (128, True)),  # 2
+    (-1, 1, "Conv", (256, 3, 2)),  # 3 P3/8
+    (-1, 6, "C2f", (256, True)),  # 4
+    (-1, 1, "Conv", (512, 3, 2)),  # 5 P4/16
+    (-1, 6, "C2f", (512, True)),  # 6
+    (-1, 1, "Conv", (1024, 3, 2)),  # 7 P5/32
+    (-1, 3, "C2f", (1024, True)),  # 8
+    (-1, 1, "SPPF", (1024, 5)),  # 9
+    (-1, 1, "Upsample", ()),  # 10
+    ((-1, 6), 1, "Concat", ()),  # 11: with backbone P4
+    (-1, 3, "C2f", (512, False)),  # 12
+    (-1, 1, "Upsample", ()),  # 13
+    ((-1, 4), 1, "Concat", ()),  # 14: with backbone P3
+    (-1, 3, "C2f", (256, False)),  # 15: P3 output
+    (-1, 1, "Conv", (256, 3, 2)),  # 16
+    ((-1, 12), 1, "Concat", ()),  # 17: with head P4
+    (-1, 3, "C2f", (512, False)),  # 18: P4 output
+    (-1, 1, "Conv", (512, 3, 2)),  # 19
+    ((-1, 9), 1, "Concat", ()),  # 20: with head P5
+    (-1, 3, "C2f", (1024, False)),  # 21: P5 output
+    ((15, 18, 21), 1, "Detect", ()),  # 22
+)
+STRIDES = (8, 16, 32)
+REG_MAX = 16  # DFL bins per box side
+
+
+class Conv(nn.Module):
+    """Conv2d (no bias, 'same' padding) + BatchNorm (eps 1e-3) + SiLU."""
+
+    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1):
+        super().__init__()
+        self.conv = Conv2d(c1, c2, k, stride=s, padding=k // 2, bias=False)
+        self.bn = BatchNorm(c2, eps=1e-3, momentum=0.03)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return silu(self.bn(self.conv(x)))
+
+
+class Bottleneck(nn.Module):
+    """Two 3x3 Convs, with the input added back when ``shortcut`` and the widths match."""
+
+    def __init__(self, c1: int, c2: int, shortcut: bool):
+        super().__init__()
+        self.cv1 = Conv(c1, c2, 3)
+        self.cv2 = Conv(c2, c2, 3)
+        self.add = shortcut and c1 == c2
+
+    def shortcut(self, x: mx.array) -> mx.array:
+        return x
+
+    def __call__(self, x: mx.array) -> mx.array:
+        y = self.cv2(self.cv1(x))
+        return y + self.shortcut(x) if self.add else y
+
+
+class C2f(nn.Module):
+    """cv1 splits into two halves; each bottleneck extends the list from the last one; cv2 fuses all."""
+
+    def __init__(self, c1: int, c2: int, n: int, shortcut: bool):
+        super().__init__()
+        c = c2 // 2
+        self.cv1 = Conv(c1, 2 * c, 1)
+        self.cv2 = Conv((2 + n) * c, c2, 1)
+        self.m = Sequential(*(Bottleneck(c, c, shortcut) for _ in range(n)))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        ys = mx.split(self.cv1(x), 2, axis=-1)
+        for bottleneck in self.m.children_in_order():
+            ys.append(bottleneck(ys[-1]))
+        return self.cv2(mx.concatenate(ys, axis=-1))
+
+
+class SPPF(nn.Module):
+    """cv1, three chained k x k max-pools (one kernel), all four concatenated, cv2."""
+
+    def __init__(self, c1: int, c2: int, k: int):
+        super().__init__()
+        c = c1 // 2
+        self.cv1 = Conv(c1, c, 1)
+        self.cv2 = Conv(4 * c, c2, 1)
+        self.k = k
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = self.cv1(x)
+        return self.cv2(mx.concatenate([x, *sppf_maxpool(x, self.k)], axis=-1))
+
+
+class Concat(nn.Module):
+    def __call__(self, *xs: mx.array) -> mx.array:
+        return mx.concatenate(xs, axis=-1)
+
+
+class DFL(nn.Module):
+    """Distribution focal loss integral: each box side is the softmax-weighted sum of 16 bins.
+
+    The bin values are the checkpoint's conv weight (arange(16) in trained models).
+    Input and output keep upstream's layout, (N, 4 * 16, A) -> (N, 4, A).
+    """
+
+    def __init__(self, bins: int = REG_MAX):
+        super().__init__()
+        self.conv = nn.Conv2d(bins, 1, 1, bias=False)
+        self.bins = bins
+
+    def __call__(self, x: mx.array) -> mx.array:
+        n, _, a = x.shape
+        # (N, 4 sides, A, bins): NHWC for the 1x1 conv, bins as channels
+        p = mx.softmax(x.reshape(n, 4, self.bins, a).swapaxes(2, 3), axis=-1)
+        return self.conv(p).reshape(n, 4, a)
+
+
+def head_branch(c1: int, c: int, c_out: int) -> Sequential:
+    return Sequential(Conv(c1, c, 3), Conv(c, c, 3), Conv2d(c, c_out, 1))
+
+
+class Detect(nn.Module):
+    """Per level: box branch (cv2: 4 x 16 DFL logits) and class branch (cv3: nc logits); then decode."""
+
+    def __init__(self, nc: int, ch: tuple[int, ...]):
+        super().__init__()
+        self.nc = nc
+        c2 = max(16, ch[0] // 4, REG_MAX * 4)
+        c3 = max(ch[0], min(nc, 100))
+        self.cv2 = Sequential(*(head_branch(c, c2, 4 * REG_MAX) for c in ch))
+        self.cv3 = Sequential(*(head_branch(c, c3, nc) for c in ch))
+        self.dfl = DFL(REG_MAX)
+
+    def __call__(self, *levels: mx.array) -> mx.array:
+        n = levels[0].shape[0]
+        box, cls = [], []
+        for i, x in enumerate(levels):
+            box.append(self.cv2[str(i)](x).reshape(n, -1, 4 * REG_MAX))
+            cls.append(self.cv3[str(i)](x).reshape(n, -1, self.nc))
+        dist = self.dfl(mx.concatenate(box, axis=1).swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b
+        anchors, strides = anchor_grid([x.shape[1:3] for x in levels], dist.dtype)
+        x1y1 = anchors - dist[..., :2]
+        x2y2 = anchors + dist[..., 2:]
+        xywh = mx.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=-1) * strides
+        return mx.concatenate([xywh, sigmoid(mx.concatenate(cls, axis=1))], axis=-1)
+
+
+def anchor_grid(sizes, dtype) -> tuple[mx.array, mx.array]:
+    """Cell centres (A, 2) as x, y in grid units, and each anchor's stride (A, 1)."""
+    points, strides = [], []
+    for (h, w), stride in zip(sizes, STRIDES):
+        xs, ys = mx.meshgrid(mx.arange(w, dtype=dtype) + 0.5, mx.arange(h, dtype=dtype) + 0.5, indexing="xy")
+        points.append(mx.stack([xs, ys], axis=-1).reshape(-1, 2))
+        strides.append(mx.full((h * w, 1), stride, dtype=dtype))
+    return mx.concatenate(points), mx.concatenate(strides)
+
+
+class DetectionModel(nn.Module):
+    """ultralytics' DetectionModel: ``model.0`` ... ``model.22`` wired as in ARCH, Detect last."""
+
+    def __init__(self, scale: str, nc: int = 80, imgsz: int = 640):
+        super().__init__()
+        depth, width, max_channels = SCALES[scale]
+        channels: list[int] = []  # output channels of each layer
+        layers = []
+        for i, (inputs, repeats, kind, args) in enumerate(ARCH):
+            sources = [i - 1 if j == -1 else j for j in ((inputs,) if isinstance(inputs, int) else inputs)]
+            c1 = channels[sources[0]] if i else 3
+            # channel counts scale with the width multiple, capped, rounded up to a multiple of 8
+            c2 = math.ceil(min(args[0], max_channels) * width / 8) * 8 if args else c1
+            n = max(round(repeats * depth), 1) if repeats > 1 else repeats
+            if kind == "Conv":
+                layer = Conv(c1, c2, *args[1:])
+            elif kind == "C2f":
+                layer = C2f(c1, c2, n, args[1])
+            elif kind == "SPPF":
+                layer = SPPF(c1, c2, args[1])
+            elif kind == "Upsample":
+                layer = nn.Upsample(scale_factor=2.0, mode="nearest")
+            elif kind == "Concat":
+                layer, c2 = Concat(), sum(channels[j] for j in sources)
+            else:
+                layer, c2 = Detect(nc, tuple(channels[j] for j in sources)), 4 + nc
+            layers.append(layer)
+            channels.append(c2)
+        self.model = Sequential(*layers)
+        self.names = class_names()
+        self.imgsz = imgsz  # default predict size (the registry's)
+
+    @property
+    def nc(self) -> int:
+        return self.model[str(len(ARCH) - 1)].nc
+
+    @property
+    def dtype(self) -> mx.Dtype:
+        return self.model["0"].conv.weight.dtype
+
+    def __call__(self, x) -> mx.array:
+        """x: (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc)."""
+        x = as_model_input(x, self.dtype)
+        if x.ndim != 4 or x.shape[-1] != 3:
+            raise ZooError(f"input has shape {tuple(x.shape)}: expected (N, H, W, 3) RGB")
+        if x.shape[1] % STRIDE or x.shape[2] % STRIDE or x.shape[1] == 0 or x.shape[2] == 0:
+            raise ZooError(f"input is {x.shape[1]}x{x.shape[2]}: height and width must be positive multiples of "
+                           f"{STRIDE}; letterbox the image (det.predict does)")
+        outputs = []
+        for (inputs, *_), layer in zip(ARCH, self.model.children_in_order()):
+            if inputs != -1:
+                x = layer(*(x if j == -1 else outputs[j] for j in inputs))
+            else:
+                x = layer(x)
+            outputs.append(x)
+        return x
+
+    def class_ids(self, classes) -> list[int] | None:
+        """Class filter from names and/or ids (a list, or one comma-separated string) -> ids."""
+        return resolve_classes(classes, self.names)
+
+    def predict(self, images, conf: float = 0.25, iou: float = 0.7, classes=None, agnostic_nms: bool = False,
+                max_det: int = 300, imgsz=None) -> list[Detections]:
+        """Detect objects in a list of images (paths, PIL images or arrays); one Detections per image.
+
+        As ultralytics' predict: the images form one batch, letterboxed to the
+        smallest multiple of 32 around ``imgsz`` when they share one size, to
+        ``imgsz`` x ``imgsz`` when sizes differ; scores strictly above ``conf``;
+        class-aware NMS at ``iou`` (class-agnostic with ``agnostic_nms``).
+        """
+        check_thresholds(conf, iou, max_det)
+        shape = check_imgsz(self.imgsz if imgsz is None else imgsz)
+        wanted = self.class_ids(classes)
+        sources = list(images) if isinstance(images, (list, tuple)) else [images]
+        if not sources:
+            raise ZooError("no images given: pass a list of paths, PIL images or arrays")
+        originals = [load_image(src, what=f"image {i}") for i, src in enumerate(sources)]
+        start = time.perf_counter()
+        batch = letterbox_batch(originals, shape)
+        x = mx.array(batch.astype(np.float32) / np.float32(255)).astype(self.dtype)
+        prepared = time.perf_counter()
+        pred = self(x)
+        mx.eval(pred)
+        inferred = time.perf_counter()
+        results = []
+        for im, src, p in zip(originals, sources, pred):
+            det = non_max_suppression(p, conf, iou, wanted, agnostic_nms, max_det)
+            boxes = scale_boxes(batch.shape[1:3], det[:, :4], im.shape[:2])
+            path = str(src) if isinstance(src, (str, Path)) else None
+            results.append(Detections(boxes, det[:, 4].copy(), det[:, 5].astype(np.int64), list(self.names), im, path))
+        done = time.perf_counter()
+        per_image = 1000.0 / len(results)
+        for r in results:
+            r.speed = {"preprocess": (prepared - start) * per_image, "inference": (inferred - prepared) * per_image,
+                       "postprocess": (done - inferred) * per_image}
+        return results
