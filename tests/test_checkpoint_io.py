@@ -99,7 +99,20 @@ def test_module_tree_walk_skips_none_parameters_and_non_persistent_buffers(tmp_p
     path = write_torch_zip(tmp_path / "detector.pt", {"model": detector(), "epoch": -1})
     assert_same(read_checkpoint(path), DETECTOR_WEIGHTS)
     assert module_attribute(load_torch_file(path), "names") == {0: "cat", 1: "dog"}
-    assert read_checkpoint_with_meta(path)[1] == {"epoch": -1, "names": {0: "cat", 1: "dog"}}
+    assert read_checkpoint_with_meta(path)[1] == {
+        "epoch": -1, "names": {0: "cat", 1: "dog"}, "module_class": "mypkg.nets.Detector",
+        "module_attributes": {"training": False, "names": {0: "cat", 1: "dog"}}}
+
+
+def test_module_attributes_read_namespaces_as_dicts_and_drop_the_rest(tmp_path):
+    """ultralytics' last.pt: model.args is an IterableSimpleNamespace (plain state: read as a dict)."""
+    args = New(Glob("ultralytics.utils", "IterableSimpleNamespace"), {"task": "detect", "imgsz": 320})
+    model = module("ultralytics.nn.tasks.DetectionModel", {"w": tensor([1])}, args=args, criterion=module("mypkg.Loss"),
+                   stride=tensor([8, 16, 32]), yaml={"nc": 2, "scale": "n"})
+    meta = read_checkpoint_with_meta(write_torch_zip(tmp_path / "last.pt", {"model": None, "ema": model}))[1]
+    assert meta["module_class"] == "ultralytics.nn.tasks.DetectionModel"
+    assert meta["module_attributes"] == {"training": False, "args": {"task": "detect", "imgsz": 320},
+                                         "yaml": {"nc": 2, "scale": "n"}}
 
 
 def test_weight_keys_preference(tmp_path):

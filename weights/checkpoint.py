@@ -14,7 +14,7 @@ import numpy as np
 
 from zoo.errors import ZooError
 
-from .torchfile import bfloat16_to_float32, load_torch_file, module_attribute, state_dict_from
+from .torchfile import StubObject, bfloat16_to_float32, load_torch_file, module_attribute, root_module, state_dict_from
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin")
 _FIX = "pass a .safetensors, .pt, .pth or .ckpt file"
@@ -65,7 +65,20 @@ def _torch_metadata(tree) -> dict:
     names = module_attribute(tree, "names")
     if names is not None and _is_plain(names):
         meta["names"] = names
+    module = root_module(tree)
+    if module is not None:
+        # the pickled model's class and its plain attributes (ultralytics: yaml, args, nc ...);
+        # an object that only holds plain state (a namespace of training arguments) reads as a dict
+        meta["module_class"] = type(module).stub_qualname
+        meta["module_attributes"] = {k: _as_plain(v) for k, v in vars(module).items()
+                                     if isinstance(k, str) and not k.startswith("_") and _as_plain(v) is not None}
     return meta
+
+
+def _as_plain(value):
+    if isinstance(value, StubObject) and isinstance(value.stub_state, dict) and _is_plain(value.stub_state):
+        return value.stub_state
+    return value if value is not None and _is_plain(value) else None
 
 
 def _is_plain(value) -> bool:

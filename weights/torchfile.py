@@ -507,14 +507,17 @@ def _module_state_dict(module: StubObject, prefix: str) -> dict[str, np.ndarray]
     return weights
 
 
+def root_module(obj) -> StubObject | None:
+    """The checkpoint's pickled root nn.Module: ``obj`` itself or the first under a weight key."""
+    candidates = [obj] + ([obj.get(k) for k in _WEIGHT_KEYS] if isinstance(obj, Mapping) else [])
+    return next((c for c in candidates if isinstance(c, StubObject)), None)
+
+
 def module_attribute(obj, name: str, default=None):
     """An attribute of the checkpoint's pickled root nn.Module (``obj`` itself or under a weight key).
 
     E.g. ultralytics' class names: ``module_attribute(load_torch_file("yolov8n.pt"), "names")``
     -> ``{0: 'person', ...}``. ``default`` when there is no such module or attribute.
     """
-    candidates = [obj] + ([obj.get(k) for k in _WEIGHT_KEYS] if isinstance(obj, Mapping) else [])
-    for candidate in candidates:
-        if isinstance(candidate, StubObject):
-            return vars(candidate).get(name, default)
-    return default
+    module = root_module(obj)
+    return default if module is None else vars(module).get(name, default)
