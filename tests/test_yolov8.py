@@ -120,7 +120,8 @@ def test_every_variant_loads_its_manifest_strictly_and_runs(variant):
 
 
 def test_wrong_variant_weights_fail_in_one_line(yolov8n_file):
-    with pytest.raises(ZooError, match=r"do not match yolov8s: .*mis-shaped"):
+    with pytest.raises(ZooError, match=r"holds a yolov8n with 80 classes \(person, bicycle, .*\), not a yolov8s: "
+                                       r"load it as 'yolov8' \(the scale from the file\) or 'yolov8n'"):
         zoo.load("yolov8s", weights=yolov8n_file, device="cpu")
 
 
@@ -132,7 +133,8 @@ def test_official_layout_pt_matches_the_safetensors_route(yolov8n):
     assert all(sd[k].dtype == np.float16 and np.array_equal(sd[k], synthetic[k].astype(np.float16)) for k in floats)
     assert meta["names"][0] == "person" and len(meta["names"]) == 80
     from_pt = zoo.load("yolov8n", weights=OFFICIAL_PT, device="cpu")
-    assert from_pt.names == yolov8.class_names() and from_pt.dtype == mx.float32
+    assert from_pt.names == dict(enumerate(yolov8.class_names())) and from_pt.dtype == mx.float32
+    assert from_pt.imgsz == 640 and from_pt.nc == 80
     x = mx.array(np.random.default_rng(0).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))
     # the same fp16-rounded weights through the safetensors route give the same numbers
     rounded = {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in synthetic.items()}
@@ -175,17 +177,16 @@ def test_sanitize_keeps_ultralytics_naming():
     assert set(mapped) == {"model.2.m.1.cv2.bn.bias", "model.21.m.0.cv1.conv.weight", "model.22.cv2.0.2.bias"}
 
 
-def test_checkpoint_names_replace_the_default_and_must_match_the_head(yolov8n):
-    model = yolov8.build(registry.get_spec("yolov8n"))
-    yolov8.apply_metadata(model, {"names": {i: f"thing{i}" for i in range(80)}})
-    assert model.names[:2] == ["thing0", "thing1"]
-    with pytest.raises(ZooError, match="names 3 classes but its detection head has 80"):
-        yolov8.apply_metadata(model, {"names": {0: "a", 1: "b", 2: "c"}})
-    # safetensors metadata is text: a dict literal with string ids, in numeric order
-    yolov8.apply_metadata(model, {"names": repr({str(i): f"t{i}" for i in range(80)})})
-    assert model.names[9:11] == ["t9", "t10"]
+def test_checkpoint_names_are_read_as_a_dict_and_must_match_the_head():
+    assert yolov8.parse_names({i: f"thing{i}" for i in range(80)}, 80, "f")[1] == "thing1"
+    assert yolov8.parse_names(None, 80, "f")[0] == "person" and yolov8.parse_names(None, 2, "f") == {0: "class0", 1: "class1"}
+    with pytest.raises(ZooError, match="f names 3 classes but its detection head has 80"):
+        yolov8.parse_names({0: "a", 1: "b", 2: "c"}, 80, "f")
+    # safetensors metadata is text: a dict literal with string ids, or a list literal
+    assert yolov8.parse_names(repr({str(i): f"t{i}" for i in range(80)}), 80, "f")[10] == "t10"
+    assert yolov8.parse_names("['a', 'b']", 2, "f") == {0: "a", 1: "b"}
     with pytest.raises(ZooError, match="not a list or an"):
-        yolov8.apply_metadata(model, {"names": "person, car"})
+        yolov8.parse_names("person, car", 2, "f")
 
 
 @pytest.mark.parametrize("fault", ["model.4.m.1=zero", "model.22.cv3.1.1.conv=noise", "model.15=nan",

@@ -6,7 +6,9 @@ that provides ``build(spec) -> nn.Module`` (float32, weights not loaded) and, op
 upstream one), ``fit_checkpoint(model, state_dict) -> (state_dict, kept)`` (drop
 what a model built with options does not take, e.g. a head of another size, and
 name the parameters that keep the model's own values) and
-``apply_metadata(model, meta)`` (e.g. class names stored in the checkpoint).
+``apply_metadata(model, meta)`` (e.g. class names stored in the checkpoint) and
+``checkpoint_spec(spec, weights) -> spec`` (the spec fitted to what the file holds, e.g. YOLOv8's
+scale, classes and training size in ``config``; the family's own name, ``yolov8``, takes any variant).
 Options of ``load`` (``num_classes=10``, ``features_only=True``) go to ``build``.
 """
 from __future__ import annotations
@@ -15,7 +17,7 @@ import fnmatch
 import importlib
 import inspect
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import mlx.nn as nn
@@ -34,6 +36,7 @@ class ModelSpec:
     hub_file: str
     licence: str
     preprocess: dict = field(default_factory=dict)
+    config: dict = field(default_factory=dict)  # architecture read from the weights (checkpoint_spec)
 
 
 def _resnet(depth: int) -> ModelSpec:
@@ -78,7 +81,8 @@ def get_spec(name: str) -> ModelSpec:
     spec = REGISTRY.get(ALIASES.get(name, name))
     if spec is None:
         raise ZooError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
-    return spec
+    # the family's own name keeps its name: the variant then comes from the weights (checkpoint_spec)
+    return replace(spec, name=name) if name == spec.family and name not in REGISTRY else spec
 
 
 def family(spec: ModelSpec):
@@ -140,6 +144,8 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
 
     fam = family(spec)
     check_options(spec, options)
+    if hasattr(fam, "checkpoint_spec"):
+        spec = fam.checkpoint_spec(spec, weights)
     model = fam.build(spec, **options)
     state_dict, kept = weights.state_dict, set()
     if hasattr(fam, "fit_checkpoint"):
@@ -162,6 +168,35 @@ def load(name: str, weights: str | Path | None = None, dtype: str = "float32", d
     """
     devices.use(device)
     devices.parse_dtype(dtype)  # fail on a bad dtype before any download
+    if weights is None and is_weights_file(name):
+        spec, read = identify(name)
+        check_options(spec, options)
+        return build(spec, read, dtype, **options)
     spec = get_spec(name)
     check_options(spec, options)
     return build(spec, read_weights(spec, weights), dtype, **options)
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".ckpt", ".bin")
+
+
+def is_weights_file(name: str | Path) -> bool:
+    """A checkpoint path given where a model name goes (``zoo.load("best.pt")``)."""
+    name = str(name)
+    return name not in REGISTRY and name not in ALIASES and Path(name).suffix.lower() in WEIGHT_SUFFIXES
+
+
+def identify(path: str | Path) -> tuple[ModelSpec, Weights]:
+    """The family a checkpoint file holds, as each family's ``holds(state_dict, meta)`` tells, and its weights."""
+    from zoo.weights.checkpoint import read_checkpoint_with_meta
+
+    sd, meta = read_checkpoint_with_meta(path)
+    for name in sorted({spec.family for spec in REGISTRY.values()}):
+        fam = importlib.import_module(f"zoo.models.{name}")
+        if not hasattr(fam, "holds"):
+            continue
+        sanitized = fam.sanitize(sd, meta) if hasattr(fam, "sanitize") else sd
+        if fam.holds(sanitized, meta):
+            return get_spec(name), Weights(sanitized, str(path), meta)
+    raise ZooError(f"{path}: cannot tell which model it holds; name the model, e.g. "
+                   f"zoo.load('resnet50', weights='{path}')")

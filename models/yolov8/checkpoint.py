@@ -1,18 +1,23 @@
-"""What a YOLOv8 checkpoint says about itself: other namings mapped to ultralytics' (Candle/tinygrad),
-class names from its metadata."""
+"""What a YOLOv8 checkpoint says about itself: other namings mapped to ultralytics' (Candle/tinygrad);
+its task, scale, classes, names and training size, from its metadata and tensor shapes."""
 from __future__ import annotations
 
 import ast
+import math
 import re
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zoo.errors import ZooError
+
+from .model import SCALES
 
 CLASS_NAMES = Path(__file__).parent.parent / "data" / "coco_classes.txt"
 
 
 def class_names() -> list[str]:
     return CLASS_NAMES.read_text().splitlines()
+
 
 # lmz/candle-yolo-v8 (tinygrad's naming) -> ultralytics: docs/weights.md has the table.
 CANDLE_PREFIXES = {
@@ -38,25 +43,142 @@ def sanitize(state_dict: dict, meta: dict) -> dict:
     return out
 
 
-def apply_metadata(model, meta: dict) -> None:
-    """Class names stored in the checkpoint replace the COCO default: ultralytics keeps an
-    {id: name} dict; a safetensors file's metadata can only hold it as text (a dict or list literal)."""
-    names = meta.get("names")
+# ultralytics' model classes by task: only DetectionModel's head is YOLOv8's Detect
+MODEL_TASKS = {"DetectionModel": "detect", "SegmentationModel": "segment", "PoseModel": "pose",
+               "ClassificationModel": "classify", "OBBModel": "obb", "WorldModel": "world",
+               "YOLOEModel": "yoloe", "RTDETRDetectionModel": "rtdetr"}
+TASKS = ("detect", "segment", "pose", "classify", "obb")
+HEAD = "model.22"  # yolov8.yaml's Detect layer
+FIRST_CONV = "model.0.conv.weight"  # (64 x width, 3, 3, 3): its output channels give the scale
+CLASS_CONV = f"{HEAD}.cv3.0.2.weight"  # (nc, c3, 1, 1): the class branch's last conv
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """What a detection checkpoint holds: the scale, the classes and the size it was trained at."""
+
+    scale: str  # n s m l x
+    nc: int
+    names: dict[int, str]
+    imgsz: int | tuple[int, int] | None  # training size, the default predict size (as ultralytics)
+
+
+def describe(state_dict: dict, meta: dict, source: str, default_scale: str = "n") -> CheckpointInfo:
+    """Read the scale from the first conv's width (checked against the file's yaml), nc from the class
+    branch, names and imgsz from the metadata; refuse other tasks' heads and other YOLO layouts by name.
+
+    ``state_dict`` in ultralytics' naming (after ``sanitize``); ``meta`` as zoo.weights reads it: a
+    pickle's top-level plain values, ``module_class`` and ``module_attributes`` (yaml, args, names,
+    nc), or a safetensors file's text metadata (names, imgsz, task, scale).
+    """
+    attributes = meta.get("module_attributes") or {}
+    yaml = attributes.get("yaml") if isinstance(attributes.get("yaml"), dict) else {}
+    task = checkpoint_task(state_dict, meta, attributes)
+    if task != "detect":
+        raise ZooError(f"{source} holds a YOLO {task} model ({meta.get('module_class', 'its head')}): "
+                       "only detection checkpoints load as yolov8; pass a detection best.pt")
+    other_head = next((k for k in state_dict if k.endswith(".dfl.conv.weight") and not k.startswith(HEAD + ".")),
+                      None)
+    if other_head is not None:
+        made_from = f" (built from {yaml['yaml_file']})" if yaml.get("yaml_file") else ""
+        raise ZooError(f"{source} holds a detection model whose head is {other_head.rsplit('.dfl', 1)[0]}"
+                       f"{made_from}, not YOLOv8's {HEAD}: only YOLOv8 checkpoints load as yolov8")
+    scale = default_scale
+    if FIRST_CONV in state_dict:
+        widths = {first_width(s): s for s in SCALES}
+        channels = int(state_dict[FIRST_CONV].shape[0])
+        if channels not in widths:
+            raise ZooError(f"{source}: its first conv has {channels} channels, none of YOLOv8's scales "
+                           f"({', '.join(f'{s} {w}' for w, s in widths.items())}): pass a YOLOv8 n/s/m/l/x checkpoint")
+        scale = widths[channels]
+    said = yaml.get("scale") or meta.get("scale")
+    if said in SCALES and said != scale:
+        raise ZooError(f"{source}: its metadata says scale '{said}' but its tensors are yolov8{scale}'s: "
+                       "the file is inconsistent; re-export it")
+    nc = int(state_dict[CLASS_CONV].shape[0]) if CLASS_CONV in state_dict else 80
+    for what, value in (("yaml nc", yaml.get("nc")), ("model nc", attributes.get("nc"))):
+        if isinstance(value, int) and value != nc:
+            raise ZooError(f"{source}: its {what} is {value} but its detection head has {nc} classes: "
+                           "the file is inconsistent; re-export it")
+    return CheckpointInfo(scale, nc, parse_names(meta.get("names"), nc, source), training_imgsz(meta, attributes))
+
+
+def first_width(scale: str) -> int:
+    """Output channels of layer 0 at a scale: 64 x width, capped, rounded up to a multiple of 8."""
+    _, width, max_channels = SCALES[scale]
+    return math.ceil(min(64, max_channels) * width / 8) * 8
+
+
+def checkpoint_task(state_dict: dict, meta: dict, attributes: dict) -> str:
+    """The task of an ultralytics checkpoint: its pickled model class, else its training arguments,
+    else its tensors (Segment has proto, Classify linear, Pose and OBB a third branch cv4)."""
+    model_class = str(meta.get("module_class", "")).rpartition(".")[2]
+    if model_class in MODEL_TASKS:
+        return MODEL_TASKS[model_class]
+    for args in (attributes.get("args"), meta.get("train_args"), meta):
+        if isinstance(args, dict) and args.get("task") in TASKS:
+            return args["task"]
+    if any(".proto." in k for k in state_dict):
+        return "segment"
+    if any(k.endswith(".linear.weight") for k in state_dict):
+        return "classify"
+    extra = state_dict.get(f"{HEAD}.cv4.0.2.weight")
+    if extra is not None:
+        return "obb" if extra.shape[0] == 1 else "pose"
+    return "detect"
+
+
+def parse_names(names, nc: int, source: str) -> dict[int, str]:
+    """{id: name} from ultralytics' dict, a list, or a safetensors file's text (a dict or list literal);
+    none stored: COCO's for 80 classes, else class0, class1 ... as ultralytics names them."""
     if names is None:
-        return
+        return dict(enumerate(class_names())) if nc == 80 else {i: f"class{i}" for i in range(nc)}
     try:
         if isinstance(names, str):
             names = ast.literal_eval(names)
-        if isinstance(names, dict):
-            names = [names[k] for k in sorted(names, key=int)]
-        names = [str(n) for n in names]
-    except (ValueError, SyntaxError, TypeError):
-        raise ZooError("the checkpoint's 'names' metadata is not a list or an {id: name} dict: "
+        if isinstance(names, (list, tuple)):
+            names = dict(enumerate(names))
+        names = {int(k): str(v) for k, v in names.items()}
+    except (ValueError, SyntaxError, TypeError, AttributeError):
+        raise ZooError(f"{source}: its 'names' metadata is not a list or an {{id: name}} dict: "
                        "fix or remove it from the checkpoint") from None
-    nc = model.nc
-    if len(names) != nc:
-        raise ZooError(f"the checkpoint names {len(names)} classes but its detection head has {nc}: "
+    if sorted(names) != list(range(nc)):
+        raise ZooError(f"{source} names {len(names)} classes but its detection head has {nc}: "
                        "pass a checkpoint whose names match its head")
-    model.names = names
+    return dict(sorted(names.items()))
 
 
+def training_imgsz(meta: dict, attributes: dict) -> int | tuple[int, int] | None:
+    """The size the model was trained at (ultralytics predicts at it by default), if the file says."""
+    for args in (attributes.get("args"), meta.get("train_args"), meta):
+        value = args.get("imgsz") if isinstance(args, dict) else None
+        if isinstance(value, str):
+            try:
+                value = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                continue
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+            return tuple(value)
+    return None
+
+
+def holds(state_dict: dict, meta: dict) -> bool:
+    """An ultralytics model (any task: others are refused by name when built) or a state dict in its naming."""
+    return str(meta.get("module_class", "")).startswith("ultralytics.") or FIRST_CONV in state_dict
+
+
+def checkpoint_spec(spec, weights):
+    """The registry's spec fitted to the file: scale, nc, names and training imgsz as the file holds them.
+
+    ``yolov8`` (the family's name) takes any scale; ``yolov8s`` and the like must match the file.
+    """
+    info = describe(weights.state_dict, weights.meta, weights.source, spec.variant.removeprefix("yolov8"))
+    variant = f"yolov8{info.scale}"
+    if spec.name != spec.family and spec.variant != variant:
+        shown = ", ".join(list(info.names.values())[:5]) + (", ..." if info.nc > 5 else "")
+        raise ZooError(f"{weights.source} holds a {variant} with {info.nc} classes ({shown}), not a {spec.variant}: "
+                       f"load it as 'yolov8' (the scale from the file) or '{variant}'")
+    preprocess = {**spec.preprocess, **({"imgsz": info.imgsz} if info.imgsz else {})}
+    return replace(spec, variant=variant, preprocess=preprocess, config={"nc": info.nc, "names": info.names})

@@ -30,7 +30,6 @@ from zoo.kernels import sppf_maxpool
 from zoo.models.layers import BatchNorm, Conv2d, Sequential, sigmoid, silu
 from zoo.results import Detections
 
-from .checkpoint import class_names
 from .ops import (STRIDE, check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, resolve_classes,
                   scale_boxes)
 
@@ -202,7 +201,7 @@ def anchor_grid(sizes, dtype) -> tuple[mx.array, mx.array]:
 class DetectionModel(nn.Module):
     """ultralytics' DetectionModel: ``model.0`` ... ``model.22`` wired as in ARCH, Detect last."""
 
-    def __init__(self, scale: str, nc: int = 80, imgsz: int = 640):
+    def __init__(self, scale: str, nc: int = 80, imgsz: int | tuple[int, int] = 640, names: dict | None = None):
         super().__init__()
         depth, width, max_channels = SCALES[scale]
         channels: list[int] = []  # output channels of each layer
@@ -228,8 +227,8 @@ class DetectionModel(nn.Module):
             layers.append(layer)
             channels.append(c2)
         self.model = Sequential(*layers)
-        self.names = class_names()
-        self.imgsz = imgsz  # default predict size (the registry's)
+        self.names = dict(names) if names is not None else {i: f"class{i}" for i in range(nc)}  # {id: name}
+        self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
 
     @property
     def nc(self) -> int:
@@ -288,7 +287,7 @@ class DetectionModel(nn.Module):
             det = non_max_suppression(p, conf, iou, wanted, agnostic_nms, max_det)
             boxes = scale_boxes(batch.shape[1:3], det[:, :4], im.shape[:2])
             path = str(src) if isinstance(src, (str, Path)) else None
-            results.append(Detections(boxes, det[:, 4].copy(), det[:, 5].astype(np.int64), list(self.names), im, path))
+            results.append(Detections(boxes, det[:, 4].copy(), det[:, 5].astype(np.int64), self.names, im, path))
         done = time.perf_counter()
         per_image = 1000.0 / len(results)
         for r in results:

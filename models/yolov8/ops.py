@@ -172,25 +172,23 @@ def scale_boxes(frame_hw, boxes: np.ndarray, image_hw) -> np.ndarray:
 
 
 
-def resolve_classes(classes, names: list[str]) -> list[int] | None:
+def resolve_classes(classes, names: dict[int, str]) -> list[int] | None:
     """Class ids from names (case-insensitive) and/or integer ids; None means all classes."""
     if classes is None:
         return None
     items = [c.strip() for c in classes.split(",")] if isinstance(classes, str) else list(classes)
-    by_name = {name.lower(): i for i, name in enumerate(names)}
+    by_name = {name.lower(): i for i, name in names.items()}
     ids, unknown = [], []
     for item in items:
-        if isinstance(item, (int, np.integer)) and not isinstance(item, bool) and 0 <= item < len(names):
+        if isinstance(item, (int, np.integer)) and not isinstance(item, bool) and int(item) in names:
             ids.append(int(item))
         elif isinstance(item, str) and item.lower() in by_name:
             ids.append(by_name[item.lower()])
-        elif isinstance(item, str) and item.isdigit() and int(item) < len(names):
+        elif isinstance(item, str) and item.isdigit() and int(item) in names:
             ids.append(int(item))
         else:
             unknown.append(repr(item))
     if unknown or not ids:
         raise ZooError(f"unknown classes {', '.join(unknown) or '(none given)'}: use names or ids 0-{len(names) - 1} "
-                       f"of {', '.join(names)}")
+                       f"of {', '.join(names.values())}")
     return sorted(set(ids))
-
-

@@ -19,8 +19,9 @@ def add_arguments(parser):
     parser.add_argument("--classes", help="only these classes: comma-separated names or ids, e.g. person,car")
     parser.add_argument("--agnostic-nms", action="store_true", help="NMS across classes instead of per class")
     parser.add_argument("--max-det", type=int, default=300, help="at most this many boxes per image (default 300)")
-    parser.add_argument("--imgsz", type=int, nargs="+", default=[640], metavar="SIZE",
-                        help="inference size: one value or height width, rounded up to multiples of 32 (default 640)")
+    parser.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
+                        help="inference size: one value or height width, rounded up to multiples of 32 "
+                             "(default: the size the checkpoint was trained at, 640 for the official ones)")
     parser.add_argument("--out", default="runs/detect", help="folder for annotated images and JSON (default runs/detect)")
     parser.add_argument("--save-json", action="store_true", help="also write <out>/<image stem>.json, COCO-style")
 
@@ -29,12 +30,13 @@ def check_arguments(args):
     from zoo.models.yolov8 import check_imgsz, check_thresholds, class_names, resolve_classes
 
     check_thresholds(args.conf, args.iou, args.max_det)
-    if len(args.imgsz) > 2:
-        raise ZooError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
-    args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
+    if args.imgsz is not None:
+        if len(args.imgsz) > 2:
+            raise ZooError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
+        args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
     if args.classes is not None and (args.weights is None or parse_synthetic(str(args.weights)) is not None):
         # default and synthetic weights carry the COCO names: check now, before any download
-        resolve_classes(args.classes, class_names())
+        resolve_classes(args.classes, dict(enumerate(class_names())))
     args.files = [f for source in args.images for f in image_files(source)]
     args.names = output_names(args.files)
     check_output_folder(args.out, "--out")

@@ -1,0 +1,198 @@
+"""Custom-trained YOLOv8 checkpoints load as themselves: scale, classes, names and training size from the
+file (ultralytics' best.pt and last.pt, safetensors, Candle naming); other tasks and inconsistent files
+are refused in one line. custom_best.pt is made by tests/fixtures/yolov8/make_custom_best.py (upstream
+ultralytics); the others are written here without torch (torch_writer)."""
+from __future__ import annotations
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_flatten
+from safetensors.numpy import save_file
+
+import zoo
+from conftest import FIXTURES
+from torch_writer import Glob, New, module, tensor, write_torch_zip
+from zoo.errors import ZooError
+from zoo.models import yolov8
+
+BEST = FIXTURES / "yolov8" / "custom_best.pt"
+BEST_NAMES = {0: "cat", 1: "dog", 2: "traffic cone"}
+TRAINING_ARGS = New(Glob("ultralytics.utils", "IterableSimpleNamespace"), {"task": "detect", "imgsz": 256})
+
+
+@pytest.fixture(scope="module")
+def best():
+    return zoo.load(str(BEST), device="cpu")
+
+
+def test_custom_best_pt_loads_as_itself(best):
+    assert best.nc == 3 and best.names == BEST_NAMES and best.imgsz == 320 and best.dtype == mx.float32
+    same = zoo.load("yolov8", weights=BEST, device="cpu")
+    assert same.names == BEST_NAMES and same.imgsz == 320
+    assert zoo.load("yolov8n", weights=BEST, device="cpu").nc == 3  # the right scale named explicitly
+
+
+def test_custom_best_pt_raw_head_matches_upstream(best):
+    """make_custom_best.py's upstream output: the fp16 file's model in float32 on a fixed input."""
+    case = np.load(FIXTURES / "yolov8" / "custom_best_head.npz")
+    got = np.array(best(mx.array(case["x"].transpose(0, 2, 3, 1)))).transpose(0, 2, 1)  # -> upstream (N, 4+nc, A)
+    ref = case["y"]
+    assert got.shape == ref.shape == (1, 4 + 3, 20 * 16 + 10 * 8 + 5 * 4)
+    boxes = np.abs(got[:, :4] - ref[:, :4]).max() / np.abs(ref[:, :4]).max()
+    scores = np.abs(got[:, 4:] - ref[:, 4:]).max() / np.abs(ref[:, 4:]).max()
+    assert boxes < 1e-4 and scores < 1e-4, (boxes, scores)  # measured 1.9e-07, 1.8e-07
+
+
+def test_custom_predictions_carry_the_file_names(best):
+    image = np.random.default_rng(0).integers(0, 256, (120, 160, 3), np.uint8)
+    result = best.predict([image], conf=0.01)[0]
+    assert result.names == BEST_NAMES and len(result) > 0
+    assert set(result.labels) <= set(BEST_NAMES.values())
+    only = best.predict([image], conf=0.01, classes="traffic cone")[0]
+    assert set(only.labels) == {"traffic cone"}
+
+
+def test_contradicting_variant_is_one_line():
+    with pytest.raises(ZooError, match=r"custom_best.pt holds a yolov8n with 3 classes \(cat, dog, traffic cone\), "
+                                       r"not a yolov8s: load it as 'yolov8' \(the scale from the file\) or 'yolov8n'"):
+        zoo.load("yolov8s", weights=BEST, device="cpu")
+
+
+# --- checkpoints written here (torch layout, float32) ----------------------------------------
+
+
+def torch_state_dict(nc: int, scale: str = "n", seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights of a YOLOv8 with ``nc`` classes in ultralytics' naming and layout; DFL = arange(16)."""
+    rng = np.random.default_rng(seed)
+    sd = {}
+    for name, value in tree_flatten(yolov8.DetectionModel(scale, nc).parameters()):
+        shape = tuple(value.shape)
+        if name.endswith("running_var") or name.endswith("bn.weight"):
+            array = rng.uniform(0.6, 1.4, shape)
+        elif len(shape) == 4:
+            array = np.moveaxis(rng.normal(0, (1.5 / np.prod(shape[1:])) ** 0.5, shape), -1, 1)  # (O, I, kh, kw)
+        else:
+            array = rng.normal(0, 0.1, shape)
+        sd[name] = np.ascontiguousarray(array, np.float32)
+    sd["model.22.dfl.conv.weight"] = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
+    return sd
+
+
+def module_tree(state_dict: dict, cls: str, **attributes) -> New:
+    """A pickled nn.Module tree holding ``state_dict`` (running statistics as buffers)."""
+    nested: dict = {}
+    for key, value in state_dict.items():
+        *path, leaf = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+
+    def build(node: dict, cls: str, **attributes) -> New:
+        stats = ("running_mean", "running_var")
+        return module(cls, {k: tensor(v) for k, v in node.items() if isinstance(v, np.ndarray) and k not in stats},
+                      {k: tensor(v) for k, v in node.items() if k in stats},
+                      {k: build(v, "torch.nn.modules.module.Module") for k, v in node.items() if isinstance(v, dict)},
+                      **attributes)
+
+    return build(nested, cls, **attributes)
+
+
+@pytest.fixture(scope="module")
+def two_class():
+    """A 2-class yolov8n's weights and the MLX model that holds them (loaded by name, no metadata)."""
+    sd = torch_state_dict(2)
+    return sd, yolov8.DetectionModel("n", 2)
+
+
+def same_outputs(model, sd) -> bool:
+    reference = zoo.registry.build(zoo.get_spec("yolov8"), zoo.registry.Weights(sd, "reference", {}))
+    x = mx.array(np.random.default_rng(1).uniform(0, 1, (1, 64, 96, 3)).astype(np.float32))
+    return np.array_equal(np.array(model(x)), np.array(reference(x)))
+
+
+def test_fp32_last_pt_with_ema_and_a_namespace_of_arguments(tmp_path, two_class):
+    """ultralytics' last.pt: model None, the weights under 'ema', model.args an IterableSimpleNamespace."""
+    sd, _ = two_class
+    ema = module_tree(sd, "ultralytics.nn.tasks.DetectionModel", names={0: "hard hat", 1: "vest"},
+                      args=TRAINING_ARGS, yaml={"nc": 2, "scale": "n", "yaml_file": "yolov8n.yaml"}, nc=2)
+    path = write_torch_zip(tmp_path / "last.pt", {"epoch": 4, "model": None, "ema": ema, "updates": 120,
+                                                  "train_args": {"task": "detect", "imgsz": 640}})
+    model = zoo.load(str(path), device="cpu")
+    assert model.names == {0: "hard hat", 1: "vest"} and model.imgsz == 256  # the model's own args first
+    assert same_outputs(model, sd)
+
+
+def test_safetensors_with_text_metadata_and_candle_naming(tmp_path, two_class):
+    sd, _ = two_class
+    meta = {"names": repr(["helmet", "vest"]), "imgsz": "416"}
+    save_file(sd, str(tmp_path / "custom.safetensors"), metadata=meta)
+    model = zoo.load(str(tmp_path / "custom.safetensors"), device="cpu")
+    assert model.names == {0: "helmet", 1: "vest"} and model.imgsz == 416 and same_outputs(model, sd)
+    candle = {yolov8_to_candle(k): v for k, v in sd.items()}
+    save_file(candle, str(tmp_path / "candle.safetensors"))
+    model = zoo.load("yolov8", weights=tmp_path / "candle.safetensors", device="cpu")
+    assert model.names == {0: "class0", 1: "class1"} and model.imgsz == 640 and same_outputs(model, sd)
+
+
+def yolov8_to_candle(key: str) -> str:
+    index, rest = key.split(".", 2)[1:]
+    layer = next(c for c, u in yolov8.CANDLE_PREFIXES.items() if u == f"model.{index}.")
+    return layer + (rest.replace("m.", "bottleneck.", 1) if rest.startswith("m.") else rest)
+
+
+@pytest.mark.parametrize("scale", ["s", "m"])
+def test_scale_from_tensor_shapes_alone(tmp_path, scale):
+    sd = torch_state_dict(5, scale)
+    save_file(sd, str(tmp_path / "w.safetensors"))
+    model = zoo.load("yolov8", weights=tmp_path / "w.safetensors", device="cpu")
+    assert model.model["0"].conv.weight.shape[0] == yolov8.checkpoint.first_width(scale) and model.nc == 5
+
+
+@pytest.mark.parametrize("model_class, task", [
+    ("SegmentationModel", "segment"), ("PoseModel", "pose"), ("ClassificationModel", "classify"), ("OBBModel", "obb")])
+def test_other_tasks_are_refused_by_name(tmp_path, model_class, task):
+    path = write_torch_zip(tmp_path / "best.pt", {"model": module(f"ultralytics.nn.tasks.{model_class}",
+                                                                  {"w": tensor([1])}, args={"task": task})})
+    with pytest.raises(ZooError, match=rf"best.pt holds a YOLO {task} model \(ultralytics.nn.tasks.{model_class}\): "
+                                       "only detection checkpoints load as yolov8"):
+        zoo.load(str(path), device="cpu")
+
+
+@pytest.mark.parametrize("extra, task", [
+    ({"model.22.proto.cv1.conv.weight": np.zeros((1, 1, 1, 1), np.float32)}, "segment"),
+    ({"model.22.cv4.0.2.weight": np.zeros((51, 1, 1, 1), np.float32)}, "pose"),
+    ({"model.22.cv4.0.2.weight": np.zeros((1, 1, 1, 1), np.float32)}, "obb"),
+    ({"model.9.linear.weight": np.zeros((3, 1), np.float32)}, "classify")])
+def test_other_heads_are_refused_from_their_tensors(tmp_path, extra, task):
+    save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32), **extra}, str(tmp_path / "w.safetensors"))
+    with pytest.raises(ZooError, match=f"holds a YOLO {task} model"):
+        zoo.load("yolov8", weights=tmp_path / "w.safetensors", device="cpu")
+
+
+def test_inconsistent_files_are_one_line(tmp_path, two_class):
+    sd, _ = two_class
+    cases = [
+        ({"names": repr(["a", "b", "c"])}, sd, "names 3 classes but its detection head has 2"),
+        ({"scale": "s"}, sd, "its metadata says scale 's' but its tensors are yolov8n's"),
+        ({}, {**sd, "model.0.conv.weight": np.zeros((24, 3, 3, 3), np.float32)},
+         "its first conv has 24 channels, none of YOLOv8's scales"),
+        ({}, {"model.23.dfl.conv.weight": np.zeros((1, 16, 1, 1), np.float32), **sd},
+         "holds a detection model whose head is model.23, not YOLOv8's model.22"),
+    ]
+    for i, (meta, weights, message) in enumerate(cases):
+        path = tmp_path / f"bad{i}.safetensors"
+        save_file(weights, str(path), metadata=meta)
+        with pytest.raises(ZooError, match=message):
+            zoo.load("yolov8", weights=path, device="cpu")
+    ema = module_tree(sd, "ultralytics.nn.tasks.DetectionModel", yaml={"nc": 80, "scale": "n"})
+    path = write_torch_zip(tmp_path / "best.pt", {"model": ema})
+    with pytest.raises(ZooError, match="its yaml nc is 80 but its detection head has 2 classes"):
+        zoo.load(str(path), device="cpu")
+
+
+def test_a_file_of_no_known_family_asks_for_a_model_name(tmp_path):
+    save_file({"fc.weight": np.zeros((2, 2), np.float32)}, str(tmp_path / "net.safetensors"))
+    with pytest.raises(ZooError, match=r"cannot tell which model it holds; name the model, e\.g\. zoo\.load"):
+        zoo.load(str(tmp_path / "net.safetensors"), device="cpu")
