@@ -16,7 +16,7 @@ from conftest import FIXTURES, MANIFESTS, load_case, parity_run, rebuild_input, 
 from zoo import registry
 from zoo.errors import ZooError
 from zoo.models import yolov8
-from zoo.results import Detections
+from zoo.results import Results
 from zoo.validate.capture import parse_fault, recording
 from zoo.validate.reference import yolov8 as reference
 from zoo.validate.reference.kernels import resize as reference_resize
@@ -334,12 +334,13 @@ def test_predict_mixed_inputs(yolov8n, tmp_path):
     pil = Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8))
     array = rng.uniform(0, 1, (30, 60, 3)).astype(np.float32)
     results = yolov8n.predict([str(path), pil, array], conf=0.05, imgsz=64, classes="remote,bird")
-    assert len(results) == 3 and results[0].path == str(path) and results[1].path is None
+    assert len(results) == 3 and results[0].path == str(path) and results[1].path == "image0"
     for r, (h, w) in zip(results, [(50, 70), (40, 40), (30, 60)]):
-        assert len(r) > 0 and set(r.labels) <= {"remote", "bird"}
-        assert (r.boxes[:, [0, 2]] >= 0).all() and (r.boxes[:, [0, 2]] <= w).all()
-        assert (r.boxes[:, [1, 3]] >= 0).all() and (r.boxes[:, [1, 3]] <= h).all()
-        assert (np.diff(r.scores) <= 0).all() and (r.scores > 0.05).all()
+        labels = {r.names[int(c)] for c in r.boxes.cls}
+        assert len(r) > 0 and labels <= {"remote", "bird"} and r.orig_shape == (h, w)
+        assert (r.boxes.xyxy[:, [0, 2]] >= 0).all() and (r.boxes.xyxy[:, [0, 2]] <= w).all()
+        assert (r.boxes.xyxy[:, [1, 3]] >= 0).all() and (r.boxes.xyxy[:, [1, 3]] <= h).all()
+        assert (np.diff(r.boxes.conf) <= 0).all() and (r.boxes.conf > 0.05).all()
         assert set(r.speed) == {"preprocess", "inference", "postprocess"}
     assert len(yolov8n.predict(array, conf=0.05, imgsz=64, max_det=2)[0]) == 2
 
@@ -355,23 +356,26 @@ def test_predict_rejects_bad_options(yolov8n, kwargs, message):
         yolov8n.predict(np.zeros((32, 32, 3), np.uint8), **kwargs)
 
 
-def test_detections_json_summary_and_save(tmp_path):
+def test_results_text_forms_and_save(tmp_path):
     img = np.zeros((100, 120, 3), np.uint8)
-    names = yolov8.class_names()
-    det = Detections(np.array([[10, 20, 50, 80], [0, 0, 30, 30], [60, 5, 110, 95]], np.float32),
-                     np.array([0.9, 0.8, 0.5], np.float32), np.array([0, 5, 0]), names, img)
-    assert det.summary() == "2 person, 1 bus"
-    rows = json.loads(det.to_json())
-    assert rows[0] == {"bbox": [10.0, 20.0, 40.0, 60.0], "category_id": 0, "category_name": "person", "score": 0.9}
-    saved = det.save(tmp_path / "out.jpg")
+    names = dict(enumerate(yolov8.class_names()))
+    boxes = np.array([[10, 20, 50, 80, 0.9, 0], [0, 0, 30, 30, 0.8, 5], [60, 5, 110, 95, 0.5, 0]], np.float32)
+    r = Results(img, "x.jpg", names, boxes)
+    assert r.verbose() == "2 persons, 1 bus, " and r[1:].verbose() == "1 person, 1 bus, "
+    assert r.summary()[0] == {"name": "person", "class": 0, "confidence": 0.9,
+                              "box": {"x1": 10.0, "y1": 20.0, "x2": 50.0, "y2": 80.0}}
+    assert json.loads(r.to_json(normalize=True))[0]["box"] == {"x1": 0.08333, "y1": 0.2, "x2": 0.41667, "y2": 0.8}
+    assert r.to_coco()[0] == {"bbox": [10.0, 20.0, 40.0, 60.0], "category_id": 0, "category_name": "person",
+                              "score": 0.9}
+    saved = r.save(tmp_path / "out.jpg")
     with Image.open(saved) as im:
         assert im.size == (120, 100)
         drawn = np.asarray(im.convert("RGB"))
     assert drawn.any() and not list(tmp_path.glob(".*.part"))
     with pytest.raises(ZooError, match="unknown image suffix"):
-        det.save(tmp_path / "out.xyz")
-    empty = Detections(np.zeros((0, 4), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), names, img)
-    assert empty.summary() == "no detections" and json.loads(empty.to_json()) == []
+        r.save(tmp_path / "out.xyz")
+    empty = r.new()
+    assert empty.verbose() == "(no detections), " and json.loads(empty.to_json()) == [] and empty.summary() == []
 
 
 def test_class_names_ship_with_the_package():

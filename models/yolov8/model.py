@@ -10,28 +10,23 @@ Raw call: ``det(x)`` with x (N, H, W, 3) RGB in [0, 1], H and W multiples of 32
 class scores; anchors ordered P3 (stride 8), P4 (16), P5 (32), each row-major.
 Upstream returns the transpose, (N, 84, A).
 
-``det.predict(images)``: letterbox, the network, confidence filter, class-aware
-NMS on the GPU, boxes mapped back to the original image (ops.py).
+``det.predict(source)``: letterbox, the network, confidence filter, class-aware
+NMS on the GPU, boxes mapped back to the original image (predict.py, ops.py).
 """
 from __future__ import annotations
 
 import math
-import time
-from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
-import numpy as np
 
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
-from zoo.images import load_image
 from zoo.kernels import sppf_maxpool
 from zoo.models.layers import BatchNorm, Conv2d, Sequential, sigmoid, silu
-from zoo.results import Detections
 
-from .ops import (STRIDE, check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, resolve_classes,
-                  scale_boxes)
+from .ops import STRIDE, resolve_classes
+from .predict import predict
 
 # yolov8.yaml scales: depth multiple, width multiple, max channels.
 SCALES = {
@@ -259,38 +254,6 @@ class DetectionModel(nn.Module):
         """Class filter from names and/or ids (a list, or one comma-separated string) -> ids."""
         return resolve_classes(classes, self.names)
 
-    def predict(self, images, conf: float = 0.25, iou: float = 0.7, classes=None, agnostic_nms: bool = False,
-                max_det: int = 300, imgsz=None) -> list[Detections]:
-        """Detect objects in a list of images (paths, PIL images or arrays); one Detections per image.
-
-        As ultralytics' predict: the images form one batch, letterboxed to the
-        smallest multiple of 32 around ``imgsz`` when they share one size, to
-        ``imgsz`` x ``imgsz`` when sizes differ; scores strictly above ``conf``;
-        class-aware NMS at ``iou`` (class-agnostic with ``agnostic_nms``).
-        """
-        check_thresholds(conf, iou, max_det)
-        shape = check_imgsz(self.imgsz if imgsz is None else imgsz)
-        wanted = self.class_ids(classes)
-        sources = list(images) if isinstance(images, (list, tuple)) else [images]
-        if not sources:
-            raise ZooError("no images given: pass a list of paths, PIL images or arrays")
-        originals = [load_image(src, what=f"image {i}") for i, src in enumerate(sources)]
-        start = time.perf_counter()
-        batch = letterbox_batch(originals, shape)
-        x = mx.array(batch.astype(np.float32) / np.float32(255)).astype(self.dtype)
-        prepared = time.perf_counter()
-        pred = self(x)
-        mx.eval(pred)
-        inferred = time.perf_counter()
-        results = []
-        for im, src, p in zip(originals, sources, pred):
-            det = non_max_suppression(p, conf, iou, wanted, agnostic_nms, max_det)
-            boxes = scale_boxes(batch.shape[1:3], det[:, :4], im.shape[:2])
-            path = str(src) if isinstance(src, (str, Path)) else None
-            results.append(Detections(boxes, det[:, 4].copy(), det[:, 5].astype(np.int64), self.names, im, path))
-        done = time.perf_counter()
-        per_image = 1000.0 / len(results)
-        for r in results:
-            r.speed = {"preprocess": (prepared - start) * per_image, "inference": (inferred - prepared) * per_image,
-                       "postprocess": (done - inferred) * per_image}
-        return results
+    def predict(self, source, stream: bool = False, **options):
+        """ultralytics' model.predict: one Results per image or frame (predict.py has the options)."""
+        return predict(self, source, stream=stream, **options)

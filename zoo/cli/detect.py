@@ -1,6 +1,7 @@
 """Detection: boxes, classes and scores per image; annotated images and COCO-style JSON in --out."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -62,7 +63,10 @@ def output_names(files: list[Path]) -> list[str]:
 
 
 def run(args, model) -> int:
-    classes = model.class_ids(args.classes)
+    from zoo.models.yolov8.predict import prediction_options
+
+    options = prediction_options(model, args.conf, args.iou, args.classes, args.agnostic_nms, args.max_det,
+                                 args.imgsz)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     done = skipped = 0
@@ -70,18 +74,15 @@ def run(args, model) -> int:
     bar = tqdm(list(zip(files, args.names)), unit="image", file=sys.stderr, disable=len(files) < 2)
     for path, name in bar:
         try:
-            image = load_image(path)
+            result = model.predict(path, **options_for_predict(options))[0]
         except ZooError as e:
             tqdm.write(f"warning: skipping {path}: {e}", file=sys.stderr)
             skipped += 1
             continue
-        result = model.predict([image], conf=args.conf, iou=args.iou, classes=classes,
-                               agnostic_nms=args.agnostic_nms, max_det=args.max_det, imgsz=args.imgsz)[0]
-        result.path = str(path)
-        result.save(out / name)
+        result.save(out / name, overwrite=True)
         if args.save_json:
-            write_atomic(out / f"{Path(name).stem}.json", lambda tmp: tmp.write_text(result.to_json()))
-        tqdm.write(f"{path.name}: {result.summary()} ({sum(result.speed.values()):.1f} ms)")
+            write_atomic(out / f"{Path(name).stem}.json", lambda tmp: tmp.write_text(coco_json(result)))
+        tqdm.write(f"{path.name}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)")
         done += 1
     bar.close()
     if done == 0:
@@ -89,3 +90,13 @@ def run(args, model) -> int:
     note = f", {skipped} skipped" if skipped else ""
     print(f"{done} image{'s' * (done != 1)} processed{note}; results in {out}", file=sys.stderr)
     return 0
+
+
+def options_for_predict(options: dict) -> dict:
+    return {**{k: v for k, v in options.items() if k != "shape"}, "imgsz": options["shape"]}
+
+
+def coco_json(result) -> str:
+    """The detections as a COCO-style JSON list, one detection per line."""
+    rows = [json.dumps(d) for d in result.to_coco()]
+    return "[\n" + ",\n".join(f"  {row}" for row in rows) + "\n]\n" if rows else "[]\n"

@@ -1,0 +1,111 @@
+"""ultralytics-shaped Results and Boxes: the accessors agree with each other and with the saved label file,
+plot() and save() draw the same boxes, crops, numpy input is BGR, nothing existing is replaced."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import zoo
+from zoo.errors import ZooError
+from zoo.results import Boxes, Results, class_colour
+
+NAMES = {0: "cat", 1: "dog", 2: "traffic cone"}
+DATA = np.array([[10.5, 20, 50, 80, 0.9, 0], [0, 0, 30, 31, 0.8, 2], [60, 5, 119, 99, 0.5, 0]], np.float32)
+
+
+@pytest.fixture
+def result():
+    image = np.random.default_rng(0).integers(0, 200, (100, 120, 3), np.uint8)  # BGR, darker than the colours
+    return Results(image, "photo.jpg", NAMES, DATA)
+
+
+def test_box_accessors_agree(result):
+    b = result.boxes
+    h, w = result.orig_shape
+    assert (h, w) == (100, 120) and len(b) == 3 and b.shape == (3, 6) and np.array_equal(b.data, DATA)
+    assert np.array_equal(b.xyxy, DATA[:, :4]) and np.array_equal(b.conf, DATA[:, 4]) and np.array_equal(b.cls, DATA[:, 5])
+    x1, y1, x2, y2 = b.xyxy.T
+    assert np.allclose(b.xywh, np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], 1))
+    assert np.allclose(b.xywhn, b.xywh / [w, h, w, h]) and np.allclose(b.xyxyn, b.xyxy / [w, h, w, h])
+    # xywhn converted back is xyxy
+    xc, yc, bw, bh = (b.xywhn * [w, h, w, h]).T
+    assert np.allclose(np.stack([xc - bw / 2, yc - bh / 2, xc + bw / 2, yc + bh / 2], 1), b.xyxy, atol=1e-4)
+    # iteration and indexing give Boxes of the rows
+    rows = list(b)
+    assert [len(r) for r in rows] == [1, 1, 1] and np.array_equal(rows[1].data[0], DATA[1])
+    assert int(b[2].cls[0]) == 0 and len(b[1:]) == 2 and len(b[b.conf > 0.6]) == 2 and len(b[[0, 2]]) == 2
+    assert len(result[b.cls == 0]) == 2 and result[0].boxes.conf.tolist() == pytest.approx([0.9])
+
+
+def test_label_file_holds_the_accessors_values(result, tmp_path):
+    path = result.save_txt(tmp_path / "labels" / "photo.txt", save_conf=True)
+    rows = np.loadtxt(path, ndmin=2)
+    assert rows.shape == (3, 6)
+    assert np.array_equal(rows[:, 0], result.boxes.cls)
+    assert np.allclose(rows[:, 1:5], result.boxes.xywhn, rtol=1e-5, atol=1e-6)  # %g: 6 significant digits
+    assert np.allclose(rows[:, 5], result.boxes.conf, rtol=1e-5)
+    assert np.loadtxt(result.save_txt(tmp_path / "plain.txt"), ndmin=2).shape == (3, 5)
+    with pytest.raises(ZooError, match=r"plain.txt exists: pass overwrite=True"):
+        result.save_txt(tmp_path / "plain.txt")
+    assert np.loadtxt(result.save_txt(tmp_path / "plain.txt", save_conf=True, overwrite=True), ndmin=2).shape == (3, 6)
+    assert not (tmp_path / "none.txt").exists() and result.new().save_txt(tmp_path / "none.txt")  # no boxes, no file
+    assert not (tmp_path / "none.txt").exists()
+
+
+def test_plot_and_save_draw_the_same_boxes(result, tmp_path):
+    plotted = result.plot()
+    assert plotted.shape == (100, 120, 3) and plotted.dtype == np.uint8
+    saved = result.save(tmp_path / "annotated.png")
+    with Image.open(saved) as im:
+        assert np.array_equal(np.asarray(im)[..., ::-1], plotted)  # the file is RGB, plot() BGR
+    # each box's left edge is drawn in its class's colour (BGR in plot())
+    for (x1, y1, x2, y2, _, cls) in DATA.tolist():
+        colour = class_colour(int(cls))[::-1]
+        column = plotted[int(y2) - 3, int(x1) + 1] if x1 > 0 else plotted[int(y2) - 3, 1]
+        assert tuple(column) == colour, (x1, cls, column)
+    bare = result.plot(labels=False, boxes=False)
+    assert np.array_equal(bare, result.orig_img)
+    assert not np.array_equal(result.plot(line_width=5), plotted) and not np.array_equal(result.plot(conf=False), plotted)
+    assert result.plot(pil=True).size == (120, 100)
+    with pytest.raises(ZooError, match="annotated.png exists"):
+        result.save(tmp_path / "annotated.png")
+    assert result.save(tmp_path / "annotated.png", overwrite=True, conf=False)
+
+
+def test_save_crop_writes_each_box_per_class_without_replacing(result, tmp_path):
+    written = result.save_crop(tmp_path / "crops", file_name="photo.jpg")
+    assert sorted(p.split("crops/")[1] for p in written) == ["cat/photo.jpg", "cat/photo2.jpg", "traffic cone/photo.jpg"]
+    crops = result.crops()
+    # save_one_box: the box's width and height times 1.02 plus 10 px, clipped to the image
+    # box 0: centre (30.25, 50), size 39.5 x 60 -> 50.29 x 71.2 -> x 5.105..55.395, y 14.4..85.6, truncated
+    assert np.array_equal(crops[0], result.orig_img[14:85, 5:55])
+    with Image.open(tmp_path / "crops" / "cat" / "photo.jpg") as im:
+        assert im.size == crops[0].shape[1::-1]
+    again = result.save_crop(tmp_path / "crops", file_name="photo.jpg")
+    assert "cat/photo3.jpg" in again[0] and len(list((tmp_path / "crops").rglob("*.jpg"))) == 6
+
+
+def test_summary_and_json_use_ultralytics_keys(result):
+    rows = json.loads(result.to_json())
+    assert rows[1] == {"name": "traffic cone", "class": 2, "confidence": 0.8,
+                       "box": {"x1": 0.0, "y1": 0.0, "x2": 30.0, "y2": 31.0}}
+    assert result.summary(normalize=True)[1]["box"] == {"x1": 0.0, "y1": 0.0, "x2": 0.25, "y2": 0.31}
+    assert result.verbose() == "2 cats, 1 traffic cone, "
+
+
+def test_bad_box_data_is_one_line():
+    with pytest.raises(ZooError, match=r"boxes have shape \(2, 4\): expected \(N, 6\)"):
+        Boxes(np.zeros((2, 4)), (10, 10))
+
+
+def test_numpy_input_is_bgr_and_pil_rgb():
+    det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    rgb = np.random.default_rng(3).integers(0, 256, (48, 64, 3), np.uint8)
+    from_pil, from_bgr, from_rgb = det.predict([Image.fromarray(rgb), rgb[..., ::-1].copy(), rgb],
+                                               conf=0.05, imgsz=64, batch=1)
+    assert np.array_equal(from_pil.orig_img, rgb[..., ::-1]) and np.array_equal(from_bgr.orig_img, rgb[..., ::-1])
+    assert len(from_pil) and np.array_equal(from_pil.boxes.data, from_bgr.boxes.data)
+    assert not np.array_equal(from_pil.boxes.data, from_rgb.boxes.data)  # the same array read as RGB differs
