@@ -109,6 +109,48 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
     return coords, labels, box, mask_input
 
 
+def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, boxes=None,
+                          mask_input=None, mask_input_size: tuple[int, int] = (256, 256)):
+    """Validate N prompts (each as check_prompts does); -> coords (N, P, 2), labels (N, P), boxes (N, 4),
+    mask_input (N, 1, h, w), each None when not given."""
+    if (point_coords is None) != (point_labels is None):
+        raise ZooError("point_coords and point_labels go together: give both (labels 1 = foreground, 0 = background)")
+    coords = labels = None
+    if boxes is not None:
+        boxes = _float_array("boxes", boxes)
+        if boxes.ndim != 2 or boxes.shape[1] != 4:
+            raise ZooError(f"boxes has shape {boxes.shape}: expected (N, 4) as x1, y1, x2, y2 pixels")
+    if point_coords is not None:
+        coords = _float_array("point_coords", point_coords)
+        labels = np.asarray(point_labels)
+        if coords.ndim != 3 or coords.shape[2] != 2 or coords.shape[1] == 0:
+            raise ZooError(f"point_coords has shape {coords.shape}: expected (N, P, 2) for N prompts of P points")
+        if labels.shape != coords.shape[:2]:
+            raise ZooError(f"point_labels has shape {labels.shape}: expected {coords.shape[:2]}, one label per point")
+    if mask_input is not None:
+        mask_input = np.asarray(mask_input)
+        if mask_input.ndim != 4:
+            raise ZooError(f"mask_input has shape {mask_input.shape}: expected (N, 1, {mask_input_size[0]}, "
+                           f"{mask_input_size[1]}) for N prompts")
+    sizes = {name: len(a) for name, a in (("boxes", boxes), ("point_coords", coords), ("mask_input", mask_input))
+             if a is not None}
+    if len(set(sizes.values())) > 1:
+        raise ZooError(f"prompt counts differ ({', '.join(f'{k}: {v}' for k, v in sizes.items())}): "
+                       "give one of each per object")
+    if not sizes:
+        raise ZooError("empty prompt: give boxes (N, 4) and/or point_coords (N, P, 2) with point_labels (N, P)")
+    checked = [check_prompts(image_size, None if coords is None else coords[i], None if labels is None else labels[i],
+                             None if boxes is None else boxes[i], None if mask_input is None else mask_input[i],
+                             mask_input_size)
+               for i in range(next(iter(sizes.values())))]
+    if coords is not None:
+        coords = coords.reshape(-1, *coords.shape[1:])
+        labels = np.array([c[1] for c in checked], np.int32).reshape(coords.shape[:2])
+    if mask_input is not None:
+        mask_input = np.array([c[3] for c in checked], np.float32).reshape(-1, 1, *mask_input_size)
+    return coords, labels, boxes, mask_input
+
+
 # Command-line prompts (zoo.run mobilesam, zoo.validate mobilesam) as text.
 PROMPT_EXAMPLES = {"--point": "--point 320,240 or --point 100,400,0", "--box": "--box 50,60,400,300"}
 
@@ -176,32 +218,67 @@ class SamPredictor:
         return self.features
 
     def predict(self, point_coords=None, point_labels=None, box=None, mask_input=None,
-                multimask_output: bool = True, return_logits: bool = False):
-        """Masks for one prompt on the current image.
+                multimask_output: bool = True, return_logits: bool = False, boxes=None):
+        """Masks for one prompt, or for N prompts in one decoder call, on the current image.
 
-        point_coords (N, 2) (x, y) pixels of the original image, point_labels (N,)
+        One prompt: point_coords (P, 2) (x, y) pixels of the original image, point_labels (P,)
         1 foreground / 0 background, box (4,) x1, y1, x2, y2, mask_input (1, 256, 256)
         low-res logits of a previous prediction.
         -> (masks (C, H, W) bool, or float32 logits if return_logits; scores (C,);
         low-res logits (C, 256, 256)), C = 3 if multimask_output else 1.
+
+        N prompts (what a detector-to-SAM pipeline sends; upstream's ``predict_torch``):
+        ``boxes`` (N, 4) and/or point_coords (N, P, 2) with point_labels (N, P), optionally
+        mask_input (N, 1, 256, 256) -> masks (N, C, H, W), scores (N, C), low-res (N, C, 256, 256).
+        N = 0 gives empty arrays of those shapes.
         """
         if not self.is_image_set:
             raise ZooError("no image set: call set_image(image) before predict")
-        coords, labels, box, mask_input = check_prompts(
-            self.original_size, point_coords, point_labels, box, mask_input,
-            self.model.prompt_encoder.mask_input_size)
+        batched = boxes is not None or np.ndim(point_coords) == 3
+        if batched:
+            if box is not None:
+                raise ZooError("give box (one prompt) or boxes (N prompts), not both")
+            coords, labels, boxes, mask_input = check_batched_prompts(
+                self.original_size, point_coords, point_labels, boxes, mask_input,
+                self.model.prompt_encoder.mask_input_size)
+        else:
+            coords, labels, box, mask_input = check_prompts(
+                self.original_size, point_coords, point_labels, box, mask_input,
+                self.model.prompt_encoder.mask_input_size)
+            coords = None if coords is None else coords[None]
+            labels = None if labels is None else labels[None]
+            boxes = None if box is None else box[None]
+            mask_input = None if mask_input is None else mask_input[None]
+        n = next(a.shape[0] for a in (coords, boxes, mask_input) if a is not None)
+        channels = 3 if multimask_output else 1
+        height, width = self.original_size
+        if n == 0:
+            return (np.zeros((0, channels, height, width), np.float32 if return_logits else bool),
+                    np.zeros((0, channels), np.float32), np.zeros((0, channels, 256, 256), np.float32))
         long_side = self.model.img_size
-        points = boxes = masks = None
         if coords is not None:
-            points = (mx.array(apply_coords(coords, self.original_size, long_side)[None]), mx.array(labels[None]))
-        if box is not None:
-            boxes = mx.array(apply_coords(box.reshape(2, 2), self.original_size, long_side).reshape(1, 4))
-        if mask_input is not None:
-            masks = mx.array(mask_input[..., None]).astype(self.model.dtype)  # (1, 256, 256, 1) NHWC
-        low_res, iou = self.model.decode_prompt(self.features, points, boxes, masks, bool(multimask_output))
+            coords = apply_coords(coords, self.original_size, long_side)
+        if boxes is not None:
+            boxes = apply_coords(boxes.reshape(-1, 2, 2), self.original_size, long_side).reshape(-1, 4)
+        low_res, iou = self.decode(coords, labels, boxes, mask_input, multimask_output)
         masks = self.model.postprocess_masks(low_res, self.input_size, self.original_size)
         if not return_logits:
             masks = masks > self.model.mask_threshold
-        masks, iou, low_res = (np.array(a) for a in (masks[0], iou[0].astype(mx.float32),
-                                                        low_res[0].astype(mx.float32)))
-        return np.ascontiguousarray(masks.transpose(2, 0, 1)), iou, np.ascontiguousarray(low_res.transpose(2, 0, 1))
+        masks, iou, low_res = (np.array(a) for a in (masks.transpose(0, 3, 1, 2), iou.astype(mx.float32),
+                                                        low_res.astype(mx.float32).transpose(0, 3, 1, 2)))
+        if not batched:
+            return masks[0], iou[0], low_res[0]
+        return masks, iou, low_res
+
+    def decode(self, coords=None, labels=None, boxes=None, mask_input=None, multimask_output: bool = True):
+        """The prompt encoder + mask decoder on N prompts already in the resized image's pixels.
+
+        coords (N, P, 2) float32 with labels (N, P), boxes (N, 4), mask_input (N, 1, 256, 256);
+        no checks. -> (low-res logits (N, 256, 256, C), IoU predictions (N, C)) as MLX arrays.
+        """
+        points = None if coords is None else (mx.array(coords, mx.float32), mx.array(labels, mx.int32))
+        boxes = None if boxes is None else mx.array(boxes, mx.float32)
+        masks = None
+        if mask_input is not None:  # (N, 1, 256, 256) -> (N, 256, 256, 1) NHWC
+            masks = mx.array(np.asarray(mask_input, np.float32).transpose(0, 2, 3, 1)).astype(self.model.dtype)
+        return self.model.decode_prompt(self.features, points, boxes, masks, bool(multimask_output))
