@@ -4,16 +4,19 @@
     predictor = sam.predictor()            # or SamPredictor(sam)
     predictor.set_image("photo.jpg")       # the image encoder runs once per image
     masks, scores, low_res = predictor.predict(point_coords=[[320, 240]], point_labels=[1])
+    masks, scores, _ = predictor.predict(boxes=[[10, 20, 200, 240], [300, 40, 600, 400]])  # (N, C, H, W)
+    records = sam.mask_generator(points_per_side=32).generate("photo.jpg")   # segment everything
 
 Checkpoints in the official naming load as they are: lmz/candle-sam's
 ``mobile_sam-tiny-vitt.safetensors`` (the default) and the official ``mobile_sam.pt``.
 """
 from __future__ import annotations
 
+from .automatic_mask_generator import SamAutomaticMaskGenerator
 from .predictor import SamPredictor
 from .sam import Sam
 
-__all__ = ["Sam", "SamPredictor", "build", "sanitize"]
+__all__ = ["Sam", "SamAutomaticMaskGenerator", "SamPredictor", "build", "sanitize"]
 
 # TinyViT's ImageNet classifier: in the checkpoint, never used by SAM.
 UNUSED_PREFIXES = ("image_encoder.norm_head.", "image_encoder.head.")

@@ -8,6 +8,7 @@ import numpy as np
 from zoo.compiled import CompiledForward
 from zoo.kernels import resize
 
+from .automatic_mask_generator import SamAutomaticMaskGenerator
 from .mask_decoder import MaskDecoder
 from .predictor import SamPredictor
 from .prompt_encoder import PromptEncoder
@@ -66,3 +67,7 @@ class Sam(nn.Module):
     def predictor(self) -> SamPredictor:
         """A SamPredictor on this model: set_image once, predict many times."""
         return SamPredictor(self)
+
+    def mask_generator(self, **params) -> SamAutomaticMaskGenerator:
+        """Segment everything: ``mask_generator(points_per_side=32, ...).generate(image)`` (upstream's parameters)."""
+        return SamAutomaticMaskGenerator(self, **params)

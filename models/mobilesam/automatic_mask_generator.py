@@ -1,0 +1,278 @@
+"""Segment everything: SAM's automatic mask generator (segment-anything's ``SamAutomaticMaskGenerator``).
+
+    masks = zoo.load("mobilesam").mask_generator(points_per_side=32).generate("photo.jpg")
+
+Same parameters, defaults and records as upstream. A grid of single foreground points
+is prompted over the image (and over crops of it, ``crop_n_layers``); each point gives
+three masks; masks are kept when the predicted IoU is above ``pred_iou_thresh``, the
+stability score at least ``stability_score_thresh`` and the box does not touch an inner
+crop edge; duplicates go by box NMS, per crop (by predicted IoU) and across crops
+(smaller crops first); optionally small holes and islands are removed.
+
+How it runs: the image (each crop) is encoded once; the points go through the prompt
+encoder and mask decoder ``points_per_batch`` at a time in one call; the predicted-IoU
+filter comes before the masks are upsampled (it needs no pixels), so only candidates are
+resized; stability, boxes and the crop-edge test run in MLX on the batch; NMS is
+``zoo.kernels.nms`` (the native kernel on the GPU). The low-res logits of the candidates
+are kept (not their full-size masks) and the kept ones are upsampled again after NMS:
+memory stays at 256 KB per candidate whatever the image size.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import mlx.core as mx
+import numpy as np
+from tqdm import tqdm
+
+from zoo.errors import ZooError
+from zoo.images import load_image
+from zoo.kernels.nms import nms
+
+from . import amg
+from .predictor import SamPredictor, apply_coords
+
+OUTPUT_MODES = ("binary_mask", "uncompressed_rle", "coco_rle")
+
+
+def _check_int(name: str, value, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+        raise ZooError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _check_fraction(name: str, value, upper_open: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or not (0 <= value < 1 if upper_open else 0 <= value <= 1):
+        raise ZooError(f"{name} must be a number in [0, 1{')' if upper_open else ']'}, got {value!r}")
+    return float(value)
+
+
+class SamAutomaticMaskGenerator:
+    def __init__(self, model, points_per_side: int | None = 32, points_per_batch: int = 64,
+                 pred_iou_thresh: float = 0.88, stability_score_thresh: float = 0.95,
+                 stability_score_offset: float = 1.0, box_nms_thresh: float = 0.7, crop_n_layers: int = 0,
+                 crop_nms_thresh: float = 0.7, crop_overlap_ratio: float = 512 / 1500,
+                 crop_n_points_downscale_factor: int = 1, point_grids: list[np.ndarray] | None = None,
+                 min_mask_region_area: int = 0, output_mode: str = "binary_mask"):
+        """Parameters as upstream's (its docstring explains each); every one is checked here, one-line ZooError.
+
+        ``points_per_side`` x ``points_per_side`` points (layer i of the crops:
+        ``int(points_per_side / crop_n_points_downscale_factor**i)`` per side), or explicit
+        ``point_grids`` (one (K, 2) array in [0, 1] per crop layer) instead.
+        """
+        self.points_per_batch = _check_int("points_per_batch", points_per_batch, 1)
+        self.crop_n_layers = _check_int("crop_n_layers", crop_n_layers, 0)
+        self.crop_n_points_downscale_factor = _check_int(
+            "crop_n_points_downscale_factor", crop_n_points_downscale_factor, 1)
+        if (points_per_side is None) == (point_grids is None):
+            raise ZooError("give exactly one of points_per_side (a number) or point_grids (a list of (K, 2) arrays)")
+        if points_per_side is not None:
+            _check_int("points_per_side", points_per_side, 1)
+            for layer in range(self.crop_n_layers + 1):
+                if int(points_per_side / self.crop_n_points_downscale_factor ** layer) < 1:
+                    raise ZooError(f"crop layer {layer} gets no points: points_per_side {points_per_side} / "
+                                   f"crop_n_points_downscale_factor**{layer} < 1; raise points_per_side or lower "
+                                   "crop_n_layers / the factor")
+            self.point_grids = amg.build_all_layer_point_grids(
+                points_per_side, self.crop_n_layers, self.crop_n_points_downscale_factor)
+        else:
+            self.point_grids = [self._checked_grid(i, g) for i, g in enumerate(point_grids)]
+            if len(self.point_grids) != self.crop_n_layers + 1:
+                raise ZooError(f"point_grids has {len(self.point_grids)} grids: one per crop layer is needed "
+                               f"({self.crop_n_layers + 1} with crop_n_layers={self.crop_n_layers})")
+        self.pred_iou_thresh = _check_fraction("pred_iou_thresh", pred_iou_thresh)
+        self.stability_score_thresh = _check_fraction("stability_score_thresh", stability_score_thresh)
+        self.box_nms_thresh = _check_fraction("box_nms_thresh", box_nms_thresh)
+        self.crop_nms_thresh = _check_fraction("crop_nms_thresh", crop_nms_thresh)
+        self.crop_overlap_ratio = _check_fraction("crop_overlap_ratio", crop_overlap_ratio, upper_open=True)
+        if isinstance(stability_score_offset, bool) or not isinstance(stability_score_offset, numbers.Real) \
+                or not math.isfinite(stability_score_offset) or stability_score_offset < 0:
+            raise ZooError(f"stability_score_offset must be a number >= 0 (logit units), got {stability_score_offset!r}")
+        self.stability_score_offset = float(stability_score_offset)
+        self.min_mask_region_area = _check_int("min_mask_region_area", min_mask_region_area, 0)
+        if output_mode not in OUTPUT_MODES:
+            raise ZooError(f"output_mode {output_mode!r} is not one of {', '.join(OUTPUT_MODES)}")
+        self.output_mode = output_mode
+        if output_mode == "coco_rle":  # fail now, not after the work
+            amg.import_pycocotools()
+        if self.min_mask_region_area > 0:
+            amg.import_cv2()
+        self.predictor = SamPredictor(model)
+
+    @staticmethod
+    def _checked_grid(layer: int, grid) -> np.ndarray:
+        grid = np.asarray(grid, dtype=np.float64)
+        if grid.ndim != 2 or grid.shape[1] != 2 or len(grid) == 0 or not np.isfinite(grid).all() \
+                or grid.min() < 0 or grid.max() > 1:
+            raise ZooError(f"point_grids[{layer}] must be a non-empty (K, 2) array of (x, y) in [0, 1]")
+        return grid
+
+    def generate(self, image, progress: bool = False) -> list[dict]:
+        """Masks of everything in ``image`` (path, PIL image or (H, W, 3) uint8 RGB array).
+
+        -> one record per mask, upstream's keys: ``segmentation`` ((H, W) bool, or an RLE dict
+        by ``output_mode``), ``area`` (pixels), ``bbox`` [x, y, w, h] (inclusive pixel bounds:
+        w = x1 - x0), ``predicted_iou``, ``point_coords`` [[x, y]], ``stability_score``,
+        ``crop_box`` [x, y, w, h]. An image where nothing passes the filters gives [].
+        ``progress``: a tqdm bar over point batches (and crops).
+        """
+        return self.records(self.generate_data(image, progress))
+
+    def generate_data(self, image, progress: bool = False) -> dict:
+        """The kept masks as columns (upstream's MaskData): "rles" (uncompressed, whole image), "boxes"
+        (N, 4) XYXY inclusive, "iou_preds", "stability_score", "points" (N, 2), "crop_boxes" (N, 4)."""
+        image = load_image(image)
+        orig_size = image.shape[:2]
+        crop_boxes, layers = amg.generate_crop_boxes(orig_size, self.crop_n_layers, self.crop_overlap_ratio)
+        total = sum(-(-len(self.point_grids[layer]) // self.points_per_batch) for layer in layers)
+        data = []
+        with tqdm(total=total, desc="segment everything", unit="batch", disable=not progress) as bar:
+            for k, (crop_box, layer) in enumerate(zip(crop_boxes, layers)):
+                if len(crop_boxes) > 1:
+                    bar.set_postfix_str(f"crop {k + 1}/{len(crop_boxes)}")
+                data.append(self._process_crop(image, crop_box, layer, bar))
+        data = {key: np.concatenate([d[key] for d in data]) if key != "rles" else sum((d[key] for d in data), [])
+                for key in data[0]}
+        if len(crop_boxes) > 1 and len(data["rles"]):
+            # duplicates between crops: the mask of the smaller crop wins
+            crops = data["crop_boxes"].astype(np.int64)
+            areas = (crops[:, 2] - crops[:, 0]) * (crops[:, 3] - crops[:, 1])
+            scores = np.float32(1) / areas.astype(np.float32)
+            data = _filtered(data, _nms(data["boxes"], scores, self.crop_nms_thresh))
+        if self.min_mask_region_area > 0:
+            data = self.postprocess_small_regions(data, self.min_mask_region_area,
+                                                  max(self.box_nms_thresh, self.crop_nms_thresh))
+        return data
+
+    def records(self, data: dict) -> list[dict]:
+        """generate_data's columns -> upstream's records, the masks in ``output_mode``."""
+        return [self._record(data, i) for i in range(len(data["rles"]))]
+
+    def _record(self, data: dict, i: int) -> dict:
+        rle = data["rles"][i]
+        if self.output_mode == "coco_rle":
+            segmentation = amg.coco_encode_rle(rle)
+        elif self.output_mode == "binary_mask":
+            segmentation = amg.rle_to_mask(rle)
+        else:
+            segmentation = rle
+        return {
+            "segmentation": segmentation,
+            "area": amg.area_from_rle(rle),
+            "bbox": amg.box_xyxy_to_xywh(data["boxes"][i].tolist()),
+            "predicted_iou": float(data["iou_preds"][i]),
+            "point_coords": [data["points"][i].tolist()],
+            "stability_score": float(data["stability_score"][i]),
+            "crop_box": amg.box_xyxy_to_xywh(data["crop_boxes"][i].tolist()),
+        }
+
+    def _process_crop(self, image: np.ndarray, crop_box: list[int], layer: int, bar) -> dict:
+        x0, y0, x1, y1 = crop_box
+        crop = image[y0:y1, x0:x1]
+        crop_size = crop.shape[:2]
+        predictor, model = self.predictor, self.predictor.model
+        predictor.set_image(crop)  # the encoder runs once per crop
+        points = self.point_grids[layer] * np.array(crop_size)[None, ::-1]
+        image_box = [0, 0, image.shape[1], image.shape[0]]
+        kept = {"low_res": [], "iou_preds": [], "points": [], "stability_score": [], "boxes": []}
+        for start in range(0, len(points), self.points_per_batch):
+            batch = points[start : start + self.points_per_batch]
+            coords = apply_coords(batch, crop_size, model.img_size)[:, None, :]
+            low_res, iou = predictor.decode(coords, np.ones(coords.shape[:2], np.int32), multimask_output=True)
+            n, h, w, c = low_res.shape
+            iou = np.array(iou.astype(mx.float32)).reshape(-1)  # (point, mask) order, as upstream flattens
+            candidates = np.flatnonzero(iou > self.pred_iou_thresh) if self.pred_iou_thresh > 0 else np.arange(iou.size)
+            bar.update(1)
+            if candidates.size == 0:
+                continue
+            low_res = mx.take(low_res.transpose(0, 3, 1, 2).reshape(n * c, h, w), mx.array(candidates), axis=0)
+            logits = self._upsample(low_res, predictor)
+            stability = amg.stability_score(logits, model.mask_threshold, self.stability_score_offset)
+            boxes = amg.batched_mask_to_box(logits > model.mask_threshold)
+            near_edge = amg.is_box_near_crop_edge(boxes, crop_box, image_box)
+            mx.eval(stability, boxes, near_edge)
+            stability, boxes, near_edge = np.array(stability), np.array(boxes), np.array(near_edge)
+            keep = ~near_edge
+            if self.stability_score_thresh > 0:
+                keep &= stability >= self.stability_score_thresh
+            if not keep.any():
+                continue
+            rows = np.flatnonzero(keep)
+            kept["low_res"].append(mx.take(low_res, mx.array(rows), axis=0))
+            kept["iou_preds"].append(iou[candidates[rows]])
+            kept["points"].append(batch[candidates[rows] // c])
+            kept["stability_score"].append(stability[rows])
+            kept["boxes"].append(boxes[rows].astype(np.int64))
+        data = {key: np.concatenate(v) if v and key != "low_res" else v for key, v in kept.items()}
+        if not kept["boxes"]:
+            predictor.reset_image()
+            return {"rles": [], "iou_preds": np.zeros(0, np.float32), "points": np.zeros((0, 2)),
+                    "stability_score": np.zeros(0, np.float32), "boxes": np.zeros((0, 4), np.int64),
+                    "crop_boxes": np.zeros((0, 4), np.int64)}
+        low_res = mx.concatenate(data.pop("low_res"))
+        order = _nms(data["boxes"], data["iou_preds"], self.box_nms_thresh)  # duplicates within the crop
+        data = _filtered(data, order)
+        masks = self._full_masks(mx.take(low_res, mx.array(order), axis=0), crop_box, image.shape[:2])
+        predictor.reset_image()
+        offset = np.array([x0, y0])
+        data["boxes"] = data["boxes"] + np.tile(offset, 2)  # back to the image's frame
+        data["points"] = data["points"] + offset
+        data["crop_boxes"] = np.tile(np.array(crop_box, np.int64), (len(order), 1))
+        data["rles"] = masks
+        return data
+
+    def _upsample(self, low_res: mx.array, predictor: SamPredictor) -> mx.array:
+        """(K, 256, 256) low-res logits -> (K, h, w) float32 logits at the crop's size."""
+        logits = predictor.model.postprocess_masks(low_res[..., None], predictor.input_size, predictor.original_size)
+        return logits[..., 0]
+
+    def _full_masks(self, low_res: mx.array, crop_box: list[int], image_size: tuple[int, int]) -> list[dict]:
+        """The kept masks, upsampled again and placed in the whole image -> uncompressed RLEs."""
+        x0, y0, x1, y1 = crop_box
+        rles = []
+        step = self.points_per_batch * 3
+        for start in range(0, low_res.shape[0], step):
+            crop_masks = np.array(self._upsample(low_res[start : start + step], self.predictor)
+                                  > self.predictor.model.mask_threshold)
+            if crop_masks.shape[1:] != tuple(image_size):
+                full = np.zeros((len(crop_masks), *image_size), bool)
+                full[:, y0:y1, x0:x1] = crop_masks
+                crop_masks = full
+            rles += amg.mask_to_rle(crop_masks)
+        return rles
+
+    @staticmethod
+    def postprocess_small_regions(data: dict, min_area: int, nms_thresh: float) -> dict:
+        """Fill holes and drop islands under ``min_area`` pixels, then NMS again (unchanged masks first)."""
+        if not data["rles"]:
+            return data
+        masks, unchanged = [], []
+        for rle in data["rles"]:
+            mask, filled = amg.remove_small_regions(amg.rle_to_mask(rle), min_area, "holes")
+            mask, trimmed = amg.remove_small_regions(mask, min_area, "islands")
+            masks.append(mask)
+            unchanged.append(not (filled or trimmed))
+        boxes = np.array(amg.batched_mask_to_box(mx.array(np.stack(masks)))).astype(np.int64)
+        scores = np.array(unchanged, np.float32)
+        order = _nms(boxes, scores, nms_thresh)
+        data = dict(data, rles=list(data["rles"]), boxes=data["boxes"].copy())
+        for i in order:
+            if not unchanged[i]:
+                data["rles"][i] = amg.mask_to_rle(masks[i][None])[0]
+                data["boxes"][i] = boxes[i]
+        return _filtered(data, order)
+
+
+def _nms(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:
+    """Class-agnostic greedy NMS (torchvision's, as upstream's batched_nms with one category) -> kept indices,
+    by descending score, ties by index."""
+    kept = nms(mx.array(boxes.astype(np.float32)), mx.array(scores.astype(np.float32)), threshold,
+               max_det=max(1, len(boxes)))
+    return np.array(kept).astype(np.int64)
+
+
+def _filtered(data: dict, index: np.ndarray) -> dict:
+    return {key: [value[i] for i in index] if isinstance(value, list) else value[index]
+            for key, value in data.items()}
