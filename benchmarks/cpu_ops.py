@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -18,6 +19,7 @@ import time
 import zoo  # noqa: F401  (first: OpenBLAS for MLX)
 from zoo import blas
 from zoo.kernels import cpu
+from zoo.kernels.core import ENV_VAR
 
 import mlx.core as mx  # noqa: E402
 import mlx.nn as nn  # noqa: E402
@@ -47,6 +49,41 @@ def cases():
            lambda x, w: cpu.conv_transpose2d(x, w, 2), lambda x, w: mx.conv_transpose2d(x, w, stride=2))
     yield ("Conv2d 7x7 64->3, LaMa's last (1,262,262,64)", rand(1, 262, 262, 64), rand(3, 7, 7, 64),
            cpu.conv2d_few_outputs, mx.conv2d)
+    for cin, cout in ((128, 128), (128, 384), (384, 128)):
+        yield (f"Conv2d 3x3 reflect {cin}->{cout}, LaMa FFC at 256 (1,32,32,{cin})", rand(1, 32, 32, cin),
+               rand(cout, 3, 3, cin), lambda x, w: cpu.conv2d(x, w, None, 1, 1, reflect=True),
+               lambda x, w: mx.conv2d(mx.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect"), w))
+    yield ("Conv2d 3x3 s2 64->128, LaMa downsampling (1,256,256,64)", rand(1, 256, 256, 64), rand(128, 3, 3, 64),
+           lambda x, w: cpu.conv2d(x, w, None, 2, 1, reflect=True),
+           lambda x, w: mx.conv2d(mx.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect"), w, stride=2))
+    yield ("Conv2d 3x3 s2 32->64, TinyViT patch embed (1,512,512,32)", rand(1, 512, 512, 32), rand(64, 3, 3, 32),
+           lambda x, w: cpu.conv2d(x, w, None, 2, 1), lambda x, w: mx.conv2d(x, w, stride=2, padding=1))
+    yield ("rfft2 + irfft2 as interleaved parts, LaMa FourierUnit (1,32,32,192)", rand(1, 32, 32, 192), None,
+           _fft_round_trip, _mlx_only(_fft_round_trip))
+    ln = (rand(128), rand(128))
+    yield ("LayerNorm 128, TinyViT stage 1 tokens (1,16384,128)", rand(1, 16384, 128), ln,
+           lambda x, p: cpu.layer_norm(x, *p, 1e-5), lambda x, p: mx.fast.layer_norm(x, *p, 1e-5))
+    yield ("softmax(scale * s + bias), TinyViT stage 2 scores (25,5,196,196)", rand(25, 5, 196, 196),
+           rand(5, 196, 196), lambda x, b: cpu.softmax(x, 0.17, b),
+           lambda x, b: mx.softmax(x * 0.17 + b, axis=-1, precise=True))
+
+
+def _fft_round_trip(x):
+    return cpu.irfft2_parts(cpu.rfft2_parts(x), x.shape[1:3])
+
+
+def _mlx_only(fn):
+    """fn with zoo.kernels.cpu giving way to MLX's own ops (ZOO_KERNELS=fallback), evaluated."""
+    def call(*args):
+        previous = os.environ.get(ENV_VAR, "")
+        os.environ[ENV_VAR] = "fallback"
+        try:
+            out = fn(*args)
+            mx.eval(out)
+        finally:
+            os.environ[ENV_VAR] = previous
+        return out
+    return call
 
 
 def main(argv=None):
@@ -59,7 +96,7 @@ def main(argv=None):
     rows = []
     for name, x, w, new, old in cases():
         inputs = (x,) if w is None else (x, w)
-        mx.eval(*inputs)
+        mx.eval(inputs)
         calls = {"new": lambda: mx.eval(new(*inputs)), "old": lambda: mx.eval(old(*inputs))}
         for f in calls.values():
             f()

@@ -39,7 +39,7 @@ from zoo.compiled import CompiledForward
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image, open_image
-from zoo.models.layers import BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid
+from zoo.models.layers import BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, irfft2_parts, rfft2_parts
 
 RATIO = 0.75  # share of global (spectral) channels in the residual blocks
 N_BLOCKS = 18
@@ -75,17 +75,15 @@ class ReflectionPad2d(nn.Module):
 
 
 class ReflectConv2d(Conv2d):
-    """torch Conv2d(padding_mode="reflect"): the padding is reflected, not zeros.
+    """torch Conv2d(padding_mode="reflect"): the padding is reflected, not zeros (layers.Conv2d's
+    ``reflect_padding``).
 
     A subclass of nn.Conv2d (through layers.Conv2d) so the weight loader converts its OIHW weight.
     """
 
     def __init__(self, cin: int, cout: int, kernel: int, stride: int = 1, padding: int = 0, bias: bool = False):
         super().__init__(cin, cout, kernel, stride=stride, padding=0, bias=bias)
-        self.reflect = padding
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return super().__call__(reflect_pad(x, self.reflect) if self.reflect else x)
+        self.reflect_padding = padding
 
 
 class FourierUnit(nn.Module):
@@ -102,13 +100,11 @@ class FourierUnit(nn.Module):
         self.relu = nn.ReLU()
 
     def __call__(self, x: mx.array) -> mx.array:
-        n, h, w, c = x.shape
-        spectrum = mx.fft.rfft2(x.astype(mx.float32), axes=(1, 2), norm="ortho")  # (n, h, w//2+1, c)
-        parts = mx.stack([mx.real(spectrum), mx.imag(spectrum)], axis=-1).reshape(n, h, w // 2 + 1, 2 * c)
+        h, w = x.shape[1:3]
+        parts = rfft2_parts(x)  # float32 (n, h, w//2+1, 2c)
         # float32 in, half-precision weights: MLX promotes, so this stays float32
-        parts = self.relu(self.bn(self.conv_layer(parts))).reshape(n, h, w // 2 + 1, c, 2)
-        spectrum = parts[..., 0] + 1j * parts[..., 1]
-        return mx.fft.irfft2(spectrum, s=(h, w), axes=(1, 2), norm="ortho").astype(x.dtype)
+        parts = self.relu(self.bn(self.conv_layer(parts)))
+        return irfft2_parts(parts, (h, w)).astype(x.dtype)
 
 
 class SpectralTransform(nn.Module):

@@ -54,6 +54,31 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     return cpu_ops.attention(q, k, v, scale, mask)
 
 
+def rfft2_parts(x: mx.array) -> mx.array:
+    """Orthonormal rfft2 over H, W as float32 real/imaginary parts interleaved in channels."""
+    return cpu_ops.rfft2_parts(x)
+
+
+def irfft2_parts(parts: mx.array, size: tuple[int, int]) -> mx.array:
+    """The inverse of rfft2_parts, to float32 (N, H, W, C) of the given (H, W)."""
+    return cpu_ops.irfft2_parts(parts, size)
+
+
+def split_heads(x: mx.array, heads: int, parts: int = 3) -> tuple[mx.array, ...]:
+    """(B, N, heads * parts * D) laid out (heads, parts, D) per token -> ``parts`` x (B, heads, N, D)."""
+    return cpu_ops.split_heads(x, heads, parts)
+
+
+def window_partition(x: mx.array, window: int) -> mx.array:
+    """(B, H, W, C) -> (B * windows, window**2, C), zero-padded to whole windows (bottom, right)."""
+    return cpu_ops.window_partition(x, window)
+
+
+def window_merge(x: mx.array, size: tuple[int, int], window: int) -> mx.array:
+    """Windows back to (B, H, W, C) of the given (H, W), the padding dropped."""
+    return cpu_ops.window_merge(x, size, window)
+
+
 class GELU(nn.Module):
     """Exact GELU as a module (upstream's nn.GELU() in a Sequential keeps its index)."""
 
@@ -79,19 +104,39 @@ class BatchNorm(nn.BatchNorm):
         return cpu_ops.channel_affine(x, scale, shift)
 
 
+class LayerNorm(nn.LayerNorm):
+    """nn.LayerNorm (same parameters and names); on the CPU one threaded C pass per row."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return cpu_ops.layer_norm(x, self.weight if "weight" in self else None,
+                                  self.bias if "bias" in self else None, self.eps)
+
+
 def _no_dilation(dilation) -> bool:
     return dilation == 1 or tuple(dilation) == (1, 1)
 
 
 class Conv2d(nn.Conv2d):
-    """nn.Conv2d (same weights, same names) whose depthwise, 1x1 and few-output forms run as
-    zoo.kernels.cpu's on the CPU."""
+    """nn.Conv2d (same weights, same names) whose convolutions run as zoo.kernels.cpu's on the CPU:
+    depthwise, 1x1 and few-output forms, and the rest as patch rows + one OpenBLAS sgemm.
+
+    ``reflect_padding``: torch's ``padding_mode="reflect"`` (a subclass sets it, with ``padding`` 0);
+    on the CPU the reflected border is read in place instead of padded into a copy."""
+
+    reflect_padding = 0
 
     def __call__(self, x: mx.array) -> mx.array:
         cout, kh, kw, cin = self.weight.shape
+        bias = self.bias if "bias" in self else None
+        reflect = self.reflect_padding
+        plain = self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0))
+        general = self.groups == 1 and _no_dilation(self.dilation) and (kh, kw) != (1, 1) and not (plain and cout * 8 <= cin)
+        if cpu_ops.on_cpu() and general:
+            return cpu_ops.conv2d(x, self.weight, bias, self.stride, reflect or self.padding, reflect=bool(reflect))
+        if reflect:
+            x = mx.pad(x, ((0, 0), (reflect, reflect), (reflect, reflect), (0, 0)), mode="reflect")
         if not _no_dilation(self.dilation):
             return super().__call__(x)
-        plain = self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0))
         if self.groups > 1 and self.groups == cout and cin == 1:
             y = cpu_ops.depthwise_conv2d(x, self.weight, self.stride, self.padding)
         elif plain and kh == kw == 1:
@@ -100,7 +145,7 @@ class Conv2d(nn.Conv2d):
             y = cpu_ops.conv2d_few_outputs(x, self.weight)
         else:
             return super().__call__(x)
-        return y + self.bias if "bias" in self else y
+        return y if bias is None else y + bias
 
 
 class ConvTranspose2d(nn.ConvTranspose2d):

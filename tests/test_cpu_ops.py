@@ -95,6 +95,27 @@ def test_few_output_conv_matches_mlx(dtype):
     assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kernel,stride,padding,reflect,size", [
+    (3, 1, 1, False, (9, 10)), (3, 2, 1, False, (9, 10)), (3, 2, 1, False, (8, 8)),
+    (7, 2, 3, False, (12, 11)),  # ResNet's stem
+    (5, 3, 2, False, (13, 12)), (3, 1, 0, False, (6, 7)),
+    (3, 1, 1, True, (9, 10)), (3, 2, 1, True, (9, 8)), (7, 1, 3, True, (8, 9)),  # LaMa's reflect-padded convs
+])
+def test_conv2d_matches_mlx(kernel, stride, padding, reflect, size, dtype):
+    x = mx.random.normal((2, *size, 5), key=mx.random.key(15)).astype(DTYPES[dtype])
+    w = mx.random.normal((6, kernel, kernel, 5), key=mx.random.key(16)).astype(DTYPES[dtype])
+    b = mx.random.normal((6,), key=mx.random.key(17)).astype(DTYPES[dtype])
+    got = cpu.conv2d(x, w, b, stride, padding, reflect=reflect)
+    x32 = x.astype(mx.float32)
+    if reflect:
+        x32 = mx.pad(x32, ((0, 0), (padding, padding), (padding, padding), (0, 0)), mode="reflect")
+    want = mx.conv2d(x32, w.astype(mx.float32), stride=stride, padding=0 if reflect else padding) + b.astype(mx.float32)
+    assert got.shape == want.shape and got.dtype == x.dtype
+    tol = 1e-6 if dtype == "float32" else 2e-2
+    assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
+
+
 def test_layers_keep_nn_weights_and_results():
     """layers.Conv2d / ConvTranspose2d are nn's modules (same parameters, bias added) with other CPU maths."""
     x = mx.random.normal((1, 12, 12, 64), key=mx.random.key(7))
@@ -102,6 +123,8 @@ def test_layers_keep_nn_weights_and_results():
                          nn.Conv2d(64, 64, 3, stride=2, padding=1, groups=64, bias=True)),
                         (layers.Conv2d(64, 3, 7, bias=True), nn.Conv2d(64, 3, 7, bias=True)),
                         (layers.Conv2d(64, 16, 1, bias=True), nn.Conv2d(64, 16, 1, bias=True)),
+                        (layers.Conv2d(64, 16, 3, stride=2, padding=1, bias=True),
+                         nn.Conv2d(64, 16, 3, stride=2, padding=1, bias=True)),
                         (layers.ConvTranspose2d(64, 32, 3, stride=2, padding=1, output_padding=1),
                          nn.ConvTranspose2d(64, 32, 3, stride=2, padding=1, output_padding=1))]:
         assert isinstance(fast, type(plain))
@@ -151,3 +174,72 @@ def test_batchnorm_at_inference_matches_nn(dtype):
     got = fast(x)
     tol = 1e-6 if dtype == "float32" else 1e-2
     assert got.dtype == x.dtype and mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size", [(8, 8), (6, 10), (5, 7)])
+def test_fft_parts_match_float64_and_mlx(size, dtype, monkeypatch):
+    """rfft2_parts / irfft2_parts (numpy's FFT on the CPU) against float64 maths, and MLX's own FFT
+    (the path everywhere else) against the same."""
+    x = mx.random.normal((2, *size, 6), key=mx.random.key(18)).astype(DTYPES[dtype])
+    x64 = np.array(x.astype(mx.float32)).astype(np.float64)
+    spectrum = np.fft.rfft2(x64, axes=(1, 2), norm="ortho")
+    want = np.stack([spectrum.real, spectrum.imag], axis=-1).reshape(2, size[0], size[1] // 2 + 1, 12)
+    back = np.fft.irfft2(spectrum * 0.5, s=size, axes=(1, 2), norm="ortho")
+    for mode in ("native", "fallback"):
+        monkeypatch.setenv("ZOO_KERNELS", "" if mode == "native" else "fallback")
+        parts = cpu.rfft2_parts(x)
+        assert parts.dtype == mx.float32 and parts.shape == want.shape
+        assert np.abs(np.array(parts) - want).max() <= 1e-6 * np.abs(want).max()
+        got = cpu.irfft2_parts(parts * 0.5, size)
+        assert got.dtype == mx.float32 and got.shape == back.shape
+        assert np.abs(np.array(got) - back).max() <= 1e-6 * np.abs(back).max()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("cols", [5, 64, 160, 331])
+def test_layer_norm_matches_float64(cols, dtype):
+    x = (mx.random.normal((3, 7, cols), key=mx.random.key(19)) * 4 + 3).astype(DTYPES[dtype])
+    w, b = (mx.random.normal((cols,), key=mx.random.key(i)).astype(DTYPES[dtype]) for i in (20, 21))
+    x64, w64, b64 = (np.array(a.astype(mx.float32)).astype(np.float64) for a in (x, w, b))
+    norm = (x64 - x64.mean(-1, keepdims=True)) / np.sqrt(x64.var(-1, keepdims=True) + 1e-6)
+    tol = 2e-6 if dtype == "float32" else UNARY_TOL[dtype] * 2
+    for got, want in [(cpu.layer_norm(x, w, b, 1e-6), norm * w64 + b64), (cpu.layer_norm(x, None, None, 1e-6), norm)]:
+        assert got.dtype == x.dtype and got.shape == x.shape
+        assert np.abs(np.array(got.astype(mx.float32)) - want).max() <= tol * np.abs(want).max()
+    fast, plain = layers.LayerNorm(cols, eps=1e-6), nn.LayerNorm(cols, eps=1e-6)
+    fast.update({"weight": w, "bias": b})
+    plain.update({"weight": w, "bias": b})
+    assert mx.abs(fast(x).astype(mx.float32) - plain(x).astype(mx.float32)).max().item() <= tol * np.abs(norm * w64 + b64).max() * 4
+
+
+@pytest.mark.parametrize("bias_shape", [None, (49,), (4, 49, 49), (2, 4, 49, 49), (1, 49)])
+def test_scaled_softmax_with_bias_matches_mlx(bias_shape):
+    x = mx.random.normal((2, 4, 49, 49), key=mx.random.key(22)) * 3
+    bias = None if bias_shape is None else mx.random.normal(bias_shape, key=mx.random.key(23))
+    want = mx.softmax(x * 0.25 + (0 if bias is None else bias), axis=-1, precise=True)
+    assert mx.abs(cpu.softmax(x, 0.25, bias) - want).max().item() <= 1e-6
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("parts", [1, 2, 3])
+def test_split_heads_matches_transpose(parts, dtype):
+    x = mx.random.normal((3, 11, 4 * parts * 8), key=mx.random.key(24)).astype(DTYPES[dtype])
+    got = cpu.split_heads(x, 4, parts)
+    want = x.reshape(3, 11, 4, parts, 8).transpose(3, 0, 2, 1, 4)
+    assert len(got) == parts
+    for i, part in enumerate(got):
+        assert part.dtype == x.dtype and mx.array_equal(part, want[i]).item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size,window", [((14, 14), 7), ((16, 13), 7), ((5, 9), 4), ((3, 3), 7)])
+def test_windows_match_pad_and_transpose(size, window, dtype, monkeypatch):
+    x = mx.random.normal((2, *size, 6), key=mx.random.key(25)).astype(DTYPES[dtype])
+    got = cpu.window_partition(x, window)
+    back = cpu.window_merge(got * 2, size, window)
+    monkeypatch.setenv("ZOO_KERNELS", "fallback")
+    want = cpu.window_partition(x, window)
+    assert got.dtype == x.dtype and got.shape == want.shape and mx.array_equal(got, want).item()
+    assert back.dtype == x.dtype and mx.array_equal(back, x * 2).item()
+    assert mx.array_equal(cpu.window_merge(want * 2, size, window), x * 2).item()

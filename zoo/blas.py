@@ -104,6 +104,13 @@ def info() -> dict:
     return out
 
 
+def sgemm_address() -> int | None:
+    """Address of OpenBLAS's cblas_sgemm (for zoo.native.cpu_ops' convolution), None without OpenBLAS."""
+    if _library is None:
+        return None
+    return ctypes.cast(_library.scipy_cblas_sgemm, ctypes.c_void_p).value
+
+
 def set_threads(n: int) -> None:
     """OpenBLAS threads for MLX's CPU matmul/conv (e.g. one Ray actor's CPUs); no-op without OpenBLAS."""
     if _library is not None:

@@ -16,7 +16,8 @@ import numpy as np
 
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
-from zoo.models.layers import GELU, BatchNorm, Conv2d, Sequential, attention
+from zoo.models.layers import (GELU, BatchNorm, Conv2d, LayerNorm, Sequential, attention, split_heads,
+                               window_merge, window_partition)
 
 EMBED_DIMS = (64, 128, 160, 320)
 DEPTHS = (2, 2, 6, 2)
@@ -130,7 +131,7 @@ class Attention(nn.Module):
         self.num_heads = num_heads
         self.key_dim = dim // num_heads
         self.scale = self.key_dim**-0.5
-        self.norm = nn.LayerNorm(dim)
+        self.norm = LayerNorm(dim)
         self.qkv = nn.Linear(dim, 3 * dim)
         self.proj = nn.Linear(dim, dim)
         index = relative_offset_index(window)
@@ -140,18 +141,18 @@ class Attention(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         b, n, _ = x.shape
-        qkv = self.qkv(self.norm(x)).reshape(b, n, self.num_heads, 3, self.key_dim).transpose(3, 0, 2, 1, 4)
+        q, k, v = split_heads(self.qkv(self.norm(x)), self.num_heads)
         # Gathered on every call from the loaded table: upstream caches this gather
         # at eval() time, a cache that goes stale when weights are loaded later.
         bias = mx.take(self.attention_biases, self._bias_index, axis=1)
-        out = attention(qkv[0], qkv[1], qkv[2], self.scale, bias)
+        out = attention(q, k, v, self.scale, bias)
         return self.proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
 
 class Mlp(nn.Module):
     def __init__(self, dim: int, hidden: int):
         super().__init__()
-        self.norm = nn.LayerNorm(dim)
+        self.norm = LayerNorm(dim)
         self.fc1 = nn.Linear(dim, hidden)
         self.act = GELU()
         self.fc2 = nn.Linear(hidden, dim)
@@ -176,18 +177,11 @@ class TinyViTBlock(nn.Module):
 
     def windowed_attention(self, x: mx.array) -> mx.array:
         b, length, c = x.shape
-        h, w = self.input_resolution
-        ws = self.window
-        pad_b, pad_r = -h % ws, -w % ws
-        x = x.reshape(b, h, w, c)
         # Zero padding goes in before the attention's LayerNorm: the padded tokens
         # become the norm's bias and take part in the softmax, as upstream.
-        x = mx.pad(x, ((0, 0), (0, pad_b), (0, pad_r), (0, 0)))
-        nh, nw = (h + pad_b) // ws, (w + pad_r) // ws
-        x = x.reshape(b, nh, ws, nw, ws, c).transpose(0, 1, 3, 2, 4, 5).reshape(b * nh * nw, ws * ws, c)
+        x = window_partition(x.reshape(b, *self.input_resolution, c), self.window)
         x = self.attn(x)
-        x = x.reshape(b, nh, nw, ws, ws, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, nh * ws, nw * ws, c)
-        return x[:, :h, :w].reshape(b, length, c)
+        return window_merge(x, self.input_resolution, self.window).reshape(b, length, c)
 
     def __call__(self, x: mx.array) -> mx.array:
         b, length, c = x.shape
@@ -232,9 +226,9 @@ class TinyViT(nn.Module):
         self.output_resolution = resolutions[3]
         self.neck = Sequential(
             Conv2d(EMBED_DIMS[3], NECK_DIM, 1, bias=False),
-            nn.LayerNorm(NECK_DIM, eps=1e-6),  # SAM's LayerNorm2d: over channels, i.e. the last axis in NHWC
-            nn.Conv2d(NECK_DIM, NECK_DIM, 3, padding=1, bias=False),
-            nn.LayerNorm(NECK_DIM, eps=1e-6),
+            LayerNorm(NECK_DIM, eps=1e-6),  # SAM's LayerNorm2d: over channels, i.e. the last axis in NHWC
+            Conv2d(NECK_DIM, NECK_DIM, 3, padding=1, bias=False),
+            LayerNorm(NECK_DIM, eps=1e-6),
         )
 
     @property

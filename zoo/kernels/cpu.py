@@ -62,8 +62,17 @@ def _library() -> ctypes.CDLL | None:
                 for name in ("zoo_sigmoid_f32", "zoo_silu_f32", "zoo_gelu_f32"):
                     getattr(lib, name).argtypes = [_PTR, _PTR, size, ctypes.c_int]
                 lib.zoo_channel_affine_f32.argtypes = [_PTR, _PTR, _PTR, _PTR, size, size, ctypes.c_int]
-                lib.zoo_softmax_f32.argtypes = [_PTR, _PTR, size, size, ctypes.c_int]
+                lib.zoo_softmax_f32.argtypes = [_PTR, _PTR, size, ctypes.c_float, _PTR, size, size, ctypes.c_int]
+                for name in ("zoo_window_partition_f32", "zoo_window_merge_f32"):
+                    getattr(lib, name).argtypes = [_PTR, _PTR] + [size] * 5 + [ctypes.c_int]
+                lib.zoo_split_heads_f32.argtypes = [_PTR] * 4 + [size] * 5 + [ctypes.c_int]
+                lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR] + [ctypes.c_int] * 12
+                lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 14
+                lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p]
+                from zoo import blas
+
+                lib.zoo_set_sgemm(blas.sgemm_address())  # None (no OpenBLAS): zoo_conv2d_f32 declines
                 _lib = lib
     return _lib
 
@@ -155,27 +164,94 @@ def channel_affine(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
     return _like(out, x)
 
 
-def softmax(x: mx.array) -> mx.array:
-    """Softmax over the last axis (float32 maths for every dtype, as MLX's precise softmax)."""
+def softmax(x: mx.array, scale: float = 1.0, bias: mx.array | None = None) -> mx.array:
+    """softmax(scale * x + bias) over the last axis (float32 maths for every dtype, as MLX's precise
+    softmax); bias broadcasts against x's trailing axes (e.g. attention's per-head (H, N, N))."""
+    lib = _library() if _fast_path() else None
+    host = _host(x) if lib is not None and x.ndim else None
+    fits = bias is None or (bias.ndim <= x.ndim and tuple(bias.shape) == tuple(x.shape[x.ndim - bias.ndim:]))
+    b = _host(bias) if host is not None and bias is not None and fits else None
+    if host is None or not fits or (bias is not None and b is None):
+        scores = x.astype(mx.float32) * scale if scale != 1.0 else x
+        return mx.softmax(scores if bias is None else scores + bias, axis=-1, precise=True).astype(x.dtype)
+    out, view = _output(host.shape)
+    cols = host.shape[-1]
+    lib.zoo_softmax_f32(_ptr(host), None if b is None else _ptr(b), 0 if b is None else b.size // cols, scale,
+                        _ptr(view), host.size // cols, cols, _threads())
+    return _like(out, x)
+
+
+def layer_norm(x: mx.array, weight: mx.array | None, bias: mx.array | None, eps: float) -> mx.array:
+    """mx.fast.layer_norm(x, weight, bias, eps) over the last axis (float32 maths): one threaded
+    pass per row in C on the CPU (MLX's runs one float at a time, on one thread)."""
+    lib = _library() if _fast_path() else None
+    host = _host(x) if lib is not None and x.ndim else None
+    if host is None:
+        return mx.fast.layer_norm(x, weight, bias, eps)
+    cols = host.shape[-1]
+    w = _host(weight) if weight is not None else np.ones(cols, np.float32)
+    b = _host(bias) if bias is not None else np.zeros(cols, np.float32)
+    out, view = _output(host.shape)
+    lib.zoo_layer_norm_f32(_ptr(host), _ptr(w), _ptr(b), eps, _ptr(view), host.size // cols, cols, _threads())
+    return _like(out, x)
+
+
+def split_heads(x: mx.array, heads: int, parts: int = 3) -> tuple[mx.array, ...]:
+    """x (B, N, heads * parts * D), laid out (heads, parts, D) per token -> ``parts`` arrays
+    (B, heads, N, D) (e.g. q, k, v of a fused qkv projection). On the CPU one threaded C copy:
+    MLX copies a 5-D transpose one float at a time (~57 ms for TinyViT's first stage)."""
+    b, n, width = x.shape
+    d = width // (heads * parts)
+    lib = _library() if _fast_path() and parts <= 3 else None
+    host = _host(x) if lib is not None else None
+    if host is None:
+        split = x.reshape(b, n, heads, parts, d).transpose(3, 0, 2, 1, 4)
+        return tuple(split[i] for i in range(parts))
+    outs = [_output((b, heads, n, d)) for _ in range(parts)]
+    views = [_ptr(view) for _, view in outs] + [None] * (3 - parts)
+    lib.zoo_split_heads_f32(_ptr(host), *views, b, n, heads, parts, d, _threads())
+    return tuple(_like(out, x) for out, _ in outs)
+
+
+def window_partition(x: mx.array, window: int) -> mx.array:
+    """(B, H, W, C) -> (B * nh * nw, window**2, C): non-overlapping windows in row-major order,
+    zero-padded at the bottom and right to whole windows (window attention). On the CPU one
+    threaded C copy instead of MLX's pad and 6-D transpose copy."""
+    b, h, w, c = x.shape
+    nh, nw = -(-h // window), -(-w // window)
     lib = _library() if _fast_path() else None
     host = _host(x) if lib is not None else None
     if host is None:
-        return mx.softmax(x, axis=-1, precise=True)
-    out, view = _output(host.shape)
-    cols = host.shape[-1] if host.ndim else 1
-    lib.zoo_softmax_f32(_ptr(host), _ptr(view), host.size // max(cols, 1), cols, _threads())
+        x = mx.pad(x, ((0, 0), (0, nh * window - h), (0, nw * window - w), (0, 0)))
+        return x.reshape(b, nh, window, nw, window, c).transpose(0, 1, 3, 2, 4, 5).reshape(-1, window * window, c)
+    out, view = _output((b * nh * nw, window * window, c))
+    lib.zoo_window_partition_f32(_ptr(host), _ptr(view), b, h, w, c, window, _threads())
+    return _like(out, x)
+
+
+def window_merge(x: mx.array, size: tuple[int, int], window: int) -> mx.array:
+    """The inverse of window_partition: windows -> (B, H, W, C) of the given (H, W), padding dropped."""
+    h, w = size
+    nh, nw = -(-h // window), -(-w // window)
+    c = x.shape[-1]
+    b = x.shape[0] // (nh * nw)
+    lib = _library() if _fast_path() else None
+    host = _host(x) if lib is not None else None
+    if host is None:
+        x = x.reshape(b, nh, nw, window, window, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, nh * window, nw * window, c)
+        return x[:, :h, :w]
+    out, view = _output((b, h, w, c))
+    lib.zoo_window_merge_f32(_ptr(host), _ptr(view), b, h, w, c, window, _threads())
     return _like(out, x)
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | None = None) -> mx.array:
     """mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask) for an additive mask
-    (or none); on the CPU the fallback MLX itself runs there, with softmax() above."""
+    (or none); on the CPU the unfused form MLX itself runs there (matmul, softmax, matmul), with
+    the scale and the mask applied inside softmax() above."""
     if not _fast_path():
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
-    scores = (q * scale) @ k.swapaxes(-1, -2)
-    if mask is not None:
-        scores = scores + mask
-    return softmax(scores) @ v
+    return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
 
 
 def _pair(v) -> tuple[int, int]:
@@ -197,6 +273,65 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0) -> mx.a
     out, view = _output((n, oh, ow, c))
     lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), _ptr(view), n, h, w, c, kh, kw, sh, ph, pw, oh, ow, _threads())
     return _like(out, x)
+
+
+def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
+           reflect: bool = False) -> mx.array:
+    """mx.conv2d(x, weight, stride, padding) (+ bias) for weight (O, KH, KW, I), no groups or dilation;
+    ``reflect``: the padding is torch's reflect padding instead of zeros (it must be smaller than
+    the input). On the CPU: patch rows gathered in C and one OpenBLAS sgemm per chunk."""
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    co, kh, kw, ci = weight.shape
+    lib = _library() if _fast_path() and sh == sw else None
+    host = _host(x) if lib is not None else None
+    wt = _host(weight) if host is not None else None
+    b = _host(bias) if wt is not None and bias is not None else None
+    if wt is None:
+        return _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
+    n, h, w, _ = host.shape
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    out, view = _output((n, oh, ow, co))
+    done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(view), n, h, w, ci, co,
+                              kh, kw, sh, ph, pw, int(reflect), oh, ow, _threads())
+    if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
+        return _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
+    return _like(out, x)
+
+
+def _mlx_conv2d(x, weight, bias, stride, padding, reflect):
+    if reflect and any(padding):
+        x = mx.pad(x, ((0, 0), (padding[0],) * 2, (padding[1],) * 2, (0, 0)), mode="reflect")
+        padding = (0, 0)
+    y = mx.conv2d(x, weight, stride=stride, padding=padding)
+    return y if bias is None else y + bias
+
+
+def rfft2_parts(x: mx.array) -> mx.array:
+    """Orthonormal 2-D real FFT over H and W of x (N, H, W, C), as float32 (N, H, W//2+1, 2C) with
+    channel 2k = Re, 2k+1 = Im of channel k's spectrum (complex64's own memory layout).
+
+    On the CPU numpy's pocketfft runs it (~3x faster than MLX's CPU FFT over the non-contiguous
+    H, W axes here), and the interleaved parts are a view of its complex64 result, where MLX
+    needs a stack of the real and imaginary parts."""
+    host = _host(x) if _fast_path() else None
+    n, h, w, c = x.shape
+    if host is None:
+        spectrum = mx.fft.rfft2(x.astype(mx.float32), axes=(1, 2), norm="ortho")
+        return mx.stack([mx.real(spectrum), mx.imag(spectrum)], axis=-1).reshape(n, h, w // 2 + 1, 2 * c)
+    spectrum = np.fft.rfft2(host, axes=(1, 2), norm="ortho").astype(np.complex64, copy=False)
+    return mx.array(spectrum.view(np.float32).reshape(n, h, w // 2 + 1, 2 * c))
+
+
+def irfft2_parts(parts: mx.array, size: tuple[int, int]) -> mx.array:
+    """The inverse of rfft2_parts: parts (N, H, W//2+1, 2C) -> float32 (N, H, W, C), W = size[1]."""
+    host = _host(parts) if _fast_path() else None
+    n, h, wh, c2 = parts.shape
+    if host is None:
+        pairs = parts.astype(mx.float32).reshape(n, h, wh, c2 // 2, 2)
+        return mx.fft.irfft2(pairs[..., 0] + 1j * pairs[..., 1], s=size, axes=(1, 2), norm="ortho")
+    spectrum = host.view(np.complex64)
+    return mx.array(np.fft.irfft2(spectrum, s=size, axes=(1, 2), norm="ortho").astype(np.float32, copy=False))
 
 
 def _shift_sum(taps: mx.array, phase_len: tuple[int, int], shifts) -> mx.array:

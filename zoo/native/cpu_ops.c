@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
@@ -156,61 +157,121 @@ void zoo_sigmoid_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary
 void zoo_silu_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(silu_range, x, y, n, threads); }
 void zoo_gelu_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(gelu_range, x, y, n, threads); }
 
-/* ---- per-channel scale and shift (BatchNorm at inference), channels last ------------------- */
+/* ---- row-wise ops over (rows, cols): a routine per row, rows split over the threads --------- */
+
+typedef void (*row_op)(const void *params, const float *x, float *y, ptrdiff_t row, ptrdiff_t cols);
 
 typedef struct {
-  const float *x, *scale, *shift;
+  row_op op;
+  const void *params;
+  const float *x;
   float *y;
-  ptrdiff_t channels;
-} affine_args;
+  ptrdiff_t cols;
+} rows_args;
 
-ZOO_CLONES static void affine_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
-  const affine_args *a = (const affine_args *)p;
-  const ptrdiff_t C = a->channels;
-  for (ptrdiff_t row = b; row < e; ++row) {
-    const float *x = a->x + row * C;
-    float *y = a->y + row * C;
-    for (ptrdiff_t c = 0; c < C; ++c) y[c] = x[c] * a->scale[c] + a->shift[c];
-  }
+static void rows_range(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const rows_args *a = (const rows_args *)p;
+  for (ptrdiff_t row = b; row < e; ++row) a->op(a->params, a->x + row * a->cols, a->y + row * a->cols, row, a->cols);
+}
+
+static void for_each_row(row_op op, const void *params, const float *x, float *y, ptrdiff_t rows, ptrdiff_t cols,
+                         int threads) {
+  rows_args a = {op, params, x, y, cols};
+  if (rows * cols < UNARY_GRAIN * 2) threads = 1;
+  parallel_for(rows_range, &a, rows, threads);
+}
+
+/* Reductions in 16 independent lanes: the compiler vectorises them (one accumulator would need
+ * licence to reorder the float additions). */
+#define LANES 16
+
+static inline float row_sum(const float *x, ptrdiff_t n) {
+  float lanes[LANES] = {0};
+  const ptrdiff_t whole = n / LANES * LANES;
+  for (ptrdiff_t i = 0; i < whole; i += LANES)
+    for (int l = 0; l < LANES; ++l) lanes[l] += x[i + l];
+  float sum = 0.0f;
+  for (int l = 0; l < LANES; ++l) sum += lanes[l];
+  for (ptrdiff_t i = whole; i < n; ++i) sum += x[i];
+  return sum;
+}
+
+static inline float row_max(const float *x, ptrdiff_t n) {
+  float lanes[LANES];
+  for (int l = 0; l < LANES; ++l) lanes[l] = x[0];
+  const ptrdiff_t whole = n / LANES * LANES;
+  for (ptrdiff_t i = 0; i < whole; i += LANES)
+    for (int l = 0; l < LANES; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+  float top = x[0];
+  for (int l = 0; l < LANES; ++l) top = lanes[l] > top ? lanes[l] : top;
+  for (ptrdiff_t i = whole; i < n; ++i) top = x[i] > top ? x[i] : top;
+  return top;
+}
+
+/* per-channel scale and shift (BatchNorm at inference), channels last */
+typedef struct {
+  const float *scale, *shift;
+} affine_params;
+
+ZOO_CLONES static void affine_row(const void *p, const float *x, float *y, ptrdiff_t row, ptrdiff_t C) {
+  const affine_params *a = (const affine_params *)p;
+  (void)row;
+  for (ptrdiff_t c = 0; c < C; ++c) y[c] = x[c] * a->scale[c] + a->shift[c];
 }
 
 void zoo_channel_affine_f32(const float *x, const float *scale, const float *shift, float *y, ptrdiff_t rows,
                             ptrdiff_t channels, int threads) {
-  affine_args a = {x, scale, shift, y, channels};
-  if (rows * channels < UNARY_GRAIN * 2) threads = 1;
-  parallel_for(affine_rows, &a, rows, threads);
+  affine_params a = {scale, shift};
+  for_each_row(affine_row, &a, x, y, rows, channels, threads);
 }
 
-/* ---- softmax over the last axis -------------------------------------------------------------- */
-
+/* softmax of scale * x + bias; bias (bias_rows, cols): row r takes bias row r % bias_rows, or NULL */
 typedef struct {
-  const float *x;
-  float *y;
-  ptrdiff_t cols;
-} softmax_args;
+  const float *bias;
+  ptrdiff_t bias_rows;
+  float scale;
+} softmax_params;
 
-ZOO_CLONES static void softmax_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
-  const softmax_args *a = (const softmax_args *)p;
-  const ptrdiff_t cols = a->cols;
-  for (ptrdiff_t row = b; row < e; ++row) {
-    const float *x = a->x + row * cols;
-    float *y = a->y + row * cols;
-    float top = x[0];
-    for (ptrdiff_t i = 1; i < cols; ++i) top = x[i] > top ? x[i] : top;
-    float sum = 0.0f;
-    for (ptrdiff_t i = 0; i < cols; ++i) {
-      y[i] = exp_nonpositive(x[i] - top);
-      sum += y[i];
-    }
-    const float inv = 1.0f / sum;
-    for (ptrdiff_t i = 0; i < cols; ++i) y[i] *= inv;
+ZOO_CLONES static void softmax_row(const void *p, const float *x, float *y, ptrdiff_t row, ptrdiff_t cols) {
+  const softmax_params *a = (const softmax_params *)p;
+  const float scale = a->scale;
+  if (a->bias != NULL) {
+    const float *bias = a->bias + (row % a->bias_rows) * cols;
+    for (ptrdiff_t i = 0; i < cols; ++i) y[i] = scale * x[i] + bias[i];
+  } else {
+    for (ptrdiff_t i = 0; i < cols; ++i) y[i] = scale * x[i];
   }
+  const float top = row_max(y, cols);
+  for (ptrdiff_t i = 0; i < cols; ++i) y[i] = exp_nonpositive(y[i] - top);
+  const float inv = 1.0f / row_sum(y, cols);
+  for (ptrdiff_t i = 0; i < cols; ++i) y[i] *= inv;
 }
 
-void zoo_softmax_f32(const float *x, float *y, ptrdiff_t rows, ptrdiff_t cols, int threads) {
-  softmax_args a = {x, y, cols};
-  if (rows * cols < UNARY_GRAIN * 2) threads = 1;
-  parallel_for(softmax_rows, &a, rows, threads);
+void zoo_softmax_f32(const float *x, const float *bias, ptrdiff_t bias_rows, float scale, float *y, ptrdiff_t rows,
+                     ptrdiff_t cols, int threads) {
+  softmax_params a = {bias, bias_rows > 0 ? bias_rows : 1, scale};
+  for_each_row(softmax_row, &a, x, y, rows, cols, threads);
+}
+
+/* LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, two passes over the row for the moments */
+typedef struct {
+  const float *weight, *bias;
+  float eps;
+} layer_norm_params;
+
+ZOO_CLONES static void layer_norm_row(const void *p, const float *x, float *y, ptrdiff_t row, ptrdiff_t cols) {
+  const layer_norm_params *a = (const layer_norm_params *)p;
+  (void)row;
+  const float mean = row_sum(x, cols) / (float)cols;
+  for (ptrdiff_t i = 0; i < cols; ++i) y[i] = (x[i] - mean) * (x[i] - mean); /* y as scratch */
+  const float inv = 1.0f / sqrtf(row_sum(y, cols) / (float)cols + a->eps);
+  for (ptrdiff_t i = 0; i < cols; ++i) y[i] = (x[i] - mean) * inv * a->weight[i] + a->bias[i];
+}
+
+void zoo_layer_norm_f32(const float *x, const float *weight, const float *bias, float eps, float *y, ptrdiff_t rows,
+                        ptrdiff_t cols, int threads) {
+  layer_norm_params a = {weight, bias, eps};
+  for_each_row(layer_norm_row, &a, x, y, rows, cols, threads);
 }
 
 /* ---- depthwise 2-D convolution, NHWC --------------------------------------------------------- */
@@ -254,4 +315,177 @@ void zoo_depthwise_conv2d_f32(const float *x, const float *w, float *y, int N, i
   dw_args a = {x, w, y, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left};
   if ((ptrdiff_t)N * OH * OW * C * KH * KW < UNARY_GRAIN * 4) threads = 1;
   parallel_for(depthwise_rows, &a, (ptrdiff_t)N * OH, threads);
+}
+
+/* ---- 2-D convolution, NHWC: patch rows (im2col) + one OpenBLAS sgemm per chunk -------------- */
+
+/* MLX's CPU convolution pads into a copy, copies every patch (both single-threaded, one
+ * float at a time) and then calls sgemm: a third of a 3x3 convolution's time at 32x32x384.
+ * Here the patch rows are gathered straight from the input (zero or reflect padding read in
+ * place, threads over rows), in chunks that stay in cache, and multiplied by the weight
+ * (O, KH*KW*C) with the bias as the sgemm's initial C. */
+
+typedef void (*sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                         int lda, const float *b, int ldb, float beta, float *c, int ldc);
+static sgemm_fn sgemm = NULL;
+
+/* The library knows no BLAS: the Python side passes OpenBLAS's cblas_sgemm. */
+void zoo_set_sgemm(void *fn) { sgemm = (sgemm_fn)fn; }
+
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+typedef struct {
+  const float *x; /* (N, H, W, C) */
+  float *cols;    /* (rows of this chunk, KH*KW*C) */
+  ptrdiff_t first_pixel;
+  int H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect;
+} patch_args;
+
+/* torch's reflect padding (the edge is not repeated); valid for pad < size */
+static inline int reflect_index(int i, int n) { return i < 0 ? -i : (i >= n ? 2 * n - 2 - i : i); }
+
+static void patch_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const patch_args *a = (const patch_args *)p;
+  const int C = a->C;
+  const size_t width = (size_t)a->KH * a->KW * C;
+  for (ptrdiff_t r = b; r < e; ++r) {
+    const ptrdiff_t pixel = a->first_pixel + r;
+    const ptrdiff_t n = pixel / ((ptrdiff_t)a->OH * a->OW);
+    const int oh = (int)(pixel / a->OW % a->OH), ow = (int)(pixel % a->OW);
+    float *dst = a->cols + (size_t)r * width;
+    const int iw0 = ow * a->stride - a->pad_left;
+    const int span_inside = iw0 >= 0 && iw0 + a->KW <= a->W;
+    for (int kh = 0; kh < a->KH; ++kh) {
+      int ih = oh * a->stride - a->pad_top + kh;
+      const int row_inside = ih >= 0 && ih < a->H;
+      if (a->reflect) ih = reflect_index(ih, a->H);
+      if (span_inside && (row_inside || a->reflect)) { /* the KW taps are KW adjacent input pixels */
+        memcpy(dst, a->x + (((size_t)n * a->H + ih) * a->W + iw0) * C, sizeof(float) * a->KW * C);
+        dst += (size_t)a->KW * C;
+        continue;
+      }
+      for (int kw = 0; kw < a->KW; ++kw, dst += C) {
+        int iw = ow * a->stride - a->pad_left + kw;
+        const int inside = row_inside && iw >= 0 && iw < a->W;
+        if (a->reflect) iw = reflect_index(iw, a->W);
+        if (inside || a->reflect)
+          memcpy(dst, a->x + (((size_t)n * a->H + ih) * a->W + iw) * C, sizeof(float) * C);
+        else
+          memset(dst, 0, sizeof(float) * C);
+      }
+    }
+  }
+}
+
+/* Patch-matrix floats per chunk (16 MiB): LaMa's 32x32 maps in one sgemm (splitting it costs
+ * ~5%), full-resolution maps in pieces instead of a patch matrix of hundreds of MB. */
+#define PATCH_CHUNK_FLOATS (1 << 22)
+
+/* y (N, OH, OW, O) = conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL). Returns 0, or
+ * -1 when no sgemm was given or memory ran out (nothing written: the caller falls back). */
+int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, int N, int H, int W, int C, int O,
+                   int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH, int OW, int threads) {
+  if (sgemm == NULL) return -1;
+  const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
+  ptrdiff_t chunk = PATCH_CHUNK_FLOATS / width;
+  if (chunk < 64) chunk = 64;
+  if (chunk > pixels) chunk = pixels;
+  float *cols = (float *)malloc(sizeof(float) * (size_t)chunk * width);
+  if (cols == NULL) return -1;
+  patch_args a = {x, cols, 0, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect};
+  for (ptrdiff_t first = 0; first < pixels; first += chunk) {
+    const ptrdiff_t rows = pixels - first < chunk ? pixels - first : chunk;
+    a.first_pixel = first;
+    parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
+    float *out = y + (size_t)first * O;
+    if (bias != NULL)
+      for (ptrdiff_t r = 0; r < rows; ++r) memcpy(out + (size_t)r * O, bias, sizeof(float) * O);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, cols, (int)width, w,
+          (int)width, bias != NULL ? 1.0f : 0.0f, out, O);
+  }
+  free(cols);
+  return 0;
+}
+
+/* ---- attention heads out of a fused projection ---------------------------------------------- */
+
+typedef struct {
+  const float *x; /* (B, N, H, parts, D) */
+  float *out[3];  /* each (B, H, N, D) */
+  ptrdiff_t N, H, D, parts;
+} heads_args;
+
+static void split_heads_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const heads_args *a = (const heads_args *)p;
+  for (ptrdiff_t row = b; row < e; ++row) { /* row = batch * N + token */
+    const ptrdiff_t batch = row / a->N, token = row % a->N;
+    const float *src = a->x + row * a->H * a->parts * a->D;
+    for (ptrdiff_t h = 0; h < a->H; ++h)
+      for (ptrdiff_t t = 0; t < a->parts; ++t, src += a->D)
+        memcpy(a->out[t] + ((batch * a->H + h) * a->N + token) * a->D, src, sizeof(float) * a->D);
+  }
+}
+
+/* x (B, N, H, parts, D) -> parts arrays (B, H, N, D): the copy MLX makes, one float at a time,
+ * for a 5-D transpose (e.g. TinyViT's qkv, (B, N, H, 3, D) -> 3 x (B, H, N, D)). parts <= 3. */
+void zoo_split_heads_f32(const float *x, float *a, float *b, float *c, ptrdiff_t B, ptrdiff_t N, ptrdiff_t H,
+                         ptrdiff_t parts, ptrdiff_t D, int threads) {
+  heads_args args = {x, {a, b, c}, N, H, D, parts};
+  if (B * N * H * parts * D < UNARY_GRAIN * 2) threads = 1;
+  parallel_for(split_heads_rows, &args, B * N, threads);
+}
+
+/* ---- windows of a map (window attention), NHWC ---------------------------------------------- */
+
+typedef struct {
+  const float *src;
+  float *dst;
+  ptrdiff_t H, W, C, ws, nh, nw;
+} window_args;
+
+/* One index per (batch, window row, pixel row in the window): copy its nw window rows. */
+static void partition_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const window_args *a = (const window_args *)p;
+  const ptrdiff_t ws = a->ws, C = a->C;
+  for (ptrdiff_t idx = b; idx < e; ++idx) {
+    const ptrdiff_t batch = idx / (a->nh * ws), wy = idx / ws % a->nh, iy = idx % ws, y = wy * ws + iy;
+    for (ptrdiff_t wx = 0; wx < a->nw; ++wx) {
+      float *dst = a->dst + (((batch * a->nh + wy) * a->nw + wx) * ws + iy) * ws * C;
+      const ptrdiff_t x0 = wx * ws, inside = y < a->H ? (a->W - x0 < ws ? a->W - x0 : ws) : 0;
+      if (inside > 0) memcpy(dst, a->src + ((batch * a->H + y) * a->W + x0) * C, sizeof(float) * inside * C);
+      if (inside < ws) memset(dst + inside * C, 0, sizeof(float) * (ws - inside) * C);
+    }
+  }
+}
+
+/* x (B, H, W, C) -> (B * nh * nw, ws * ws, C), windows in row-major order, zero padding past H, W. */
+void zoo_window_partition_f32(const float *x, float *y, ptrdiff_t B, ptrdiff_t H, ptrdiff_t W, ptrdiff_t C,
+                              ptrdiff_t ws, int threads) {
+  const ptrdiff_t nh = (H + ws - 1) / ws, nw = (W + ws - 1) / ws;
+  window_args a = {x, y, H, W, C, ws, nh, nw};
+  if (B * nh * nw * ws * ws * C < UNARY_GRAIN * 2) threads = 1;
+  parallel_for(partition_rows, &a, B * nh * ws, threads);
+}
+
+/* One index per output row (batch, y): gather it from its windows. */
+static void merge_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const window_args *a = (const window_args *)p;
+  const ptrdiff_t ws = a->ws, C = a->C;
+  for (ptrdiff_t idx = b; idx < e; ++idx) {
+    const ptrdiff_t batch = idx / a->H, y = idx % a->H, wy = y / ws, iy = y % ws;
+    for (ptrdiff_t wx = 0; wx < a->nw; ++wx) {
+      const ptrdiff_t x0 = wx * ws, count = a->W - x0 < ws ? a->W - x0 : ws;
+      memcpy(a->dst + ((batch * a->H + y) * a->W + x0) * C,
+             a->src + (((batch * a->nh + wy) * a->nw + wx) * ws + iy) * ws * C, sizeof(float) * count * C);
+    }
+  }
+}
+
+/* The inverse: windows (B * nh * nw, ws * ws, C) -> (B, H, W, C), the padding dropped. */
+void zoo_window_merge_f32(const float *x, float *y, ptrdiff_t B, ptrdiff_t H, ptrdiff_t W, ptrdiff_t C, ptrdiff_t ws,
+                          int threads) {
+  const ptrdiff_t nh = (H + ws - 1) / ws, nw = (W + ws - 1) / ws;
+  window_args a = {x, y, H, W, C, ws, nh, nw};
+  if (B * H * W * C < UNARY_GRAIN * 2) threads = 1;
+  parallel_for(merge_rows, &a, B * H, threads);
 }
