@@ -101,6 +101,7 @@ def test_few_output_conv_matches_mlx(dtype):
     (7, 2, 3, False, (12, 11)),  # ResNet's stem
     (5, 3, 2, False, (13, 12)), (3, 1, 0, False, (6, 7)),
     (3, 1, 1, True, (9, 10)), (3, 2, 1, True, (9, 8)), (7, 1, 3, True, (8, 9)),  # LaMa's reflect-padded convs
+    (5, 1, 2, True, (2, 3)),  # reflect padding as wide as the map: MLX's pad, no read past the input
 ])
 def test_conv2d_matches_mlx(kernel, stride, padding, reflect, size, dtype):
     x = mx.random.normal((2, *size, 5), key=mx.random.key(15)).astype(DTYPES[dtype])

@@ -283,7 +283,9 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     sh, sw = _pair(stride)
     ph, pw = _pair(padding)
     co, kh, kw, ci = weight.shape
-    lib = _library() if _fast_path() and sh == sw else None
+    # reflect padding reads in place only where it is defined (smaller than the map): else MLX's
+    # pad says what is wrong
+    lib = _library() if _fast_path() and sh == sw and not (reflect and max(ph - x.shape[1], pw - x.shape[2]) >= 0) else None
     host = _host(x) if lib is not None else None
     wt = _host(weight) if host is not None else None
     b = _host(bias) if wt is not None and bias is not None else None
