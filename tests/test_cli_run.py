@@ -122,8 +122,9 @@ def test_image_format_names_what_cannot_be_written(name, message):
 
 def test_json_path_is_checked_before_the_weights(photo, tmp_path, capsys):
     base = ["resnet18", str(photo), "--weights", str(tmp_path / "missing.safetensors")]
-    missing = tmp_path / "nowhere" / "out.json"
-    assert f"--json {missing}: folder {missing.parent} does not exist" in cli_error([*base, "--json", str(missing)], capsys)
+    under_a_file = photo / "sub" / "out.json"
+    assert f"--json {under_a_file}: its folder {under_a_file.parent} cannot be created: {photo} is a file" in cli_error(
+        [*base, "--json", str(under_a_file)], capsys)
     assert f"--json {tmp_path} is a folder: pass a file path" in cli_error([*base, "--json", str(tmp_path)], capsys)
 
 

@@ -214,9 +214,9 @@ def test_lama_layout_images_and_masks_in_one_folder(tmp_path, capsys):
     out = tmp_path / "out"
     assert main(["lama", str(folder), "--mask", str(folder), "--out", str(out), *WEIGHTS]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["a.png", "b.png"]
-    # an output that would replace an input is refused, --overwrite or not
-    assert main(["lama", str(folder), "--mask", str(folder), "--out", str(folder), "--overwrite", *WEIGHTS]) == 1
-    assert capsys.readouterr().err.count("is an input: pass another --out") == 2
+    # an output folder that is an input folder is refused, --overwrite or not, before any work
+    assert main(["lama", str(folder), "--mask", str(folder), "--out", str(folder), "--overwrite", *WEIGHTS]) == 2
+    assert capsys.readouterr().err.count(f"is the input folder {folder}: pass another output path") == 1
 
 
 def test_cli_argument_errors(photos, tmp_path, capsys):

@@ -193,7 +193,7 @@ def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):
     assert "needs about 0.0461 GB of memory (--max-megapixels 0.001): use --hd-strategy crop" in cli_error(
         [*base, *mask, "--hd-strategy", "original", "--max-megapixels", "0.001"], capsys)
     assert "cannot write .xyz; use .png" in cli_error([*base, *mask, "--out", str(tmp_path / "r.xyz")], capsys)
-    assert "its output " + str(folder / "photo.png") + " is an input: pass another --out" in cli_error(
+    assert "its output " + str(folder / "photo.png") + " is the input file" in cli_error(
         [*base, *mask, "--out", str(folder / "photo.png")], capsys)
     assert "mask not found: nope.png" in cli_error(["lama", "nope.png", "--mask", "nope.png", "--weights", "synthetic"], capsys)
     assert "image not found: nope.png" in cli_error(["lama", "nope.png", *mask, "--weights", "synthetic"], capsys)

@@ -122,7 +122,8 @@ def test_rerun_removes_the_stale_masks_of_its_image_only(photo, tmp_path):
     assert run_cli(photo, out, "--point", "80,60", "--multimask")[0] == 0
     (out / "photo_object3_mask0.png").write_bytes(b"from an older run")
     (out / "photo_object1_object0_mask0.png").write_bytes(b"the mask of an image named photo_object1")
-    assert run_cli(photo, out, "--box", "10,20,120,100")[0] == 0
+    assert run_cli(photo, out, "--box", "10,20,120,100")[0] == 2  # its outputs exist: refused without the flag
+    assert run_cli(photo, out, "--box", "10,20,120,100", "--overwrite")[0] == 0
     check_outputs(out, photo, objects=1, masks_per_object=1)
     assert sorted(p.name for p in out.iterdir()) == [
         "photo_masks.json", "photo_object0_mask0.png", "photo_object1_object0_mask0.png", "photo_overlay.png"]

@@ -133,11 +133,13 @@ def test_drop_residual_on_a_block_that_adds_nothing_back_is_an_error():
 
 
 def test_json_path_is_checked_before_the_model_is_built(tmp_path, capsys):
-    missing = tmp_path / "nowhere" / "report.json"
+    (tmp_path / "file").write_text("")
+    missing = tmp_path / "file" / "report.json"
     argv = ["resnet18", "--weights", str(tmp_path / "missing.safetensors"), "--size", "32"]
     assert validate_main([*argv, "--json", str(missing)]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: --json {missing}: folder {missing.parent} does not exist; create it or pass another path"]
+        f"error: --json {missing}: its folder {missing.parent} cannot be created: {missing.parent} is a file: "
+        "pass a folder path"]
     assert validate_main([*argv, "--json", str(tmp_path)]) == 2
     assert f"error: --json {tmp_path} is a folder" in capsys.readouterr().err
 

@@ -1,9 +1,17 @@
-"""Output files, for the models and the CLIs alike: checked before any work, written whole or not at all."""
+"""Output files, for the models and the CLIs alike: checked before any work, written whole or not at all.
+
+The guard every writer goes through: an output that is an input (image, mask, weights, list file,
+by resolved path or hard link) is refused whatever the flags; an existing output is replaced only
+with an explicit flag (``--overwrite`` / ``--exist-ok``, ``overwrite=True``); output folders are
+created and proved writable before the model loads; default run folders increment as ultralytics'
+(``runs/detect/predict``, ``predict2`` ...); files are written to a temporary name and renamed.
+"""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from PIL import Image
 
@@ -33,22 +41,122 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     return path
 
 
-def check_output_file(path: str | Path, what: str) -> Path:
-    """Fail now, before any work, when ``path`` cannot become a file: it is a folder, or its folder is missing."""
+def _resolved(path: str | Path) -> Path:
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop: compare as written
+        return Path(os.path.abspath(path))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """One file under two names: the same resolved path, or hard links of one inode."""
+    if _resolved(a) == _resolved(b):
+        return True
+    try:
+        return a.is_file() and b.is_file() and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _input_suffixes() -> tuple[str, ...]:
+    from .sources import IMAGE_SUFFIXES, LIST_SUFFIXES, VIDEO_SUFFIXES  # sources imports this module
+
+    return IMAGE_SUFFIXES + VIDEO_SUFFIXES + LIST_SUFFIXES
+
+
+def refuse_inputs(path: str | Path, inputs: Iterable, what: str) -> Path:
+    """ZooError when writing ``path`` could touch an input: it is one (same resolved path or a hard
+    link of it: image, mask, weights, list file), it is an input folder, or it is an existing image,
+    video or list file inside an input folder. No flag lifts this: inputs are never replaced."""
+    path = Path(path)
+    for given in inputs:
+        if given is None or not isinstance(given, (str, os.PathLike)):
+            continue  # arrays, PIL images, camera numbers: nothing on disk to protect
+        given = Path(given)
+        if _same_file(path, given):
+            kind = "folder" if given.is_dir() else "file"
+            raise ZooError(f"{what} {path} is the input {kind} {given}: pass another output path")
+        if given.is_dir() and path.is_file() and path.suffix.lower() in _input_suffixes():
+            if _resolved(given) in _resolved(path).parents:
+                raise ZooError(f"{what} {path} is a file of the input folder {given}: pass an output path "
+                               "outside it")
+    return path
+
+
+def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str = "--overwrite") -> Path:
+    """ZooError when ``path`` exists and ``overwrite`` was not asked for (``flag`` names how to ask)."""
     path = Path(path)
     if path.is_dir():
         raise ZooError(f"{what} {path} is a folder: pass a file path")
-    if not path.parent.is_dir():
-        raise ZooError(f"{what} {path}: folder {path.parent} does not exist; create it or pass another path")
+    if path.exists() and not overwrite:
+        raise ZooError(f"{what} {path} exists: pass {flag} to replace it, or another path")
     return path
 
 
-def check_output_folder(path: str | Path, what: str) -> Path:
-    """Fail now, before any work, when ``path`` exists but is not a folder (it is created later)."""
-    path = Path(path)
+def check_output_file(path: str | Path, what: str, inputs: Iterable = (), overwrite: bool = False,
+                      flag: str = "--overwrite") -> Path:
+    """Fail now, before any work, when ``path`` cannot become a new file: it is an input or a folder,
+    it exists (without ``overwrite``), or its folder cannot be created or written."""
+    path = refuse_inputs(path, inputs, what)
+    check_new_file(path, what, overwrite, flag)
+    make_output_folder(path.parent, f"{what} {path}: its folder")
+    return path
+
+
+def check_output_folder(path: str | Path, what: str, inputs: Iterable = ()) -> Path:
+    """Fail now, before any work, when ``path`` cannot be an output folder: it is an input, or it
+    exists and is not a folder (it is created by make_output_folder)."""
+    path = refuse_inputs(path, inputs, what)
     if path.exists() and not path.is_dir():
         raise ZooError(f"{what} {path} exists and is not a folder: pass a folder")
     return path
+
+
+# folders this process created for its outputs; a run that fails removes those left empty
+_created_folders: list[Path] = []
+
+
+def make_output_folder(path: str | Path, what: str) -> Path:
+    """Create ``path`` (and its parents) and prove it writable by writing a probe file there: an
+    unwritable output is found before the model loads, not after the work. One-line ZooError."""
+    path = Path(path)
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise ZooError(f"{what} {path} cannot be created: {blocking} is a file: pass a folder path")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ZooError(f"{what} {path} cannot be created ({e.strerror or e}): pass a folder you can write") from None
+    _created_folders.extend(reversed(missing))
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".zoo-write-test-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ZooError(f"{what} {path} is not writable ({e.strerror or e}): pass a folder you can write") from None
+    return path
+
+
+def remove_created_folders() -> None:
+    """Remove the output folders this process created and left empty (after a failed run: nothing written)."""
+    while _created_folders:
+        folder = _created_folders.pop()  # deepest first
+        try:
+            folder.rmdir()
+        except OSError:
+            pass  # not empty (or gone): keep it
+
+
+def increment_path(path: str | Path, exist_ok: bool = False) -> Path:
+    """ultralytics' run folders: ``path`` if free (or ``exist_ok``), else path2, path3 ... the first free one."""
+    path = Path(path)
+    if exist_ok or not path.exists():
+        return path
+    n = 2
+    while path.with_name(f"{path.name}{n}").exists():
+        n += 1
+    return path.with_name(f"{path.name}{n}")
 
 
 def writable_format(path: str | Path) -> str | None:

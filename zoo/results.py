@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import image_format, write_atomic
+from zoo.files import check_new_file, image_format, refuse_inputs, write_atomic
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
 PALETTE = [
@@ -41,11 +41,10 @@ def text_colour(background: tuple[int, int, int]) -> tuple[int, int, int]:
     return (0, 0, 0) if 0.299 * r + 0.587 * g + 0.114 * b > 150 else (255, 255, 255)
 
 
-def check_new(path: Path, overwrite: bool) -> Path:
-    if path.exists() and not overwrite:
-        raise ZooError(f"{path} exists: pass overwrite=True (--exist-ok on the command line) to replace it, "
-                       "or another name")
-    return path
+def check_new(path: Path, overwrite: bool, image_path: str | None) -> Path:
+    """The file a save writes: never the image the result came from, an existing file only with ``overwrite``."""
+    refuse_inputs(path, [image_path], "output")
+    return check_new_file(path, "output", overwrite, "overwrite=True (--exist-ok on the command line)")
 
 
 class Boxes:
@@ -236,7 +235,7 @@ class Results:
         """Write plot() to ``filename`` (default ``results_<image name>``); the format follows its suffix."""
         path = Path(filename or f"results_{Path(self.path or 'image.jpg').name}")
         fmt = image_format(path)  # before drawing: a bad suffix fails at once, in one line
-        check_new(path, overwrite)
+        check_new(path, overwrite, self.path)
         annotated = self.plot(pil=True, **plot_options)
         write_atomic(path, lambda tmp: annotated.save(tmp, format=fmt))
         return str(path)
@@ -246,7 +245,7 @@ class Results:
         path = Path(txt_file)
         lines = self.label_lines(save_conf)
         if lines:
-            check_new(path, overwrite)
+            check_new(path, overwrite, self.path)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(path, lambda tmp: tmp.write_text("".join(f"{s}\n" for s in lines)))
         return str(path)

@@ -57,9 +57,7 @@ def parse_args(argv):
         args.json = f"bench-{args.device or 'default'}-{stamp}.json"
     for flag, path in (("--json", args.json), ("--rows", args.rows)):
         if path is not None:
-            check_output_file(path, flag)
-            if os.path.exists(path) and not args.overwrite:
-                raise ZooError(f"{flag} {path} exists: pass --overwrite to replace it, or another path")
+            check_output_file(path, flag, overwrite=args.overwrite)
     models = []
     for m in (m.strip() for m in args.models.split(",") if m.strip()):
         expanded = ["mobilesam-encoder", "mobilesam-decoder"] if m == "mobilesam" else [m]

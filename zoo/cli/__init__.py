@@ -10,6 +10,7 @@ import sys
 
 from zoo.devices import DTYPES
 from zoo.errors import ZooError
+from zoo.files import remove_created_folders
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", help="checkpoint (.safetensors/.pt/.pth/.ckpt/.bin) or synthetic[:SEED]; default: the model's Hub weights")
@@ -44,6 +45,8 @@ def guarded(main):
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             code = 130
+        if code:
+            remove_created_folders()  # a failed run leaves no empty output folder behind
         return code
 
     return wrapper

@@ -16,6 +16,8 @@ def add_arguments(parser):
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--csv", metavar="PATH", help="also write the results as CSV, one row per image "
                         "(timm's columns: filename, index_0.., label_0.., prob_0..)")
+    parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
+                        help="replace --json/--csv files that exist (inputs are never replaced)")
 
 
 def check_arguments(args):
@@ -24,7 +26,8 @@ def check_arguments(args):
     args.files = [f for source in args.images for f in image_files(source)]
     for option in ("json", "csv"):
         if getattr(args, option):
-            check_output_file(getattr(args, option), f"--{option}")
+            check_output_file(getattr(args, option), f"--{option}", [*args.images, *args.files, args.weights],
+                              args.overwrite)
 
 
 def run(args, model) -> int:

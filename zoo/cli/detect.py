@@ -8,7 +8,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from zoo.errors import ZooError
-from zoo.files import check_output_folder, write_atomic, writable_format
+from zoo.files import (check_new_file, check_output_folder, increment_path, make_output_folder,
+                       refuse_inputs, write_atomic, writable_format)
 from zoo.images import image_files, load_image
 from zoo.weights.synthetic import parse_synthetic
 
@@ -23,7 +24,10 @@ def add_arguments(parser):
     parser.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                         help="inference size: one value or height width, rounded up to multiples of 32 "
                              "(default: the size the checkpoint was trained at, 640 for the official ones)")
-    parser.add_argument("--out", default="runs/detect", help="folder for annotated images and JSON (default runs/detect)")
+    parser.add_argument("--out", help="folder for annotated images and JSON (default: a new runs/detect/predict, "
+                        "predict2, ... as ultralytics)")
+    parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
+                        help="replace annotated images and JSON that exist in --out (inputs are never replaced)")
     parser.add_argument("--save-json", action="store_true", help="also write <out>/<image stem>.json, COCO-style")
 
 
@@ -40,7 +44,14 @@ def check_arguments(args):
         resolve_classes(args.classes, dict(enumerate(class_names())))
     args.files = [f for source in args.images for f in image_files(source)]
     args.names = output_names(args.files)
-    check_output_folder(args.out, "--out")
+    inputs = [*args.images, *args.files, args.weights]
+    if args.out is None:
+        args.out = increment_path("runs/detect/predict", exist_ok=args.overwrite)
+    out = check_output_folder(args.out, "--out", inputs)
+    for name in args.names:
+        for path in (out / name, *([out / f"{Path(name).stem}.json"] if args.save_json else [])):
+            check_new_file(refuse_inputs(path, inputs, "output"), "output", args.overwrite)
+    make_output_folder(out, "--out")
 
 
 def output_names(files: list[Path]) -> list[str]:
@@ -68,7 +79,6 @@ def run(args, model) -> int:
     options = prediction_options(model, args.conf, args.iou, args.classes, args.agnostic_nms, args.max_det,
                                  args.imgsz)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     done = skipped = 0
     files = args.files
     bar = tqdm(list(zip(files, args.names)), unit="image", file=sys.stderr, disable=len(files) < 2)
@@ -79,7 +89,7 @@ def run(args, model) -> int:
             tqdm.write(f"warning: skipping {path}: {e}", file=sys.stderr)
             skipped += 1
             continue
-        result.save(out / name, overwrite=True)
+        result.save(out / name, overwrite=args.overwrite)
         if args.save_json:
             write_atomic(out / f"{Path(name).stem}.json", lambda tmp: tmp.write_text(coco_json(result)))
         tqdm.write(f"{path.name}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)")

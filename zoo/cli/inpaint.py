@@ -22,7 +22,7 @@ import numpy as np
 from PIL import ExifTags, Image
 
 from zoo.errors import ZooError
-from zoo.files import check_output_folder, image_format, write_atomic
+from zoo.files import check_output_folder, image_format, make_output_folder, refuse_inputs, write_atomic
 from zoo.images import image_files, image_size, open_image, reading_errors
 
 # PNG and the other lossless formats keep the pixels outside the hole exact; GIF quantises to 256 colours.
@@ -103,14 +103,13 @@ def check_arguments(args) -> int | None:
 
     pairs = pair_masks(images, masks, mask_arg, fail, report_unused=bool(folders))
     outputs = output_paths(args, [image for image, _ in pairs])
-    protected = {p.resolve() for p in images} | mask_set
+    inputs = [*args.images, mask_arg, *images, *masks, args.weights]
     args.jobs, skipped, writers = [], [], {}
     for (image, mask), out in zip(pairs, outputs):
         key = out.resolve()
         try:
             fmt = image_format(out, f"{image}: output {out.name}")
-            if key in protected:
-                raise ZooError(f"{image}: its output {out} is an input: pass another --out")
+            refuse_inputs(out, inputs, f"{image}: its output")
             if key in writers:
                 raise ZooError(f"{image}: its output {out} is also {writers[key]}'s: rename one of them")
             writers[key] = image
@@ -134,6 +133,8 @@ def check_arguments(args) -> int | None:
     if not args.jobs:
         print(summary(0, args.skipped, args.failed, 0.0, args.out or outputs[0]), file=sys.stderr)
         return 1 if args.failed else 0
+    for folder in dict.fromkeys(job.out.parent for job in args.jobs):
+        make_output_folder(folder, "--out" if args.out else "output folder")
     return None
 
 
@@ -163,7 +164,7 @@ def output_paths(args, images: list[Path]) -> list[Path]:
         if not args.single:
             raise ZooError("several images need an output folder: pass --out DIR")
         return [images[0].with_name(f"{images[0].stem}_inpainted.png")]
-    check_output_folder(out, "--out")
+    check_output_folder(out, "--out", args.images)
     ext = f".{args.ext.lstrip('.')}" if args.ext else None
     return [out / f"{image.stem}{ext or image.suffix}" for image in images]
 
@@ -229,7 +230,6 @@ def run(args, model) -> int:
     from tqdm import tqdm
 
     start = time.perf_counter()
-    args.jobs[0].out.parent.mkdir(parents=True, exist_ok=True)  # the --out folder
     single = len(args.jobs) == 1
     bar = tqdm(args.jobs, desc="inpainting", unit="image", file=sys.stderr, disable=single)
     done = 0

@@ -18,7 +18,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from zoo.errors import ZooError
-from zoo.files import check_output_folder, write_atomic
+from zoo.files import (check_new_file, check_output_folder, increment_path, make_output_folder,
+                       refuse_inputs, write_atomic)
 from zoo.images import load_image
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
 
@@ -36,7 +37,10 @@ def add_arguments(parser):
                         help="box around the object in image pixels; repeat for several objects")
     parser.add_argument("--multimask", action="store_true",
                         help="three candidate masks per object instead of one (best for a single ambiguous point)")
-    parser.add_argument("--out", default="masks", metavar="DIR", help="output folder (default: masks)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="output folder (default: a new runs/segment/predict, predict2, ... as ultralytics)")
+    parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
+                        help="replace this image's masks, overlay and JSON that exist in --out (inputs are never replaced)")
 
 
 def prompts_of(points: list[str], boxes: list[str]) -> list[dict]:
@@ -60,7 +64,17 @@ def check_arguments(args):
     for prompt in prompts:
         coords, labels, box, _ = check_prompts(args.rgb.shape[:2], **prompt)
         args.prompts.append({"point_coords": coords, "point_labels": labels, "box": box})
-    check_output_folder(args.out, "--out")
+    inputs = [args.image, args.weights]
+    if args.out is None:
+        args.out = increment_path("runs/segment/predict", exist_ok=args.overwrite)
+    out = check_output_folder(args.out, "--out", inputs)
+    stem = Path(args.image).stem
+    fixed = (f"{stem}_overlay.png", f"{stem}_masks.json")
+    # this image's outputs, including masks of an earlier run with more objects (replaced or removed)
+    earlier = [p for p in out.iterdir() if p.name in fixed or is_mask_of(p.name, stem)] if out.is_dir() else []
+    for path in {*earlier, *(out / name for name in fixed)}:
+        check_new_file(refuse_inputs(path, inputs, "output"), "output", args.overwrite)
+    make_output_folder(out, "--out")
 
 
 def _save_png(image: Image.Image, path: Path) -> None:
@@ -68,14 +82,17 @@ def _save_png(image: Image.Image, path: Path) -> None:
 
 
 def remove_stale_masks(out: Path, stem: str, keep: set[str]) -> None:
-    """Delete the mask PNGs of ``stem`` that a previous run wrote and the new JSON does not list.
-
-    A regular expression, not a glob: photo_object*_mask*.png would also match the
-    masks of an image named photo_object1."""
-    pattern = re.compile(rf"{re.escape(stem)}_object\d+_mask\d+\.png")
+    """Delete the mask PNGs of ``stem`` that a previous run wrote and the new JSON does not list
+    (only with --overwrite: without it, check_arguments refused an --out holding them)."""
     for path in out.iterdir():
-        if pattern.fullmatch(path.name) and path.name not in keep:
+        if is_mask_of(path.name, stem) and path.name not in keep:
             path.unlink(missing_ok=True)
+
+
+def is_mask_of(name: str, stem: str) -> bool:
+    """A regular expression, not a glob: photo_object*_mask*.png would also match the
+    masks of an image named photo_object1."""
+    return re.fullmatch(rf"{re.escape(stem)}_object\d+_mask\d+\.png", name) is not None
 
 
 def mask_bbox(mask: np.ndarray) -> list[int] | None:
@@ -109,7 +126,6 @@ def overlay(rgb: np.ndarray, objects: list[dict]) -> Image.Image:
 
 def run(args, model) -> int:
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     stem = Path(args.image).stem
     predictor = model.predictor()
     predictor.set_image(args.rgb)  # the encoder runs once for every object below

@@ -55,11 +55,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seed", type=int, default=1234, help="seed of the random input")
     parser.add_argument("--show", choices=("all", "failures"), default="all", help="table rows to print")
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --json file if it exists")
     if hasattr(case, "add_arguments"):
         case.add_arguments(parser)
     args = parser.parse_args(argv)
     if args.json:
-        check_output_file(args.json, "--json")  # before the model is built
+        check_output_file(args.json, "--json", [args.weights], args.overwrite)  # before the model is built
     fault = parse_fault(args.inject)
     if args.seed < 0:
         raise ZooError(f"--seed {args.seed}: use a non-negative integer")
