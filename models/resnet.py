@@ -15,7 +15,7 @@ import numpy as np
 
 from zoo.compiled import CompiledForward
 from zoo.devices import as_model_input
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
 from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, Sequential
 
@@ -208,6 +208,8 @@ class ResNet(nn.Module):
         if not self.num_classes:
             raise ZooError("this model has no classifier head: load it with num_classes > 0 to predict classes")
         single = not isinstance(images, (list, tuple))
+        if not single and not images:
+            raise UsageError("no images given: pass an image (path, PIL image or array) or a non-empty list of them")
         batch = np.stack([self.preprocess_image(im) for im in ([images] if single else images)])
         probs = mx.softmax(self(batch).astype(mx.float32), axis=-1)
         probs = np.array(probs)

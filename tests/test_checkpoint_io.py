@@ -233,7 +233,7 @@ def test_unusable_paths_are_one_line_errors(tmp_path):
     (tmp_path / "noise.pt").write_bytes(bytes(range(256)) * 4)
     write_torch_zip(tmp_path / "empty.pt", {"epoch": 1})
     for name, reason in [("weights.onnx", "unknown weights format"), ("missing.pt", "no such file"),
-                         ("dir.pt", "not a file"), ("noise.pt", "cannot read"), ("empty.pt", "no weights")]:
+                         ("dir.pt", "is a folder"), ("noise.pt", "is not a PyTorch checkpoint"), ("empty.pt", "no weights")]:
         with pytest.raises(ZooError) as error:
             read_checkpoint(tmp_path / name)
         message = str(error.value)

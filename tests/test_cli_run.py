@@ -78,15 +78,14 @@ def test_no_network_without_weights_fails_fast(photo, tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path), "HF_ENDPOINT": "https://hub.invalid", "HOME": str(tmp_path)}
     proc = subprocess.run([sys.executable, "-m", "zoo.run", "resnet18", str(photo), "--device", "cpu"],
                           capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 2
+    assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "error: cannot reach the Hugging Face Hub to download timm/resnet18.tv_in1k/model.safetensors (no network): "
         "pass --weights PATH to a local checkpoint (or --weights synthetic for random test weights)"]
 
 
-def test_bad_dtype_and_device_choices(photo):
-    with pytest.raises(SystemExit):
-        main(["resnet18", str(photo), "--dtype", "float64"])
+def test_bad_dtype_and_device_choices(photo, capsys):
+    assert "argument --dtype: invalid choice: 'float64'" in cli_error(["resnet18", str(photo), "--dtype", "float64"], capsys)
 
 
 def test_write_atomic_never_leaves_half_a_file(tmp_path):

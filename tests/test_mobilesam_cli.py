@@ -109,9 +109,9 @@ def test_unreadable_image_and_bad_out(photo, tmp_path, capsys):
     bad = tmp_path / "bad.jpg"
     bad.write_text("not a jpeg")
     code, captured = run_cli(bad, tmp_path / "out", "--point", "1,1", capsys=capsys)
-    assert code == 2 and "error: cannot read" in captured.err and "not an image file" in captured.err
+    assert code == 1 and "error: cannot read" in captured.err and "not an image file" in captured.err
     code, captured = run_cli(tmp_path / "missing.png", tmp_path / "out", "--point", "1,1", capsys=capsys)
-    assert code == 2 and "error: image not found" in captured.err
+    assert code == 1 and "error: image not found" in captured.err
     (tmp_path / "file").write_text("")
     code, captured = run_cli(photo, tmp_path / "file", "--point", "1,1", capsys=capsys)
     assert code == 2 and "exists and is not a folder" in captured.err

@@ -136,7 +136,7 @@ def test_json_path_is_checked_before_the_model_is_built(tmp_path, capsys):
     (tmp_path / "file").write_text("")
     missing = tmp_path / "file" / "report.json"
     argv = ["resnet18", "--weights", str(tmp_path / "missing.safetensors"), "--size", "32"]
-    assert validate_main([*argv, "--json", str(missing)]) == 2
+    assert validate_main([*argv, "--json", str(missing)]) == 1
     assert capsys.readouterr().err.strip().splitlines() == [
         f"error: --json {missing}: its folder {missing.parent} cannot be created: {missing.parent} is a file: "
         "pass a folder path"]

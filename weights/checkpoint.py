@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -41,14 +42,21 @@ def read_checkpoint_with_meta(path) -> tuple[dict[str, np.ndarray], dict]:
     """
     path = Path(path)
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise ZooError(f"{path} is a folder: pass the weights file in it (.safetensors, .pt, .pth or .ckpt)")
     if suffix not in (".safetensors", *_TORCH_SUFFIXES):
         raise ZooError(f"{path}: unknown weights format {path.suffix or 'without a suffix'}; {_FIX}")
     if not path.exists():
         raise ZooError(f"{path}: no such file; {_FIX}")
     if not path.is_file():
         raise ZooError(f"{path}: not a file; {_FIX}")
+    if path.stat().st_size == 0:
+        raise ZooError(f"{path} is empty (0 bytes): re-download it")
     if suffix == ".safetensors":
         return _read_safetensors(path)
+    if not _is_torch_save(path):
+        raise ZooError(f"{path} is not a PyTorch checkpoint (neither a zip archive nor a pickle): "
+                       "re-download it or pass the model's .pt or .safetensors file")
     tree = load_torch_file(path)
     try:
         return state_dict_from(tree), _torch_metadata(tree)
@@ -57,6 +65,12 @@ def read_checkpoint_with_meta(path) -> tuple[dict[str, np.ndarray], dict]:
     except RecursionError:  # a pickle can make a dict that contains itself
         raise ZooError(f"{path}: its object tree is cyclic or nested too deeply; re-download it "
                        "or convert it to .safetensors") from None
+
+
+def _is_torch_save(path: Path) -> bool:
+    """torch.save writes a zip archive (torch >= 1.6) or pickles starting with the PROTO opcode (0x80)."""
+    with open(path, "rb") as file:
+        return file.read(1) == b"\x80" or zipfile.is_zipfile(file)
 
 
 def _torch_metadata(tree) -> dict:

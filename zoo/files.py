@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 from PIL import Image
 
-from .errors import ZooError
+from .errors import UsageError, ZooError
 
 
 def temporary_path(path: Path) -> Path:
@@ -75,10 +75,10 @@ def refuse_inputs(path: str | Path, inputs: Iterable, what: str) -> Path:
         given = Path(given)
         if _same_file(path, given):
             kind = "folder" if given.is_dir() else "file"
-            raise ZooError(f"{what} {path} is the input {kind} {given}: pass another output path")
+            raise UsageError(f"{what} {path} is the input {kind} {given}: pass another output path")
         if given.is_dir() and path.is_file() and path.suffix.lower() in _input_suffixes():
             if _resolved(given) in _resolved(path).parents:
-                raise ZooError(f"{what} {path} is a file of the input folder {given}: pass an output path "
+                raise UsageError(f"{what} {path} is a file of the input folder {given}: pass an output path "
                                "outside it")
     return path
 
@@ -87,9 +87,9 @@ def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str = "--
     """ZooError when ``path`` exists and ``overwrite`` was not asked for (``flag`` names how to ask)."""
     path = Path(path)
     if path.is_dir():
-        raise ZooError(f"{what} {path} is a folder: pass a file path")
+        raise UsageError(f"{what} {path} is a folder: pass a file path")
     if path.exists() and not overwrite:
-        raise ZooError(f"{what} {path} exists: pass {flag} to replace it, or another path")
+        raise UsageError(f"{what} {path} exists: pass {flag} to replace it, or another path")
     return path
 
 
@@ -108,7 +108,7 @@ def check_output_folder(path: str | Path, what: str, inputs: Iterable = ()) -> P
     exists and is not a folder (it is created by make_output_folder)."""
     path = refuse_inputs(path, inputs, what)
     if path.exists() and not path.is_dir():
-        raise ZooError(f"{what} {path} exists and is not a folder: pass a folder")
+        raise UsageError(f"{what} {path} exists and is not a folder: pass a folder")
     return path
 
 

@@ -24,6 +24,8 @@ def reading_errors(path: Path):
         raise ZooError(f"image not found: {path}")
     if path.is_dir():
         raise ZooError(f"{path} is a directory, not an image file")
+    if path.stat().st_size == 0:
+        raise ZooError(f"cannot read {path}: the file is empty (0 bytes)")
     try:
         yield
     except UnidentifiedImageError:

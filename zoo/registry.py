@@ -24,7 +24,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import devices
-from .errors import ZooError
+from .errors import UsageError, ZooError
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -80,7 +80,7 @@ def list_models(filter: str | list[str] = "", task: str | None = None) -> list[s
 def get_spec(name: str) -> ModelSpec:
     spec = REGISTRY.get(ALIASES.get(name, name))
     if spec is None:
-        raise ZooError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
+        raise UsageError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
     # the family's own name keeps its name: the variant then comes from the weights (checkpoint_spec)
     return replace(spec, name=name) if name == spec.family and name not in REGISTRY else spec
 
@@ -134,7 +134,7 @@ def check_options(spec: ModelSpec, options: dict) -> None:
     known = list(inspect.signature(family(spec).build).parameters)[1:]
     unknown = sorted(set(options) - set(known))
     if unknown:
-        raise ZooError(f"{spec.name} takes no option {', '.join(unknown)}: "
+        raise UsageError(f"{spec.name} takes no option {', '.join(unknown)}: "
                        f"{'its options are ' + ', '.join(known) if known else 'it has no options'}")
 
 

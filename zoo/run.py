@@ -1,19 +1,18 @@
 """python -m zoo.run MODEL INPUT... [options]: run a model on images."""
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 
 from zoo import devices, registry
-from zoo.cli import add_model_arguments, guarded, model_name_from
+from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
 
 
 @guarded
 def main(argv: list[str]) -> int:
     spec = registry.get_spec(model_name_from(argv, "python -m zoo.run"))
     task = importlib.import_module(f"zoo.cli.{spec.task}")
-    parser = argparse.ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}")
+    parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}")
     parser.add_argument("model", help=", ".join(registry.list_models()))
     add_model_arguments(parser)
     task.add_arguments(parser)

@@ -16,7 +16,7 @@ import mlx.core as mx
 import numpy as np
 from PIL import Image
 
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
 from zoo.images import load_image
 
 
@@ -65,47 +65,47 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
     """
     height, width = image_size
     if point_coords is None and point_labels is None and box is None and mask_input is None:
-        raise ZooError("empty prompt: give points (point_coords + point_labels), a box, or a mask_input")
+        raise UsageError("empty prompt: give points (point_coords + point_labels), a box, or a mask_input")
     if (point_coords is None) != (point_labels is None):
-        raise ZooError("point_coords and point_labels go together: give both (labels 1 = foreground, 0 = background)")
+        raise UsageError("point_coords and point_labels go together: give both (labels 1 = foreground, 0 = background)")
     coords = labels = None
     if point_coords is not None:
         coords = _float_array("point_coords", point_coords)
         labels = np.asarray(point_labels)
         if coords.ndim != 2 or coords.shape[1] != 2 or coords.shape[0] == 0:
-            raise ZooError(f"point_coords has shape {coords.shape}: expected (N, 2) (x, y) pixels with N >= 1")
+            raise UsageError(f"point_coords has shape {coords.shape}: expected (N, 2) (x, y) pixels with N >= 1")
         if labels.shape != (coords.shape[0],):
-            raise ZooError(f"point_labels has shape {labels.shape}: expected ({coords.shape[0]},), one label per point")
+            raise UsageError(f"point_labels has shape {labels.shape}: expected ({coords.shape[0]},), one label per point")
         bad = [v for v in labels.ravel().tolist() if isinstance(v, str) or v not in (0, 1)]
         if bad:
             shown = f"{bad[0]:g}" if isinstance(bad[0], (int, float)) else repr(bad[0])
-            raise ZooError(f"point label {shown} is not allowed: use 1 (foreground) or 0 (background)")
+            raise UsageError(f"point label {shown} is not allowed: use 1 (foreground) or 0 (background)")
         labels = labels.astype(np.int32)
         for x, y in coords:
             if not (0 <= x < width and 0 <= y < height):
-                raise ZooError(f"point ({x:g}, {y:g}) is outside the {width}x{height} image: "
+                raise UsageError(f"point ({x:g}, {y:g}) is outside the {width}x{height} image: "
                                f"x must be in [0, {width}) and y in [0, {height})")
     if box is not None:
         box = _float_array("box", box)
         if box.shape not in ((4,), (1, 4)):
-            raise ZooError(f"box has shape {box.shape}: expected (4,) as x1, y1, x2, y2 pixels")
+            raise UsageError(f"box has shape {box.shape}: expected (4,) as x1, y1, x2, y2 pixels")
         box = box.reshape(4)
         x1, y1, x2, y2 = box
         if x2 < x1 or y2 < y1:
-            raise ZooError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) has x2 < x1 or y2 < y1: "
+            raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) has x2 < x1 or y2 < y1: "
                            "give the top-left corner first (x1, y1, x2, y2)")
         if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
-            raise ZooError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) reaches outside the {width}x{height} image: "
+            raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) reaches outside the {width}x{height} image: "
                            f"keep 0 <= x <= {width} and 0 <= y <= {height}")
     if mask_input is not None:
         mask_input = np.asarray(mask_input)
         expected = (1, *mask_input_size)
         if mask_input.shape != expected or mask_input.dtype.kind not in "fiub":
-            raise ZooError(f"mask_input has shape {mask_input.shape} ({mask_input.dtype}): expected {expected} "
+            raise UsageError(f"mask_input has shape {mask_input.shape} ({mask_input.dtype}): expected {expected} "
                            "low-res logits, e.g. low_res[i:i+1] from a previous predict")
         mask_input = mask_input.astype(np.float32)
         if not np.isfinite(mask_input).all():
-            raise ZooError("mask_input contains NaN or infinity: pass finite low-res logits")
+            raise UsageError("mask_input contains NaN or infinity: pass finite low-res logits")
     return coords, labels, box, mask_input
 
 
@@ -161,7 +161,7 @@ def _numbers(text: str, what: str, counts: tuple[int, ...], form: str) -> list[f
     except ValueError:
         values = []
     if len(values) not in counts or not np.isfinite(values).all():
-        raise ZooError(f"{what} {text!r} is not {form}: give numbers separated by commas, e.g. {PROMPT_EXAMPLES[what]}")
+        raise UsageError(f"{what} {text!r} is not {form}: give numbers separated by commas, e.g. {PROMPT_EXAMPLES[what]}")
     return values
 
 

@@ -9,7 +9,7 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
 from zoo.kernels import nms
 from zoo.kernels.nms import MAX_BOXES as MAX_NMS
 
@@ -24,9 +24,9 @@ def check_imgsz(imgsz) -> tuple[int, int]:
     """(height, width) from an int or a pair, each rounded up to a multiple of 32 (with a warning), like ultralytics."""
     sides = (imgsz, imgsz) if isinstance(imgsz, (int, np.integer)) else tuple(imgsz)
     if len(sides) != 2 or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in sides):
-        raise ZooError(f"bad imgsz {imgsz!r}: give one integer (square) or two (height, width)")
+        raise UsageError(f"bad imgsz {imgsz!r}: give one integer (square) or two (height, width)")
     if min(sides) < 1 or max(sides) > MAX_IMGSZ:
-        raise ZooError(f"imgsz {imgsz!r} must be from 1 to {MAX_IMGSZ}: use e.g. 640")
+        raise UsageError(f"imgsz {imgsz!r} must be from 1 to {MAX_IMGSZ}: use e.g. 640")
     rounded = tuple(int(math.ceil(s / STRIDE) * STRIDE) for s in sides)
     if rounded != tuple(int(s) for s in sides):
         shown = rounded[0] if isinstance(imgsz, (int, np.integer)) else list(rounded)
@@ -37,9 +37,9 @@ def check_imgsz(imgsz) -> tuple[int, int]:
 def check_thresholds(conf: float, iou: float, max_det: int) -> None:
     for name, value in (("conf", conf), ("iou", iou)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
-            raise ZooError(f"{name} {value!r} is outside [0, 1]: pass a value from 0 to 1")
+            raise UsageError(f"{name} {value!r} is outside [0, 1]: pass a value from 0 to 1")
     if isinstance(max_det, bool) or not isinstance(max_det, (int, np.integer)) or max_det < 1:
-        raise ZooError(f"max_det {max_det!r} must be a positive integer: use e.g. 300")
+        raise UsageError(f"max_det {max_det!r} must be a positive integer: use e.g. 300")
 
 
 def letterbox_batch(images: list[np.ndarray], shape: tuple[int, int]) -> np.ndarray:
@@ -189,6 +189,6 @@ def resolve_classes(classes, names: dict[int, str]) -> list[int] | None:
         else:
             unknown.append(repr(item))
     if unknown or not ids:
-        raise ZooError(f"unknown classes {', '.join(unknown) or '(none given)'}: use names or ids 0-{len(names) - 1} "
+        raise UsageError(f"unknown classes {', '.join(unknown) or '(none given)'}: use names or ids 0-{len(names) - 1} "
                        f"of {', '.join(names.values())}")
     return sorted(set(ids))

@@ -7,46 +7,109 @@ from __future__ import annotations
 
 import argparse
 import sys
+from contextlib import contextmanager
 
 from zoo.devices import DTYPES
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
 from zoo.files import remove_created_folders
+
+# exit codes: a command line that cannot work as written, as argparse; a problem met while running
+EXIT_USAGE, EXIT_RUNTIME = 2, 1
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose mistakes are one ``error:`` line (exit 2), not a usage block and a second line."""
+
+    def error(self, message: str):
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--weights", help="checkpoint (.safetensors/.pt/.pth/.ckpt/.bin) or synthetic[:SEED]; default: the model's Hub weights")
     parser.add_argument("--device", choices=("gpu", "cpu"), help="default: the GPU when MLX has one")
     parser.add_argument("--dtype", choices=tuple(DTYPES), default="float32")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
 
 def model_name_from(argv: list[str], prog: str) -> str:
     """The MODEL positional, wherever it stands: it decides which options the task has."""
-    peek = argparse.ArgumentParser(prog=prog, add_help=False)
+    peek = ArgumentParser(prog=prog, add_help=False)
     add_model_arguments(peek)
     peek.add_argument("model", nargs="?")
     known, _ = peek.parse_known_args(argv)
     if known.model is not None:
         return known.model
     if any(a in ("-h", "--help") for a in argv):
-        from zoo.registry import list_models
-
-        print(f"usage: {prog} MODEL [options]   (MODEL: {', '.join(list_models())})")
+        print(general_help(prog))
         sys.exit(0)
-    raise ZooError(f"no model given: usage {prog} MODEL ...")
+    raise UsageError(f"no model given: usage {prog} MODEL ... (see {prog} --help)")
+
+
+def general_help(prog: str) -> str:
+    """``--help`` without a model: the models with their aliases, the common options, each task's options."""
+    import importlib
+
+    from zoo.registry import ALIASES, REGISTRY
+
+    parser = ArgumentParser(prog=prog, usage=f"{prog} MODEL INPUT... [options]",
+                            description="Run a model; MODEL --help shows one task's options in full.")
+    aliases = {}
+    for alias, name in ALIASES.items():
+        aliases.setdefault(name, []).append(alias)
+    models = ", ".join(name + (f" ({', '.join(aliases[name])})" if name in aliases else "") for name in REGISTRY)
+    parser.add_argument("model", metavar="MODEL", help=models)
+    add_model_arguments(parser)
+    lines = [parser.format_help(), "task options:"]
+    tasks = dict.fromkeys(spec.task for spec in REGISTRY.values())
+    for task in tasks:
+        names = [name for name, spec in REGISTRY.items() if spec.task == task]
+        task_parser = ArgumentParser(prog=f"{prog} {names[0]}", add_help=False)
+        importlib.import_module(f"zoo.cli.{task}").add_arguments(task_parser)
+        usage = task_parser.format_usage().removeprefix("usage: ").strip()
+        lines.append(f"  {task} ({', '.join(names)}):\n    {' '.join(usage.split())}")
+    return "\n".join(lines)
 
 
 def guarded(main):
-    """Run a CLI entry point; expected errors print one line and exit 2, no traceback."""
+    """Run a CLI entry point: an error is one ``error:`` line and exit 2 (usage) or 1 (runtime), no
+    traceback unless --debug; a failed run leaves no empty output folder behind."""
     def wrapper(argv=None):
+        argv = sys.argv[1:] if argv is None else argv
+        debug = "--debug" in argv
         try:
-            code = main(sys.argv[1:] if argv is None else argv)
+            code = main(argv)
         except ZooError as e:
-            print(f"error: {e}", file=sys.stderr)
-            code = 2
+            if debug:
+                raise
+            print(f"error: {one_line(e)}", file=sys.stderr)
+            code = EXIT_USAGE if isinstance(e, UsageError) else EXIT_RUNTIME
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             code = 130
+        except Exception as e:  # a bug, not a bad input: still one line, the traceback on request
+            if debug:
+                raise
+            print(f"error: internal error ({type(e).__name__}: {one_line(e)}): rerun with --debug for the traceback "
+                  "and report it", file=sys.stderr)
+            code = EXIT_RUNTIME
         if code:
             remove_created_folders()  # a failed run leaves no empty output folder behind
         return code
 
     return wrapper
+
+
+@contextmanager
+def usage_errors():
+    """Checks of the command line's values that are not usage errors of their own (e.g. a case's
+    option checks, shared with library callers): their ZooErrors become UsageErrors (exit 2)."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except ZooError as e:
+        raise UsageError(str(e)) from None
+
+
+def one_line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__

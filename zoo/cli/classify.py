@@ -5,7 +5,7 @@ import csv
 import json
 import sys
 
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
 from zoo.files import check_output_file, write_atomic
 from zoo.images import image_files
 
@@ -22,7 +22,7 @@ def add_arguments(parser):
 
 def check_arguments(args):
     if args.top_k < 1 or args.top_k > 1000:
-        raise ZooError(f"--top-k {args.top_k} is out of range: use 1 to 1000")
+        raise UsageError(f"--top-k {args.top_k} is out of range: use 1 to 1000")
     args.files = [f for source in args.images for f in image_files(source)]
     for option in ("json", "csv"):
         if getattr(args, option):

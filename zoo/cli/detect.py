@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
 from zoo.files import (check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, write_atomic, writable_format)
 from zoo.images import image_files, load_image
@@ -37,7 +37,7 @@ def check_arguments(args):
     check_thresholds(args.conf, args.iou, args.max_det)
     if args.imgsz is not None:
         if len(args.imgsz) > 2:
-            raise ZooError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
+            raise UsageError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
         args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
     if args.classes is not None and (args.weights is None or parse_synthetic(str(args.weights)) is not None):
         # default and synthetic weights carry the COCO names: check now, before any download

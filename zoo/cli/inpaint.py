@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 from PIL import ExifTags, Image
 
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
 from zoo.files import check_output_folder, image_format, make_output_folder, refuse_inputs, write_atomic
 from zoo.images import image_files, image_size, open_image, reading_errors
 
@@ -121,6 +121,8 @@ def check_arguments(args) -> int | None:
             check_files(image, mask, args)
             args.jobs.append(Job(image, mask, out, fmt))
         except ZooError as e:
+            if args.single:
+                raise  # as it is: a usage error keeps its exit code
             fail(str(e))
     args.skipped = len(skipped)
     lossy = sorted({job.out.suffix for job in args.jobs if job.out.suffix.lower() in LOSSY_SUFFIXES})
@@ -144,11 +146,11 @@ def check_options(args) -> None:
     for option, low, high in (("quality", 1, 100), ("mask_threshold", 1, 255), ("dilate", 0, 10_000)):
         value = getattr(args, option)
         if not low <= value <= high:
-            raise ZooError(f"--{option.replace('_', '-')} {value}: use {low} to {high}")
+            raise UsageError(f"--{option.replace('_', '-')} {value}: use {low} to {high}")
     if args.crop_trigger_size < 1:
-        raise ZooError(f"--crop-trigger-size {args.crop_trigger_size}: use a positive number of pixels")
+        raise UsageError(f"--crop-trigger-size {args.crop_trigger_size}: use a positive number of pixels")
     if args.max_megapixels is not None and args.max_megapixels <= 0:
-        raise ZooError(f"--max-megapixels {args.max_megapixels:g}: use a positive number")
+        raise UsageError(f"--max-megapixels {args.max_megapixels:g}: use a positive number")
     plan_passes(np.zeros((1, 1), bool), args.hd_strategy, args.resize_limit, args.crop_margin, args.crop_trigger_size)
 
 
@@ -158,11 +160,11 @@ def output_paths(args, images: list[Path]) -> list[Path]:
     out = Path(args.out) if args.out else None
     if out is not None and args.single and out.suffix and not out.is_dir():
         if args.ext:
-            raise ZooError(f"--ext {args.ext} names the outputs in a folder: give --out a folder")
+            raise UsageError(f"--ext {args.ext} names the outputs in a folder: give --out a folder")
         return [out]
     if out is None:
         if not args.single:
-            raise ZooError("several images need an output folder: pass --out DIR")
+            raise UsageError("several images need an output folder: pass --out DIR")
         return [images[0].with_name(f"{images[0].stem}_inpainted.png")]
     check_output_folder(out, "--out", args.images)
     ext = f".{args.ext.lstrip('.')}" if args.ext else None

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, ImageDraw
 
-from zoo.errors import ZooError
+from zoo.errors import UsageError
 from zoo.files import (check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, write_atomic)
 from zoo.images import load_image
@@ -46,9 +46,9 @@ def add_arguments(parser):
 def prompts_of(points: list[str], boxes: list[str]) -> list[dict]:
     """The objects to segment, as given: [{"point_coords", "point_labels", "box"}, ...]."""
     if not points and not boxes:
-        raise ZooError("no prompt: give at least one --point X,Y[,LABEL] or --box X1,Y1,X2,Y2")
+        raise UsageError("no prompt: give at least one --point X,Y[,LABEL] or --box X1,Y1,X2,Y2")
     if points and len(boxes) > 1:
-        raise ZooError("--point with several --box is ambiguous: give the points with one box, "
+        raise UsageError("--point with several --box is ambiguous: give the points with one box, "
                        "or several boxes without points (one object per box)")
     parsed = [parse_point(p) for p in points]
     coords = np.array([p[:2] for p in parsed]) if parsed else None

@@ -1,13 +1,12 @@
 """python -m zoo.validate MODEL: per-layer parity of the MLX model against the numpy reference."""
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 
 from zoo import devices, registry
-from zoo.cli import add_model_arguments, guarded, model_name_from
+from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, usage_errors
 from zoo.files import check_output_file, write_atomic
 from zoo.errors import ZooError
 from zoo.validate import engine
@@ -46,7 +45,7 @@ def summary(report: engine.ModeReport) -> str:
 def main(argv: list[str]) -> int:
     spec = registry.get_spec(model_name_from(argv, "python -m zoo.validate"))
     case = engine.case_module(spec.family)
-    parser = argparse.ArgumentParser(prog="python -m zoo.validate", description=__doc__)
+    parser = ArgumentParser(prog="python -m zoo.validate", description=__doc__)
     parser.add_argument("model")
     add_model_arguments(parser)
     parser.add_argument("--mode", choices=("both", *engine.MODES), default="both")
@@ -61,10 +60,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.json:
         check_output_file(args.json, "--json", [args.weights], args.overwrite)  # before the model is built
-    fault = parse_fault(args.inject)
-    if args.seed < 0:
-        raise ZooError(f"--seed {args.seed}: use a non-negative integer")
-    inputs = case.make_inputs(spec, args)  # bad case options fail before the weights are read
+    with usage_errors():
+        fault = parse_fault(args.inject)
+        if args.seed < 0:
+            raise ZooError(f"--seed {args.seed}: use a non-negative integer")
+        inputs = case.make_inputs(spec, args)  # bad case options fail before the weights are read
 
     devices.use(args.device)
     weights = registry.read_weights(spec, args.weights, offline_fallback=True)

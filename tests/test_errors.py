@@ -1,0 +1,159 @@
+"""docs/errors.md, row by row: every bad input listed there gives exactly its one `error:` line,
+its exit code (2 usage, 1 runtime) or exception, no traceback, and writes nothing.
+
+The table is the test's input: a row is run as written (in a folder of the files named below), so
+a row added without a working command fails here, and a message changed in the code but not in the
+docs fails too.
+"""
+import hashlib
+import io
+import re
+import shlex
+from contextlib import redirect_stderr
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import zoo
+import zoo.models.lama
+from conftest import synthetic_checkpoint
+from zoo.errors import ZooError
+
+ERRORS_MD = Path(__file__).parent.parent / "docs" / "errors.md"
+ROW = re.compile(r"^\| *(E\d+) *\| *(.+?) *\| *`(.+?)` *\| *(.+?) *\| *`(.+)` *\|$")
+
+
+def table(section: str) -> list[tuple]:
+    """The rows of one table of docs/errors.md: (id, input, command, outcome, message)."""
+    text = ERRORS_MD.read_text().split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    return [ROW.match(line).groups() for line in text.splitlines() if line.startswith("| E")]
+
+
+def tree(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Path:
+    """The files the table's commands name."""
+    root = tmp_path_factory.mktemp("errors")
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(root / "ok.jpg")
+    (root / "imgs").mkdir()
+    Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(root / "imgs" / "a.jpg")
+    mask = np.zeros((48, 64), np.uint8)
+    mask[10:30, 20:40] = 255
+    Image.fromarray(mask).save(root / "mask.png")
+    (root / "zero.jpg").write_bytes(b"")
+    (root / "zero.pt").write_bytes(b"")
+    (root / "text.jpg").write_text("hello, not a picture\n")
+    jpeg = (root / "ok.jpg").read_bytes()
+    (root / "trunc.jpg").write_bytes(jpeg[: len(jpeg) // 2])
+    (root / "junk.pt").write_bytes(np.random.default_rng(1).integers(0, 256, 300, dtype=np.uint8).tobytes())
+    (root / "old.json").write_text("{}\n")
+    synthetic_checkpoint("yolov8n", root / "yolo.safetensors")
+    return root
+
+
+def run_row(command: str) -> tuple[str, str]:
+    """(outcome, stderr): 'exit N' for a command line, the exception's class name for a Python call."""
+    if command.startswith("python -m "):
+        from zoo.cli.validate import main as validate_main
+        from zoo.run import main as run_main
+
+        argv = shlex.split(command)[2:]
+        main = {"zoo.run": run_main, "zoo.validate": validate_main}[argv[0]]
+        err = io.StringIO()
+        with redirect_stderr(err):
+            code = main(argv[1:])
+        return f"exit {code}", err.getvalue()
+    try:
+        eval(command, {"zoo": zoo, "np": np})
+    except ZooError as e:
+        return type(e).__name__, f"error: {e}\n"
+    return "no error", ""
+
+
+@pytest.mark.parametrize("row", table("Refused"), ids=lambda row: row[0])
+def test_each_row_gives_its_one_line(files, monkeypatch, row):
+    _, _, command, outcome, message = row
+    monkeypatch.chdir(files)
+    before = tree(files)
+    got, err = run_row(command)
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in err
+    assert (got, errors) == (outcome, [f"error: {message}"])
+    assert tree(files) == before  # nothing written, nothing created
+
+
+def test_rows_are_numbered_once():
+    ids = [row[0] for section in ("Refused", "Converted") for row in table_rows(section)]
+    assert len(ids) == len(set(ids)) and len(table("Refused")) == len(table_rows("Refused")) > 30
+
+
+def test_converted_inputs(tmp_path, capsys):
+    """docs/errors.md's Converted table: each mode becomes RGB uint8 by its rule, and a run over all exits 0."""
+    from zoo.images import load_image
+    from zoo.run import main
+
+    folder = tmp_path / "converted"
+    folder.mkdir()
+    rng = np.random.default_rng(2)
+    rgb = rng.integers(0, 256, (12, 16, 3), dtype=np.uint8)
+    grey16 = rng.integers(0, 65536, (12, 16), dtype=np.uint16)
+    Image.fromarray(grey16).save(folder / "c1.png")
+    Image.fromarray(rgb).convert("CMYK").save(folder / "c2.jpg", quality=100)
+    Image.fromarray(rgb).quantize(16).save(folder / "c3.png")
+    Image.fromarray(rgb[..., 0]).save(folder / "c4.png")
+    alpha = np.where(rng.random((12, 16)) < 0.5, 0, 255).astype(np.uint8)
+    Image.fromarray(np.dstack([rgb, alpha])).save(folder / "c5.png")
+    Image.fromarray(np.dstack([rgb[..., 1], alpha]), "LA").save(folder / "c6.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(rgb).save(folder / "c7.png", exif=exif)
+
+    white = lambda grey, a: np.where(a[..., None] == 255, grey, 255)  # noqa: E731
+    expected = {
+        "c1.png": np.repeat(np.rint(grey16 / 65535 * 255).astype(np.uint8)[..., None], 3, axis=2),
+        "c2.jpg": np.asarray(Image.open(folder / "c2.jpg").convert("RGB")),
+        "c3.png": np.asarray(Image.open(folder / "c3.png").convert("RGB")),
+        "c4.png": np.repeat(rgb[..., :1], 3, axis=2),
+        "c5.png": white(rgb, alpha),
+        "c6.png": white(np.repeat(rgb[..., 1:2], 3, axis=2), alpha),
+        "c7.png": np.rot90(rgb, -1),  # orientation 6: the camera was turned a quarter clockwise
+    }
+    assert [row[0] for row in table_rows("Converted")] == ["C1", "C2", "C3", "C4", "C5", "C6", "C7"]
+    for name, want in expected.items():
+        got = load_image(folder / name)
+        assert got.dtype == np.uint8 and got.shape == want.shape, name
+        assert np.array_equal(got, want), name
+    assert main(["resnet18", str(folder), "--weights", "synthetic:0", "--top-k", "1"]) == 0
+    assert "error:" not in capsys.readouterr().err
+
+
+def table_rows(section: str) -> list[list[str]]:
+    text = ERRORS_MD.read_text().split(f"## {section}", 1)[1].split("\n## ", 1)[0]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in text.splitlines()
+            if re.match(r"\| *[EC]\d+ *\|", line)]
+
+
+def test_help_lists_the_options_and_the_aliases(capsys):
+    from zoo.run import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["--help"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    for expected in ("yolov8n (yolov8)", "mobilesam (mobile_sam)", "--weights", "--device", "--dtype", "--debug",
+                     "--conf", "--imgsz", "--overwrite", "--point", "--box", "--mask", "--top-k", "--json"):
+        assert expected in text, expected
+
+
+def test_debug_shows_the_traceback(capsys):
+    from zoo.run import main
+
+    with pytest.raises(ZooError, match="image not found"):
+        main(["resnet18", "nope.jpg", "--weights", "synthetic", "--debug"])
