@@ -36,6 +36,7 @@ import numpy as np
 from PIL import Image
 
 from zoo.compiled import CompiledForward
+from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image, open_image
@@ -245,6 +246,7 @@ class LaMa(nn.Module):
         """Upstream's training module: cat([image * (1 - mask), mask]) along channels."""
         return mx.concatenate([image * (1 - mask), mask], axis=-1)
 
+    @serialized()
     def inpaint(self, image, mask, hd_strategy: str = "crop", resize_limit: int = RESIZE_LIMIT,
                 crop_margin: int = CROP_MARGIN, crop_trigger_size: int = CROP_TRIGGER_SIZE,
                 max_megapixels: float | None = None, progress: bool = False):
@@ -283,6 +285,7 @@ class LaMa(nn.Module):
         result.info = {k: pil.info[k] for k in ("icc_profile", "exif", "dpi") if k in pil.info}
         return result
 
+    @serialized()
     def inpaint_array(self, image: np.ndarray, hole: np.ndarray, hd_strategy: str = "crop",
                       resize_limit: int = RESIZE_LIMIT, crop_margin: int = CROP_MARGIN,
                       crop_trigger_size: int = CROP_TRIGGER_SIZE, max_megapixels: float | None = None,

@@ -14,6 +14,7 @@ import mlx.nn as nn
 import numpy as np
 
 from zoo.compiled import CompiledForward
+from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import UsageError, ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
@@ -199,6 +200,7 @@ class ResNet(nn.Module):
         img = center_crop(resize_shorter_side(load_image(image), p["resize"]), p["crop"])
         return (img.astype(np.float32) / 255.0 - np.float32(p["mean"])) / np.float32(p["std"])
 
+    @serialized()
     def predict(self, images, top_k: int = 5):
         """Top-k classes: [(index, label, probability), ...] per image.
 

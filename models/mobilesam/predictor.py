@@ -16,6 +16,7 @@ import mlx.core as mx
 import numpy as np
 from PIL import Image
 
+from zoo.concurrency import serialized
 from zoo.errors import UsageError, ZooError
 from zoo.images import load_image
 
@@ -193,6 +194,7 @@ class SamPredictor:
     def is_image_set(self) -> bool:
         return self.features is not None
 
+    @serialized(lambda predictor: predictor.model)
     def set_image(self, image, image_format: str = "RGB") -> None:
         """Run the image encoder once: ``image`` is a path, a PIL image or an (H, W, 3) uint8 array.
 
@@ -217,6 +219,7 @@ class SamPredictor:
             raise ZooError("no image set: call set_image(image) first")
         return self.features
 
+    @serialized(lambda predictor: predictor.model)
     def predict(self, point_coords=None, point_labels=None, box=None, mask_input=None,
                 multimask_output: bool = True, return_logits: bool = False, boxes=None):
         """Masks for one prompt, or for N prompts in one decoder call, on the current image.

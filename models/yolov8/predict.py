@@ -15,6 +15,7 @@ from typing import Iterable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from zoo.concurrency import serialized
 from zoo.errors import ZooError
 from zoo.results import Results
 from zoo.sources import Chain, Item, Source, open_source
@@ -70,6 +71,7 @@ def batched(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
         yield chunk
 
 
+@serialized()
 def predict_batch(model, images: list[np.ndarray], items: list[Item | None], conf: float, iou: float,
                   classes: list[int] | None, agnostic_nms: bool, max_det: int, shape: tuple[int, int]) -> list[Results]:
     """One forward pass over ``images`` ((H, W, 3) uint8 RGB) -> one Results per image; ``items``
