@@ -84,7 +84,7 @@ def unwritable_folder(tmp_path: Path) -> Path:
     (["mobilesam", "real.jpg", "--point", "5,5", "--out", "mask.png/sub"], "mask.png is a file"),
     (["lama", "r2.jpg", "--mask", "mask.png", "--out", "mask.png/sub"], "mask.png is a file"),
     (["resnet18", "r2.jpg", "--json", "mask.png/sub/r.json"], "mask.png is a file"),
-    (["resnet18", "imgs/", "--csv", "imgs/a.jpg", "--overwrite"], "imgs/a.jpg is a file of the input folder imgs"),
+    (["resnet18", "imgs/", "--csv", "imgs/a.jpg", "--overwrite"], "--csv imgs/a.jpg is the input file imgs/a.jpg"),
     (["yolov8n", "real.jpg", "--weights", "w.pt", "--out", "."], None),  # weights below
 ])
 def test_issue_reproductions_are_refused_before_any_work(work, capsys, argv, message):

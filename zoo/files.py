@@ -48,39 +48,60 @@ def _resolved(path: str | Path) -> Path:
         return Path(os.path.abspath(path))
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """One file under two names: the same resolved path, or hard links of one inode."""
-    if _resolved(a) == _resolved(b):
-        return True
-    try:
-        return a.is_file() and b.is_file() and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 def _input_suffixes() -> tuple[str, ...]:
     from .sources import IMAGE_SUFFIXES, LIST_SUFFIXES, VIDEO_SUFFIXES  # sources imports this module
 
     return IMAGE_SUFFIXES + VIDEO_SUFFIXES + LIST_SUFFIXES
 
 
-def refuse_inputs(path: str | Path, inputs: Iterable, what: str) -> Path:
-    """ZooError when writing ``path`` could touch an input: it is one (same resolved path or a hard
+def _inode(path: Path) -> tuple[int, int] | None:
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return (stat.st_dev, stat.st_ino) if path.is_file() else None
+
+
+class Inputs:
+    """A run's inputs on disk, indexed once (by resolved path, by inode for hard links, and the
+    folders), so that checking every output of a run of many files stays linear."""
+
+    def __init__(self, given: Iterable):
+        self.files: dict[Path, Path] = {}
+        self.inodes: dict[tuple[int, int], Path] = {}
+        self.folders: dict[Path, Path] = {}
+        for item in given:
+            if item is None or not isinstance(item, (str, os.PathLike)):
+                continue  # arrays, PIL images, camera numbers: nothing on disk to protect
+            item = Path(item)
+            (self.folders if item.is_dir() else self.files).setdefault(_resolved(item), item)
+            inode = _inode(item)
+            if inode is not None:
+                self.inodes.setdefault(inode, item)
+
+    def refuse(self, path: str | Path, what: str) -> Path:
+        path = Path(path)
+        resolved = _resolved(path)
+        folder = self.folders.get(resolved)
+        if folder is not None:
+            raise UsageError(f"{what} {path} is the input folder {folder}: pass another output path")
+        given = self.files.get(resolved) or self.inodes.get(_inode(path) or (-1, -1))
+        if given is not None:
+            raise UsageError(f"{what} {path} is the input file {given}: pass another output path")
+        if self.folders and path.is_file() and path.suffix.lower() in _input_suffixes():
+            folder = next((self.folders[p] for p in resolved.parents if p in self.folders), None)
+            if folder is not None:
+                raise UsageError(f"{what} {path} is a file of the input folder {folder}: pass an output path "
+                                 "outside it")
+        return path
+
+
+def refuse_inputs(path: str | Path, inputs: Iterable | Inputs, what: str) -> Path:
+    """UsageError when writing ``path`` could touch an input: it is one (same resolved path or a hard
     link of it: image, mask, weights, list file), it is an input folder, or it is an existing image,
-    video or list file inside an input folder. No flag lifts this: inputs are never replaced."""
-    path = Path(path)
-    for given in inputs:
-        if given is None or not isinstance(given, (str, os.PathLike)):
-            continue  # arrays, PIL images, camera numbers: nothing on disk to protect
-        given = Path(given)
-        if _same_file(path, given):
-            kind = "folder" if given.is_dir() else "file"
-            raise UsageError(f"{what} {path} is the input {kind} {given}: pass another output path")
-        if given.is_dir() and path.is_file() and path.suffix.lower() in _input_suffixes():
-            if _resolved(given) in _resolved(path).parents:
-                raise UsageError(f"{what} {path} is a file of the input folder {given}: pass an output path "
-                               "outside it")
-    return path
+    video or list file inside an input folder. No flag lifts this: inputs are never replaced.
+    Pass an ``Inputs`` to check many outputs against one set of inputs."""
+    return (inputs if isinstance(inputs, Inputs) else Inputs(inputs)).refuse(path, what)
 
 
 def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str = "--overwrite") -> Path:

@@ -8,7 +8,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from zoo.errors import UsageError, ZooError
-from zoo.files import (check_new_file, check_output_folder, increment_path, make_output_folder,
+from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, write_atomic, writable_format)
 from zoo.images import image_files, load_image
 from zoo.weights.synthetic import parse_synthetic
@@ -44,7 +44,7 @@ def check_arguments(args):
         resolve_classes(args.classes, dict(enumerate(class_names())))
     args.files = [f for source in args.images for f in image_files(source)]
     args.names = output_names(args.files)
-    inputs = [*args.images, *args.files, args.weights]
+    inputs = Inputs([*args.images, *args.files, args.weights])
     if args.out is None:
         args.out = increment_path("runs/detect/predict", exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)

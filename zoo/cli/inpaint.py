@@ -22,7 +22,7 @@ import numpy as np
 from PIL import ExifTags, Image
 
 from zoo.errors import UsageError, ZooError
-from zoo.files import check_output_folder, image_format, make_output_folder, refuse_inputs, write_atomic
+from zoo.files import Inputs, check_output_folder, image_format, make_output_folder, refuse_inputs, write_atomic
 from zoo.images import image_files, image_size, open_image, reading_errors
 
 # PNG and the other lossless formats keep the pixels outside the hole exact; GIF quantises to 256 colours.
@@ -103,7 +103,7 @@ def check_arguments(args) -> int | None:
 
     pairs = pair_masks(images, masks, mask_arg, fail, report_unused=bool(folders))
     outputs = output_paths(args, [image for image, _ in pairs])
-    inputs = [*args.images, mask_arg, *images, *masks, args.weights]
+    inputs = Inputs([*args.images, mask_arg, *images, *masks, args.weights])
     args.jobs, skipped, writers = [], [], {}
     for (image, mask), out in zip(pairs, outputs):
         key = out.resolve()

@@ -18,7 +18,7 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from zoo.errors import UsageError
-from zoo.files import (check_new_file, check_output_folder, increment_path, make_output_folder,
+from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, write_atomic)
 from zoo.images import load_image
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
@@ -64,7 +64,7 @@ def check_arguments(args):
     for prompt in prompts:
         coords, labels, box, _ = check_prompts(args.rgb.shape[:2], **prompt)
         args.prompts.append({"point_coords": coords, "point_labels": labels, "box": box})
-    inputs = [args.image, args.weights]
+    inputs = Inputs([args.image, args.weights])
     if args.out is None:
         args.out = increment_path("runs/segment/predict", exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
