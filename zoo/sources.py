@@ -656,13 +656,15 @@ def read_jsonl(path: str | Path) -> list[dict]:
 class JsonlWriter:
     """One JSON record a line, flushed as it comes, under a temporary name renamed by ``close()``.
 
-    ``resume=True`` starts from the existing file's records (``self.records``): the
-    run appends the rest. Without it an existing file is an error unless
+    ``resume=True`` starts from the existing file's records (``self.records``; only those
+    ``keep(record)`` accepts when given, e.g. dropping error records whose items are tried
+    again): the run appends the rest. Without it an existing file is an error unless
     ``overwrite=True``. ``close()`` runs on an interrupt too: every record written
     is kept. Use as a context manager or call ``close()``.
     """
 
-    def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False):
+    def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False,
+                 keep: Callable[[dict], bool] | None = None):
         self.path = Path(path)
         if self.path.is_dir():
             raise ZooError(f"{self.path} is a folder: pass a file path for the results")
@@ -671,7 +673,7 @@ class JsonlWriter:
         self.records: list[dict] = []
         if self.path.exists():
             if resume:
-                self.records = read_jsonl(self.path)
+                self.records = [r for r in read_jsonl(self.path) if keep is None or keep(r)]
             elif not overwrite:
                 raise ZooError(f"{self.path} exists: pass --resume to continue it or --overwrite to replace it")
         self.tmp = temporary_path(self.path)

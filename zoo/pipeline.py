@@ -1,0 +1,302 @@
+"""The loop every task's CLI runs over its inputs: decoding overlaps the model, memory stays flat.
+
+One ``Pipeline`` per run. It reads a ``zoo.sources`` Source on a background thread, runs
+``prepare(item)`` (decoding, resizing, normalising: numpy and Pillow, never MLX) on a small
+thread pool, and hands the prepared items to ``process`` in source order, ``batch`` at a time,
+in the calling thread (the one that runs the model)::
+
+    from zoo.pipeline import Pipeline
+    from zoo.sources import open_source
+
+    source = open_source(args.images, recursive=args.recursive)
+    pipeline = Pipeline(source, prepare=lambda item: preprocess(item.load()), batch=8,
+                        skip=lambda item: (out / item.name).exists(),      # --resume: done before
+                        on_error=lambda item, message: jsonl.write({**item.meta, "error": message}),
+                        desc="classify")
+
+    def process(batch):                       # list of Ready(item, data), in source order
+        outputs = model(np.stack([ready.data for ready in batch]))
+        for ready, output in zip(batch, outputs):
+            write_atomic(out / ready.item.name, ...)   # outputs written as they come
+            # pipeline.fail(ready.item, "why") fails this one item and not the rest
+
+    pipeline.run(process)
+    print(pipeline.summary("classified"))     # "3 images classified, 1 failed ..., 2.1 s (1.4 images/s)"
+    return pipeline.exit_code                 # 0; 1 when any item failed; 130 when interrupted
+
+What it guarantees:
+
+* **Order and flat memory.** Items come out in the source's order. At most ``ahead`` items
+  (default ``batch + 2 * workers``) are read ahead of the batch being processed, so a run over
+  10,000 images or a long video holds a few items, not the run.
+* **Bad items.** An item whose ``prepare`` raises ``ZooError`` (unreadable file, wrong mode,
+  broken video frame), or whose ``process`` call raises one, is reported as one ``error:`` line
+  naming it, passed to ``on_error(item, message)`` (write the error record there), counted, and
+  skipped; the run goes on and ``exit_code`` is 1 at the end. When the source holds exactly one
+  item, its ZooError is the run's own and is raised (zoo.cli.guarded prints it).
+* **Ctrl-C.** Inside ``run`` the first SIGINT lets the batch being processed finish, then ``run``
+  returns with ``interrupted`` set (``exit_code`` 130): the caller's writers close normally, so
+  every finished item's output is kept and nothing is half-written (files go through
+  ``zoo.files.write_atomic``). A second Ctrl-C raises KeyboardInterrupt at once.
+* **Resume.** ``skip(item) -> bool`` runs before any decoding; skipped items are counted and
+  take no time (``resume_keys`` reads the items a JSONL file holds results for).
+* **Progress.** A tqdm bar on stderr (items/s), off for a single item; ``tqdm.write`` keeps
+  printed lines above it.
+
+Threads, not processes: forking a process after an MLX computation hangs the child, and the
+decoding this overlaps (Pillow, PyAV, numpy) releases the GIL.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from tqdm import tqdm
+
+from .errors import ZooError
+from .sources import Item, Source
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+
+
+@dataclass
+class Ready:
+    """A prepared item: the source's ``item`` and what ``prepare`` returned for it."""
+
+    item: Item
+    data: Any
+
+
+class Skipped:
+    """Queue marker: an item ``skip`` said is done."""
+
+    def __init__(self, item: Item):
+        self.item = item
+
+
+class SourceFailed:
+    """Queue marker: the source itself raised while being read (carried to the calling thread)."""
+
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+END = object()
+
+
+def default_workers() -> int:
+    """Decoding threads: two (one on a one-core machine); the model's own threads run beside them."""
+    return min(2, os.cpu_count() or 1)
+
+
+def load(item: Item) -> Any:
+    return item.load()
+
+
+class Pipeline:
+    """One run over ``source``: ``run(process)`` calls ``process(batch)`` for each batch of prepared items.
+
+    ``prepare(item)``: runs on the thread pool (default: ``item.load()``); must not use MLX.
+    ``batch``: items per ``process`` call. ``workers``: decoding threads. ``ahead``: items read
+    ahead at most. ``skip(item)``: True for an item done before (--resume). ``on_error(item,
+    message)``: called in the calling thread for each bad item. ``desc``/``unit``: the bar's label.
+    """
+
+    def __init__(self, source: Source | Iterable[Item], prepare: Callable[[Item], Any] = load, *,
+                 batch: int = 1, workers: int | None = None, ahead: int | None = None,
+                 skip: Callable[[Item], bool] | None = None,
+                 on_error: Callable[[Item, str], None] | None = None,
+                 desc: str | None = None, unit: str = "image", progress: bool = True):
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ZooError(f"batch {batch!r}: use a whole number >= 1")
+        self.source, self.prepare, self.batch = source, prepare, batch
+        self.workers = workers or default_workers()
+        self.ahead = ahead or batch + 2 * self.workers
+        self.skip, self.on_error = skip, on_error
+        self.desc, self.unit, self.progress = desc, unit, progress
+        self.total = getattr(source, "total", None)
+        self.done = self.failed = self.skipped = 0
+        self.interrupted = False
+        self.seconds = 0.0
+        self.bar: tqdm | None = None
+        self._failed_now: set[int] = set()  # ids of the items of the current batch that failed
+
+    # -- the caller's side --------------------------------------------------------------------
+
+    def run(self, process: Callable[[list[Ready]], None]) -> Pipeline:
+        """Prepare and process every item (or until Ctrl-C); returns self for the counts."""
+        start = time.perf_counter()
+        self.bar = tqdm(total=self.total, desc=self.desc, unit=self.unit, file=sys.stderr, dynamic_ncols=True,
+                        disable=not self.progress or (self.total is not None and self.total < 2))
+        previous = self._catch_sigint()
+        try:
+            for batch in self._batches():
+                self._failed_now.clear()
+                try:
+                    process(batch)
+                except ZooError as e:
+                    for ready in batch:
+                        self.fail(ready.item, str(e))
+                ok = sum(id(ready.item) not in self._failed_now for ready in batch)
+                self.done += ok
+                self.bar.update(ok)
+                if self.interrupted:
+                    break
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+            self.bar.close()
+            self.seconds = time.perf_counter() - start
+        if self.interrupted:
+            tqdm.write(f"interrupted: stopped after {self.done + self.failed} item(s); every finished output is "
+                       "kept (--resume continues)", file=sys.stderr)
+        return self
+
+    def fail(self, item: Item, message: str) -> None:
+        """Report ``item`` as bad: one ``error:`` line naming it, ``on_error``, counted as failed."""
+        if self.total == 1 and not self.interrupted:
+            raise ZooError(message)  # the only item: its problem is the run's
+        if id(item) in self._failed_now:
+            return
+        self._failed_now.add(id(item))
+        line = message if item.path in message else f"{item.path}{'' if item.frame is None else f' frame {item.frame}'}: {message}"
+        tqdm.write(f"error: {line}", file=sys.stderr)
+        self.failed += 1
+        if self.bar is not None:
+            self.bar.update(1)
+        if self.on_error is not None:
+            self.on_error(item, message)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_INTERRUPTED if self.interrupted else 1 if self.failed else 0
+
+    def summary(self, verb: str = "done") -> str:
+        """One line: counts, time and rate, e.g. '998 images classified, 2 failed (see the error lines)'."""
+        units = f"{self.unit}{'s' * (self.done != 1)}"
+        parts = [f"{self.done} {units} {verb}"]
+        if self.skipped:
+            parts.append(f"{self.skipped} skipped (done before)")
+        if self.failed:
+            parts.append(f"{self.failed} failed (see the error lines)")
+        if self.interrupted:
+            parts.append("interrupted")
+        rate = self.done / self.seconds if self.seconds > 0 else 0.0
+        return f"{', '.join(parts)} in {self.seconds:.1f} s ({rate:.2f} {self.unit}s/s)"
+
+    # -- the reading side ---------------------------------------------------------------------
+
+    def _catch_sigint(self):
+        """First Ctrl-C: finish the batch in hand, then stop; the second: KeyboardInterrupt as usual."""
+        if threading.current_thread() is not threading.main_thread():
+            return None
+
+        def stop(signum, frame):
+            self.interrupted = True
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            tqdm.write("interrupted: finishing the current batch (Ctrl-C again to stop at once)", file=sys.stderr)
+
+        return signal.signal(signal.SIGINT, stop)
+
+    def _batches(self) -> Iterable[list[Ready]]:
+        """Prepared items in order, ``batch`` at a time; bad ones reported and left out."""
+        futures: queue.Queue = queue.Queue(maxsize=self.ahead)
+        stopping = threading.Event()
+        pool = ThreadPoolExecutor(self.workers, thread_name_prefix="zoo-prepare")
+
+        def put(entry) -> bool:
+            while not stopping.is_set():
+                try:
+                    futures.put(entry, timeout=0.1)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+
+        def feed():
+            items = iter(self.source)
+            try:
+                for item in items:
+                    if stopping.is_set():
+                        return
+                    if self.skip is not None and self.skip(item):
+                        entry = Skipped(item)
+                    else:
+                        entry = pool.submit(self._prepare, item)
+                    if not put(entry):
+                        return
+            except BaseException as e:  # carried to the calling thread, raised there
+                put(SourceFailed(e))
+            finally:
+                close = getattr(items, "close", None)
+                if close is not None:
+                    close()  # a video's container is closed by its generator
+                put(END)
+
+        feeder = threading.Thread(target=feed, name="zoo-source", daemon=True)
+        feeder.start()
+        chunk: list[Ready] = []
+        try:
+            while not self.interrupted:
+                try:
+                    entry = futures.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if entry is END:
+                    break
+                if isinstance(entry, SourceFailed):
+                    raise entry.error
+                if isinstance(entry, Skipped):
+                    self.skipped += 1
+                    if self.bar.total is not None:
+                        self.bar.total -= 1
+                        self.bar.refresh()
+                    continue
+                while True:  # short waits, so Ctrl-C is seen while a slow item decodes
+                    try:
+                        item, data, error = entry.result(timeout=0.1)
+                        break
+                    except TimeoutError:
+                        if self.interrupted:
+                            return
+                if error is not None:
+                    self.fail(item, error)
+                    continue
+                chunk.append(Ready(item, data))
+                if len(chunk) == self.batch:
+                    yield chunk
+                    chunk = []
+            if chunk and not self.interrupted:
+                yield chunk
+        finally:
+            stopping.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            feeder.join(timeout=5)
+
+    def _prepare(self, item: Item):
+        try:
+            return item, self.prepare(item), None
+        except ZooError as e:
+            return item, None, str(e)
+
+def resume_keys(records: Iterable[dict]) -> set[tuple]:
+    """The items a JSONL file holds a result for (error records excluded: those items are tried again),
+    as ``item_key`` gives them."""
+    return {(r.get("path"), r.get("frame")) for r in records if "error" not in r}
+
+
+def item_key(item: Item) -> tuple:
+    """An item's identity across runs: its path and, for a video frame, the frame number."""
+    return (item.path, item.frame)
+
+
+def without_errors(record: dict) -> bool:
+    """For JsonlWriter(keep=...): an error record is dropped on --resume, as its item is tried again."""
+    return "error" not in record
