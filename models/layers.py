@@ -4,6 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from zoo.kernels import coverage
 from zoo.kernels import cpu as cpu_ops
 
 
@@ -98,6 +99,7 @@ class BatchNorm(nn.BatchNorm):
 
     def __call__(self, x: mx.array) -> mx.array:
         if self.training or not self.track_running_stats or not cpu_ops.on_cpu() or "weight" not in self:
+            coverage.note("batch_norm", coverage.MLX_OP)
             return super().__call__(x)
         scale = self.weight.astype(mx.float32) * mx.rsqrt(self.running_var.astype(mx.float32) + self.eps)
         shift = self.bias.astype(mx.float32) - self.running_mean.astype(mx.float32) * scale
@@ -136,6 +138,7 @@ class Conv2d(nn.Conv2d):
         if reflect:
             x = mx.pad(x, ((0, 0), (reflect, reflect), (reflect, reflect), (0, 0)), mode="reflect")
         if not _no_dilation(self.dilation):
+            coverage.note("conv2d (dilated)", coverage.MLX_OP)
             return super().__call__(x)
         if self.groups > 1 and self.groups == cout and cin == 1:
             y = cpu_ops.depthwise_conv2d(x, self.weight, self.stride, self.padding)
@@ -144,6 +147,7 @@ class Conv2d(nn.Conv2d):
         elif plain and cout * 8 <= cin:
             y = cpu_ops.conv2d_few_outputs(x, self.weight)
         else:
+            coverage.note("conv2d" if self.groups == 1 else "conv2d (grouped)", coverage.MLX_OP)
             return super().__call__(x)
         return y if bias is None else y + bias
 

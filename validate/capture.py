@@ -4,6 +4,10 @@ MLX modules have no hooks, so each module instance is given, for the duration
 of one forward pass, a subclass of its own class whose ``__call__`` records
 and (for fault injection) perturbs; the original class is restored afterwards.
 The models carry no code for this.
+
+Each record also lists the op implementations (zoo.kernels.coverage: custom
+kernel, CPU form, MLX op) chosen while the module's own code ran, its
+submodules' excluded: the coverage matrix.
 """
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import mlx.nn as nn
 from mlx.utils import tree_map
 
 from zoo.errors import ZooError
+from zoo.kernels import coverage
 
 FAULTS = ("zero", "noise", "nan", "drop-residual")
 
@@ -23,6 +28,8 @@ FAULTS = ("zero", "noise", "nan", "drop-residual")
 class Record:
     inputs: tuple
     output: object
+    ops: dict  # op -> implementation, noted in this module's own code (not its submodules')
+    module: str  # the module's class name
 
 
 def _perturb(out, kind: str):
@@ -63,10 +70,13 @@ def recording(model: nn.Module, fault: tuple[str, str] | None = None):
             raise ZooError(f"--inject: no module named {fault[0]!r} (some names: {', '.join(near or sorted(names)[:8])})")
     originals = []
     dropped = []  # calls of the dropped shortcut: none means the block adds nothing back
-    try:
+    calls = [{}]  # ops noted per module call in progress, innermost last; [0]: outside any module
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(coverage.listening(lambda op, impl: calls[-1].__setitem__(op, impl)))
+        stack.callback(_restore, originals)
         for name, module in modules:
             base = type(module)
-            namespace = {"__call__": _recording_call(base, name, records, fault)}
+            namespace = {"__call__": _recording_call(base, name, records, fault, calls)}
             if fault == (name, "drop-residual"):
                 if not hasattr(base, "shortcut"):
                     raise ZooError(f"--inject {name}=drop-residual: {name} ({base.__name__}) has no residual connection")
@@ -83,18 +93,24 @@ def recording(model: nn.Module, fault: tuple[str, str] | None = None):
             block = type(dict(modules)[fault[0]]).__name__
             raise ZooError(f"--inject {fault[0]}=drop-residual: this {block} adds no residual in this model "
                            "(its shortcut is unused): pick a block that has one")
-    finally:
-        for module, base in originals:
-            module.__class__ = base
 
 
-def _recording_call(base, name, records, fault):
+def _restore(originals):
+    for module, base in originals:
+        module.__class__ = base
+
+
+def _recording_call(base, name, records, fault, calls):
     def __call__(self, *args, **kwargs):
-        out = base.__call__(self, *args, **kwargs)
+        calls.append({})
+        try:
+            out = base.__call__(self, *args, **kwargs)
+        finally:
+            ops = calls.pop()
         if fault is not None and fault[0] == name and fault[1] != "drop-residual":
             out = _perturb(out, fault[1])
         records.pop(name, None)  # a module called twice: keep its last call, in completion order
-        records[name] = Record(args, out)
+        records[name] = Record(args, out, ops, base.__name__)
         return out
 
     return __call__

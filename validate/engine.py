@@ -23,6 +23,7 @@ import numpy as np
 from zoo import devices
 from zoo.compiled import eager
 from zoo.errors import ZooError
+from zoo.kernels.coverage import MLX_OP
 from zoo.validate.capture import recording
 from zoo.validate.reference.trace import Trace
 
@@ -59,6 +60,9 @@ class ModeReport:
     mode: str
     tolerance: float
     layers: list[LayerResult]
+    dtype: str = "float32"
+    heatmaps: dict = field(default_factory=dict)  # failing layer -> 2-D error map (error_map)
+    coverage: list = field(default_factory=list)  # coverage_rows of the MLX pass
 
     @property
     def first_failure(self) -> str | None:
@@ -76,22 +80,12 @@ def case_module(family: str):
         raise ZooError(f"no parity case for the {family} family yet") from None
 
 
-def _to_numpy(value, nhwc: bool, cache: dict | None = None):
-    """MLX value -> float64 numpy in the reference's layout (NHWC -> NCHW for 4-D).
-
-    ``cache`` converts each MLX array once (a module's output is the next one's input):
-    the copies are read-only because they are shared.
-    """
+def _to_numpy(value, nhwc: bool):
+    """MLX value -> float64 numpy in the reference's layout (NHWC -> NCHW for 4-D)."""
     if isinstance(value, (tuple, list)):
-        return type(value)(_to_numpy(v, nhwc, cache) for v in value)
+        return type(value)(_to_numpy(v, nhwc) for v in value)
     if not isinstance(value, mx.array):
         return value
-    if cache is not None:
-        key = (id(value), nhwc)
-        if key not in cache:
-            cache[key] = _to_numpy(value, nhwc)
-            cache[key].flags.writeable = False
-        return cache[key]
     a = np.array(value.astype(mx.float32) if mx.issubdtype(value.dtype, mx.floating) else value)
     if nhwc and a.ndim == 4:
         a = a.transpose(0, 3, 1, 2)
@@ -134,6 +128,34 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float) -> LayerRes
     return result
 
 
+HEATMAP_SIDE = 64  # an error map is reduced to at most this many cells per side
+HEATMAPS = 4  # error maps kept per mode: the first failing layers'
+
+
+def error_map(ref: np.ndarray, got: np.ndarray) -> np.ndarray | None:
+    """Where in the tensor the error sits: |got - ref| of the first batch item, reduced (max)
+    over channels for NCHW maps (over the last axis for token/row data), then block-max
+    pooled to at most HEATMAP_SIDE per side. A non-finite error counts as the largest one."""
+    if ref.shape != got.shape or ref.ndim == 0:
+        return None
+    err = np.abs(np.asarray(got, np.float64) - ref)
+    finite = np.isfinite(err)
+    err = np.where(finite, err, err[finite].max() if finite.any() else 1.0)
+    if err.ndim == 4:
+        err = err[0].max(axis=0)
+    elif err.ndim == 3:
+        err = err[0]
+    elif err.ndim == 1:
+        err = err[None]
+    else:
+        err = err.reshape(-1, err.shape[-1]) if err.ndim > 2 else err
+    rows, cols = (-(-n // HEATMAP_SIDE) for n in err.shape)
+    h, w = -(-err.shape[0] // rows), -(-err.shape[1] // cols)
+    padded = np.zeros((h * rows, w * cols))
+    padded[:err.shape[0], :err.shape[1]] = err
+    return padded.reshape(h, rows, w, cols).max(axis=(1, 3)).astype(np.float32)
+
+
 @dataclass
 class Run:
     """What one parity run needs: the model, its upstream checkpoint, its case."""
@@ -154,45 +176,87 @@ class Run:
             mx.eval(out, [r.output for r in records.values()], [r.inputs for r in records.values()])
         return out, records
 
-    def reference_pass(self, feed=None):
-        trace = Trace(feed)
+    def reference_pass(self, feed=None, on_output=None):
+        trace = Trace(feed, on_output)
         inputs = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in self.inputs.items()}
         out = self.case.run_reference(self.spec, self.state_dict, inputs, trace)
         return out, trace
 
     def compare_mode(self, mode: str, fault=None) -> ModeReport:
+        """Both sides' layers, compared as the reference produces each one.
+
+        The MLX side's values stay MLX arrays in the model's dtype; each is converted to float64
+        only when the reference reaches its layer, and both values are dropped once compared, so
+        the run never holds a float64 copy of the whole pass (docs/validation.md: memory)."""
         tol = TOLERANCES[self.dtype][mode]
         out, records = self.mlx_pass(fault)
-        mlx_outputs: dict[str, object] = {}
-        cache: dict = {}  # the records hold the arrays, so their ids stay unique meanwhile
+        mlx_values: dict[str, tuple] = {}  # flattened name -> (MLX value, NHWC?)
         for name, rec in records.items():
-            mlx_outputs.update(_flatten(name, _to_numpy(rec.output, not self.same_layout(name), cache)))
-        mlx_outputs.update(_flatten("output", _to_numpy(out, not self.same_layout("output"), cache)))
-        feed = None
-        if mode == "isolated":
-            feed = {name: _to_numpy(rec.inputs, not self.same_layout(name), cache) for name, rec in records.items()}
-        ref_out, trace = self.reference_pass(feed)
-        ref_outputs: dict[str, object] = {}
-        for name, value in trace.outputs.items():
-            ref_outputs.update(_flatten(name, value))
-        ref_outputs.update(_flatten("output", ref_out))
+            nhwc = not self.same_layout(name)
+            mlx_values.update({k: (v, nhwc) for k, v in _flatten(name, rec.output).items()})
+        mlx_values.update({k: (v, not self.same_layout("output")) for k, v in _flatten("output", out).items()})
+        del out
+        results: dict[str, LayerResult] = {}
+        heatmaps: dict[str, np.ndarray] = {}
+
+        def judge(name: str, value) -> None:
+            for key, ref in _flatten(name, value).items():
+                if key not in mlx_values:
+                    results[key] = LayerResult(key, np.shape(ref), status="n/a", flags=["no MLX module of this name"])
+                    continue
+                got = _to_numpy(*mlx_values[key])
+                layer_tol = self.case.tolerance(key, mode, self.dtype, tol) if hasattr(self.case, "tolerance") else tol
+                result = compare(key, ref, got, layer_tol)
+                if layer_tol != tol:
+                    result.flags.append(f"case tolerance {layer_tol:.2g}")
+                results[key] = result
+                if result.failed and (key in heatmaps or len(heatmaps) < HEATMAPS):
+                    heatmap = error_map(np.asarray(ref, np.float64), np.asarray(got, np.float64))
+                    if heatmap is not None:
+                        heatmaps[key] = heatmap
+
+        feed = _Feed(records, self.same_layout) if mode == "isolated" else None
+        ref_out, trace = self.reference_pass(feed, judge)
+        judge("output", ref_out)
+        del ref_out
 
         # rows in the MLX side's completion order, then reference-only names
-        order = [n for n in mlx_outputs if n in ref_outputs] + [n for n in ref_outputs if n not in mlx_outputs]
+        order = [n for n in mlx_values if n in results] + [n for n in results if n not in mlx_values]
         layers = []
         for name in order:
-            ref = ref_outputs[name]
-            if name not in mlx_outputs:
-                layers.append(LayerResult(name, np.shape(ref), status="n/a", flags=["no MLX module of this name"]))
-                continue
-            layer_tol = self.case.tolerance(name, mode, self.dtype, tol) if hasattr(self.case, "tolerance") else tol
-            result = compare(name, ref, mlx_outputs[name], layer_tol)
-            if layer_tol != tol:
-                result.flags.append(f"case tolerance {layer_tol:.2g}")
-            if mode == "isolated" and name.split("/")[0] not in ("output", *trace.fed):
+            result = results[name]
+            if mode == "isolated" and result.status != "n/a" and name.split("/")[0] not in ("output", *trace.fed):
                 result.flags.append("not fed")
             layers.append(result)
-        return ModeReport(mode, tol, layers)
+        return ModeReport(mode, tol, layers, self.dtype,
+                          {k: v for k, v in heatmaps.items() if results[k].failed}, coverage_rows(records))
+
+
+def coverage_rows(records) -> list[dict]:
+    """The coverage matrix: per module, in completion order, the implementation of each op its
+    own code chose (zoo.kernels.coverage); a leaf module that noted none ran MLX's own ops."""
+    names = list(records)
+    rows = []
+    for name, record in records.items():
+        leaf = not any(other.startswith(name + ".") for other in names)
+        if record.ops:
+            rows.extend({"layer": name, "module": record.module, "op": op, "implementation": impl}
+                        for op, impl in record.ops.items())
+        elif leaf:
+            rows.append({"layer": name, "module": record.module, "op": record.module, "implementation": MLX_OP})
+    return rows
+
+
+class _Feed:
+    """Isolated mode's inputs: a module's MLX inputs, converted when the reference asks for them."""
+
+    def __init__(self, records, same_layout):
+        self.records = records
+        self.same_layout = same_layout
+
+    def get(self, name: str):
+        record = self.records.get(name)
+        return None if record is None else _to_numpy(record.inputs, not self.same_layout(name))
 
 
 def report_dict(header: dict, reports: list[ModeReport]) -> dict:

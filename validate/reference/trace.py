@@ -5,6 +5,12 @@ End-to-end mode: the reference runs on its own activations. Isolated mode
 (``feed`` given): a module whose inputs the other implementation recorded is
 run on *those* inputs instead, so each layer is judged on its own and a wrong
 op shows up at exactly that layer.
+
+``on_output(name, value)``: each module's output is handed to it as the module
+finishes instead of being kept in ``outputs``, so a caller that judges and drops
+it (the validator) never holds the whole pass's activations. ``feed`` is any
+object with ``get(name)``: a caller may convert a module's inputs only when the
+reference reaches that module.
 """
 from __future__ import annotations
 
@@ -25,10 +31,11 @@ def _same_shapes(a, b) -> bool:
 
 
 class Trace:
-    def __init__(self, feed: dict | None = None):
+    def __init__(self, feed=None, on_output=None):
         self.outputs: dict[str, object] = {}
-        self.feed = feed or {}
+        self.feed = {} if feed is None else feed
         self.fed: set[str] = set()
+        self.on_output = on_output
 
     def __call__(self, name: str, fn, *inputs):
         fed = self.feed.get(name)
@@ -36,5 +43,8 @@ class Trace:
             inputs = tuple(fed)
             self.fed.add(name)
         out = fn(*inputs)
-        self.outputs[name] = out
+        if self.on_output is None:
+            self.outputs[name] = out
+        else:
+            self.on_output(name, out)
         return out

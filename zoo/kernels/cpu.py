@@ -40,6 +40,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from zoo.kernels import coverage
 from zoo.kernels.core import ENV_VAR
 
 _lib: ctypes.CDLL | None = None
@@ -124,6 +125,11 @@ def _output(shape) -> tuple[mx.array, np.ndarray]:
     return out, np.asarray(out)
 
 
+def _ran(op: str, cpu_form) -> None:
+    """Tell zoo.kernels.coverage which form of ``op`` runs (truthy: the CPU form)."""
+    coverage.note(op, coverage.CPU_FORM if cpu_form is not None and cpu_form is not False else coverage.MLX_OP)
+
+
 def _like(out: mx.array, x: mx.array) -> mx.array:
     return out if x.dtype == mx.float32 else out.astype(x.dtype)
 
@@ -131,6 +137,7 @@ def _like(out: mx.array, x: mx.array) -> mx.array:
 def _unary(name: str, x: mx.array, mlx_op) -> mx.array:
     lib = _library() if _fast_path() else None
     host = _host(x) if lib is not None else None
+    _ran(name[4:-4], host)
     if host is None:
         return mlx_op(x)
     out, view = _output(host.shape)
@@ -156,6 +163,7 @@ def channel_affine(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
     lib = _library() if _fast_path() else None
     host = _host(x) if lib is not None else None
     params = (_host(scale), _host(shift)) if host is not None else (None, None)
+    _ran("batch_norm (channel affine)", params[0])
     if params[0] is None:
         return (x.astype(mx.float32) * scale + shift).astype(x.dtype)
     out, view = _output(host.shape)
@@ -171,6 +179,7 @@ def softmax(x: mx.array, scale: float = 1.0, bias: mx.array | None = None) -> mx
     host = _host(x) if lib is not None and x.ndim else None
     fits = bias is None or (bias.ndim <= x.ndim and tuple(bias.shape) == tuple(x.shape[x.ndim - bias.ndim:]))
     b = _host(bias) if host is not None and bias is not None and fits else None
+    _ran("softmax", host is not None and fits and (bias is None or b is not None))
     if host is None or not fits or (bias is not None and b is None):
         scores = x.astype(mx.float32) * scale if scale != 1.0 else x
         return mx.softmax(scores if bias is None else scores + bias, axis=-1, precise=True).astype(x.dtype)
@@ -186,6 +195,7 @@ def layer_norm(x: mx.array, weight: mx.array | None, bias: mx.array | None, eps:
     pass per row in C on the CPU (MLX's runs one float at a time, on one thread)."""
     lib = _library() if _fast_path() else None
     host = _host(x) if lib is not None and x.ndim else None
+    _ran("layer_norm", host)
     if host is None:
         return mx.fast.layer_norm(x, weight, bias, eps)
     cols = host.shape[-1]
@@ -204,6 +214,7 @@ def split_heads(x: mx.array, heads: int, parts: int = 3) -> tuple[mx.array, ...]
     d = width // (heads * parts)
     lib = _library() if _fast_path() and parts <= 3 else None
     host = _host(x) if lib is not None else None
+    _ran("split_heads", host)
     if host is None:
         split = x.reshape(b, n, heads, parts, d).transpose(3, 0, 2, 1, 4)
         return tuple(split[i] for i in range(parts))
@@ -221,6 +232,7 @@ def window_partition(x: mx.array, window: int) -> mx.array:
     nh, nw = -(-h // window), -(-w // window)
     lib = _library() if _fast_path() else None
     host = _host(x) if lib is not None else None
+    _ran("window_partition", host)
     if host is None:
         x = mx.pad(x, ((0, 0), (0, nh * window - h), (0, nw * window - w), (0, 0)))
         return x.reshape(b, nh, window, nw, window, c).transpose(0, 1, 3, 2, 4, 5).reshape(-1, window * window, c)
@@ -237,6 +249,7 @@ def window_merge(x: mx.array, size: tuple[int, int], window: int) -> mx.array:
     b = x.shape[0] // (nh * nw)
     lib = _library() if _fast_path() else None
     host = _host(x) if lib is not None else None
+    _ran("window_merge", host)
     if host is None:
         x = x.reshape(b, nh, nw, window, window, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, nh * window, nw * window, c)
         return x[:, :h, :w]
@@ -249,6 +262,7 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     """mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask) for an additive mask
     (or none); on the CPU the unfused form MLX itself runs there (matmul, softmax, matmul), with
     the scale and the mask applied inside softmax() above."""
+    _ran("attention (matmul, softmax, matmul)", _fast_path())
     if not _fast_path():
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
     return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
@@ -266,6 +280,7 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0) -> mx.a
     lib = _library() if _fast_path() and sh == sw else None
     host = _host(x) if lib is not None else None
     wt = _host(weight.reshape(c, kh * kw).T) if host is not None else None
+    _ran("depthwise conv2d", wt)
     if wt is None:
         return mx.conv2d(x, weight, stride=(sh, sw), padding=(ph, pw), groups=c)
     n, h, w, _ = host.shape
@@ -290,12 +305,14 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     wt = _host(weight) if host is not None else None
     b = _host(bias) if wt is not None and bias is not None else None
     if wt is None:
+        _ran("conv2d", None)
         return _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
     n, h, w, _ = host.shape
     oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
     out, view = _output((n, oh, ow, co))
     done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(view), n, h, w, ci, co,
                               kh, kw, sh, ph, pw, int(reflect), oh, ow, _threads())
+    _ran("conv2d", done == 0)
     if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
         return _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
     return _like(out, x)
@@ -317,6 +334,7 @@ def rfft2_parts(x: mx.array) -> mx.array:
     H, W axes here), and the interleaved parts are a view of its complex64 result, where MLX
     needs a stack of the real and imaginary parts."""
     host = _host(x) if _fast_path() else None
+    _ran("rfft2", host)
     n, h, w, c = x.shape
     if host is None:
         spectrum = mx.fft.rfft2(x.astype(mx.float32), axes=(1, 2), norm="ortho")
@@ -328,6 +346,7 @@ def rfft2_parts(x: mx.array) -> mx.array:
 def irfft2_parts(parts: mx.array, size: tuple[int, int]) -> mx.array:
     """The inverse of rfft2_parts: parts (N, H, W//2+1, 2C) -> float32 (N, H, W, C), W = size[1]."""
     host = _host(parts) if _fast_path() else None
+    _ran("irfft2", host)
     n, h, wh, c2 = parts.shape
     if host is None:
         pairs = parts.astype(mx.float32).reshape(n, h, wh, c2 // 2, 2)
@@ -357,6 +376,7 @@ def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_
     sh, sw = _pair(stride)
     ph, pw = _pair(padding)
     oph, opw = _pair(output_padding)
+    _ran("conv_transpose2d", _fast_path())
     if not _fast_path():
         return mx.conv_transpose2d(x, weight, stride=(sh, sw), padding=(ph, pw), output_padding=(oph, opw))
     co, kh, kw, ci = weight.shape
@@ -386,6 +406,7 @@ def conv2d_few_outputs(x: mx.array, weight: mx.array) -> mx.array:
     output channels: one GEMM of every input pixel with all KH*KW taps, then each tap's plane
     summed at its shift; no im2col copy of the input."""
     co, kh, kw, ci = weight.shape
+    _ran("conv2d (few outputs)", _fast_path() and not (kh == 1 and kw == 1))
     if not _fast_path() or (kh == 1 and kw == 1):
         return mx.conv2d(x, weight)
     n, h, w, _ = x.shape
@@ -402,6 +423,7 @@ def conv2d_few_outputs(x: mx.array, weight: mx.array) -> mx.array:
 
 def pointwise_conv2d(x: mx.array, weight: mx.array) -> mx.array:
     """mx.conv2d(x, weight) for a 1x1 weight (O, 1, 1, I), stride 1, no padding: one matmul."""
+    _ran("conv2d 1x1", _fast_path())
     if not _fast_path():
         return mx.conv2d(x, weight)
     co, _, _, ci = weight.shape

@@ -27,7 +27,7 @@ import mlx.core as mx
 import numpy as np
 
 from zoo.errors import ZooError
-from zoo.kernels import core
+from zoo.kernels import core, coverage
 
 # ultralytics' class offset (max_wh) and the most boxes it hands to NMS (max_nms).
 MAX_WH = 7680
@@ -126,6 +126,7 @@ def nms(boxes, scores, iou_threshold, classes=None, max_det=300) -> mx.array:
     order, sorted_boxes, areas = score_sorted(boxes, scores, classes)
     threshold = float32_threshold(iou_threshold)
     backend = core.native_backend()
+    coverage.note("nms", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
     if backend is None:
         return _fallback(order, sorted_boxes, areas, threshold, max_det)
     mask = core.run(iou_mask_launch(sorted_boxes, areas, threshold), backend)[0]

@@ -32,7 +32,7 @@ import mlx.core as mx
 import numpy as np
 
 from zoo.errors import ZooError
-from zoo.kernels import core
+from zoo.kernels import core, coverage
 
 MODES = ("bilinear", "nearest")
 
@@ -80,6 +80,7 @@ def resize(x, size, mode="bilinear", align_corners=False) -> mx.array:
     rows, row_weights = source_taps(x.shape[1], out_h, mode, align_corners)
     cols, col_weights = source_taps(x.shape[2], out_w, mode, align_corners)
     backend = core.native_backend()
+    coverage.note(f"resize {mode}", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
     if backend is None:
         return _fallback(x, rows, row_weights, cols, col_weights, mode == "nearest")
     return core.run(resize_launch(x, rows, row_weights, cols, col_weights, mode == "nearest"), backend)[0]

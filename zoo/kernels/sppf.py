@@ -16,7 +16,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from zoo.errors import ZooError
-from zoo.kernels import core
+from zoo.kernels import core, coverage
 
 SPPF = core.Kernel(
     name="zoo_sppf_maxpool",
@@ -72,6 +72,7 @@ def sppf_maxpool(x, k=5) -> tuple[mx.array, mx.array, mx.array]:
     max-pool, stride 1, padding k // 2 with -inf; x is NHWC (N, H, W, C)."""
     x = _checked(x, k)
     backend = core.native_backend()
+    coverage.note("sppf max-pool", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
     if backend is None:
         return _fallback(x, k)
     return tuple(core.run(sppf_launch(x, k), backend))
