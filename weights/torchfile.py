@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import _compat_pickle
 import collections
+import math
 import pickle
+import struct
 import zipfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -129,12 +131,34 @@ class _StorageType:
     dtype: np.dtype
 
 
+class _CopyBudget:
+    """What one load may allocate for tensors: a few times the bytes of the storages it read.
+
+    A tensor is a copy of a strided view; views can overlap (stride 0, many tensors on one
+    storage), so without a bound a small file could ask for terabytes. Real checkpoints copy
+    each storage about once: bfloat16 doubles (widened to float32), tied weights copy twice.
+    """
+
+    FACTOR = 4
+
+    def __init__(self):
+        self.storage_bytes = self.spent = 0
+
+    def charge(self, nbytes: int) -> None:
+        """Count ``nbytes`` before they are allocated; ValueError past the bound."""
+        if self.spent + nbytes > self.FACTOR * self.storage_bytes:
+            raise ValueError(f"its tensors would take {self.spent + nbytes} bytes, more than "
+                             f"{self.FACTOR}x the {self.storage_bytes} bytes of its storages")
+        self.spent += nbytes
+
+
 @dataclass(frozen=True)
 class _Storage:
     """A storage's elements (1-D); None while a legacy file's first pass only collects types."""
 
     kind: _StorageType
     elements: np.ndarray | None
+    budget: _CopyBudget
 
 
 def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
@@ -164,6 +188,8 @@ def _rebuild_tensor(storage, storage_offset, size, stride):
     last = offset + sum((n - 1) * s for n, s in zip(size, stride))
     if last >= elements.size:
         raise ValueError(f"tensor reaches element {last} of a storage of {elements.size}")
+    itemsize = 4 if storage.kind.name == "BFloat16Storage" else elements.itemsize
+    storage.budget.charge(math.prod(size) * itemsize)
     view = as_strided(elements[offset:], shape=size, strides=[s * elements.itemsize for s in stride])
     return _decode(np.array(view, copy=True), storage.kind)
 
@@ -288,7 +314,36 @@ def _python3_name(module: str, name: str) -> tuple[str, str]:
 # Called by identity: a pickle can build unhashable or oddly-comparing values.
 _CALLABLE_IDS = frozenset(id(value) for value in _ALLOWED.values() if callable(value))
 
+
+def _no_lazy_iterables(func, args) -> None:
+    """A pickled range is a harmless value, but tuple(range(10**12)) would fill memory: a call
+    gets its elements only from lists, tuples, dicts ... that the file spells out."""
+    if any(isinstance(arg, range) for arg in args):
+        raise _Refused("expands", f"a range with {_describe(func)}")
+
 _StorageReader = Callable[[str, _StorageType], np.ndarray]
+
+
+class _Bounded:
+    """A pickle stream whose reads never ask for more than is left of it.
+
+    A pickle states lengths (frames, bytes, strings) before their data; passed on as they are,
+    a lie of a terabyte would allocate that much before the short read is noticed (or, in a
+    compressed zip entry, decompress that much). Here a read gets at most the bytes left, so
+    the unpickler reports the truncation instead.
+    """
+
+    def __init__(self, file, size: int):
+        self._file, self._size = file, size
+
+    def _left(self) -> int:
+        return max(0, self._size - self._file.tell())
+
+    def read(self, n: int = -1) -> bytes:
+        return self._file.read(self._left() if n is None or n < 0 else min(n, self._left()))
+
+    def readline(self) -> bytes:
+        return self._file.readline(self._left())
 
 
 class _RestrictedUnpickler(pickle._Unpickler):
@@ -304,9 +359,10 @@ class _RestrictedUnpickler(pickle._Unpickler):
 
     dispatch = dict(pickle._Unpickler.dispatch)
 
-    def __init__(self, file, read_storage: _StorageReader | None):
-        super().__init__(file, encoding="utf-8")  # torch.load's choice for Python 2 str
+    def __init__(self, file, size: int, read_storage: _StorageReader | None):
+        super().__init__(_Bounded(file, size), encoding="utf-8")  # torch.load's choice for Python 2 str
         self._read_storage = read_storage
+        self._budget = _CopyBudget()
         self._storages: dict[str, _Storage] = {}
         self._stubs: dict[tuple[str, str], type] = {}
         self.storage_types: dict[str, _StorageType] = {}
@@ -334,24 +390,28 @@ class _RestrictedUnpickler(pickle._Unpickler):
         storage = self._storage(str(key), kind)
         if view and view[0] is not None and storage.elements is not None:
             _view_key, offset, size = view[0]  # pre-0.4 storage views: a slice of the root storage
-            return _Storage(kind, storage.elements[offset:offset + size])
+            return _Storage(kind, storage.elements[offset:offset + size], self._budget)
         return storage
 
     def _storage(self, key: str, kind: _StorageType) -> _Storage:
         if key not in self._storages:
             self.storage_types[key] = kind
             elements = None if self._read_storage is None else self._read_storage(key, kind)
-            self._storages[key] = _Storage(kind, elements)
+            if elements is not None:
+                self._budget.storage_bytes += elements.nbytes
+            self._storages[key] = _Storage(kind, elements, self._budget)
         return self._storages[key]
 
     def _call(self, func, args):
         if id(func) not in _CALLABLE_IDS:
             raise _Refused("calls", _describe(func))
+        _no_lazy_iterables(func, args)
         return func(*args)
 
     def _new(self, cls, args, kwargs):
         if not (isinstance(cls, _StubClass) or (isinstance(cls, type) and id(cls) in _CALLABLE_IDS)):
             raise _Refused("creates", _describe(cls))
+        _no_lazy_iterables(cls, (*args, *kwargs.values()))
         return cls.__new__(cls, *args, **kwargs)
 
     def load_reduce(self):
@@ -378,6 +438,14 @@ class _RestrictedUnpickler(pickle._Unpickler):
         else:
             raise ValueError(f"cannot set the state of {_describe(inst)}")
 
+    def load_bytearray8(self):
+        # pickle's own allocates the stated length before reading: read first, then copy
+        length, = struct.unpack("<Q", self.read(8))
+        data = self.read(length)
+        if len(data) != length:
+            raise pickle.UnpicklingError("pickle data was truncated")
+        self.append(bytearray(data))
+
     def load_ext(self):
         # copyreg's extension cache can hand back real classes without asking find_class
         raise ValueError("pickle extension codes are not supported")
@@ -386,6 +454,7 @@ class _RestrictedUnpickler(pickle._Unpickler):
     dispatch[pickle.NEWOBJ[0]] = load_newobj
     dispatch[pickle.NEWOBJ_EX[0]] = load_newobj_ex
     dispatch[pickle.BUILD[0]] = load_build
+    dispatch[pickle.BYTEARRAY8[0]] = load_bytearray8
     dispatch.update(dict.fromkeys((pickle.EXT1[0], pickle.EXT2[0], pickle.EXT4[0]), load_ext))
 
 
@@ -394,46 +463,85 @@ class _RestrictedUnpickler(pickle._Unpickler):
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 
 
+# torch.save stores every record uncompressed; a re-zipped file may deflate them, but float
+# weights barely compress: a record that claims to expand more than this is a zip bomb
+_MAX_EXPANSION = 100
+
+
+class _Records:
+    """A zip archive's records, each checked against the archive's size before it is read.
+
+    The central directory states every size; a hostile one can claim terabytes, point many
+    records at the same bytes, or hold a deflate bomb. A record is read only if its stored
+    bytes fit in the file, what it expands to is at most _MAX_EXPANSION times that, and all
+    records read so far together occupy no more than the file.
+    """
+
+    def __init__(self, archive: zipfile.ZipFile, size: int):
+        self.archive, self._size, self._used = archive, size, 0
+
+    def info(self, name: str) -> zipfile.ZipInfo:
+        info = self.archive.getinfo(name)
+        stored, expanded = info.compress_size, info.file_size
+        if info.compress_type == zipfile.ZIP_STORED and expanded != stored:
+            raise ValueError(f"zip entry {name} is stored but claims {expanded} bytes for {stored}")
+        if expanded > _MAX_EXPANSION * max(stored, 1):
+            raise ValueError(f"zip entry {name} claims to expand {stored} bytes to {expanded}")
+        self._used += stored
+        if info.header_offset + stored > self._size or self._used > self._size:
+            raise ValueError(f"zip entry {name} claims {stored} bytes that a file of {self._size} "
+                             "does not hold")
+        return info
+
+    def read(self, name: str) -> bytes:
+        info = self.info(name)
+        with self.archive.open(info) as record:
+            return _Bounded(record, info.file_size).read()
+
+
 def _load_zip(path: Path):
     """torch >= 1.6: <archive>/data.pkl, storages in <archive>/data/<key>, optional byteorder."""
     with zipfile.ZipFile(path) as archive:
+        records = _Records(archive, path.stat().st_size)
         pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
         if len(pickles) != 1:
             raise ValueError("a zip file without <archive>/data.pkl")
         prefix = pickles[0][: -len("data.pkl")]
         names = set(archive.namelist())
         big_endian = (prefix + "byteorder" in names
-                      and archive.read(prefix + "byteorder").strip() == b"big")
+                      and records.read(prefix + "byteorder").strip() == b"big")
 
         def read_storage(key, kind):
-            return _storage_elements(archive.read(f"{prefix}data/{key}"), kind, big_endian)
+            return _storage_elements(records.read(f"{prefix}data/{key}"), kind, big_endian)
 
-        with archive.open(pickles[0]) as pickled:
-            return _RestrictedUnpickler(pickled, read_storage).load()
+        info = records.info(pickles[0])
+        with archive.open(info) as pickled:
+            return _RestrictedUnpickler(pickled, info.file_size, read_storage).load()
 
 
 def _load_legacy(path: Path):
     """torch < 1.6: magic, protocol, sys_info and main pickles, storage keys, then raw storages."""
+    size = path.stat().st_size
     with open(path, "rb") as file:
-        if _RestrictedUnpickler(file, None).load() != _LEGACY_MAGIC:
+        if _RestrictedUnpickler(file, size, None).load() != _LEGACY_MAGIC:
             raise ValueError("neither a zip archive nor a legacy torch.save file")
-        _RestrictedUnpickler(file, None).load()  # protocol version
-        sys_info = _RestrictedUnpickler(file, None).load()
+        _RestrictedUnpickler(file, size, None).load()  # protocol version
+        sys_info = _RestrictedUnpickler(file, size, None).load()
         byteorder = "little" if sys_info.get("little_endian", True) else "big"
         main = file.tell()
-        first_pass = _RestrictedUnpickler(file, None)
+        first_pass = _RestrictedUnpickler(file, size, None)
         first_pass.load()
-        keys = _RestrictedUnpickler(file, None).load()
+        keys = _RestrictedUnpickler(file, size, None).load()
         elements = {}
         for key in keys:
             kind = first_pass.storage_types[key]
             count = int.from_bytes(file.read(8), byteorder)
-            raw = file.read(count * kind.dtype.itemsize)
-            if len(raw) != count * kind.dtype.itemsize:
-                raise ValueError(f"storage {key} is truncated")
-            elements[key] = _storage_elements(raw, kind, byteorder == "big")
+            nbytes = count * kind.dtype.itemsize
+            if nbytes > size - file.tell():  # checked before reading: a count can claim terabytes
+                raise ValueError(f"storage {key} claims {nbytes} bytes; the file has {size - file.tell()} left")
+            elements[key] = _storage_elements(file.read(nbytes), kind, byteorder == "big")
         file.seek(main)
-        return _RestrictedUnpickler(file, lambda key, kind: elements[key]).load()
+        return _RestrictedUnpickler(file, size, lambda key, kind: elements[key]).load()
 
 
 def load_torch_file(path) -> object:

@@ -6,6 +6,8 @@ CMYK, I;16, I, F, ...) becomes RGB.
 """
 from __future__ import annotations
 
+import os
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,6 +17,29 @@ from PIL import ExifTags, Image, ImageOps, UnidentifiedImageError
 from .errors import ZooError
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp")
+
+PIXEL_LIMIT_ENV = "ZOO_MAX_IMAGE_PIXELS"
+
+
+def max_image_pixels() -> int | None:
+    """The most pixels an image file may have, checked from its header before it is decoded.
+
+    A decompression bomb (a small file that decodes to gigabytes) is refused. The limit is
+    Pillow's ``PIL.Image.MAX_IMAGE_PIXELS`` (89,478,485 by default: 256 MiB of RGBA, about
+    9459x9459); the environment variable ZOO_MAX_IMAGE_PIXELS sets it for the process (a
+    positive number, or ``none`` for no limit). Pillow only warns up to twice its limit; here
+    anything above it is refused.
+    """
+    value = os.environ.get(PIXEL_LIMIT_ENV)
+    if value is not None:
+        if value.strip().lower() == "none":
+            Image.MAX_IMAGE_PIXELS = None
+        elif value.strip().isdigit() and int(value) > 0:
+            Image.MAX_IMAGE_PIXELS = int(value)  # Pillow's own check at open must agree
+        else:
+            raise ZooError(f"{PIXEL_LIMIT_ENV}={value!r} is not a number of pixels: use a positive "
+                           "integer, e.g. 200000000, or none")
+    return Image.MAX_IMAGE_PIXELS
 
 
 @contextmanager
@@ -28,19 +53,44 @@ def reading_errors(path: Path):
         raise ZooError(f"cannot read {path}: the file is empty (0 bytes)")
     try:
         yield
+    except ZooError:
+        raise
     except UnidentifiedImageError:
         raise ZooError(f"cannot read {path}: not an image file Pillow recognises") from None
-    except Image.DecompressionBombError as e:
-        raise ZooError(f"{path} is too large to open safely ({e}); raise PIL.Image.MAX_IMAGE_PIXELS "
-                       "if you trust the file") from None
+    except Image.DecompressionBombError:
+        raise ZooError(_too_many_pixels(path)) from None
     except (OSError, SyntaxError, ValueError) as e:
         raise ZooError(f"cannot read {path}: the file is damaged or truncated ({e})") from None
+    except Exception as e:  # Pillow's decoders raise many kinds on malformed data (its fuzzers accept any)
+        reason = " ".join(f"{type(e).__name__}: {e}".split())
+        raise ZooError(f"cannot read {path}: the file is damaged ({reason})") from None
+
+
+def _too_many_pixels(path: Path, size: tuple[int, int] | None = None) -> str:
+    shape = f"{size[0]}x{size[1]} ({size[0] * size[1]:,} pixels), above" if size else "larger than"
+    return (f"{path} is {shape} the limit of {Image.MAX_IMAGE_PIXELS:,} pixels that guards against "
+            f"decompression bombs: set {PIXEL_LIMIT_ENV} to a larger number (or none) if you trust the file")
+
+
+@contextmanager
+def opened(path: Path):
+    """``path`` opened (its header read, nothing decoded), refused if it has too many pixels."""
+    limit = max_image_pixels()
+    with reading_errors(path):
+        with warnings.catch_warnings():
+            # Pillow warns between its limit and twice it; those are refused below, as one line
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(path)
+        with img:
+            if limit is not None and img.width * img.height > limit:
+                raise ZooError(_too_many_pixels(path, img.size))
+            yield img
 
 
 def open_image(path: str | Path) -> Image.Image:
     """Open and fully decode an image file, with EXIF orientation applied."""
     path = Path(path)
-    with reading_errors(path), Image.open(path) as img:
+    with opened(path) as img:
         img.load()  # decode now: truncated files fail here, not later
         return ImageOps.exif_transpose(img)
 
@@ -48,7 +98,7 @@ def open_image(path: str | Path) -> Image.Image:
 def image_size(path: str | Path) -> tuple[int, int]:
     """(height, width) of an image file as open_image returns it (EXIF orientation applied), from its header."""
     path = Path(path)
-    with reading_errors(path), Image.open(path) as img:
+    with opened(path) as img:
         w, h = img.size
         # orientations 5-8 turn the picture by a quarter
         return (w, h) if img.getexif().get(ExifTags.Base.Orientation) in (5, 6, 7, 8) else (h, w)
