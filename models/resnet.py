@@ -207,14 +207,20 @@ class ResNet(nn.Module):
         A single image (path, PIL image or array) gives one list; a list of images a list of lists.
         Labels are ImageNet's for a 1000-class head, the class index as text for any other head.
         """
-        if not self.num_classes:
-            raise ZooError("this model has no classifier head: load it with num_classes > 0 to predict classes")
         single = not isinstance(images, (list, tuple))
         if not single and not images:
             raise UsageError("no images given: pass an image (path, PIL image or array) or a non-empty list of them")
-        batch = np.stack([self.preprocess_image(im) for im in ([images] if single else images)])
-        probs = mx.softmax(self(batch).astype(mx.float32), axis=-1)
-        probs = np.array(probs)
+        results = self.top_classes(np.stack([self.preprocess_image(im) for im in ([images] if single else images)]),
+                                   top_k)
+        return results[0] if single else results
+
+    @serialized()
+    def top_classes(self, batch: np.ndarray, top_k: int = 5) -> list[list[tuple[int, str, float]]]:
+        """``predict`` on images already through ``preprocess_image`` ((N, H, W, 3) float32): what a
+        pipeline calls, its decoding and pre-processing done on other threads."""
+        if not self.num_classes:
+            raise ZooError("this model has no classifier head: load it with num_classes > 0 to predict classes")
+        probs = np.array(mx.softmax(self(batch).astype(mx.float32), axis=-1))
         labels = class_names()
         if len(labels) != self.num_classes:
             labels = [str(i) for i in range(self.num_classes)]
@@ -222,7 +228,7 @@ class ResNet(nn.Module):
         for row in probs:
             top = np.argsort(-row, kind="stable")[:top_k]
             results.append([(int(i), labels[i], float(row[i])) for i in top])
-        return results[0] if single else results
+        return results
 
 
 def class_names() -> list[str]:

@@ -53,9 +53,10 @@ def test_unknown_model(photo, capsys):
 
 def test_corrupt_file_among_good_ones_is_skipped(photo, tmp_path, capsys):
     (tmp_path / "bad.png").write_bytes(b"not a png")
-    assert main(["resnet18", str(photo), str(tmp_path / "bad.png"), "--weights", "synthetic"]) == 0
+    assert main(["resnet18", str(photo), str(tmp_path / "bad.png"), "--weights", "synthetic"]) == 1  # one failed
     captured = capsys.readouterr()
-    assert "skipped" in captured.err and "bad.png" in captured.err and str(photo) in captured.out
+    errors = [line for line in captured.err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "bad.png" in errors[0] and "1 failed" in captured.err and str(photo) in captured.out
 
 
 def test_wrong_shaped_weights(photo, tmp_path, capsys):

@@ -300,3 +300,27 @@ def item_key(item: Item) -> tuple:
 def without_errors(record: dict) -> bool:
     """For JsonlWriter(keep=...): an error record is dropped on --resume, as its item is tried again."""
     return "error" not in record
+
+
+def add_arguments(parser, batch: bool = True, resume: str = "skip the items whose outputs exist") -> None:
+    """The options every pipelined CLI shares: --recursive, --vid-stride, --batch (where the model
+    batches), --resume, --workers."""
+    parser.add_argument("--recursive", action="store_true", help="look for images and videos in sub-folders too")
+    parser.add_argument("--vid-stride", type=int, default=1, metavar="N",
+                        help="videos and cameras: keep every N-th frame (default 1)")
+    if batch:
+        parser.add_argument("--batch", type=int, default=1, metavar="N",
+                            help="images per forward pass (default 1; the results are the same)")
+    parser.add_argument("--resume", action="store_true", help=f"continue an interrupted run: {resume}")
+    parser.add_argument("--workers", type=int, metavar="N",
+                        help=f"decoding threads beside the model (default {default_workers()})")
+
+
+def check_arguments(args) -> None:
+    """UsageErrors for the shared options' values, before anything is read."""
+    from .errors import UsageError
+
+    for option in ("batch", "vid_stride", "workers"):
+        value = getattr(args, option, None)
+        if value is not None and value < 1:
+            raise UsageError(f"--{option.replace('_', '-')} {value}: use a whole number >= 1")

@@ -528,6 +528,17 @@ def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool 
                    "a .txt/.csv list, videos, a camera number, numpy arrays or PIL images")
 
 
+def input_paths(source: Source) -> list[Path]:
+    """The files on disk a source reads (for the output guard: no output may replace one)."""
+    if isinstance(source, Chain):
+        return [p for part in source.sources for p in input_paths(part)]
+    if isinstance(source, Files):
+        return list(source.paths)
+    if isinstance(source, Video) and not source.path.startswith(STREAM_SCHEMES):
+        return [Path(source.path)]
+    return []
+
+
 def open_path(text: str, recursive: bool, vid_stride: int) -> Source:
     if text.startswith(STREAM_SCHEMES):
         return Video(text, vid_stride)
@@ -544,7 +555,8 @@ def open_path(text: str, recursive: bool, vid_stride: int) -> Source:
         return Files([path], vid_stride)
     if globlib.has_magic(text):
         return Glob(text, vid_stride)
-    raise ZooError(f"not found: {text}")
+    what = "image " if path.suffix.lower() in IMAGE_SUFFIXES else "video " if is_video(path) else ""
+    raise ZooError(f"{what}not found: {text}")
 
 
 # -- writers --------------------------------------------------------------------------------------
@@ -671,6 +683,7 @@ class JsonlWriter:
         if not self.path.parent.is_dir():
             raise ZooError(f"folder {self.path.parent} does not exist; create it or pass another path")
         self.records: list[dict] = []
+        self.written = 0
         if self.path.exists():
             if resume:
                 self.records = [r for r in read_jsonl(self.path) if keep is None or keep(r)]
@@ -684,15 +697,26 @@ class JsonlWriter:
         except OSError as e:
             raise ZooError(f"cannot write {self.path}: {e.strerror or e}") from None
 
+    @property
+    def count(self) -> int:
+        """Records in the file: those kept from an earlier run and those written since."""
+        return len(self.records) + self.written
+
     def write(self, record: dict) -> None:
         self.file.write(json.dumps(record) + "\n")
         self.file.flush()
+        self.written += 1
 
     def close(self) -> Path:
         if not self.file.closed:
             self.file.close()
             os.replace(self.tmp, self.path)
         return self.path
+
+    def abort(self) -> None:
+        """Drop the file being written (a run that failed before any record); an existing file stays as it was."""
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
 
     def __enter__(self):
         return self

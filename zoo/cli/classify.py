@@ -1,65 +1,174 @@
-"""Classification: top-k ImageNet classes per image."""
+"""Classification: top-k ImageNet classes per image, over files, folders, globs, lists and videos.
+
+    python -m zoo.run resnet50 photos/ --batch 8 --jsonl results.jsonl      # Ctrl-C, then --resume
+
+Runs on zoo.pipeline: decoding and pre-processing overlap the model, results are printed and
+written as they come (--jsonl one record a line; --json and --csv streamed too), memory stays
+flat. A bad image is one ``error:`` line and an error record in the JSONL; the exit code is 1
+when any failed.
+"""
 from __future__ import annotations
 
 import csv
 import json
+import os
 import sys
+from pathlib import Path
 
+import numpy as np
+from tqdm import tqdm
+
+from zoo import pipeline
 from zoo.errors import UsageError, ZooError
-from zoo.files import check_output_file, write_atomic
-from zoo.images import image_files
+from zoo.files import Inputs, check_new_file, make_output_folder, refuse_inputs, temporary_path
+from zoo.sources import JsonlWriter, input_paths, open_source
 
 
 def add_arguments(parser):
-    parser.add_argument("images", nargs="+", help="image files or directories")
+    parser.add_argument("images", nargs="+", help="image files, folders, globs, .txt/.csv lists of paths, videos")
     parser.add_argument("--top-k", type=int, default=5)
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--jsonl", metavar="PATH", help="write one JSON record per image as results come "
+                        "(errors as {\"path\", \"error\"} records); --resume continues it")
+    parser.add_argument("--json", metavar="PATH", help="also write the results as one JSON object {path: top-k}")
     parser.add_argument("--csv", metavar="PATH", help="also write the results as CSV, one row per image "
                         "(timm's columns: filename, index_0.., label_0.., prob_0..)")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
-                        help="replace --json/--csv files that exist (inputs are never replaced)")
+                        help="replace --jsonl/--json/--csv files that exist (inputs are never replaced)")
+    pipeline.add_arguments(parser, resume="skip the images --jsonl holds results for (needs --jsonl); "
+                           "--json/--csv are written again with every result")
 
 
 def check_arguments(args):
     if args.top_k < 1 or args.top_k > 1000:
         raise UsageError(f"--top-k {args.top_k} is out of range: use 1 to 1000")
-    args.files = [f for source in args.images for f in image_files(source)]
-    for option in ("json", "csv"):
-        if getattr(args, option):
-            check_output_file(getattr(args, option), f"--{option}", [*args.images, *args.files, args.weights],
-                              args.overwrite)
+    pipeline.check_arguments(args)
+    if args.resume and not args.jsonl:
+        raise UsageError("--resume continues the records of --jsonl: pass --jsonl PATH (the file of the first run)")
+    args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride)
+    inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
+    for option in ("jsonl", "json", "csv"):
+        path = getattr(args, option)
+        if path:
+            refuse_inputs(path, inputs, f"--{option}")
+            # --resume continues the JSONL and writes --json/--csv again from all its records
+            check_new_file(path, f"--{option}", args.overwrite or args.resume)
+            make_output_folder(Path(path).parent, f"--{option} {path}: its folder")
 
 
 def run(args, model) -> int:
-    results = {}
-    for path in args.files:
+    top_k = min(args.top_k, model.num_classes or args.top_k)
+    with Outputs(args, top_k) as outputs:
+        done = pipeline.resume_keys(outputs.jsonl.records) if args.resume else set()
+        run = pipeline.Pipeline(
+            args.source, lambda item: model.preprocess_image(item.load()), batch=args.batch, workers=args.workers,
+            skip=(lambda item: pipeline.item_key(item) in done) if done else None,
+            on_error=outputs.error, desc="classify")
+
+        def process(batch):
+            tops = model.top_classes(np.stack([ready.data for ready in batch]), top_k)
+            for ready, top in zip(batch, tops):
+                outputs.result(ready.item, top)
+
+        run.run(process)
+    if run.done == 0 and run.failed and not run.skipped:
+        raise ZooError(f"none of the {run.failed} images could be read: pass image files Pillow can open")
+    print(f"{args.model}: {run.summary('classified')}", file=sys.stderr)
+    return run.exit_code
+
+
+class Outputs:
+    """The run's result files, each written as results come under a temporary name, renamed on close."""
+
+    def __init__(self, args, top_k: int):
+        self.args, self.top_k = args, top_k
+        self.jsonl = (JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite,
+                                  keep=pipeline.without_errors) if args.jsonl else None)
+        self.json = JsonObjectWriter(args.json) if args.json else None
+        self.csv = CsvWriter(args.csv, top_k) if args.csv else None
+        if self.jsonl is not None:
+            for record in self.jsonl.records:  # an earlier run's results, for --json/--csv
+                self.tables(record)
+
+    def result(self, item, top) -> None:
+        record = {**item.meta, "top": [{"index": i, "label": label, "probability": p} for i, label, p in top]}
+        tqdm.write(f"{key_of(record)}:" + "".join(f"\n  {p:7.2%}  {label} ({i})" for i, label, p in top))
+        if self.jsonl is not None:
+            self.jsonl.write(record)
+        self.tables(record)
+
+    def tables(self, record: dict) -> None:
+        if self.json is not None:
+            self.json.write(key_of(record), record["top"])
+        if self.csv is not None:
+            self.csv.write(key_of(record), record["top"])
+
+    def error(self, item, message: str) -> None:
+        if self.jsonl is not None:
+            self.jsonl.write({**item.meta, "error": message})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        """Every finished result is kept, also on an error or a second Ctrl-C; a file with none is not written."""
+        for writer in (self.jsonl, self.json, self.csv):
+            if writer is not None:
+                writer.close() if writer.count else writer.abort()
+
+
+def key_of(record: dict) -> str:
+    """An image's key in --json and --csv: its path; a video frame's: path#frame."""
+    return record["path"] if record.get("frame") is None else f"{record['path']}#{record['frame']}"
+
+
+class StreamedFile:
+    """A text file written as results come, under a temporary name that close() renames."""
+
+    def __init__(self, path: str | Path, newline: str | None = None):
+        self.path = Path(path)
+        self.count = 0
+        self.tmp = temporary_path(self.path)
         try:
-            top = model.predict(str(path), top_k=args.top_k)
-        except ZooError as e:
-            if len(args.files) == 1:
-                raise
-            print(f"warning: skipped {path}: {e}", file=sys.stderr)
-            continue
-        results[str(path)] = [{"index": i, "label": label, "probability": p} for i, label, p in top]
-        print(f"{path}:")
-        for i, label, p in top:
-            print(f"  {p:7.2%}  {label} ({i})")
-    if not results:
-        raise ZooError(f"none of the {len(args.files)} images could be read: pass image files Pillow can open")
-    if args.json:
-        write_atomic(args.json, lambda tmp: tmp.write_text(json.dumps(results, indent=2)))
-    if args.csv:
-        write_atomic(args.csv, lambda tmp: write_csv(tmp, results))
-    return 0
+            self.file = open(self.tmp, "w", encoding="utf-8", newline=newline)
+        except OSError as e:
+            raise ZooError(f"cannot write {self.path}: {e.strerror or e}") from None
+
+    def finish(self) -> None:
+        """What ends the file (a closing brace)."""
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.finish()
+            self.file.close()
+            os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        self.file.close()
+        self.tmp.unlink(missing_ok=True)
 
 
-def write_csv(path, results: dict[str, list[dict]]) -> None:
+class JsonObjectWriter(StreamedFile):
+    """``json.dumps({path: top, ...}, indent=2)`` written one entry at a time: the same bytes, flat memory."""
+
+    def write(self, key: str, value) -> None:
+        entry = json.dumps({key: value}, indent=2)[2:-2]  # the entry's lines inside the braces
+        self.file.write(("{\n" if self.count == 0 else ",\n") + entry)
+        self.count += 1
+
+    def finish(self) -> None:
+        self.file.write("\n}" if self.count else "{}")
+
+
+class CsvWriter(StreamedFile):
     """timm inference.py's separate-column layout: filename, index_i, label_i, prob_i for rank i."""
-    k = max(len(top) for top in results.values())
-    columns = ["filename", *(f"{field}_{i}" for field in ("index", "label", "prob") for i in range(k))]
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(columns)
-        for filename, top in results.items():
-            writer.writerow([filename, *(t["index"] for t in top), *(t["label"] for t in top),
-                             *(f"{t['probability']:.6g}" for t in top)])
+
+    def __init__(self, path, k: int):
+        super().__init__(path, newline="")
+        self.rows = csv.writer(self.file)
+        self.rows.writerow(["filename", *(f"{field}_{i}" for field in ("index", "label", "prob") for i in range(k))])
+
+    def write(self, filename: str, top: list[dict]) -> None:
+        self.count += 1
+        self.rows.writerow([filename, *(t["index"] for t in top), *(t["label"] for t in top),
+                            *(f"{t['probability']:.6g}" for t in top)])
+
