@@ -115,7 +115,7 @@ class LayerNorm(nn.LayerNorm):
 
 
 def _no_dilation(dilation) -> bool:
-    return dilation == 1 or tuple(dilation) == (1, 1)
+    return dilation == 1 or (not isinstance(dilation, int) and tuple(dilation) == (1, 1))
 
 
 class Conv2d(nn.Conv2d):
