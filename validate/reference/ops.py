@@ -179,3 +179,85 @@ def upsample_nearest(x, scale: int):
 
 def pad_reflect(x, pad: int):
     return np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), mode="reflect")
+
+
+def group_norm(x, groups: int, weight, bias, eps=1e-5):
+    """torch group_norm on NCHW: statistics over each group of C/groups channels and H, W."""
+    n, c = x.shape[:2]
+    g = x.reshape(n, groups, -1)
+    mean = g.mean(axis=-1, keepdims=True)
+    var = ((g - mean) ** 2).mean(axis=-1, keepdims=True)
+    y = ((g - mean) / np.sqrt(var + eps)).reshape(x.shape)
+    shape = (1, c) + (1,) * (x.ndim - 2)
+    return y * weight.reshape(shape) + bias.reshape(shape)
+
+
+def avg_pool2d(x, kernel, stride=None, padding=0):
+    """torch avg_pool2d with count_include_pad=True (its default): zero padding counts in the mean."""
+    kernel = _pair(kernel)
+    stride = _pair(stride if stride is not None else kernel)
+    p = _pair(padding)
+    x = np.pad(x, ((0, 0), (0, 0), (p[0],) * 2, (p[1],) * 2))
+    return _windows(x, kernel, stride, (1, 1)).mean(axis=(-2, -1))
+
+
+_CUBIC_A = -0.75  # torch's bicubic (upsample_bicubic2d) coefficient
+
+
+def _cubic_weights(t: np.ndarray) -> np.ndarray:
+    """Weights of the taps at offsets -1, 0, 1, 2 from floor(src), t = src - floor(src): (len(t), 4)."""
+    a = _CUBIC_A
+    near = lambda d: ((a + 2) * d - (a + 3)) * d * d + 1  # |d| <= 1
+    far = lambda d: ((a * d - 5 * a) * d + 8 * a) * d - 4 * a  # 1 < |d| < 2
+    return np.stack([far(t + 1), near(t), near(1 - t), far(2 - t)], axis=-1)
+
+
+def _cubic_axis(in_size: int, out_size: int, align_corners: bool) -> np.ndarray:
+    """(out_size, in_size) matrix of one axis' bicubic interpolation, indices clamped at the border."""
+    dst = np.arange(out_size, dtype=np.float64)
+    if align_corners:
+        src = dst * ((in_size - 1) / (out_size - 1)) if out_size > 1 else np.zeros(out_size)
+    else:
+        src = (dst + 0.5) * (in_size / out_size) - 0.5  # not clamped at 0 for cubic, unlike bilinear
+    base = np.floor(src)
+    weights = _cubic_weights(src - base)
+    matrix = np.zeros((out_size, in_size))
+    for tap in range(4):
+        index = np.clip(base.astype(np.int64) - 1 + tap, 0, in_size - 1)
+        np.add.at(matrix, (np.arange(out_size), index), weights[:, tap])
+    return matrix
+
+
+def upsample_bicubic(x, size: tuple[int, int], align_corners: bool = False):
+    """torch F.interpolate(x, size, mode="bicubic", align_corners=...) on NCHW, separable."""
+    rows = _cubic_axis(x.shape[2], size[0], align_corners)
+    cols = _cubic_axis(x.shape[3], size[1], align_corners)
+    return np.einsum("oh,nchw,pw->ncop", rows, x, cols)
+
+
+def _dft_matrix(n: int, sign: int) -> np.ndarray:
+    k = np.arange(n)
+    return np.exp(sign * 2j * np.pi * np.outer(k, k) / n)
+
+
+def rfft2_ortho(x):
+    """torch.fft.rfft2(x, norm="ortho") over the last two axes, as explicit DFT sums (no FFT
+    library: an independent check of one): (..., H, W) -> complex (..., H, W//2+1)."""
+    h, w = x.shape[-2:]
+    spectrum = _dft_matrix(h, -1) @ x @ _dft_matrix(w, -1)[:, : w // 2 + 1]
+    return spectrum / math.sqrt(h * w)
+
+
+def irfft2_ortho(spectrum, size: tuple[int, int]):
+    """torch.fft.irfft2(spectrum, s=size, norm="ortho") as explicit sums: a complex inverse DFT over
+    H, then the real inverse over W from the half spectrum, each column l < W/2 counted twice for
+    its conjugate; the imaginary parts of the DC and Nyquist columns do not enter (as pocketfft's)."""
+    h, w = size
+    rows = _dft_matrix(h, 1) @ spectrum[..., :h, : w // 2 + 1]
+    half = rows.shape[-1]
+    count = np.full(half, 2.0)
+    count[0] = 1.0
+    if w % 2 == 0:
+        count[w // 2] = 1.0
+    phase = np.exp(2j * np.pi * np.outer(np.arange(half), np.arange(w)) / w)
+    return np.real((rows * count) @ phase) / math.sqrt(h * w)
