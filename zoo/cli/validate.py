@@ -7,6 +7,7 @@ import sys
 
 from zoo import devices, registry
 from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, usage_errors
+from zoo.cli.validate_ops import main as ops_main
 from zoo.files import check_output_file, write_atomic
 from zoo.errors import ZooError
 from zoo.validate import engine
@@ -43,6 +44,11 @@ def summary(report: engine.ModeReport) -> str:
 
 @guarded
 def main(argv: list[str]) -> int:
+    if argv and argv[0] == "ops":  # the op known-answer suite, its own command line
+        return ops_main(argv[1:])
+    if argv[:1] in (["-h"], ["--help"]):
+        print("python -m zoo.validate ops [--device gpu|cpu] [--dtype LIST] [--json PATH]: every op the models "
+              "run against the numpy reference (ops --help)\n")
     spec = registry.get_spec(model_name_from(argv, "python -m zoo.validate"))
     case = engine.case_module(spec.family)
     parser = ArgumentParser(prog="python -m zoo.validate", description=__doc__)
