@@ -5,7 +5,7 @@ blas.preload()  # before anything imports mlx: MLX's Linux CPU backend then call
 
 from .errors import ZooError  # noqa: E402
 
-__all__ = ["ZooError", "get_spec", "list_models", "load"]
+__all__ = ["ZooError", "auto_annotate", "get_spec", "list_models", "load"]
 __version__ = "0.1.0"
 
 
@@ -16,4 +16,8 @@ def __getattr__(name: str):
         from . import registry
 
         return getattr(registry, name)
+    if name == "auto_annotate":
+        from .annotate import auto_annotate
+
+        return auto_annotate
     raise AttributeError(f"module 'zoo' has no attribute {name!r}")

@@ -10,7 +10,12 @@ from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_fro
 
 @guarded
 def main(argv: list[str]) -> int:
-    spec = registry.get_spec(model_name_from(argv, "python -m zoo.run"))
+    name = model_name_from(argv, "python -m zoo.run")
+    if name == "annotate":  # detect-then-segment: a workflow over two models, not a model name
+        return importlib.import_module("zoo.cli.annotate").main(argv)
+    spec = registry.get_spec(name)
+    if "--ray" in argv:  # Ray Data in place of the in-process loop: options of its own (zoo/cli/ray_run.py)
+        return importlib.import_module("zoo.cli.ray_run").main(spec, argv)
     task = importlib.import_module(f"zoo.cli.{spec.task}")
     parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}")
     parser.add_argument("model", help=", ".join(registry.list_models()))

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Callable
 
 import mlx.core as mx
 import numpy as np
-from tqdm import tqdm
 
 from zoo.errors import ZooError
 from zoo.images import load_image
@@ -34,6 +34,7 @@ from . import amg
 from .predictor import SamPredictor, apply_coords
 
 OUTPUT_MODES = ("binary_mask", "uncompressed_rle", "coco_rle")
+Progress = Callable[[int, int, int, int], None]  # (batches done, batches in all, crop, crops)
 
 
 def _check_int(name: str, value, minimum: int) -> int:
@@ -109,30 +110,31 @@ class SamAutomaticMaskGenerator:
             raise ZooError(f"point_grids[{layer}] must be a non-empty (K, 2) array of (x, y) in [0, 1]")
         return grid
 
-    def generate(self, image, progress: bool = False) -> list[dict]:
+    def generate(self, image, progress: Progress | None = None) -> list[dict]:
         """Masks of everything in ``image`` (path, PIL image or (H, W, 3) uint8 RGB array).
 
         -> one record per mask, upstream's keys: ``segmentation`` ((H, W) bool, or an RLE dict
         by ``output_mode``), ``area`` (pixels), ``bbox`` [x, y, w, h] (inclusive pixel bounds:
         w = x1 - x0), ``predicted_iou``, ``point_coords`` [[x, y]], ``stability_score``,
         ``crop_box`` [x, y, w, h]. An image where nothing passes the filters gives [].
-        ``progress``: a tqdm bar over point batches (and crops).
+        ``progress(done, total, crop, crops)``: called after each point batch (``done`` of ``total``
+        batches over all crops; ``crop`` of ``crops``, 1-based): e.g. a tqdm bar's update.
         """
         return self.records(self.generate_data(image, progress))
 
-    def generate_data(self, image, progress: bool = False) -> dict:
+    def generate_data(self, image, progress: Progress | None = None) -> dict:
         """The kept masks as columns (upstream's MaskData): "rles" (uncompressed, whole image), "boxes"
         (N, 4) XYXY inclusive, "iou_preds", "stability_score", "points" (N, 2), "crop_boxes" (N, 4)."""
         image = load_image(image)
         orig_size = image.shape[:2]
         crop_boxes, layers = amg.generate_crop_boxes(orig_size, self.crop_n_layers, self.crop_overlap_ratio)
         total = sum(-(-len(self.point_grids[layer]) // self.points_per_batch) for layer in layers)
+        counter = iter(range(1, total + 1))
         data = []
-        with tqdm(total=total, desc="segment everything", unit="batch", disable=not progress) as bar:
-            for k, (crop_box, layer) in enumerate(zip(crop_boxes, layers)):
-                if len(crop_boxes) > 1:
-                    bar.set_postfix_str(f"crop {k + 1}/{len(crop_boxes)}")
-                data.append(self._process_crop(image, crop_box, layer, bar))
+        for k, (crop_box, layer) in enumerate(zip(crop_boxes, layers)):
+            batch_done = ((lambda k=k: progress(next(counter), total, k + 1, len(crop_boxes))) if progress
+                          else (lambda: None))
+            data.append(self._process_crop(image, crop_box, layer, batch_done))
         data = {key: np.concatenate([d[key] for d in data]) if key != "rles" else sum((d[key] for d in data), [])
                 for key in data[0]}
         if len(crop_boxes) > 1 and len(data["rles"]):
@@ -168,7 +170,7 @@ class SamAutomaticMaskGenerator:
             "crop_box": amg.box_xyxy_to_xywh(data["crop_boxes"][i].tolist()),
         }
 
-    def _process_crop(self, image: np.ndarray, crop_box: list[int], layer: int, bar) -> dict:
+    def _process_crop(self, image: np.ndarray, crop_box: list[int], layer: int, batch_done: Callable[[], None]) -> dict:
         x0, y0, x1, y1 = crop_box
         crop = image[y0:y1, x0:x1]
         crop_size = crop.shape[:2]
@@ -184,7 +186,7 @@ class SamAutomaticMaskGenerator:
             n, h, w, c = low_res.shape
             iou = np.array(iou.astype(mx.float32)).reshape(-1)  # (point, mask) order, as upstream flattens
             candidates = np.flatnonzero(iou > self.pred_iou_thresh) if self.pred_iou_thresh > 0 else np.arange(iou.size)
-            bar.update(1)
+            batch_done()
             if candidates.size == 0:
                 continue
             low_res = mx.take(low_res.transpose(0, 3, 1, 2).reshape(n * c, h, w), mx.array(candidates), axis=0)

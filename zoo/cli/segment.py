@@ -1,27 +1,44 @@
-"""Promptable segmentation (MobileSAM): masks for points and boxes on one image.
+"""Promptable segmentation (MobileSAM): masks for points and boxes, or for everything, per image.
 
     python -m zoo.run mobilesam photo.jpg --point 320,240 --point 100,400,0 --box 50,60,400,300 --out masks/
+    python -m zoo.run mobilesam photo.jpg --everything --points-per-side 32 --out masks/
+    python -m zoo.run mobilesam photos/ --box 10,10,200,200 --out masks/      # a folder: the same prompts per image
 
 The prompts form one object: all points, plus a box. Several --box flags make one
 object per box (the points can then not be given: they would belong to which
 box?). The image is encoded once, whatever the number of objects. Writes per
-object the mask PNG(s) (white = inside), one overlay of the best mask of every
+image and object the mask PNG(s) (white = inside), one overlay of the best mask of every
 object on the image, and a JSON with scores, bounding boxes and areas.
+
+--everything runs the automatic mask generator (upstream's SamAutomaticMaskGenerator, its
+parameters as options) instead: per image ``<name>_everything<i>.png`` per mask, a JSON whose
+records have upstream's keys with the segmentation as COCO RLE, and an overlay of all masks;
+a progress bar runs over point batches and crops.
+
+Several images (files, folders, globs, lists: zoo.sources) get the same prompts; each
+image's outputs start with its own name, made unique (cat, cat_2) when two share a stem.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+from tqdm import tqdm
 
-from zoo.errors import UsageError
+from zoo.annotate import planned_names
+from zoo.cli import usage_errors
+from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, write_atomic)
-from zoo.images import load_image
+from zoo.images import IMAGE_SUFFIXES, image_size, load_image
+from zoo.models.mobilesam.automatic_mask_generator import SamAutomaticMaskGenerator
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
+from zoo.sources import Files, open_source
 
 # overlay colours per object (RGB), then points: foreground green, background red
 COLOURS = ((30, 144, 255), (255, 140, 0), (50, 205, 50), (220, 20, 60), (148, 0, 211), (0, 206, 209))
@@ -29,14 +46,37 @@ POINT_COLOURS = {1: (0, 255, 0), 0: (255, 0, 0)}
 OVERLAY_ALPHA = 0.5
 
 
+# --everything's options: the generator's parameters (upstream's names and defaults; None = its default)
+GENERATOR_OPTIONS = {
+    "points_per_side": (int, "points per side of the prompt grid (default 32)"),
+    "points_per_batch": (int, "points through the decoder at once (default 64)"),
+    "pred_iou_thresh": (float, "keep masks whose predicted IoU is above this, 0-1 (default 0.88)"),
+    "stability_score_thresh": (float, "keep masks at least this stable, 0-1 (default 0.95)"),
+    "stability_score_offset": (float, "logit offset of the stability score (default 1.0)"),
+    "box_nms_thresh": (float, "box IoU above which duplicates are dropped, 0-1 (default 0.7)"),
+    "crop_n_layers": (int, "also segment crops of the image, this many layers of them (default 0)"),
+    "crop_nms_thresh": (float, "box IoU for duplicates between crops, 0-1 (default 0.7)"),
+    "crop_overlap_ratio": (float, "overlap of neighbouring crops, 0-1 (default 512/1500)"),
+    "crop_n_points_downscale_factor": (int, "points per side divided by this per crop layer (default 1)"),
+    "min_mask_region_area": (int, "remove holes and islands under this many pixels (default 0: off)"),
+}
+
+
 def add_arguments(parser):
-    parser.add_argument("image", help="image file")
+    parser.add_argument("images", nargs="+", metavar="IMAGE",
+                        help="image files, folders, globs or .txt/.csv lists of paths (zoo.sources)")
     parser.add_argument("--point", action="append", default=[], metavar="X,Y[,LABEL]",
                         help="prompt point in image pixels; LABEL 1 = object (default), 0 = background; repeatable")
     parser.add_argument("--box", action="append", default=[], metavar="X1,Y1,X2,Y2",
                         help="box around the object in image pixels; repeat for several objects")
     parser.add_argument("--multimask", action="store_true",
                         help="three candidate masks per object instead of one (best for a single ambiguous point)")
+    parser.add_argument("--everything", action="store_true",
+                        help="segment everything (automatic mask generator) instead of prompts")
+    for name, (kind, text) in GENERATOR_OPTIONS.items():
+        parser.add_argument("--" + name.replace("_", "-"), type=kind, metavar="N" if kind is int else "X",
+                            help=f"--everything: {text}")
+    parser.add_argument("--recursive", action="store_true", help="look for images in sub-folders of a folder too")
     parser.add_argument("--out", metavar="DIR",
                         help="output folder (default: a new runs/segment/predict, predict2, ... as ultralytics)")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
@@ -58,23 +98,53 @@ def prompts_of(points: list[str], boxes: list[str]) -> list[dict]:
 
 
 def check_arguments(args):
-    prompts = prompts_of(args.point, args.box)
-    args.rgb = load_image(args.image)
-    args.prompts = []
-    for prompt in prompts:
-        coords, labels, box, _ = check_prompts(args.rgb.shape[:2], **prompt)
-        args.prompts.append({"point_coords": coords, "point_labels": labels, "box": box})
-    inputs = Inputs([args.image, args.weights])
+    args.params = {name: getattr(args, name) for name in GENERATOR_OPTIONS if getattr(args, name) is not None}
+    if args.everything:
+        if args.point or args.box or args.multimask:
+            raise UsageError("--everything takes no prompts: drop --point/--box/--multimask, or drop --everything")
+        with usage_errors():  # the generator's own checks, before the model loads (it is attached in run)
+            SamAutomaticMaskGenerator(None, **args.params)
+        args.prompts = None
+    else:
+        if args.params:
+            flags = ", ".join("--" + name.replace("_", "-") for name in args.params)
+            raise UsageError(f"{flags} go with --everything: add --everything, or drop them")
+        args.prompts = prompts_of(args.point, args.box)
+    args.rgb = None
+    if len(args.images) == 1 and Path(args.images[0]).suffix.lower() in IMAGE_SUFFIXES \
+            and not Path(args.images[0]).is_dir():
+        args.rgb = load_image(args.images[0])  # one image: read now, so a bad one fails before the model loads
+        args.source = Files([Path(args.images[0])])
+    else:
+        args.source = open_source(args.images, recursive=args.recursive)
+    names = planned_names(args.source)
+    items = list(args.source) if names is not None else []
+    if args.prompts is not None:
+        for item in items:  # prompts against each image's size, from its header
+            try:
+                size = args.rgb.shape[:2] if args.rgb is not None else image_size(item.path)
+            except ZooError:
+                continue  # an unreadable image is reported when its turn comes
+            checked_prompts(size, args.prompts)
+    inputs = Inputs([*args.images, *(item.path for item in items), args.weights])
     if args.out is None:
         args.out = increment_path("runs/segment/predict", exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
-    stem = Path(args.image).stem
-    fixed = (f"{stem}_overlay.png", f"{stem}_masks.json")
-    # this image's outputs, including masks of an earlier run with more objects (replaced or removed)
-    earlier = [p for p in out.iterdir() if p.name in fixed or is_mask_of(p.name, stem)] if out.is_dir() else []
-    for path in {*earlier, *(out / name for name in fixed)}:
-        check_new_file(refuse_inputs(path, inputs, "output"), "output", args.overwrite)
+    for name in names or ():
+        fixed = (f"{name}_overlay.png", f"{name}_masks.json")
+        # this image's outputs, including masks of an earlier run with more objects (replaced or removed)
+        earlier = [p for p in out.iterdir() if p.name in fixed or is_mask_of(p.name, name)] if out.is_dir() else []
+        for path in {*earlier, *(out / f for f in fixed)}:
+            check_new_file(refuse_inputs(path, inputs, "output"), "output", args.overwrite)
     make_output_folder(out, "--out")
+
+
+def checked_prompts(size: tuple[int, int], prompts: list[dict]) -> list[dict]:
+    out = []
+    for prompt in prompts:
+        coords, labels, box, _ = check_prompts(size, **prompt)
+        out.append({"point_coords": coords, "point_labels": labels, "box": box})
+    return out
 
 
 def _save_png(image: Image.Image, path: Path) -> None:
@@ -90,9 +160,10 @@ def remove_stale_masks(out: Path, stem: str, keep: set[str]) -> None:
 
 
 def is_mask_of(name: str, stem: str) -> bool:
-    """A regular expression, not a glob: photo_object*_mask*.png would also match the
+    """A mask PNG of image ``stem``, from prompts (``_object<k>_mask<j>``) or --everything (``_everything<i>``).
+    A regular expression, not a glob: photo_object*_mask*.png would also match the
     masks of an image named photo_object1."""
-    return re.fullmatch(rf"{re.escape(stem)}_object\d+_mask\d+\.png", name) is not None
+    return re.fullmatch(rf"{re.escape(stem)}_(object\d+_mask\d+|everything\d+)\.png", name) is not None
 
 
 def mask_bbox(mask: np.ndarray) -> list[int] | None:
@@ -103,14 +174,17 @@ def mask_bbox(mask: np.ndarray) -> list[int] | None:
     return [int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())]
 
 
+def blend(rgb: np.ndarray, masks, colours) -> Image.Image:
+    """Each mask in its colour over the image, in order (the last on top)."""
+    out = rgb.astype(np.float32)
+    for mask, colour in zip(masks, colours):
+        out[mask] = (1 - OVERLAY_ALPHA) * out[mask] + OVERLAY_ALPHA * np.array(colour, np.float32)
+    return Image.fromarray(np.clip(np.rint(out), 0, 255).astype(np.uint8))
+
+
 def overlay(rgb: np.ndarray, objects: list[dict]) -> Image.Image:
     """The best mask of each object blended over the image, with its points and box drawn."""
-    out = rgb.astype(np.float32)
-    for k, obj in enumerate(objects):
-        colour = np.array(COLOURS[k % len(COLOURS)], np.float32)
-        mask = obj["best_mask"]
-        out[mask] = (1 - OVERLAY_ALPHA) * out[mask] + OVERLAY_ALPHA * colour
-    image = Image.fromarray(np.clip(np.rint(out), 0, 255).astype(np.uint8))
+    image = blend(rgb, [obj["best_mask"] for obj in objects], [COLOURS[k % len(COLOURS)] for k in range(len(objects))])
     draw = ImageDraw.Draw(image)
     radius = max(3, round(max(rgb.shape[:2]) / 200))
     for k, obj in enumerate(objects):
@@ -124,14 +198,15 @@ def overlay(rgb: np.ndarray, objects: list[dict]) -> Image.Image:
     return image
 
 
-def run(args, model) -> int:
-    out = Path(args.out)
-    stem = Path(args.image).stem
+def segment_prompts(model, rgb: np.ndarray, item, prompts: list[dict], multimask: bool, out: Path) -> None:
+    """The prompts' masks, overlay and JSON of one image."""
+    stem = item.name
+    prompts = checked_prompts(rgb.shape[:2], prompts)
     predictor = model.predictor()
-    predictor.set_image(args.rgb)  # the encoder runs once for every object below
+    predictor.set_image(rgb)  # the encoder runs once for every object below
     objects, records = [], []
-    for k, prompt in enumerate(args.prompts):
-        masks, scores, _ = predictor.predict(**prompt, multimask_output=args.multimask)
+    for k, prompt in enumerate(prompts):
+        masks, scores, _ = predictor.predict(**prompt, multimask_output=multimask)
         best = int(np.argmax(scores))
         entries = []
         for j, (mask, score) in enumerate(zip(masks, scores)):
@@ -149,21 +224,78 @@ def run(args, model) -> int:
             "masks": entries,
         })
     overlay_path = out / f"{stem}_overlay.png"
-    _save_png(overlay(args.rgb, objects), overlay_path)
-    height, width = args.rgb.shape[:2]
-    summary = {"image": str(args.image), "width": width, "height": height, "overlay": overlay_path.name,
+    _save_png(overlay(rgb, objects), overlay_path)
+    height, width = rgb.shape[:2]
+    summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "objects": records}
     json_path = out / f"{stem}_masks.json"
     write_atomic(json_path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
     # after the JSON, not before the run: until the new JSON is in place, the old one's files all exist
     remove_stale_masks(out, stem, {entry["file"] for record in records for entry in record["masks"]})
 
-    print(f"{args.image}: {width}x{height}, {len(records)} object(s)")
+    lines = [f"{item.path}: {width}x{height}, {len(records)} object(s)"]
     for k, record in enumerate(records):
         for j, entry in enumerate(record["masks"]):
             mark = "*" if j == record["best"] else " "
             bbox = "empty" if entry["bbox_xyxy"] is None else "bbox " + ",".join(map(str, entry["bbox_xyxy"]))
-            print(f" {mark} object {k} mask {j}: score {entry['score']:.3f}  area {entry['area']} px  {bbox}  "
-                  f"-> {out / entry['file']}")
-    print(f"overlay: {overlay_path}\njson: {json_path}")
-    return 0
+            lines.append(f" {mark} object {k} mask {j}: score {entry['score']:.3f}  area {entry['area']} px  {bbox}  "
+                         f"-> {out / entry['file']}")
+    lines.append(f"overlay: {overlay_path}\njson: {json_path}")
+    tqdm.write("\n".join(lines))
+
+
+def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path) -> None:
+    """Every mask of one image: a PNG per mask, the COCO-RLE records as JSON, an overlay of all masks."""
+    from zoo.models.mobilesam import amg
+    from zoo.results import class_colour
+
+    with tqdm(desc=f"{item.name}: everything", unit="batch", file=sys.stderr, leave=False) as bar:
+        def progress(done, total, crop, crops):
+            bar.total = total
+            if crops > 1:
+                bar.set_postfix_str(f"crop {crop}/{crops}", refresh=False)
+            bar.update(done - bar.n)
+
+        data = generator.generate_data(rgb, progress)
+    records = generator.records(data)  # output_mode coco_rle
+    masks = [amg.rle_to_mask(rle) for rle in data["rles"]]
+    entries = []
+    for i, (mask, record) in enumerate(zip(masks, records)):
+        path = out / f"{item.name}_everything{i}.png"
+        _save_png(Image.fromarray(mask.astype(np.uint8) * 255), path)
+        entries.append({"file": path.name, **record})
+    by_area = sorted(range(len(masks)), key=lambda i: -records[i]["area"])  # small masks drawn last, on top
+    overlay_path = out / f"{item.name}_overlay.png"
+    _save_png(blend(rgb, [masks[i] for i in by_area], [class_colour(i) for i in by_area]), overlay_path)
+    height, width = rgb.shape[:2]
+    summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
+               "mode": "everything", "parameters": params, "masks": entries}
+    json_path = out / f"{item.name}_masks.json"
+    write_atomic(json_path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    remove_stale_masks(out, item.name, {entry["file"] for entry in entries})
+    tqdm.write(f"{item.path}: {width}x{height}, {len(entries)} masks -> {out / (item.name + '_everything*.png')}\n"
+               f"overlay: {overlay_path}\njson: {json_path}")
+
+
+def run(args, model) -> int:
+    from zoo.pipeline import Pipeline
+
+    out = Path(args.out)
+    generator = model.mask_generator(**args.params, output_mode="coco_rle") if args.everything else None
+    defaults = inspect.signature(SamAutomaticMaskGenerator).parameters
+    params = {**{name: defaults[name].default for name in GENERATOR_OPTIONS}, **args.params}
+
+    def prepare(item):
+        return args.rgb if args.rgb is not None else item.load()
+
+    def process(batch):
+        for ready in batch:
+            if generator is not None:
+                segment_everything(generator, ready.data, ready.item, params, out)
+            else:
+                segment_prompts(model, ready.data, ready.item, args.prompts, args.multimask, out)
+
+    pipeline = Pipeline(args.source, prepare, desc="segment").run(process)
+    if pipeline.total != 1:
+        print(pipeline.summary("segmented"), file=sys.stderr)
+    return pipeline.exit_code

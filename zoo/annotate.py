@@ -1,0 +1,349 @@
+"""Detect, then segment: detector boxes -> SAM masks -> YOLO-segmentation labels (ultralytics' ``auto_annotate``).
+
+    import zoo
+    zoo.auto_annotate("photos/", det_model="yolov8n", sam_model="mobilesam", output_dir="labels/")
+
+    python -m zoo.run annotate photos/ --det yolov8s --sam mobilesam --out labels/ --save-masks --save-overlay
+
+Per image: the detector's boxes (any checkpoint the YOLOv8 loader takes: a name, a ``.pt``
+path such as a trained ``best.pt``, or a loaded model), then ONE batched SAM decoder call
+with every box as a prompt (one mask per box, ``multimask_output=False`` as ultralytics),
+then one label file ``<out>/<name>.txt``, one line per detection, ultralytics' format::
+
+    class x1 y1 x2 y2 ... xn yn        (n >= 3 points, x / width and y / height, all in [0, 1])
+
+The polygon is the largest outer contour of the mask (OpenCV ``findContours``, external
+contours, ``CHAIN_APPROX_SIMPLE``; largest by area). Documented fallbacks keep one line per
+detection: a mask whose largest contour has fewer than 3 points (a line or a single pixel)
+gives the rectangle around its pixels; an empty mask gives the detector's box. An image
+without detections gets an empty label file (a YOLO label file for an image without
+objects) and a note. Optional: ``masks/<name>_<i>.png`` (line i's mask, white = inside)
+and ``overlays/<name>.png`` (masks, boxes and class names drawn on the image).
+
+Outputs are checked before the models load: none may be an input, none may exist unless
+``overwrite``; every file is written to a temporary name and renamed (never half a file).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from .errors import UsageError, ZooError
+from .files import Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, write_atomic
+from .sources import Chain, Files, FrameSource, Item, Source, open_source
+
+MASK_ALPHA = 0.5  # overlay: how much of the class colour covers a masked pixel
+
+
+@dataclass
+class Annotation:
+    """One image's labels. ``classes`` (N,), ``boxes`` (N, 4) x1 y1 x2 y2 pixels and ``scores`` (N,) from the
+    detector; ``mask_scores`` (N,) SAM's predicted IoU; ``polygons``: N (K, 2) arrays of x, y in [0, 1];
+    ``from_box``: the detections whose polygon is their box (SAM's mask was empty); ``masks`` (N, H, W) bool
+    (``annotate_image`` only: auto_annotate drops them once written); ``files``: what was written."""
+
+    path: str
+    name: str
+    shape: tuple[int, int]
+    classes: np.ndarray
+    boxes: np.ndarray
+    scores: np.ndarray
+    mask_scores: np.ndarray
+    polygons: list[np.ndarray]
+    from_box: list[int] = field(default_factory=list)
+    masks: np.ndarray | None = None
+    files: list[Path] = field(default_factory=list)
+
+    def label_lines(self) -> list[str]:
+        """The YOLO-segmentation label file's lines: ``class x1 y1 x2 y2 ...``, one per detection."""
+        return [" ".join([str(int(c)), *(f"{v:g}" for v in polygon.reshape(-1))])
+                for c, polygon in zip(self.classes, self.polygons)]
+
+    @property
+    def notes(self) -> list[str]:
+        notes = [] if len(self.classes) else ["no detections: empty label file"]
+        if self.from_box:
+            notes.append(f"empty SAM mask for detection(s) {', '.join(map(str, self.from_box))}: their box is the polygon")
+        return notes
+
+
+def mask_polygon(mask: np.ndarray) -> np.ndarray | None:
+    """(H, W) bool -> its largest outer contour as (K, 2) x, y in [0, 1] (x / W, y / H), K >= 3; the rectangle
+    around its pixels when that contour is a line or a point; None for an empty mask."""
+    import cv2
+
+    height, width = mask.shape
+    contours = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)[0]
+    if not contours:
+        return None
+    largest = max(contours, key=lambda c: (cv2.contourArea(c), len(c))).reshape(-1, 2).astype(np.float64)
+    if len(largest) < 3:  # a line or a pixel: its pixels' edges, so the polygon has an inside
+        x0, y0 = largest.min(0)
+        x1, y1 = largest.max(0) + 1
+        largest = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
+    return largest / np.array([width, height])
+
+
+def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+    """x1 y1 x2 y2 pixels -> its four corners as (4, 2) in [0, 1]."""
+    height, width = shape
+    x1, y1, x2, y2 = box
+    corners = np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], np.float64) / np.array([width, height])
+    return np.clip(corners, 0, 1)
+
+
+def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, conf: float = 0.25, iou: float = 0.45,
+                   imgsz=640, max_det: int = 300, classes=None) -> Annotation:
+    """One (H, W, 3) uint8 RGB image -> its Annotation, masks included (nothing is written)."""
+    from zoo.models.yolov8.predict import predict_batch, prediction_options
+
+    options = prediction_options(detector, conf, iou, classes, False, max_det, imgsz)
+    result = predict_batch(detector, [rgb], [item], **options)[0]
+    shape = rgb.shape[:2]
+    height, width = shape
+    data = result.boxes.data
+    # corners in order and inside the image: SAM refuses anything else (untrained weights may give x2 < x1)
+    boxes = np.concatenate([np.minimum(data[:, 0:2], data[:, 2:4]), np.maximum(data[:, 0:2], data[:, 2:4])], axis=1)
+    boxes = np.clip(boxes, 0, [width, height, width, height]).astype(np.float64)
+    predictor = sam.predictor()
+    predictor.set_image(rgb)
+    masks, mask_scores, _ = predictor.predict(boxes=boxes, multimask_output=False)  # one decoder call, N boxes
+    masks, mask_scores = masks[:, 0], mask_scores[:, 0]
+    polygons, from_box = [], []
+    for i, mask in enumerate(masks):
+        polygon = mask_polygon(mask)
+        if polygon is None:
+            polygon = box_polygon(boxes[i], shape)
+            from_box.append(i)
+        polygons.append(polygon)
+    name = item.name if item is not None else "image0"
+    path = item.path if item is not None else "image0"
+    return Annotation(path, name, shape, data[:, 5].astype(np.int64), boxes, data[:, 4].copy(), mask_scores,
+                      polygons, from_box, masks)
+
+
+# ---- outputs ---------------------------------------------------------------------------------------
+
+@dataclass
+class Outputs:
+    """Where an image's files go: ``<folder>/<name>.txt``, ``masks/<name>_<i>.png``, ``overlays/<name>.png``."""
+
+    folder: Path
+    save_masks: bool = False
+    save_overlay: bool = False
+    overwrite: bool = False
+
+    @property
+    def masks(self) -> Path:
+        return self.folder / "masks"
+
+    @property
+    def overlays(self) -> Path:
+        return self.folder / "overlays"
+
+    def label(self, name: str) -> Path:
+        return self.folder / f"{name}.txt"
+
+    def overlay(self, name: str) -> Path:
+        return self.overlays / f"{name}.png"
+
+    def mask(self, name: str, i: int) -> Path:
+        return self.masks / f"{name}_{i}.png"
+
+    def existing_masks(self, name: str) -> list[Path]:
+        """Mask PNGs of ``name`` in the masks folder (a regular expression: cat_2's masks are not cat's)."""
+        if not self.masks.is_dir():
+            return []
+        pattern = re.compile(rf"{re.escape(name)}_\d+\.png")
+        return [p for p in self.masks.iterdir() if pattern.fullmatch(p.name)]
+
+    def check(self, names: list[str] | None, inputs: Inputs) -> None:
+        """Fail before any work: a folder that is an input or a file; an output that is an input; an
+        existing output without ``overwrite``. ``names`` None (video frames): the folders only."""
+        folders = [self.folder] + [self.masks] * self.save_masks + [self.overlays] * self.save_overlay
+        for folder in folders:
+            check_output_folder(folder, "output folder", inputs)
+        for name in names or ():
+            paths = [self.label(name)] + [self.overlay(name)] * self.save_overlay
+            paths += self.existing_masks(name) if self.save_masks else []
+            for path in paths:
+                check_new_file(refuse_inputs(path, inputs, "output"), "output", self.overwrite)
+
+    def make(self) -> None:
+        for folder in [self.folder] + [self.masks] * self.save_masks + [self.overlays] * self.save_overlay:
+            make_output_folder(folder, "output folder")
+
+    def write(self, annotation: Annotation, rgb: np.ndarray, names: dict[int, str]) -> list[Path]:
+        """The image's masks and overlay, then its label file (last: a label file means the image is done)."""
+        name = annotation.name
+        planned = [self.label(name)] + [self.overlay(name)] * self.save_overlay
+        planned += [self.mask(name, i) for i in range(len(annotation.classes))] * self.save_masks
+        for path in planned:  # checked again: frames are named only as they are decoded
+            check_new_file(path, "output", self.overwrite)
+        written = []
+        if self.save_masks:
+            for i, mask in enumerate(annotation.masks):
+                written.append(save_png(Image.fromarray(mask.astype(np.uint8) * 255), self.mask(name, i)))
+            for stale in set(self.existing_masks(name)) - set(written):  # an earlier run's extra masks
+                stale.unlink(missing_ok=True)
+        if self.save_overlay:
+            written.append(save_png(overlay(rgb, annotation, names), self.overlay(name)))
+        text = "".join(line + "\n" for line in annotation.label_lines())
+        written.append(write_atomic(self.label(name), lambda tmp: tmp.write_text(text, encoding="utf-8")))
+        return written
+
+
+def save_png(image: Image.Image, path: Path) -> Path:
+    return write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
+
+
+def overlay(rgb: np.ndarray, annotation: Annotation, names: dict[int, str]) -> Image.Image:
+    """Each mask in its class's colour over the image, then the detector's boxes and labels."""
+    from .results import Results, class_colour
+
+    out = rgb.astype(np.float32)
+    for mask, cls in zip(annotation.masks, annotation.classes):
+        out[mask] = (1 - MASK_ALPHA) * out[mask] + MASK_ALPHA * np.array(class_colour(int(cls)), np.float32)
+    blended = np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    det = np.concatenate([annotation.boxes, annotation.scores[:, None], annotation.classes[:, None]], axis=1)
+    result = Results(blended[..., ::-1], annotation.path, names, det.astype(np.float32))
+    return result.plot(pil=True)
+
+
+# ---- the whole run ---------------------------------------------------------------------------------
+
+def planned_names(source: Source) -> list[str] | None:
+    """The output names of a source's items, known before decoding; None when it holds videos or cameras
+    (their frames are named as they are decoded)."""
+    parts = source.sources if isinstance(source, Chain) else [source]
+    if any(isinstance(p, FrameSource) or (isinstance(p, Files) and p.videos) for p in parts):
+        return None
+    return [item.name for item in source]
+
+
+def default_output_dir(data) -> Path:
+    """ultralytics' default: ``<data>_auto_annotate_labels`` beside a single input path."""
+    if not isinstance(data, (str, Path)):
+        raise UsageError("output_dir is needed when the input is not one path: pass output_dir='labels/'")
+    data = Path(data)
+    return data.parent / f"{data.stem}_auto_annotate_labels"
+
+
+def load_detector(det_model, weights=None, dtype: str = "float32"):
+    """A YOLOv8 detector from a registered name, a checkpoint path or a loaded model; anything else is refused."""
+    from zoo import registry
+    from zoo.models.yolov8 import DetectionModel
+
+    if isinstance(det_model, DetectionModel):
+        return det_model
+    if not isinstance(det_model, (str, Path)):
+        raise UsageError(f"det_model is a {type(det_model).__name__}: pass a YOLOv8 name (yolov8n ... yolov8x), "
+                         "a checkpoint path or a model from zoo.load('yolov8n')")
+    if weights is None and registry.is_weights_file(det_model):
+        if not Path(det_model).is_file():
+            raise ZooError(f"detector checkpoint not found: {det_model}")
+        spec, read = registry.identify(det_model)
+        if spec.task != "detect":
+            raise UsageError(f"detector {det_model} holds a {spec.family} {spec.task} checkpoint, not a YOLOv8 "
+                             "detector: pass a detection checkpoint (yolov8n.pt, a trained best.pt)")
+        return registry.build(spec, read, dtype)
+    spec = registry.get_spec(str(det_model))
+    if spec.task != "detect":
+        raise UsageError(f"detector {det_model} is a {spec.task} model: pass a YOLOv8 detector "
+                         f"({', '.join(registry.list_models(task='detect'))}) or its checkpoint")
+    return registry.build(spec, registry.read_weights(spec, weights), dtype)
+
+
+def load_sam(sam_model, weights=None, dtype: str = "float32"):
+    """MobileSAM from its name, a checkpoint path or a loaded model."""
+    from zoo import registry
+    from zoo.models.mobilesam import Sam
+
+    if isinstance(sam_model, Sam):
+        return sam_model
+    if not isinstance(sam_model, (str, Path)):
+        raise UsageError(f"sam_model is a {type(sam_model).__name__}: pass 'mobilesam', a MobileSAM checkpoint "
+                         "path or a model from zoo.load('mobilesam')")
+    if weights is None and registry.is_weights_file(sam_model):
+        sam_model, weights = "mobilesam", sam_model
+    spec = registry.get_spec(str(sam_model))
+    if spec.family != "mobilesam":
+        raise UsageError(f"sam_model {sam_model} is a {spec.task} model, not SAM: pass mobilesam or its checkpoint")
+    return registry.build(spec, registry.read_weights(spec, weights), dtype)
+
+
+def auto_annotate(data, det_model="yolov8n", sam_model="mobilesam", device: str | None = None, conf: float = 0.25,
+                  iou: float = 0.45, imgsz=640, max_det: int = 300, classes=None, output_dir=None,
+                  save_masks: bool = False, save_overlay: bool = False, overwrite: bool = False,
+                  det_weights=None, sam_weights=None, dtype: str = "float32", recursive: bool = False,
+                  verbose: bool = True, progress: bool = False) -> list[Annotation]:
+    """Label ``data`` (anything zoo.sources opens: a path, folder, glob, list file, video, numpy arrays
+    (BGR, as ultralytics) or PIL images, or a list of them) with YOLO-segmentation polygons.
+
+    Parameters and defaults as ultralytics' ``auto_annotate`` (``output_dir`` defaults to
+    ``<data>_auto_annotate_labels`` beside a single input path); ``classes``: ids and/or names;
+    ``det_weights``/``sam_weights``: checkpoints (or ``synthetic:SEED``) for models given by name;
+    ``imgsz`` None: the detector's training size. -> one Annotation per image written (masks
+    dropped). An image that cannot be read is one ``error:`` line and is skipped (a single
+    input's problem is raised); ``verbose``: a line per image and the notes on stderr.
+    """
+    return AnnotationRun(data, det_model, sam_model, device, conf, iou, imgsz, max_det, classes, output_dir,
+                         save_masks, save_overlay, overwrite, det_weights, sam_weights, dtype, recursive,
+                         verbose, progress).run()
+
+
+class AnnotationRun:
+    """auto_annotate in two steps, for the CLI: checks and models now, ``run()`` later; ``pipeline``
+    (zoo.pipeline) then holds the counts and the exit code."""
+
+    def __init__(self, data, det_model, sam_model, device, conf, iou, imgsz, max_det, classes, output_dir,
+                 save_masks, save_overlay, overwrite, det_weights, sam_weights, dtype, recursive, verbose, progress):
+        from zoo import devices
+        from zoo.models.yolov8 import check_imgsz, check_thresholds
+
+        check_thresholds(conf, iou, max_det)
+        imgsz = None if imgsz is None else check_imgsz(imgsz)
+        self.source = open_source(data, recursive=recursive, bgr=True)
+        self.outputs = Outputs(Path(output_dir) if output_dir else default_output_dir(data), save_masks,
+                               save_overlay, overwrite)
+        names = planned_names(self.source)
+        files = [item.path for item in self.source] if names is not None and self.source.kind != "arrays" else []
+        models = [m for m in (det_model, sam_model, det_weights, sam_weights) if isinstance(m, (str, Path))]
+        self.outputs.check(names, Inputs([*(data if isinstance(data, (list, tuple)) else [data]), *files, *models]))
+        devices.use(device)
+        self.detector = load_detector(det_model, det_weights, dtype)
+        self.detector.class_ids(classes)  # unknown class names fail now, not per image
+        self.sam = load_sam(sam_model, sam_weights, dtype)
+        self.options = {"conf": conf, "iou": iou, "imgsz": imgsz, "max_det": max_det, "classes": classes}
+        self.verbose, self.progress = verbose, progress
+        self.pipeline = None
+
+    def run(self) -> list[Annotation]:
+        from .pipeline import Pipeline
+
+        self.outputs.make()
+        annotations = []
+        names = self.detector.names
+
+        def process(batch):
+            for ready in batch:
+                item = ready.item
+                annotation = annotate_image(self.detector, self.sam, ready.data, item, **self.options)
+                annotation.files = self.outputs.write(annotation, ready.data, names)
+                annotation.masks = None  # written: a run over many images keeps polygons, not pixels
+                annotations.append(annotation)
+                if self.verbose:
+                    classes, counts = np.unique(annotation.classes, return_counts=True)
+                    found = ", ".join(f"{n} {names[int(c)]}" for c, n in zip(classes, counts)) or "no detections"
+                    tqdm.write(f"{item.path}: {found} -> {annotation.files[-1]}", file=sys.stderr)
+                    for note in annotation.notes:
+                        tqdm.write(f"note: {item.path}: {note}", file=sys.stderr)
+
+        self.pipeline = Pipeline(self.source, desc="annotate", progress=self.progress).run(process)
+        return annotations
