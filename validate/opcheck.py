@@ -7,8 +7,8 @@ and weights already rounded to the dtype), so the error measured is the op's own
 
 Inputs cover what breaks ops elsewhere: odd sizes, non-contiguous views (transposed, sliced),
 broadcast arrays (zero strides), all-zero and large-magnitude values. Each row names the
-implementation that ran (a Metal/CUDA kernel, a C routine or another CPU form of
-zoo.kernels.cpu, or MLX's op); a row whose op has such a custom path runs again with
+implementation that ran, as zoo.kernels.coverage is told it (a custom Metal/CUDA kernel, a
+CPU form of zoo.kernels.cpu, or an MLX op); a row that ran a custom path runs again with
 ``ZOO_KERNELS=fallback`` as ``NAME [fallback]``, so both sides of the switch are checked on
 the device. Two rows check that mixing devices or dtypes raises.
 
@@ -33,9 +33,10 @@ import numpy as np
 
 from zoo import devices
 from zoo.errors import ZooError
-from zoo.kernels import core
+from zoo.kernels import core, coverage
 from zoo.kernels import cpu as cpu_ops
 from zoo.kernels import nms, resize, sppf_maxpool
+from zoo.kernels.selftest import variant
 from zoo.models import layers
 from zoo.validate.engine import TOLERANCES, compare
 from zoo.validate.reference import kernels as ref_kernels
@@ -455,68 +456,13 @@ def _two_dtypes(m: Inputs):
 
 # ---- running the checks ----
 
-# zoo.kernels.cpu forms that are not one C routine (the C routines are recorded by name)
-_CPU_FORMS = ("attention", "conv_transpose2d", "conv2d_few_outputs", "pointwise_conv2d", "rfft2_parts",
-              "irfft2_parts")
-
-
-class _RecordingLibrary:
-    """zoo.kernels.cpu's compiled library, noting the name of every C routine looked up."""
-
-    def __init__(self, lib, seen: list[str]):
-        self._lib, self._seen = lib, seen
-
-    def __getattr__(self, name):
-        if name.startswith("zoo_") and name != "zoo_set_sgemm":
-            self._seen.append(f"C {name}")
-        return getattr(self._lib, name)
-
-
 @contextlib.contextmanager
 def implementations():
-    """Record which implementation each call runs: native kernels (core.run), the C routines and
-    the other CPU forms of zoo.kernels.cpu. Yields the list the names go to."""
-    seen: list[str] = []
-    run = core.run
-    lib = cpu_ops._library()
-    forms = {name: getattr(cpu_ops, name) for name in _CPU_FORMS}
-
-    def recording_run(launch, backend):
-        seen.append(f"{backend} kernel {launch.kernel.name}")
-        return run(launch, backend)
-
-    def recording_form(name, form):
-        def call(*args, **kwargs):
-            if cpu_ops._fast_path():
-                seen.append(f"cpu.{name}")
-            return form(*args, **kwargs)
-        return call
-
-    core.run = recording_run
-    if lib is not None:
-        cpu_ops._lib = _RecordingLibrary(lib, seen)
-    for name, form in forms.items():
-        setattr(cpu_ops, name, recording_form(name, form))
-    try:
+    """The (op, implementation) pairs zoo.kernels.coverage is told of inside the block: a custom
+    kernel, a CPU form of zoo.kernels.cpu or MLX's op; an op nobody notes is MLX's own."""
+    seen: list[tuple[str, str]] = []
+    with coverage.listening(lambda op, impl: seen.append((op, impl))):
         yield seen
-    finally:
-        core.run = run
-        cpu_ops._lib = lib
-        for name, form in forms.items():
-            setattr(cpu_ops, name, form)
-
-
-@contextlib.contextmanager
-def kernels_fallback():
-    previous = os.environ.get(core.ENV_VAR)
-    os.environ[core.ENV_VAR] = "fallback"
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ[core.ENV_VAR]
-        else:
-            os.environ[core.ENV_VAR] = previous
 
 
 def break_output(got: np.ndarray) -> np.ndarray:
@@ -555,7 +501,7 @@ def _output(value) -> np.ndarray:
 def _run_one(chk: Check, dtype: str, seed: int, injected: bool, fallback: bool) -> tuple[Row, list[str]]:
     name = chk.name + (" [fallback]" if fallback else "")
     tol = tolerance(dtype, chk.exact)
-    with kernels_fallback() if fallback else contextlib.nullcontext():
+    with variant("fallback") if fallback else contextlib.nullcontext():
         call, expected = chk.build(Inputs(dtype, seed))
         with implementations() as seen:
             if expected is None:  # a refusal
@@ -575,21 +521,21 @@ def _run_one(chk: Check, dtype: str, seed: int, injected: bool, fallback: bool) 
                 mx.eval(out)
                 got = _output(out)
             except Exception as e:  # an op that cannot run on this device is a failure of that op
-                return Row(name, chk.api, dtype, _label(chk, seen), "FAIL", math.nan, math.nan, tol,
+                return Row(name, chk.api, dtype, _label(seen), "FAIL", math.nan, math.nan, tol,
                            f"{type(e).__name__}: {' '.join(str(e).split())}"), seen
     if injected:
         got = break_output(got)
     result = compare(name, expected, got, tol)
-    return Row(name, chk.api, dtype, _label(chk, seen), "FAIL" if result.failed else "PASS", result.rel, result.max_abs,
+    return Row(name, chk.api, dtype, _label(seen), "FAIL" if result.failed else "PASS", result.rel, result.max_abs,
                tol, ", ".join(result.flags)), seen
 
 
-def _label(chk: Check, seen: list[str]) -> str:
-    """What ran: kernels and C routines by name, the CPU forms as cpu.NAME; else MLX's ops
-    ("MLX fallback" for a zoo.kernels op whose native kernel did not run)."""
-    if seen:
-        return ", ".join(dict.fromkeys(seen))
-    return "MLX fallback" if chk.api in ("zoo.kernels.nms", "zoo.kernels.resize", "zoo.kernels.sppf_maxpool") else "MLX"
+def _label(seen: list[tuple[str, str]]) -> str:
+    return ", ".join(dict.fromkeys(f"{impl}: {op}" for op, impl in seen)) or coverage.MLX_OP
+
+
+def _custom(seen: list[tuple[str, str]]) -> bool:
+    return any(impl != coverage.MLX_OP for _, impl in seen)
 
 
 def check_name(name: str | None, option: str) -> None:
@@ -621,7 +567,7 @@ def run(dtypes=("float32", "float16", "bfloat16"), seed: int = 0, inject: str | 
         for dtype in dtypes:
             row, seen = _run_one(chk, dtype, seed * 1000 + index, injected, fallback=False)
             rows.append(row)
-            if seen:  # a custom path ran: check the switch's other side too
+            if _custom(seen):  # a custom path ran: check the switch's other side too
                 rows.append(_run_one(chk, dtype, seed * 1000 + index, injected, fallback=True)[0])
     return rows
 

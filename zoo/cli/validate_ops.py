@@ -1,8 +1,8 @@
 """python -m zoo.validate ops: every primitive the four models run, checked against the numpy
 reference on this device, in each dtype (a known-answer suite; exit 1 when any op fails).
 
-Each row names the op, what the models call, the implementation that ran on the device (a
-Metal/CUDA kernel, a C routine or CPU form of zoo.kernels.cpu, or MLX) and per dtype PASS/FAIL
+Each row names the op, what the models call, the implementation that ran on the device (custom
+kernel, CPU form of zoo.kernels.cpu, or MLX op) and per dtype PASS/FAIL
 with the relative error (max abs error / max |reference|). Ops with a custom path run again as
 'NAME [fallback]' with ZOO_KERNELS=fallback. docs/validation.md explains the tolerances.
 """
