@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from zoo.cli.detect import output_names
+from zoo.cli.detect import output_name
+from zoo.sources import Files
 from zoo.errors import ZooError
 from zoo.results import Results
 from zoo.run import main
@@ -55,7 +56,7 @@ def test_folder_with_a_corrupt_file_and_class_filter(images, tmp_path, capsys):
         (folder / f.name).write_bytes(f.read_bytes())
     (folder / "broken.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
     assert detect([str(folder), "--conf", "0.05", "--classes", "remote,14", "--max-det", "3",
-                   "--agnostic-nms", "--iou", "0.5"], tmp_path) == 0
+                   "--agnostic-nms", "--iou", "0.5"], tmp_path) == 1  # 1: one image failed
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == ["street.png", "tall.jpg"]
@@ -64,8 +65,9 @@ def test_folder_with_a_corrupt_file_and_class_filter(images, tmp_path, capsys):
         singular = {name[:-1] if int(n) > 1 else name for n, name in found}  # ultralytics' '2 remotes'
         assert found and singular <= {"remote", "bird"}  # class 14 is bird
         assert sum(int(n) for n, _ in found) <= 3
-    assert "warning: skipping " in captured.err and "broken.jpg" in captured.err
-    assert "2 images processed, 1 skipped" in captured.err
+    errors = [line for line in captured.err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "broken.jpg" in errors[0]
+    assert "2 images processed, 1 failed" in captured.err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["street.png", "tall.jpg"]
 
 
@@ -94,13 +96,14 @@ def test_missing_path(capsys):
 
 def test_empty_folder(tmp_path, capsys):
     (tmp_path / "notes.txt").write_text("no images here")
-    assert f"no images in directory {tmp_path}" in cli_error(["yolov8n", str(tmp_path), "--weights", "synthetic:0"], capsys)
+    assert f"no images or videos in folder {tmp_path}" in cli_error(["yolov8n", str(tmp_path), "--weights", "synthetic:0"], capsys)
 
 
 def test_only_corrupt_files(tmp_path, capsys):
     (tmp_path / "a.png").write_bytes(b"nope")
     err = cli_error(["yolov8n", str(tmp_path / "a.png"), "--weights", "synthetic:0", "--out", str(tmp_path / "o")], capsys)
-    assert "none of the 1 images could be read" in err
+    assert f"cannot read {tmp_path / 'a.png'}: not an image file Pillow recognises" in err
+    assert not (tmp_path / "o").exists()
 
 
 def test_offline_without_weights_fails_in_one_line(images, tmp_path):
@@ -115,7 +118,8 @@ def test_offline_without_weights_fails_in_one_line(images, tmp_path):
 
 def test_output_names_are_unique_ignoring_case_and_writable():
     files = [Path("a/x.png"), Path("b/x.png"), Path("c/x_2.png"), Path("d/X.jpg"), Path("e/scan.psd"), Path("f/raw")]
-    assert output_names(files) == ["x.png", "x_2.png", "x_2_2.png", "X_3.jpg", "scan.png", "raw.png"]
+    names = [output_name(item.path, item.name) for item in Files(files)]
+    assert names == ["x.png", "x_2.png", "x_2_2.png", "X_3.jpg", "scan.png", "raw.png"]
 
 
 def test_same_stems_and_a_suffixless_input_get_their_own_outputs(images, tmp_path):

@@ -1,21 +1,41 @@
-"""Detection: boxes, classes and scores per image; annotated images and COCO-style JSON in --out."""
+"""Detection: boxes, classes and scores per image or video frame, written as ultralytics' ``yolo predict``.
+
+    python -m zoo.run yolov8 video.mp4 --save-txt --save-conf --save-crop --vid-stride 2 --batch 8 --stream
+
+Inputs are anything zoo.sources opens (files, folders, globs, .txt/.csv lists, videos, a camera
+index, stream URLs). Runs on zoo.pipeline (decoding overlaps the model, memory stays flat, Ctrl-C
+keeps every finished output, --resume skips the images already annotated). In --out
+(default runs/detect/predict, predict2, ...):
+
+    <name>.<suffix>            annotated image          <video stem>.mp4   annotated video, the source's rate
+    labels/<name>.txt          --save-txt (YOLO format, --save-conf adds the score)
+    crops/<class>/<name>.jpg   --save-crop              <name>.json        --save-json (COCO style)
+
+``<name>`` is the image's stem, ``<stem>_<frame>`` for a video frame (zoo.sources' unique names).
+"""
 from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 from tqdm import tqdm
 
+from zoo import pipeline
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, write_atomic, writable_format)
-from zoo.images import image_files, load_image
+from zoo.sources import Files, FrameSource, JsonlWriter, UniqueNames, VideoWriter, input_paths, open_source
 from zoo.weights.synthetic import parse_synthetic
+
+RUNS = "runs/detect/predict"
+DEFAULT_FPS = 30.0  # a camera or stream that does not say its rate
 
 
 def add_arguments(parser):
-    parser.add_argument("images", nargs="+", help="image files or directories")
+    parser.add_argument("images", nargs="+", help="image or video files, folders, globs, .txt/.csv lists, "
+                        "a camera index (0), stream URLs (rtsp://...)")
     parser.add_argument("--conf", type=float, default=0.25, help="keep boxes scoring above this (default 0.25)")
     parser.add_argument("--iou", type=float, default=0.7, help="NMS IoU threshold (default 0.7)")
     parser.add_argument("--classes", help="only these classes: comma-separated names or ids, e.g. person,car")
@@ -24,86 +44,200 @@ def add_arguments(parser):
     parser.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                         help="inference size: one value or height width, rounded up to multiples of 32 "
                              "(default: the size the checkpoint was trained at, 640 for the official ones)")
-    parser.add_argument("--out", help="folder for annotated images and JSON (default: a new runs/detect/predict, "
-                        "predict2, ... as ultralytics)")
+    parser.add_argument("--out", help=f"folder for the outputs (default: a new {RUNS}, predict2, ... as ultralytics; "
+                        "with --resume the latest of them)")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
-                        help="replace annotated images and JSON that exist in --out (inputs are never replaced)")
-    parser.add_argument("--save-json", action="store_true", help="also write <out>/<image stem>.json, COCO-style")
+                        help="replace outputs that exist in --out (inputs are never replaced)")
+    parser.add_argument("--save-json", action="store_true", help="also write <out>/<name>.json, COCO-style")
+    parser.add_argument("--save-txt", action="store_true", help="also write <out>/labels/<name>.txt in the YOLO "
+                        "label format (class xc yc w h, normalised)")
+    parser.add_argument("--save-conf", action="store_true", help="with --save-txt: each line ends with the score")
+    parser.add_argument("--save-crop", action="store_true", help="also write each box's crop as "
+                        "<out>/crops/<class>/<name>.jpg")
+    parser.add_argument("--jsonl", metavar="PATH", help="write one JSON record per image or frame as results come "
+                        "(detections with ultralytics' keys; errors as {\"path\", \"error\"})")
+    parser.add_argument("--stream", action="store_true", help="accepted for ultralytics' command line: results are "
+                        "always written as they come, one batch in memory at a time")
+    pipeline.add_arguments(parser, resume="skip the images whose annotated image exists in --out and the videos "
+                           "whose annotated video does")
 
 
 def check_arguments(args):
     from zoo.models.yolov8 import check_imgsz, check_thresholds, class_names, resolve_classes
 
     check_thresholds(args.conf, args.iou, args.max_det)
+    pipeline.check_arguments(args)
     if args.imgsz is not None:
         if len(args.imgsz) > 2:
             raise UsageError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
         args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
+    if args.save_conf and not args.save_txt:
+        raise UsageError("--save-conf adds the score to the --save-txt labels: pass --save-txt too")
     if args.classes is not None and (args.weights is None or parse_synthetic(str(args.weights)) is not None):
         # default and synthetic weights carry the COCO names: check now, before any download
         resolve_classes(args.classes, dict(enumerate(class_names())))
-    args.files = [f for source in args.images for f in image_files(source)]
-    args.names = output_names(args.files)
-    inputs = Inputs([*args.images, *args.files, args.weights])
+    args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride)
+    inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     if args.out is None:
-        args.out = increment_path("runs/detect/predict", exist_ok=args.overwrite)
+        args.out = latest_run(RUNS) if args.resume else increment_path(RUNS, exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
-    for name in args.names:
-        for path in (out / name, *([out / f"{Path(name).stem}.json"] if args.save_json else [])):
-            check_new_file(refuse_inputs(path, inputs, "output"), "output", args.overwrite)
+    args.skip = set()  # --resume: the images and videos whose annotated output exists
+    for path, name, is_video in fixed_outputs(args.source, out):
+        refuse_inputs(path, inputs, "output")
+        if args.resume and path.exists():
+            args.skip.add(name)
+            continue
+        for extra in item_files(out, name, is_video, args):
+            check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
+        check_new_file(path, "output", args.overwrite)
+    if args.jsonl:
+        check_new_file(refuse_inputs(args.jsonl, inputs, "--jsonl"), "--jsonl", args.overwrite or args.resume)
+        make_output_folder(Path(args.jsonl).parent, f"--jsonl {args.jsonl}: its folder")
     make_output_folder(out, "--out")
 
 
-def output_names(files: list[Path]) -> list[str]:
-    """Per input, the name of its annotated image in --out; its JSON is <the same stem>.json.
+def latest_run(base: str) -> Path:
+    """The last of ultralytics' run folders (predict, predict2, ...): the one --resume continues."""
+    base, latest, n = Path(base), None, 1
+    while (candidate := base if n == 1 else base.with_name(f"{base.name}{n}")).exists() or n == 1:
+        latest = candidate if candidate.exists() else latest
+        n += 1
+    if latest is None:
+        raise UsageError(f"--resume continues a run, but there is no {base}: pass --out DIR of the run to continue")
+    return latest
 
-    Stems are made unique (x, x_2, x_3 ...), compared ignoring case as macOS and Windows
-    folders do: images of one name from two folders, or cat.jpg beside cat.png (one
-    cat.json), would overwrite each other. A suffix Pillow cannot write becomes .png.
-    """
-    taken: set[str] = set()
-    names = []
-    for f in files:
-        stem, n = f.stem, 1
-        while stem.lower() in taken:
-            n += 1
-            stem = f"{f.stem}_{n}"
-        taken.add(stem.lower())
-        names.append(stem + (f.suffix if writable_format(f) else ".png"))
-    return names
+
+def output_name(path: str | Path, name: str) -> str:
+    """An image's annotated file in --out: its unique name with the input's suffix, or .png when Pillow
+    cannot write that suffix (or there is none)."""
+    return name + (Path(path).suffix if writable_format(path) else ".png")
+
+
+def fixed_outputs(source, out: Path):
+    """(annotated output, name, is a video) for each image, video and camera of a source, named as the
+    source's items will be (zoo.sources' unique names), without decoding anything."""
+    names = UniqueNames()
+    for part in getattr(source, "sources", [source]):
+        if isinstance(part, Files):
+            for path in part.paths:
+                name = names(path.stem)
+                video = part.videos.get(path)
+                if video is None:
+                    yield out / output_name(path, name), name, False
+                elif isinstance(video, FrameSource):  # else a video that does not open: a bad item
+                    yield out / f"{name}.mp4", name, True
+        elif isinstance(part, FrameSource):
+            name = names(Path(part.path).stem if part.kind == "video" else part.path)
+            yield out / f"{name}.mp4", name, True
+
+
+def item_files(out: Path, name: str, is_video: bool, args) -> list[Path]:
+    """An image's own outputs besides the annotated one; for a video, those of its frames already there."""
+    wanted = [(out, ".json")] if args.save_json else []
+    wanted += [(out / "labels", ".txt")] if args.save_txt else []
+    if not is_video:
+        return [folder / f"{name}{suffix}" for folder, suffix in wanted]
+    return [p for folder, suffix in wanted for p in sorted(folder.glob(f"{name}_*{suffix}"))[:1]]
 
 
 def run(args, model) -> int:
-    from zoo.models.yolov8.predict import prediction_options
+    from zoo.models.yolov8.predict import predict_batch, prediction_options
 
     options = prediction_options(model, args.conf, args.iou, args.classes, args.agnostic_nms, args.max_det,
                                  args.imgsz)
     out = Path(args.out)
-    done = skipped = 0
-    files = args.files
-    bar = tqdm(list(zip(files, args.names)), unit="image", file=sys.stderr, disable=len(files) < 2)
-    for path, name in bar:
-        try:
-            result = model.predict(path, **options_for_predict(options))[0]
-        except ZooError as e:
-            tqdm.write(f"warning: skipping {path}: {e}", file=sys.stderr)
-            skipped += 1
-            continue
-        result.save(out / name, overwrite=args.overwrite)
-        if args.save_json:
-            write_atomic(out / f"{Path(name).stem}.json", lambda tmp: tmp.write_text(coco_json(result)))
-        tqdm.write(f"{path.name}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)")
-        done += 1
-    bar.close()
-    if done == 0:
-        raise ZooError(f"none of the {len(files)} images could be read: pass image files Pillow can open")
-    note = f", {skipped} skipped" if skipped else ""
-    print(f"{done} image{'s' * (done != 1)} processed{note}; results in {out}", file=sys.stderr)
-    return 0
+    counts, speed = Counter(), Counter()
+    videos = Videos(out, args)
+    jsonl = JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite,
+                        keep=pipeline.without_errors) if args.jsonl else None
+
+    def skip(item) -> bool:
+        return (item.stem if item.frame is not None else item.name) in args.skip
+
+    def failed(item, message: str) -> None:
+        if jsonl is not None:
+            jsonl.write({**item.meta, "error": message})
+
+    replace = args.overwrite or args.resume  # outputs checked above: only a resumed item's own are there
+
+    def process(batch):
+        results = predict_batch(model, [ready.data for ready in batch], [ready.item for ready in batch], **options)
+        for ready, result in zip(batch, results):
+            item = ready.item
+            if item.frame is None:
+                result.save(out / output_name(item.path, item.name), overwrite=args.overwrite)
+            else:
+                videos.write(item, result.plot()[..., ::-1])
+            if args.save_txt:
+                result.save_txt(out / "labels" / f"{item.name}.txt", args.save_conf, overwrite=replace)
+            if args.save_crop:
+                result.save_crop(out / "crops", f"{item.name}.jpg")
+            if args.save_json:
+                write_atomic(out / f"{item.name}.json", lambda tmp: tmp.write_text(coco_json(result)))
+            if jsonl is not None:
+                jsonl.write({**item.meta, "detections": result.summary(), "speed": result.speed})
+            counts.update(result.names[int(c)] for c in result.boxes.cls)
+            speed.update(result.speed)
+            where = Path(item.path).name if item.frame is None else (
+                f"{Path(item.path).name} frame {item.frame}" + (f"/{item.frames}" if item.frames else ""))
+            tqdm.write(f"{where}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)")
+
+    run = pipeline.Pipeline(args.source, batch=args.batch, workers=args.workers, skip=skip if args.skip else None,
+                            on_error=failed, desc="detect")
+    try:
+        run.run(process)
+    finally:
+        videos.close(complete=not run.interrupted)
+        if jsonl is not None:
+            jsonl.close() if jsonl.count else jsonl.abort()
+    if run.done == 0 and run.failed and not run.skipped:
+        raise ZooError(f"none of the {run.failed} images could be read: pass image files Pillow can open")
+    print(run_summary(run, counts, speed, out, args), file=sys.stderr)
+    return run.exit_code
 
 
-def options_for_predict(options: dict) -> dict:
-    return {**{k: v for k, v in options.items() if k != "shape"}, "imgsz": options["shape"]}
+class Videos:
+    """The annotated video of the video being read: one VideoWriter at a time, at its source's rate."""
+
+    def __init__(self, out: Path, args):
+        self.out, self.args = out, args
+        self.writer: VideoWriter | None = None
+        self.item = None  # the last frame written: its video's total says whether the video was finished
+
+    def write(self, item, rgb) -> None:
+        if self.writer is not None and self.item.stem != item.stem:
+            self.close(complete=True)
+        if self.writer is None:
+            self.writer = VideoWriter(self.out / f"{item.stem}.mp4", item.fps or DEFAULT_FPS,
+                                      overwrite=self.args.overwrite or self.args.resume)
+        self.writer.write(rgb)
+        self.item = item
+
+    def close(self, complete: bool) -> None:
+        """Finish the video; an interrupted one (frames left unread) is dropped, not left half-written:
+        --resume does it again."""
+        if self.writer is None:
+            return
+        expected = self.item.frames // self.args.vid_stride if self.item.frames else None
+        if complete or self.writer.count == expected:
+            self.writer.close()
+        else:
+            self.writer.abort()
+        self.writer = None
+
+
+def run_summary(run, counts: Counter, speed: Counter, out: Path, args) -> str:
+    """ultralytics' end of a run: what was done, detections per class, speed per image, where the results are."""
+    n = max(run.done, 1)
+    found = ", ".join(f"{c} {name}" for name, c in counts.most_common()) or "no detections"
+    lines = [f"{args.model}: {run.summary('processed')}",
+             f"Detections: {found}",
+             "Speed: " + ", ".join(f"{speed[k] / n:.1f}ms {k}" for k in ("preprocess", "inference", "postprocess"))
+             + " per image",
+             f"Results saved to {out}"]
+    if args.save_txt:
+        lines.append(f"Labels saved to {out / 'labels'}")
+    return "\n".join(lines)
 
 
 def coco_json(result) -> str:
