@@ -246,13 +246,15 @@ def load_detector(det_model, weights=None, dtype: str = "float32"):
         raise UsageError(f"det_model is a {type(det_model).__name__}: pass a YOLOv8 name (yolov8n ... yolov8x), "
                          "a checkpoint path or a model from zoo.load('yolov8n')")
     if weights is None and registry.is_weights_file(det_model):
-        if not Path(det_model).is_file():
-            raise ZooError(f"detector checkpoint not found: {det_model}")
-        spec, read = registry.identify(det_model)
-        if spec.task != "detect":
-            raise UsageError(f"detector {det_model} holds a {spec.family} {spec.task} checkpoint, not a YOLOv8 "
-                             "detector: pass a detection checkpoint (yolov8n.pt, a trained best.pt)")
-        return registry.build(spec, read, dtype)
+        from zoo.models import yolov8
+        from zoo.weights.checkpoint import read_checkpoint_with_meta
+
+        state_dict, meta = read_checkpoint_with_meta(det_model)
+        state_dict = yolov8.sanitize(state_dict, meta)
+        if not yolov8.holds(state_dict, meta):  # other tasks' YOLOv8 heads are refused by name when built
+            raise UsageError(f"detector {det_model} holds no YOLOv8 model: pass a YOLOv8 detection checkpoint "
+                             "(yolov8n.pt, a trained best.pt)")
+        return registry.build(registry.get_spec("yolov8"), registry.Weights(state_dict, str(det_model), meta), dtype)
     spec = registry.get_spec(str(det_model))
     if spec.task != "detect":
         raise UsageError(f"detector {det_model} is a {spec.task} model: pass a YOLOv8 detector "
