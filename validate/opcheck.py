@@ -296,9 +296,11 @@ def _matmul(m: Inputs):
     return lambda: a @ b, host(a) @ host(b)
 
 
-def _attention(m: Inputs, kind: str = "normal", mask: bool = True, n: int = 13):
-    q, k, v = (m.array((2, 3, n, 8), kind) for _ in range(3))
-    bias = m.array((3, n, n)) if mask else None  # broadcast over the batch (TinyViT's position bias)
+def _attention(m: Inputs, kind: str = "normal", mask: bool = True, n: int = 13, keys: int | None = None):
+    keys = keys or n
+    q = m.array((2, 3, n, 8), kind)
+    k, v = (m.array((2, 3, keys, 8), kind) for _ in range(2))
+    bias = m.array((3, n, keys)) if mask else None  # broadcast over the batch (TinyViT's position bias)
     scale = 8**-0.5
     scores = host(q) @ host(k).swapaxes(-1, -2) * scale + (host(bias) if mask else 0.0)
     return lambda: layers.attention(q, k, v, scale, bias), ref.softmax(scores) @ host(v)
@@ -306,6 +308,8 @@ def _attention(m: Inputs, kind: str = "normal", mask: bool = True, n: int = 13):
 
 check("attention/masked", "layers.attention")(lambda m: _attention(m))
 check("attention/unmasked", "layers.attention")(lambda m: _attention(m, mask=False, n=17))
+check("attention/cross", "layers.attention")(  # SAM's decoder: a few tokens attend to the image
+    lambda m: _attention(m, mask=False, n=7, keys=33))
 check("attention/view-input", "layers.attention")(lambda m: _attention(m, "view"))
 check("attention/zero-input", "layers.attention")(lambda m: _attention(m, "zero"))
 
@@ -426,17 +430,28 @@ check("resize/bilinear-large-input", "zoo.kernels.resize")(
 
 # ---- NMS ----
 
-@check("nms/class-aware", "zoo.kernels.nms", exact=True)
-def _nms(m: Inputs):
+def _nms(m: Inputs, classes: bool = True, max_det: int = 300, extent: float = 64.0, kind: str = "normal"):
     rng = m.rng
-    centers = rng.uniform(0, 64, (120, 2))
-    sizes = rng.uniform(4, 24, (120, 2))
+    n = 120
+    centers = rng.uniform(0, extent, (n, 2))
+    sizes = rng.uniform(4, 24, (n, 2)) * extent / 64
     corners = np.concatenate([centers - sizes / 2, centers + sizes / 2], axis=1)
+    if kind == "zero":  # zero-area boxes: IoU 0/0, nothing suppressed
+        corners[:] = 0
     boxes = mx.array(corners.astype(np.float32)).astype(m.dtype)
-    scores = mx.array(np.round(rng.uniform(0, 1, 120), 2).astype(np.float32))  # ties: lower index first
-    classes = mx.array(rng.integers(0, 3, 120).astype(np.int32))
-    expected = ref_kernels.nms(host(boxes), np.array(scores), 0.45, np.array(classes), max_det=300)
-    return lambda: nms(boxes, scores, 0.45, classes), expected
+    scores = mx.array(np.round(rng.uniform(0, 1, n), 2).astype(np.float32))  # ties: lower index first
+    # three of COCO's 80 classes, the last among them: class offsets up to 79 * 7680
+    labels = mx.array(rng.choice([0, 41, 79], n).astype(np.int32)) if classes else None
+    expected = ref_kernels.nms(host(boxes), np.array(scores), 0.45, None if labels is None else np.array(labels),
+                               max_det=max_det)
+    return lambda: nms(boxes, scores, 0.45, labels, max_det=max_det), expected
+
+
+check("nms/class-aware", "zoo.kernels.nms", exact=True)(lambda m: _nms(m))
+check("nms/agnostic-max-det", "zoo.kernels.nms", exact=True)(lambda m: _nms(m, classes=False, max_det=20))
+check("nms/zero-boxes", "zoo.kernels.nms", exact=True)(lambda m: _nms(m, classes=False, kind="zero"))
+check("nms/large-coordinates", "zoo.kernels.nms", exact=True)(  # 4K frames, 80 classes: offsets to 6e5
+    lambda m: _nms(m, extent=4000.0))
 
 
 # ---- refusals: one device and one dtype per process ----
