@@ -112,3 +112,28 @@ def test_reference_additions():
     y = ref.group_norm(x[:, :2].reshape(2, 2, 7, 10), 2, np.ones(2), np.zeros(2))
     assert np.allclose(y.reshape(2, 2, -1).mean(-1), 0) and np.allclose(y.reshape(2, 2, -1).var(-1), 1, atol=1e-4)
     assert np.isclose(ref.avg_pool2d(x, 3, 2, 1)[0, 0, 0, 0], x[0, 0, :2, :2].sum() / 9)
+
+
+def test_custom_kernel_rows_are_rerun_with_the_fallback(monkeypatch):
+    """As on a GPU: an op that reports a custom kernel gets a second row under ZOO_KERNELS=fallback."""
+    import os
+
+    from zoo.kernels import core, coverage
+
+    real = opcheck.nms
+
+    def kernel_nms(*args, **kwargs):
+        if os.environ.get(core.ENV_VAR) != "fallback":
+            coverage.note("nms", coverage.CUSTOM_KERNEL)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(opcheck, "nms", kernel_nms)
+    rows = opcheck.run(("float16",), only=["nms/class-aware"])
+    assert [(r.name, r.impl.split(":")[0], r.status) for r in rows] == [
+        ("nms/class-aware", "custom kernel", "PASS"), ("nms/class-aware [fallback]", "MLX op", "PASS")]
+
+
+def test_help_names_the_ops_suite(capsys):
+    with pytest.raises(SystemExit):
+        validate_main(["--help"])
+    assert "python -m zoo.validate ops" in capsys.readouterr().out

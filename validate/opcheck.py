@@ -42,7 +42,6 @@ from zoo.validate.engine import TOLERANCES, compare
 from zoo.validate.reference import kernels as ref_kernels
 from zoo.validate.reference import ops as ref
 
-DTYPE_NAMES = tuple(devices.DTYPES)
 LARGE = 1e3  # "large magnitude": products and sums stay inside float16's range (65504)
 
 
