@@ -186,6 +186,8 @@ check("conv_transpose2d/k2s2", "layers.ConvTranspose2d")(  # MobileSAM's mask up
     lambda m: _conv_transpose(m, (2, 5, 7, 8), 4, 2, 2))
 check("conv_transpose2d/view-input", "layers.ConvTranspose2d")(
     lambda m: _conv_transpose(m, (1, 6, 5, 4), 3, 3, 2, 1, 1, kind="view"))
+check("conv_transpose2d/zero-input", "layers.ConvTranspose2d")(
+    lambda m: _conv_transpose(m, (1, 5, 6, 4), 3, 2, 2, kind="zero"))
 
 
 # ---- pooling ----
@@ -244,12 +246,15 @@ check("layer_norm/large-offset", "layers.LayerNorm")(  # mean 100 x the spread: 
 check("layer_norm/mlx", "nn.LayerNorm")(lambda m: _layer_norm(m, nn.LayerNorm, "broadcast", eps=1e-5))
 
 
-@check("group_norm", "nn.GroupNorm")
-def _group_norm(m: Inputs):
+def _group_norm(m: Inputs, kind: str):
     norm = m.module(nn.GroupNorm(4, 12, pytorch_compatible=True))
-    x = m.array((2, 5, 7, 12))
+    x = m.array((2, 5, 7, 12), kind)
     expected = ref.group_norm(nchw(host(x)), 4, host(norm.weight), host(norm.bias), norm.eps)
     return lambda: norm(x), nhwc(expected)
+
+
+check("group_norm", "nn.GroupNorm")(lambda m: _group_norm(m, "normal"))
+check("group_norm/zero-input", "nn.GroupNorm")(lambda m: _group_norm(m, "zero"))
 
 
 # ---- activations and softmax ----
@@ -297,8 +302,8 @@ def _matmul(m: Inputs):
 
 def _attention(m: Inputs, kind: str = "normal", mask: bool = True, n: int = 13, keys: int | None = None):
     keys = keys or n
-    q = m.array((2, 3, n, 8), kind)
-    k, v = (m.array((2, 3, keys, 8), kind) for _ in range(2))
+    q, k = m.array((2, 3, n, 8), kind), m.array((2, 3, keys, 8), kind)
+    v = m.array((2, 3, keys, 8), "normal" if kind == "zero" else kind)  # zero scores: the mean of v
     bias = m.array((3, n, keys)) if mask else None  # broadcast over the batch (TinyViT's position bias)
     scale = 8**-0.5
     scores = host(q) @ host(k).swapaxes(-1, -2) * scale + (host(bias) if mask else 0.0)
@@ -351,6 +356,7 @@ def _rfft2(m: Inputs, width: int, kind: str = "normal"):
 
 check("rfft2/even", "layers.rfft2_parts")(lambda m: _rfft2(m, 10))
 check("rfft2/odd", "layers.rfft2_parts")(lambda m: _rfft2(m, 9, "view"))
+check("rfft2/zero-input", "layers.rfft2_parts")(lambda m: _rfft2(m, 8, "zero"))
 
 
 def _irfft2(m: Inputs, width: int, hermitian: bool):
@@ -425,6 +431,8 @@ check("resize/bilinear-view-input", "zoo.kernels.resize")(
     lambda m: _resize(m, (11, 6), "bilinear", False, kind="view"))
 check("resize/bilinear-large-input", "zoo.kernels.resize")(
     lambda m: _resize(m, (11, 6), "bilinear", False, kind="large"))
+check("resize/bilinear-zero-input", "zoo.kernels.resize")(
+    lambda m: _resize(m, (11, 6), "bilinear", True, kind="zero"))
 
 
 # ---- NMS ----
