@@ -4,6 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from zoo.compiled import folded
 from zoo.kernels import coverage
 from zoo.kernels import cpu as cpu_ops
 
@@ -112,6 +113,15 @@ class LayerNorm(nn.LayerNorm):
     def __call__(self, x: mx.array) -> mx.array:
         return cpu_ops.layer_norm(x, self.weight if "weight" in self else None,
                                   self.bias if "bias" in self else None, self.eps)
+
+
+def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None) -> mx.array:
+    """``bn(conv(x))`` (or ``eager(x)``); in a compiled forward that folds them (zoo.compiled) one
+    convolution whose weight and bias hold the BatchNorm."""
+    fold = folded(conv)
+    if fold is None:
+        return bn(conv(x)) if eager is None else eager(x)
+    return mx.conv2d(x, fold["weight"], conv.stride, conv.padding, conv.dilation, conv.groups) + fold["bias"]
 
 
 def _no_dilation(dilation) -> bool:

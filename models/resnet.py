@@ -18,7 +18,7 @@ from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import UsageError, ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
-from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, Sequential
+from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, Sequential, conv_bn
 
 DEPTHS = {
     "resnet18": ("basic", (2, 2, 2, 2)),
@@ -51,11 +51,17 @@ class BasicBlock(nn.Module):
             self.downsample = Sequential(conv1x1(cin, planes, stride), BatchNorm(planes))
 
     def shortcut(self, x: mx.array) -> mx.array:
-        return self.downsample(x) if "downsample" in self else x
+        if "downsample" not in self:
+            return x
+        return conv_bn(self.downsample["0"], self.downsample["1"], x, eager=self.downsample)
+
+    def conv_bn_pairs(self) -> list[tuple[nn.Module, nn.Module]]:
+        convs = [(self[f"conv{i}"], self[f"bn{i}"]) for i in range(1, 4) if f"conv{i}" in self]
+        return convs + ([(self.downsample["0"], self.downsample["1"])] if "downsample" in self else [])
 
     def __call__(self, x: mx.array) -> mx.array:
-        out = nn.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
+        out = nn.relu(conv_bn(self.conv1, self.bn1, x))
+        out = conv_bn(self.conv2, self.bn2, out)
         return nn.relu(out + self.shortcut(x))
 
 
@@ -74,11 +80,12 @@ class Bottleneck(nn.Module):
             self.downsample = Sequential(conv1x1(cin, planes * 4, stride), BatchNorm(planes * 4))
 
     shortcut = BasicBlock.shortcut
+    conv_bn_pairs = BasicBlock.conv_bn_pairs
 
     def __call__(self, x: mx.array) -> mx.array:
-        out = nn.relu(self.bn1(self.conv1(x)))
-        out = nn.relu(self.bn2(self.conv2(out)))
-        out = self.bn3(self.conv3(out))
+        out = nn.relu(conv_bn(self.conv1, self.bn1, x))
+        out = nn.relu(conv_bn(self.conv2, self.bn2, out))
+        out = conv_bn(self.conv3, self.bn3, out)
         return nn.relu(out + self.shortcut(x))
 
 
@@ -136,7 +143,9 @@ class ResNet(nn.Module):
         if not features_only:
             self.reset_classifier(num_classes)
         self.preprocess = preprocess  # the registry's: resize, crop, mean, std
-        self.compiled = CompiledForward(self.forward, self)
+        blocks = [m for m in self.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+        self.compiled = CompiledForward(self.forward, self, folds=[(self.conv1, self.bn1)] + [
+            pair for block in blocks for pair in block.conv_bn_pairs()])
 
     @property
     def dtype(self) -> mx.Dtype:
@@ -157,7 +166,7 @@ class ResNet(nn.Module):
         self.num_classes = num_classes
 
     def stem(self, x: mx.array) -> mx.array:
-        return self.relu(self.bn1(self.conv1(as_model_input(x, self.dtype))))
+        return self.relu(conv_bn(self.conv1, self.bn1, as_model_input(x, self.dtype)))
 
     def stage_maps(self, x: mx.array) -> list[mx.array]:
         """The stem's map and the map of each stage built: [stem, layer1, ...], NHWC."""

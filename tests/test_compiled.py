@@ -1,6 +1,7 @@
 """zoo.compiled: the user paths run their network through mx.compile, one bounded trace per input
 signature, with the module's current weights, and give the eager network's outputs."""
 import mlx.core as mx
+import mlx.nn as mx_nn
 import numpy as np
 import pytest
 
@@ -60,7 +61,7 @@ def test_traces_are_bounded_least_recently_used_first(compile_on):
     forward = CompiledForward(double, [], max_traces=2)
     for n in (1, 2, 1, 3):
         forward(mx.ones((n,)))
-    assert [k[1][1] for k in forward.traces] == [(1,), (3,)]  # (2,) was the least recently used
+    assert [signature[1][1] for _, signature in forward.traces] == [(1,), (3,)]  # (2,) was the least recently used
     assert calls == [(1,), (2,), (3,)]  # each signature traced once
 
 
@@ -96,3 +97,63 @@ def test_lama_compiled_equals_eager(compile_on):
         want = lama(image, mask)
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
     assert len(lama.compiled.traces) == 1
+
+
+def perturbed_batch_norms(model, seed=0):
+    """Running statistics and affine parameters away from the synthetic defaults, so a fold that
+    dropped any of them would show."""
+    rng = np.random.default_rng(seed)
+    for _, m in model.named_modules():
+        if isinstance(m, mx_nn.BatchNorm):
+            c = m.weight.shape[0]
+            m.update({"weight": mx.array(rng.uniform(0.5, 1.5, c).astype(np.float32)),
+                      "bias": mx.array(rng.uniform(-0.5, 0.5, c).astype(np.float32)),
+                      "running_mean": mx.array(rng.uniform(-0.5, 0.5, c).astype(np.float32)),
+                      "running_var": mx.array(rng.uniform(0.5, 2.0, c).astype(np.float32))})
+
+
+@pytest.mark.parametrize("name, side", [("resnet18", 64), ("yolov8n", 64)])
+def test_batch_norms_folded_in_the_compiled_forward_equal_eager(name, side, compile_on):
+    model = zoo.load(name, weights="synthetic", device="cpu")
+    perturbed_batch_norms(model)
+    x = mx.array(np.random.default_rng(1).uniform(0, 1, (2, side, side, 3)).astype(np.float32))
+    got = np.array(model(x))
+    (key, trace), = model.compiled.traces.items()
+    assert key[0]  # folded
+    assert len(model.compiled.folds.arrays) == len(model.compiled.folds.pairs) > 0
+    with eager():
+        want = np.array(model(x))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_folds_follow_weights_replaced_after_tracing(compile_on):
+    model = zoo.load("yolov8n", weights="synthetic", device="cpu")
+    x = mx.array(np.random.default_rng(2).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))
+    model(x)
+    perturbed_batch_norms(model, seed=3)  # new arrays after the first fold and trace
+    got = np.array(model(x))
+    assert len(model.compiled.traces) == 1  # refolded, not retraced
+    with eager():
+        want = np.array(model(x))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_training_mode_is_not_folded(resnet, compile_on):
+    resnet.compiled.clear()
+    resnet.train()
+    try:
+        resnet(images(2, 32))
+    finally:
+        resnet.eval()
+    (key, _), = resnet.compiled.traces.items()
+    assert not key[0]
+
+
+def test_yolov8_call_is_compiled_and_validator_path_is_eager(compile_on):
+    model = zoo.load("yolov8n", weights="synthetic", device="cpu")
+    x = mx.array(np.random.default_rng(4).uniform(0, 1, (1, 64, 96, 3)).astype(np.float32))
+    model(x)
+    assert len(model.compiled.traces) == 1
+    with eager():
+        model(x)
+    assert len(model.compiled.traces) == 1  # the eager call added no trace

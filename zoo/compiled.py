@@ -16,13 +16,21 @@ batch 1 went from 1.17x to 0.51x PyTorch's time: benchmarks/README.md).
   gained nothing (measured, issue 10), and zoo.kernels.cpu's fast C forms of the slow
   CPU ops need evaluated inputs, which a trace does not have; ``on`` compiles on any
   device (tests), ``off`` never.
-- The validator records every layer with eager modules: ``mx.disable_compile()`` (or
-  calling ``eager``) turns every ``CompiledForward`` into a plain call.
+- BatchNorm folded into the preceding convolution (as ultralytics fuses Conv+BN at
+  predict): a model names its (conv, BatchNorm) pairs, and inside its compiled forward
+  ``folded(conv)`` gives that convolution's weight scaled by the BatchNorm and its bias
+  (models.layers.conv_bn runs them). The folded arrays are inputs of the trace, built
+  on the first compiled call and again whenever one of their source arrays was replaced
+  (weights loaded or cast later); a module in training mode is never folded.
+- The validator records every layer with eager modules: inside ``eager()`` every
+  ``CompiledForward`` is a plain call of the eager network (separate BatchNorms, the
+  upstream layer names), as is any ``mx.compile``'d function.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections import OrderedDict
 from typing import Callable
 
@@ -34,6 +42,9 @@ ENV_VAR = "ZOO_COMPILE"
 MODES = ("auto", "on", "off")
 MAX_TRACES = 8
 
+_eager_depth = 0  # > 0 inside eager(): every CompiledForward calls its eager network
+_tracing = threading.local()  # .folds: the FoldedConvs of the forward being traced on this thread
+
 
 def mode() -> str:
     value = os.environ.get(ENV_VAR, "auto").lower() or "auto"
@@ -43,8 +54,10 @@ def mode() -> str:
 
 
 def enabled() -> bool:
-    """Whether a CompiledForward compiles now (``ZOO_COMPILE`` and the default device)."""
+    """Whether a CompiledForward compiles now (``ZOO_COMPILE``, the default device, outside ``eager()``)."""
     chosen = mode()
+    if _eager_depth:
+        return False
     if chosen == "auto":
         return mx.default_device() == mx.gpu
     return chosen == "on"
@@ -61,33 +74,85 @@ def _signature(value):
     return value
 
 
+class FoldedConvs:
+    """Convolutions with their following inference BatchNorm folded in: weight * scale and
+    bias * scale + shift, scale = gamma / sqrt(running_var + eps), shift = beta - mean * scale,
+    computed in float32 and stored in the convolution's dtype."""
+
+    def __init__(self, pairs):
+        self.pairs = {id(conv): (conv, bn) for conv, bn in pairs}
+        self.arrays: dict[int, dict[str, mx.array]] = {}  # an input tree of the trace: {id: {weight, bias}}
+        self.sources: dict[int, tuple] = {}
+
+    def refresh(self) -> None:
+        """Fold again every pair one of whose arrays was replaced since it was folded."""
+        for key, (conv, bn) in self.pairs.items():
+            sources = (conv.weight, conv.get("bias"), bn.weight, bn.bias, bn.running_mean, bn.running_var)
+            known = self.sources.get(key)
+            if known is None or any(a is not b for a, b in zip(sources, known)):
+                self.sources[key] = sources
+                self.arrays[key] = _fold(conv, bn)  # evaluated with the first output that uses it
+
+    def usable(self) -> bool:
+        return all(not conv.training and not bn.training and bn.track_running_stats and "weight" in bn
+                   for conv, bn in self.pairs.values())
+
+
+def _fold(conv, bn) -> dict[str, mx.array]:
+    f32 = mx.float32
+    scale = bn.weight.astype(f32) * mx.rsqrt(bn.running_var.astype(f32) + bn.eps)
+    shift = bn.bias.astype(f32) - bn.running_mean.astype(f32) * scale
+    bias = shift if "bias" not in conv else conv.bias.astype(f32) * scale + shift
+    weight = conv.weight.astype(f32) * scale.reshape(-1, *(1,) * (conv.weight.ndim - 1))
+    return {"weight": weight.astype(conv.weight.dtype), "bias": bias.astype(conv.weight.dtype)}
+
+
+def folded(conv) -> dict[str, mx.array] | None:
+    """Inside a compiled forward that folds ``conv``: its folded {weight, bias} (the trace's inputs); else None."""
+    folds = getattr(_tracing, "folds", None)
+    return None if folds is None else folds.arrays.get(id(conv))
+
+
 class CompiledForward:
     """``fn`` (a forward of ``modules``) compiled once per input signature.
 
     ``fn`` takes trees of arrays and constants (ints, floats, strings, None) and returns
-    a tree of arrays; ``modules`` are the modules whose arrays it reads. Calls with
-    tracer inputs (inside a caller's own ``mx.compile``/``vmap``/``grad``) trace ``fn``
-    as it is.
+    a tree of arrays; ``modules`` are the modules whose arrays it reads; ``folds`` the
+    (conv, BatchNorm) pairs the compiled forward folds (``folded``). Calls with tracer
+    inputs (inside a caller's own ``mx.compile``/``vmap``/``grad``) trace ``fn`` as it is.
     """
 
-    def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES):
+    def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES, folds=()):
         self.fn = fn
         self.modules = modules
         self.max_traces = max_traces
         self.traces: OrderedDict = OrderedDict()
+        self.folds = FoldedConvs(folds)
 
     def __call__(self, *args):
         if not enabled():
             return self.fn(*args)
-        key = _signature(args)
+        folding = self.folds.usable()
+        if folding:
+            self.folds.refresh()
+        key = (folding, _signature(args))
         traced = self.traces.pop(key, None)
         if traced is None:
             if len(self.traces) >= self.max_traces:
                 self.traces.popitem(last=False)  # frees that trace's compiled graph
             # a new function object per signature: mx.compile caches by the function's identity
-            traced = mx.compile(lambda *a: self.fn(*a), inputs=self.modules)
+            traced = mx.compile(self._tracer(folding), inputs=[self.modules, self.folds.arrays if folding else {}])
         self.traces[key] = traced
         return traced(*args)
+
+    def _tracer(self, folding: bool) -> Callable:
+        def trace(*args):
+            _tracing.folds = self.folds if folding else None
+            try:
+                return self.fn(*args)
+            finally:
+                _tracing.folds = None
+        return trace
 
     def clear(self) -> None:
         self.traces.clear()
@@ -96,8 +161,11 @@ class CompiledForward:
 @contextlib.contextmanager
 def eager():
     """Run every CompiledForward (and any mx.compile'd function) eagerly inside the block."""
+    global _eager_depth
+    _eager_depth += 1
     mx.disable_compile()
     try:
         yield
     finally:
         mx.enable_compile()
+        _eager_depth -= 1

@@ -20,10 +20,11 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+from zoo.compiled import CompiledForward
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import sppf_maxpool
-from zoo.models.layers import BatchNorm, Conv2d, Sequential, sigmoid, silu
+from zoo.models.layers import BatchNorm, Conv2d, Sequential, conv_bn, sigmoid, silu
 
 from .ops import STRIDE, resolve_classes
 from .predict import predict
@@ -77,7 +78,7 @@ class Conv(nn.Module):
         self.bn = BatchNorm(c2, eps=1e-3, momentum=0.03)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return silu(self.bn(self.conv(x)))
+        return silu(conv_bn(self.conv, self.bn, x))
 
 
 class Bottleneck(nn.Module):
@@ -224,6 +225,8 @@ class DetectionModel(nn.Module):
         self.model = Sequential(*layers)
         self.names = dict(names) if names is not None else {i: f"class{i}" for i in range(nc)}  # {id: name}
         self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
+        self.compiled = CompiledForward(self.forward, self, folds=[
+            (m.conv, m.bn) for m in self.modules() if isinstance(m, Conv)])
 
     @property
     def nc(self) -> int:
@@ -234,13 +237,19 @@ class DetectionModel(nn.Module):
         return self.model["0"].conv.weight.dtype
 
     def __call__(self, x) -> mx.array:
-        """x: (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc)."""
+        """x: (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc).
+
+        Compiled per input shape, BatchNorms folded into their convolutions (zoo.compiled);
+        ``forward`` is the same network, eager."""
         x = as_model_input(x, self.dtype)
         if x.ndim != 4 or x.shape[-1] != 3:
             raise ZooError(f"input has shape {tuple(x.shape)}: expected (N, H, W, 3) RGB")
         if x.shape[1] % STRIDE or x.shape[2] % STRIDE or x.shape[1] == 0 or x.shape[2] == 0:
             raise ZooError(f"input is {x.shape[1]}x{x.shape[2]}: height and width must be positive multiples of "
                            f"{STRIDE}; letterbox the image (det.predict does)")
+        return self.compiled(x)
+
+    def forward(self, x: mx.array) -> mx.array:
         outputs = []
         for (inputs, *_), layer in zip(ARCH, self.model.children_in_order()):
             if inputs != -1:
