@@ -1,0 +1,171 @@
+"""zoo.ray: the task classes give the in-process results; Ray Data on a local 2-CPU cluster gives them
+for every one of 200 images, with the documented defaults (2 actors on 2 CPUs: no deadlock).
+
+The cluster tests are marked ``ray`` (CI: ``pytest -m ray tests/test_ray.py``, under 2 minutes on 2 cores).
+"""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import zoo
+import zoo.ray
+from zoo.models.mobilesam.amg import import_pycocotools
+
+N_IMAGES = 200
+SIZES = ((32, 32), (48, 32))  # two sizes: read_images then hands over some batches as an object column
+
+
+def write_images(folder: Path, n: int, seed: int = 0) -> list[Path]:
+    folder.mkdir()
+    rng = np.random.default_rng(seed)
+    paths = []
+    for i in range(n):
+        h, w = SIZES[i % len(SIZES)]
+        paths.append(folder / f"{i:03d}.png")
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(paths[-1])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return zoo.load("resnet18", weights="synthetic:0")
+
+
+def classifier_rows(out: dict) -> dict[str, tuple]:
+    return {str(p): (int(label), str(name), float(prob), str(error))
+            for p, label, name, prob, error in zip(out["path"], out["label"], out["name"], out["prob"], out["error"])}
+
+
+def test_classifier_takes_read_images_columns_and_paths(tmp_path, resnet):
+    paths = write_images(tmp_path / "images", 4)
+    bad = tmp_path / "images" / "bad.png"
+    bad.write_bytes(b"not a png")
+    expected = {str(p): resnet.predict(str(p), top_k=1)[0] for p in paths}
+    classifier = zoo.ray.Classifier("resnet18", weights="synthetic:0")
+    same_size = [np.asarray(Image.open(p)) for p in paths[::2]]
+    batches = [
+        {"image": np.stack(same_size), "path": np.array([str(p) for p in paths[::2]])},  # one size: (N, H, W, 3)
+        {"image": zoo.ray.as_column([np.asarray(Image.open(p)) for p in paths]),  # sizes differ: objects
+         "path": np.array([str(p) for p in paths])},
+        {"path": np.array([str(p) for p in [*paths, bad]])},  # decoded in the actor
+    ]
+    for batch in batches:
+        rows = classifier_rows(classifier(batch))
+        for path in batch["path"][:len(paths)]:
+            assert rows[str(path)] == (*expected[str(path)], "")
+    rows = classifier_rows(classifier(batches[-1]))
+    assert rows[str(bad)][0] == -1 and "cannot read" in rows[str(bad)][3]
+    with pytest.raises(zoo.ZooError, match="is a classify model"):
+        zoo.ray.Detector("resnet18", weights="synthetic:0")
+
+
+def test_detector_rows_are_one_at_a_time_results(tmp_path):
+    model = zoo.load("yolov8n", weights="synthetic:0")
+    paths = [tmp_path / f"{i}.png" for i in range(3)]
+    rng = np.random.default_rng(1)
+    for path, (h, w) in zip(paths, ((64, 96), (64, 96), (80, 64))):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(path)
+    options = {"conf": 0.001, "imgsz": 64, "max_det": 5}
+    out = zoo.ray.Detector("yolov8n", weights="synthetic:0", **options)({"path": np.array([str(p) for p in paths])})
+    assert list(out["error"]) == ["", "", ""]
+    for i, path in enumerate(paths):
+        result = model.predict(str(path), **options)[0]
+        assert len(result.boxes) > 0
+        assert out["boxes"][i] == result.boxes.xyxy.tolist()
+        assert out["conf"][i] == result.boxes.conf.tolist()
+        assert out["cls"][i] == result.boxes.cls.astype(int).tolist()
+        assert out["names"][i] == [result.names[c] for c in out["cls"][i]]
+
+
+def test_segmenter_masks_are_coco_rle_of_the_predictor_masks():
+    mask_utils = import_pycocotools()
+    model = zoo.load("mobilesam", weights="synthetic:0")
+    image = np.random.default_rng(2).integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    boxes = np.array([[4, 4, 40, 30], [10, 12, 60, 44]], np.float32)
+    out = zoo.ray.Segmenter(weights="synthetic:0")({"image": image[None], "boxes": boxes[None]})
+    predictor = model.predictor()
+    predictor.set_image(image)
+    masks, scores, _ = predictor.predict(boxes=boxes, multimask_output=False)
+    assert out["error"][0] == ""
+    assert out["scores"][0] == scores[:, 0].tolist()
+    for rle, mask in zip(out["masks"][0], masks[:, 0]):
+        assert rle["size"] == [48, 64]
+        assert np.array_equal(mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode()}), mask)
+
+
+def test_inpainter_fills_the_mask_column():
+    model = zoo.load("lama", weights="synthetic:0")
+    image = np.random.default_rng(3).integers(0, 256, (2, 40, 48, 3), dtype=np.uint8)
+    mask = np.zeros((2, 40, 48), np.uint8)
+    mask[:, 10:20, 12:30] = 255
+    out = zoo.ray.Inpainter(weights="synthetic:0")({"image": image, "mask": mask})
+    assert list(out["error"]) == ["", ""]
+    for i in range(2):
+        assert np.array_equal(out["image"][i], model.inpaint(image[i], mask[i]))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    ray = pytest.importorskip("ray")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory, resnet):
+    """N_IMAGES images and each one's in-process top-1, one image at a time."""
+    paths = write_images(tmp_path_factory.mktemp("ray") / "images", N_IMAGES)
+    return paths[0].parent, {str(p): (*resnet.predict(str(p), top_k=1)[0], "") for p in paths}
+
+
+@pytest.mark.ray
+def test_ray_data_gives_in_process_results_for_every_image(cluster, folder):
+    """The documented recipe: read tasks on READ_CPUS beside two actors on ACTOR_CPUS, on 2 CPUs."""
+    images, expected = folder
+    assert cluster.cluster_resources()["CPU"] == 2
+    dataset = cluster.data.read_images(str(images), mode="RGB", include_paths=True, num_cpus=zoo.ray.READ_CPUS)
+    rows = dataset.map_batches(zoo.ray.Classifier, fn_constructor_kwargs={"model": "resnet18", "weights": "synthetic:0"},
+                               batch_size=zoo.ray.BATCH_SIZE, num_cpus=zoo.ray.ACTOR_CPUS,
+                               compute=cluster.data.ActorPoolStrategy(size=2)).take_all()
+    assert len(rows) == N_IMAGES
+    assert {r["path"]: (r["label"], r["name"], r["prob"], r["error"]) for r in rows} == expected
+
+
+@pytest.mark.ray
+def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path, capsys):
+    """zoo.ray.run's defaults (paths decoded in the actors, one actor per CPU) through the CLI; a bad
+    image is one warning and one error row, and the exit code is 1."""
+    import pyarrow.parquet as pq
+
+    from zoo.run import main
+
+    images, expected = folder
+    chosen = sorted(expected)[:12]
+    bad = tmp_path / "bad.jpg"
+    bad.write_bytes(b"\xff\xd8 truncated")
+    subset = tmp_path / "list.txt"
+    subset.write_text("\n".join([*chosen, str(bad)]))
+    out = tmp_path / "results"
+    argv = ["resnet18", str(subset), "--ray", "--weights", "synthetic:0", "--out", str(out)]
+    assert main(argv) == 1
+    assert f"warning: skipped {bad}: cannot read" in capsys.readouterr().err
+    rows = {r["path"]: (r["label"], r["name"], r["prob"], r["error"])
+            for r in pq.read_table(out / "predictions.parquet").to_pylist()}
+    label, name, _, error = rows.pop(str(bad))
+    assert (label, name) == (-1, "") and error.startswith("cannot read")
+    assert rows == {p: expected[p] for p in chosen}
+    before = (out / "predictions.parquet").read_bytes()
+    assert main(argv) == 2  # an existing file is kept without --overwrite
+    assert "exists: pass --overwrite" in capsys.readouterr().err
+    assert (out / "predictions.parquet").read_bytes() == before
+    assert main([*argv, "--format", "jsonl"]) == 1
+    records = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
+    assert records.count({"path": str(bad), "error": error}) == 1
+    assert {r["path"]: (r["label"], r["name"], r["prob"], "") for r in records if "error" not in r} == \
+        {p: expected[p] for p in chosen}
+    assert sorted(p.name for p in out.iterdir()) == ["predictions.jsonl", "predictions.parquet"]

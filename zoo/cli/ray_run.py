@@ -1,0 +1,134 @@
+"""``python -m zoo.run MODEL INPUT... --ray``: a classify or detect model over images with Ray Data.
+
+    python -m zoo.run resnet50 photos/ --ray --out results/               # a local Ray cluster
+    python -m zoo.run yolov8n s3://bucket/photos/ --ray --ray-address auto --format jsonl
+
+Writes ``<out>/predictions.parquet`` (or ``.jsonl``), one row per image, in the columns of
+zoo.ray's Classifier or Detector; rows arrive as the actors finish them and the file appears
+whole when the run ends (written under a temporary name, renamed). A bad image is one warning
+line and one row with its ``error``; the exit code is 1 when any image failed.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from zoo import ray as zoo_ray
+from zoo.cli import ArgumentParser, add_model_arguments
+from zoo.errors import UsageError, ZooError
+from zoo.files import Inputs, check_output_file, increment_path, write_atomic
+
+TASKS = ("classify", "detect")
+
+
+def parser_for(spec) -> ArgumentParser:
+    parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task} with Ray Data")
+    parser.add_argument("model")
+    add_model_arguments(parser)
+    parser.add_argument("images", nargs="+", help="image files, folders, globs, .txt/.csv lists, or one URI "
+                        "Ray reads (s3://bucket/photos/)")
+    parser.add_argument("--ray", action="store_true", required=True, help="run with Ray Data")
+    parser.add_argument("--ray-address", metavar="ADDRESS",
+                        help="the cluster to join: auto (the one `ray start` began here), ray://host:10001, "
+                             "host:6379; default: RAY_ADDRESS, else a local cluster of this machine's CPUs")
+    parser.add_argument("--actors", type=int, help="model copies (Ray actors); default: one per CPU of the cluster")
+    parser.add_argument("--actor-cpus", type=float, default=zoo_ray.ACTOR_CPUS,
+                        help=f"CPUs each actor asks for (default {zoo_ray.ACTOR_CPUS}: reads get the rest)")
+    parser.add_argument("--actor-gpus", type=float, default=0, help="GPUs each actor asks for (default 0)")
+    parser.add_argument("--batch", type=int, default=1, help="images per forward pass (default 1: the results "
+                        "of one-at-a-time runs; more is faster on a GPU and differs in float rounding)")
+    parser.add_argument("--recursive", action="store_true", help="look in sub-folders too")
+    parser.add_argument("--out", metavar="DIR", help=f"folder for predictions.parquet/.jsonl (default: a new "
+                        f"runs/{spec.task}/ray, ray2, ...)")
+    parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
+    parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
+                        help="replace a predictions file that exists (inputs are never replaced)")
+    if spec.task == "detect":
+        parser.add_argument("--conf", type=float, default=0.25)
+        parser.add_argument("--iou", type=float, default=0.7)
+        parser.add_argument("--classes", help="only these classes: comma-separated names or ids")
+        parser.add_argument("--agnostic-nms", action="store_true")
+        parser.add_argument("--max-det", type=int, default=300)
+        parser.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE")
+    return parser
+
+
+def schema_for(task: str):
+    """The predictions' Arrow columns, fixed per task: every batch is cast to them (a batch without
+    any box would otherwise make its list columns null-typed)."""
+    import pyarrow as pa
+
+    columns = {"classify": [("label", pa.int64()), ("name", pa.string()), ("prob", pa.float64())],
+               "detect": [("boxes", pa.list_(pa.list_(pa.float64()))), ("conf", pa.list_(pa.float64())),
+                          ("cls", pa.list_(pa.int64())), ("names", pa.list_(pa.string()))]}[task]
+    return pa.schema([("path", pa.string()), *columns, ("error", pa.string())])
+
+
+def main(spec, argv: list[str]) -> int:
+    if spec.task not in TASKS:
+        raise UsageError(f"--ray runs classify and detect models from the command line; {spec.name} "
+                         f"({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
+                         "in Python (docs/ray.md)")
+    args = parser_for(spec).parse_args(argv)
+    if args.actors is not None and args.actors < 1:
+        raise UsageError(f"--actors {args.actors} must be 1 or more")
+    if args.batch < 1:
+        raise UsageError(f"--batch {args.batch} must be 1 or more")
+    uri = len(args.images) == 1 and zoo_ray.is_uri(args.images[0])
+    inputs = args.images[0] if uri else zoo_ray.image_paths(args.images, args.recursive)
+    out = Path(args.out) if args.out else increment_path(f"runs/{spec.task}/ray")
+    path = check_output_file(out / f"predictions.{args.format}", "output",
+                             Inputs([] if uri else [*args.images, *inputs, args.weights]), args.overwrite)
+    ray = zoo_ray.import_ray()
+    if not ray.is_initialized():
+        try:
+            ray.init(address=args.ray_address)
+        except (ConnectionError, RuntimeError, ValueError) as e:
+            raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}): start one with "
+                           "`ray start --head`, or leave --ray-address out for a local one") from None
+    options = {"batch": args.batch}
+    if spec.task == "detect":
+        imgsz = args.imgsz[0] if args.imgsz and len(args.imgsz) == 1 else tuple(args.imgsz) if args.imgsz else None
+        options.update(conf=args.conf, iou=args.iou, classes=args.classes, agnostic_nms=args.agnostic_nms,
+                       max_det=args.max_det, imgsz=imgsz)
+    dataset = zoo_ray.run(args.model, inputs, weights=args.weights, actors=args.actors,
+                          batch_size=max(zoo_ray.BATCH_SIZE, args.batch), actor_cpus=args.actor_cpus,
+                          num_gpus=args.actor_gpus, **options)
+    counts = {"rows": 0, "failed": 0}
+    schema = schema_for(spec.task)
+    write = write_parquet if args.format == "parquet" else write_jsonl
+    write_atomic(path, lambda tmp: write(tmp, tables(dataset, schema, counts), schema))
+    failed = f", {counts['failed']} failed" if counts["failed"] else ""
+    print(f"{counts['rows']} images{failed}; results in {path}", file=sys.stderr)
+    return 1 if counts["failed"] else 0
+
+
+def tables(dataset, schema, counts: dict):
+    """The dataset's result batches as Arrow tables of ``schema``, as they come; each failed row warned."""
+    for table in dataset.iter_batches(batch_format="pyarrow", batch_size=None):
+        table = table.select(schema.names).cast(schema)
+        counts["rows"] += table.num_rows
+        for path, error in zip(table["path"].to_pylist(), table["error"].to_pylist()):
+            if error:
+                counts["failed"] += 1
+                print(f"warning: skipped {path}: {error}", file=sys.stderr)
+        yield table
+
+
+def write_parquet(tmp: Path, tables, schema) -> None:
+    import pyarrow.parquet as pq
+
+    with pq.ParquetWriter(tmp, schema) as writer:
+        for table in tables:
+            writer.write_table(table)
+
+
+def write_jsonl(tmp: Path, tables, schema) -> None:
+    """One record a line: the path and its results, or the path and its error."""
+    results = [name for name in schema.names if name not in ("path", "error")]
+    with open(tmp, "w", encoding="utf-8") as f:
+        for table in tables:
+            for row in table.to_pylist():
+                keep = ("path", "error") if row["error"] else ("path", *results)
+                f.write(json.dumps({k: row[k] for k in keep}) + "\n")
