@@ -106,13 +106,14 @@ class Pipeline:
     ``prepare(item)``: runs on the thread pool (default: ``item.load()``); must not use MLX.
     ``batch``: items per ``process`` call. ``workers``: decoding threads. ``ahead``: items read
     ahead at most. ``skip(item)``: True for an item done before (--resume). ``on_error(item,
-    message)``: called in the calling thread for each bad item. ``desc``/``unit``: the bar's label.
+    message)``: called in the calling thread for each bad item. ``single``: a bad item's ZooError
+    is raised as the run's (default: when the source holds one item). ``desc``/``unit``: the bar's label.
     """
 
     def __init__(self, source: Source | Iterable[Item], prepare: Callable[[Item], Any] = load, *,
                  batch: int = 1, workers: int | None = None, ahead: int | None = None,
                  skip: Callable[[Item], bool] | None = None,
-                 on_error: Callable[[Item, str], None] | None = None,
+                 on_error: Callable[[Item, str], None] | None = None, single: bool | None = None,
                  desc: str | None = None, unit: str = "image", progress: bool = True):
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ZooError(f"batch {batch!r}: use a whole number >= 1")
@@ -122,6 +123,9 @@ class Pipeline:
         self.skip, self.on_error = skip, on_error
         self.desc, self.unit, self.progress = desc, unit, progress
         self.total = getattr(source, "total", None)
+        if self.total is None and isinstance(source, (list, tuple)):
+            self.total = len(source)
+        self.single = self.total == 1 if single is None else single
         self.done = self.failed = self.skipped = 0
         self.interrupted = False
         self.seconds = 0.0
@@ -161,7 +165,7 @@ class Pipeline:
 
     def fail(self, item: Item, message: str) -> None:
         """Report ``item`` as bad: one ``error:`` line naming it, ``on_error``, counted as failed."""
-        if self.total == 1 and not self.interrupted:
+        if self.single:
             raise ZooError(message)  # the only item: its problem is the run's
         if id(item) in self._failed_now:
             return

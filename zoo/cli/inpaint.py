@@ -11,6 +11,7 @@ reported one line per file; the rest is processed and the exit code is 1.
 """
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import warnings
@@ -20,10 +21,13 @@ from pathlib import Path
 
 import numpy as np
 from PIL import ExifTags, Image
+from tqdm import tqdm
 
+from zoo import pipeline
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, check_output_folder, image_format, make_output_folder, refuse_inputs, write_atomic
 from zoo.images import image_files, image_size, open_image, reading_errors
+from zoo.sources import Item
 
 # PNG and the other lossless formats keep the pixels outside the hole exact; GIF quantises to 256 colours.
 LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp", ".gif")
@@ -229,28 +233,23 @@ def pair_masks(images: list[Path], masks: list[Path], mask_arg: Path, fail, repo
 
 
 def run(args, model) -> int:
-    from tqdm import tqdm
-
-    start = time.perf_counter()
+    """Each job on zoo.pipeline: image and mask decoded ahead on other threads while LaMa runs; Ctrl-C
+    finishes the image in hand (its file written whole) and keeps every one done."""
     single = len(args.jobs) == 1
-    bar = tqdm(args.jobs, desc="inpainting", unit="image", file=sys.stderr, disable=single)
-    done = 0
-    masks: dict[Path, np.ndarray] = {}  # the last mask read: one mask for every image is read once
+    items = [Item(str(job.image), i, job.out.stem, job.out.stem) for i, job in enumerate(args.jobs)]
+    jobs = {id(item): job for item, job in zip(items, args.jobs)}
     args.resize_noted = set()
-    for job in bar:
-        try:
-            inpaint_file(job, args, model, masks, lambda line: bar.write(line, file=sys.stderr), verbose=single)
-            done += 1
-        except ZooError as e:
-            if args.single:
-                raise
-            message = str(e)
-            bar.write(f"error: {message if str(job.image) in message else f'{job.image}: {message}'}", file=sys.stderr)
-            args.failed += 1
-    bar.close()
-    print(summary(done, args.skipped, args.failed, time.perf_counter() - start, args.out or args.jobs[0].out),
-          file=sys.stderr)
-    return 1 if args.failed else 0
+    run = pipeline.Pipeline(items, lambda item: read_job(jobs[id(item)], args), single=args.single,
+                            desc="inpainting", progress=not single)
+
+    def process(batch):
+        for ready in batch:
+            inpaint_job(jobs[id(ready.item)], ready.data, args, model, verbose=single)
+
+    run.run(process)
+    args.failed += run.failed
+    print(summary(run.done, args.skipped, args.failed, run.seconds, args.out or args.jobs[0].out), file=sys.stderr)
+    return run.exit_code if run.interrupted else 1 if args.failed else 0
 
 
 def summary(done: int, skipped: int, failed: int, seconds: float, out) -> str:
@@ -262,22 +261,49 @@ def summary(done: int, skipped: int, failed: int, seconds: float, out) -> str:
     return f"lama: {', '.join(parts)} in {seconds:.1f} s -> {out}"
 
 
-def inpaint_file(job: Job, args, model, masks: dict, say, verbose: bool) -> None:
-    """Read, inpaint and write one image; its metadata (EXIF without orientation, ICC, dpi) carried over."""
-    from zoo.models.lama import load_mask, mask_levels
+@dataclass
+class Read:
+    """A job's inputs, decoded ahead of the model: the image, its hole, and what the notes need."""
 
-    image = open_image(job.image)  # EXIF orientation applied
-    if job.mask not in masks:
-        masks.clear()
-        masks[job.mask] = mask_levels(job.mask)
-    levels = masks[job.mask]
+    image: Image.Image
+    hole: np.ndarray
+    mask_size: tuple[int, int]  # (height, width) of the mask file, before any resize
+    options: dict  # save options carrying the image's metadata
+
+
+@functools.lru_cache(maxsize=2)
+def cached_levels(mask: Path, modified: int) -> np.ndarray:
+    """A mask file's grey levels (``modified``: its mtime, so a changed file is read again): one mask
+    for every image of a folder is read once."""
+    from zoo.models.lama import mask_levels
+
+    return mask_levels(mask)
+
+
+def read_job(job: Job, args) -> Read:
+    """Decode one job's image and mask (EXIF orientation applied) and make its hole; runs on a pipeline thread."""
+    from zoo.models.lama import load_mask
+
+    image = open_image(job.image)
+    levels = cached_levels(job.mask, job.mask.stat().st_mtime_ns)
+    mask_size = levels.shape
     if levels.shape != (image.height, image.width):
-        if (job.mask, image.size) not in args.resize_noted:  # one mask for a folder of one size: one note
-            args.resize_noted.add((job.mask, image.size))
-            say(f"note: resized mask {job.mask.name} from {levels.shape[1]}x{levels.shape[0]} to "
-                f"{image.width}x{image.height} (nearest) for {job.image.name}")
         levels = resize_nearest(levels, (image.height, image.width))
     hole = load_mask(levels, levels.shape, args.mask_threshold, args.dilate)
+    options = metadata(job.image)
+    if job.format in QUALITY_FORMATS:
+        options["quality"] = args.quality
+    return Read(image, hole, mask_size, options)
+
+
+def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
+    """Inpaint one decoded job and write its output whole; its metadata (EXIF without orientation, ICC, dpi) carried over."""
+    image, hole = read.image, read.hole
+    say = lambda line: tqdm.write(line, file=sys.stderr)  # noqa: E731
+    if read.mask_size != (image.height, image.width) and (job.mask, image.size) not in args.resize_noted:
+        args.resize_noted.add((job.mask, image.size))  # one mask for a folder of one size: one note
+        say(f"note: resized mask {job.mask.name} from {read.mask_size[1]}x{read.mask_size[0]} to "
+            f"{image.width}x{image.height} (nearest) for {job.image.name}")
     start = time.perf_counter()
     if not hole.any():
         say(f"note: {job.mask.name} marks no pixel as hole: {job.out} is {job.image.name} unchanged")
@@ -294,10 +320,7 @@ def inpaint_file(job: Job, args, model, masks: dict, say, verbose: bool) -> None
             f"({args.hd_strategy}), {time.perf_counter() - start:.1f} s")
     if result.mode == "RGBA" and job.format == "JPEG":
         raise ZooError(f"{job.image} has transparency, which {job.out.suffix} cannot store: pass --ext png")
-    options = metadata(job.image)
-    if job.format in QUALITY_FORMATS:
-        options["quality"] = args.quality
-    write_atomic(job.out, lambda tmp: result.save(tmp, format=job.format, **options))
+    write_atomic(job.out, lambda tmp: result.save(tmp, format=job.format, **read.options))
 
 
 def metadata(path: Path) -> dict:
