@@ -144,7 +144,7 @@ def test_default_output_dir_is_ultralytics(models, photos, tmp_path):
     (folder / "a.png").write_bytes((photos / "a.png").read_bytes())
     zoo.auto_annotate(folder, det_model=det, sam_model=sam, **OPTIONS)
     assert (tmp_path / "images_auto_annotate_labels" / "a.txt").exists()
-    with pytest.raises(ZooError, match="output_dir is needed"):
+    with pytest.raises(ZooError, match="no output folder"):
         zoo.auto_annotate([np.zeros((32, 32, 3), np.uint8)], det_model=det, sam_model=sam)
 
 

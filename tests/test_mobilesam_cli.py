@@ -152,3 +152,91 @@ def test_prompt_parsers_live_with_the_predictor():
 
     assert segment.parse_point is predictor.parse_point and segment.parse_box is predictor.parse_box
     assert predictor.parse_point("3,4") == (3.0, 4.0, 1.0) and predictor.parse_box("1,2,3,4") == (1.0, 2.0, 3.0, 4.0)
+
+
+# ---- --everything and several images ------------------------------------------------------------
+
+EVERYTHING = ["--everything", "--points-per-side", "4", "--pred-iou-thresh", "0", "--stability-score-thresh", "0"]
+
+
+def test_everything_writes_masks_coco_json_and_overlay(photo, tmp_path, capsys):
+    from pycocotools import mask as mask_utils
+
+    out = tmp_path / "out"
+    code, captured = run_cli(photo, out, *EVERYTHING, capsys=capsys)
+    assert code == 0 and "segment everything" not in captured.out
+    summary = json.loads((out / "photo_masks.json").read_text())
+    assert summary["mode"] == "everything" and summary["parameters"]["points_per_side"] == 4
+    assert summary["parameters"]["box_nms_thresh"] == 0.7  # the generator's defaults, recorded
+    assert len(summary["masks"]) >= 1
+    for i, record in enumerate(summary["masks"]):
+        assert record["file"] == f"photo_everything{i}.png"
+        png = np.asarray(Image.open(out / record["file"])) == 255
+        rle = record["segmentation"]
+        assert rle["size"] == [120, 160]
+        decoded = mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode()}).astype(bool)
+        np.testing.assert_array_equal(decoded, png)  # the COCO RLE is the PNG's mask
+        assert record["area"] == int(png.sum())
+        ys, xs = np.nonzero(png)
+        x, y, w, h = record["bbox"]
+        assert (x, y, x + w, y + h) == (xs.min(), ys.min(), xs.max(), ys.max())
+        assert set(record) >= {"predicted_iou", "point_coords", "stability_score", "crop_box"}
+    assert Image.open(out / "photo_overlay.png").size == (160, 120)
+    assert "batch" in captured.err  # the progress bar over point batches
+    assert not list(out.glob(".*part"))
+
+
+def test_generator_progress_counts_batches_and_crops(photo):
+    spec = registry.get_spec("mobilesam")
+    sam = registry.build(spec, registry.read_weights(spec, "synthetic:0"))
+    calls = []
+    gen = sam.mask_generator(points_per_side=4, points_per_batch=5, crop_n_layers=1)
+    gen.generate(photo, progress=lambda *a: calls.append(a))
+    per_crop = 4  # ceil(16 points / 5)
+    assert [c[0] for c in calls] == list(range(1, 5 * per_crop + 1))  # the whole image, then 4 crops
+    assert {c[1] for c in calls} == {5 * per_crop} and {c[3] for c in calls} == {5}
+    assert [c[2] for c in calls] == [k for k in range(1, 6) for _ in range(per_crop)]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--everything", "--points-per-side", "0"], "points_per_side must be an integer >= 1, got 0"),
+    (["--everything", "--pred-iou-thresh", "1.5"], "pred_iou_thresh must be a number in [0, 1], got 1.5"),
+    (["--everything", "--stability-score-thresh", "-0.1"], "stability_score_thresh must be a number in [0, 1]"),
+    (["--everything", "--box-nms-thresh", "2"], "box_nms_thresh must be a number in [0, 1]"),
+    (["--everything", "--points-per-batch", "0"], "points_per_batch must be an integer >= 1"),
+    (["--everything", "--point", "5,5"], "--everything takes no prompts"),
+    (["--point", "5,5", "--points-per-side", "8"], "--points-per-side go with --everything"),
+    (["--everything", "--points-per-side", "many"], "argument --points-per-side: invalid int value: 'many'"),
+])
+def test_everything_bad_values_fail_before_the_model_loads(photo, tmp_path, capsys, monkeypatch, extra, message):
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(registry, "load", no_load)
+    code, captured = run_cli(photo, tmp_path / "out", *extra, capsys=capsys)
+    lines = captured.err.strip().splitlines()
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_and_same_stems_get_unique_outputs(tmp_path, capsys):
+    rng = np.random.default_rng(4)
+    for folder in ("x", "y"):
+        (tmp_path / folder).mkdir()
+        Image.fromarray(rng.integers(0, 256, (40, 50, 3), dtype=np.uint8)).save(tmp_path / folder / "photo.png")
+    Image.fromarray(rng.integers(0, 256, (30, 20, 3), dtype=np.uint8)).save(tmp_path / "x" / "small.png")
+    out = tmp_path / "out"
+    code = main(["mobilesam", str(tmp_path / "x"), str(tmp_path / "y" / "photo.png"), "--box", "1,1,19,29",
+                 "--weights", "synthetic:0", "--device", "cpu", "--out", str(out)])
+    assert code == 0 and "3 images segmented" in capsys.readouterr().err
+    for name, (w, h) in (("photo", (50, 40)), ("small", (20, 30)), ("photo_2", (50, 40))):
+        summary = json.loads((out / f"{name}_masks.json").read_text())
+        assert (summary["width"], summary["height"]) == (w, h)
+        assert summary["objects"][0]["masks"][0]["file"] == f"{name}_object0_mask0.png"
+    # a prompt outside one of the images: refused before the model loads, naming it
+    code, captured = run_cli(tmp_path / "x", tmp_path / "out2", "--box", "1,1,45,35", capsys=capsys)
+    assert code == 2 and "reaches outside the 20x30 image" in captured.err and not (tmp_path / "out2").exists()
+    # --everything per image of a folder
+    code, captured = run_cli(tmp_path / "x", tmp_path / "out3", *EVERYTHING, capsys=capsys)
+    assert code == 0 and {p.name for p in (tmp_path / "out3").glob("*_masks.json")} == {"photo_masks.json",
+                                                                                          "small_masks.json"}

@@ -230,7 +230,8 @@ def planned_names(source: Source) -> list[str] | None:
 def default_output_dir(data) -> Path:
     """ultralytics' default: ``<data>_auto_annotate_labels`` beside a single input path."""
     if not isinstance(data, (str, Path)):
-        raise UsageError("output_dir is needed when the input is not one path: pass output_dir='labels/'")
+        raise UsageError("no output folder: with other inputs than one path, pass output_dir='labels/' "
+                         "(--out labels/)")
     data = Path(data)
     return data.parent / f"{data.stem}_auto_annotate_labels"
 
