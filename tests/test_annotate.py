@@ -221,3 +221,26 @@ def test_cli_bad_inputs_are_one_line_and_write_nothing(photos, tmp_path, capsys,
 def test_import_zoo_does_not_import_mlx():
     code = "import sys, zoo; zoo.auto_annotate; assert 'mlx' not in sys.modules, 'mlx imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_video_frames_are_labelled_and_never_replaced(models, tmp_path, capsys):
+    from zoo.sources import VideoWriter
+
+    det, sam = models
+    video = tmp_path / "clip.mp4"
+    rng = np.random.default_rng(6)
+    with VideoWriter(video, fps=5) as writer:
+        for _ in range(3):
+            writer.write(rng.integers(0, 256, (96, 128, 3), dtype=np.uint8))
+    out = tmp_path / "labels"
+    annotations = zoo.auto_annotate(video, det_model=det, sam_model=sam, output_dir=out, save_masks=True, **OPTIONS)
+    assert [a.name for a in annotations] == ["clip_0", "clip_1", "clip_2"]
+    for a in annotations:
+        assert len(parse_labels(out / f"{a.name}.txt", det.nc)) == len(a.classes) > 0
+    # frames are named as they are decoded: their outputs are checked then, and never replaced without the flag
+    (out / "masks" / "clip_1_9.png").write_bytes(b"an earlier run's mask")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    assert run_cli(video, "--det", DETECTOR, "--imgsz", "96", "--max-det", "4", "--out", out, "--save-masks") == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3 and all("exists: pass --overwrite" in line for line in errors), errors
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

@@ -34,7 +34,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from .errors import UsageError, ZooError
+from .errors import UsageError
 from .files import Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, write_atomic
 from .sources import Chain, Files, FrameSource, Item, Source, open_source
 
@@ -69,7 +69,8 @@ class Annotation:
     def notes(self) -> list[str]:
         notes = [] if len(self.classes) else ["no detections: empty label file"]
         if self.from_box:
-            notes.append(f"empty SAM mask for detection(s) {', '.join(map(str, self.from_box))}: their box is the polygon")
+            which = ", ".join(map(str, self.from_box))
+            notes.append(f"empty SAM mask for detection(s) {which}: their box is the polygon")
         return notes
 
 
@@ -183,8 +184,9 @@ class Outputs:
         """The image's masks and overlay, then its label file (last: a label file means the image is done)."""
         name = annotation.name
         planned = [self.label(name)] + [self.overlay(name)] * self.save_overlay
-        planned += [self.mask(name, i) for i in range(len(annotation.classes))] * self.save_masks
-        for path in planned:  # checked again: frames are named only as they are decoded
+        if self.save_masks:
+            planned += [self.mask(name, i) for i in range(len(annotation.classes))] + self.existing_masks(name)
+        for path in planned:  # checked again: video frames are named only as they are decoded
             check_new_file(path, "output", self.overwrite)
         written = []
         if self.save_masks:

@@ -25,7 +25,8 @@ def parser() -> ArgumentParser:
     p.add_argument("--det", default="yolov8n",
                    help="detector: yolov8n ... yolov8x or a YOLOv8 detection checkpoint (.pt), default yolov8n")
     p.add_argument("--det-weights", help="weights for a --det given by name (a checkpoint or synthetic[:SEED])")
-    p.add_argument("--sam", default="mobilesam", help="segmenter: mobilesam or a MobileSAM checkpoint, default mobilesam")
+    p.add_argument("--sam", default="mobilesam",
+                   help="segmenter: mobilesam or a MobileSAM checkpoint, default mobilesam")
     p.add_argument("--sam-weights", help="weights for a --sam given by name (a checkpoint or synthetic[:SEED])")
     p.add_argument("--out", metavar="DIR",
                    help="folder for the label files (default: <SOURCE>_auto_annotate_labels beside one SOURCE, "
@@ -37,7 +38,8 @@ def parser() -> ArgumentParser:
                    help="detector input size: one value or height width (default 640)")
     p.add_argument("--max-det", type=int, default=300, help="at most this many detections per image (default 300)")
     p.add_argument("--classes", help="only these classes: comma-separated names or ids, e.g. person,car")
-    p.add_argument("--save-masks", action="store_true", help="also write <out>/masks/<name>_<line>.png (white = inside)")
+    p.add_argument("--save-masks", action="store_true",
+                   help="also write <out>/masks/<name>_<line>.png (white = inside)")
     p.add_argument("--save-overlay", action="store_true",
                    help="also write <out>/overlays/<name>.png: masks, boxes and classes on the image")
     p.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",

@@ -131,12 +131,18 @@ def check_arguments(args):
         args.out = increment_path("runs/segment/predict", exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
     for name in names or ():
-        fixed = (f"{name}_overlay.png", f"{name}_masks.json")
-        # this image's outputs, including masks of an earlier run with more objects (replaced or removed)
-        earlier = [p for p in out.iterdir() if p.name in fixed or is_mask_of(p.name, name)] if out.is_dir() else []
-        for path in {*earlier, *(out / f for f in fixed)}:
-            check_new_file(refuse_inputs(path, inputs, "output"), "output", args.overwrite)
+        check_outputs_of(out, name, inputs, args.overwrite)
+    args.inputs, args.planned = inputs, names is not None
     make_output_folder(out, "--out")
+
+
+def check_outputs_of(out: Path, name: str, inputs: Inputs, overwrite: bool) -> None:
+    """UsageError when an output of image ``name`` is an input, or exists without ``overwrite``."""
+    fixed = (f"{name}_overlay.png", f"{name}_masks.json")
+    # this image's outputs, including masks of an earlier run with more objects (replaced or removed)
+    earlier = [p for p in out.iterdir() if p.name in fixed or is_mask_of(p.name, name)] if out.is_dir() else []
+    for path in {*earlier, *(out / f for f in fixed)}:
+        check_new_file(refuse_inputs(path, inputs, "output"), "output", overwrite)
 
 
 def checked_prompts(size: tuple[int, int], prompts: list[dict]) -> list[dict]:
@@ -290,6 +296,8 @@ def run(args, model) -> int:
 
     def process(batch):
         for ready in batch:
+            if not args.planned:  # video frames: named only as they are decoded
+                check_outputs_of(out, ready.item.name, args.inputs, args.overwrite)
             if generator is not None:
                 segment_everything(generator, ready.data, ready.item, params, out)
             else:
