@@ -1,0 +1,145 @@
+"""Where a model's GPU time and memory go, convolution by convolution.
+
+    python benchmarks/conv_probe.py --models resnet50:32,yolov8s:16 --dtypes float32,float16 --json probe.json
+
+Runs the model once eagerly with mx.conv2d wrapped to record every convolution's
+input, weight and settings; then times each distinct convolution alone (median of
+--repeats synchronised calls) and measures its peak memory above its input, weight
+and output (the backend's workspace), beside two GEMM forms of the same convolution:
+``matmul`` (a 1x1 stride-1 convolution as one matrix product) and ``im2col`` (the
+k x k patches gathered by slicing, then one matrix product). Prints one table per model
+and dtype, largest workspace first, and the totals weighted by how often each ran.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import Counter
+
+import mlx.core as mx
+import numpy as np
+
+import zoo
+
+MIB = 2**20
+
+
+def record_convs(model, x) -> Counter:
+    seen: Counter = Counter()
+    original = mx.conv2d
+
+    def recording(inp, weight, stride=1, padding=0, dilation=1, groups=1, **kw):
+        pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
+        seen[(tuple(inp.shape), tuple(weight.shape), pair(stride), pair(padding), pair(dilation), groups)] += 1
+        return original(inp, weight, stride, padding, dilation, groups, **kw)
+
+    mx.conv2d = recording
+    try:
+        from zoo.compiled import eager
+        with eager():
+            mx.eval(model(x))
+    finally:
+        mx.conv2d = original
+    return seen
+
+
+def im2col_conv(x, w, stride, padding):
+    o, kh, kw, c = w.shape
+    n, h, wd, _ = x.shape
+    sh, sw = stride
+    ph, pw = padding
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (wd + 2 * pw - kw) // sw + 1
+    xp = mx.pad(x, ((0, 0), (ph, ph), (pw, pw), (0, 0)))
+    cols = [xp[:, i:i + sh * (oh - 1) + 1:sh, j:j + sw * (ow - 1) + 1:sw, :] for i in range(kh) for j in range(kw)]
+    patches = mx.concatenate(cols, axis=-1).reshape(n * oh * ow, kh * kw * c)
+    return (patches @ w.reshape(o, -1).T).reshape(n, oh, ow, o)
+
+
+def matmul_conv(x, w):
+    n, h, wd, c = x.shape
+    return (x.reshape(-1, c) @ w.reshape(w.shape[0], c).T).reshape(n, h, wd, w.shape[0])
+
+
+def measure(fn, inputs_bytes: int, repeats: int) -> dict:
+    y = fn()
+    mx.eval(y)
+    del y
+    mx.synchronize()
+    mx.reset_peak_memory()
+    before = mx.get_active_memory()
+    y = fn()
+    mx.eval(y)
+    mx.synchronize()
+    extra = mx.get_peak_memory() - before - y.nbytes
+    del y
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        mx.eval(fn())
+        mx.synchronize()
+        times.append((time.perf_counter() - t) * 1e3)
+    return {"ms": round(statistics.median(times), 4), "workspace_mib": round(extra / MIB, 1)}
+
+
+def probe(name: str, batch: int, dtype: str, repeats: int, device: str) -> dict:
+    model = zoo.load(name, weights="synthetic:0", device=device, dtype=dtype)
+    side = 224 if name.startswith("resnet") else 640
+    x = mx.array(np.random.default_rng(0).uniform(0, 1, (batch, side, side, 3)).astype(np.float32)).astype(model.dtype)
+    convs = record_convs(model, x)
+    rng = np.random.default_rng(1)
+    rows = []
+    for (xs, ws, stride, padding, dilation, groups), count in convs.items():
+        xin = mx.array(rng.standard_normal(xs).astype(np.float32)).astype(model.dtype)
+        w = mx.array(rng.standard_normal(ws).astype(np.float32) * 0.05).astype(model.dtype)
+        mx.eval(xin, w)
+        row = {"x": xs, "w": ws, "stride": stride, "padding": padding, "groups": groups, "count": count,
+               "gflop": round(2 * np.prod(ws) * np.prod(xs[:3]) / (stride[0] * stride[1]) / 1e9, 3)}
+        row["cudnn"] = measure(lambda: mx.conv2d(xin, w, stride, padding, dilation, groups), 0, repeats)
+        if groups == 1 and dilation == (1, 1):
+            if ws[1:3] == (1, 1) and stride == (1, 1) and padding == (0, 0):
+                row["matmul"] = measure(lambda: matmul_conv(xin, w), 0, repeats)
+            else:
+                row["im2col"] = measure(lambda: im2col_conv(xin, w, stride, padding), 0, repeats)
+        rows.append(row)
+        del xin, w
+    rows.sort(key=lambda r: -r["cudnn"]["workspace_mib"])
+    total = lambda key: round(sum(r["count"] * r[key]["ms"] for r in rows if key in r), 3)  # noqa: E731
+    best = round(sum(r["count"] * min(v["ms"] for k, v in r.items() if k in ("cudnn", "matmul", "im2col"))
+                     for r in rows), 3)
+    summary = {"model": name, "batch": batch, "dtype": dtype, "convs": sum(convs.values()),
+               "cudnn_ms": total("cudnn"), "best_of_forms_ms": best,
+               "max_workspace_mib": max(r["cudnn"]["workspace_mib"] for r in rows), "rows": rows}
+    print(f"\n## {name} b{batch} {dtype}: {summary['convs']} convs, cuDNN {summary['cudnn_ms']} ms, "
+          f"best form each {best} ms, largest cuDNN workspace {summary['max_workspace_mib']} MiB")
+    print("| x | w | s | p | n | GFLOP | cudnn ms / MiB | gemm form ms / MiB |")
+    for r in rows:
+        alt = r.get("matmul") or r.get("im2col")
+        alt_text = f"{'matmul' if 'matmul' in r else 'im2col'} {alt['ms']} / {alt['workspace_mib']}" if alt else "-"
+        print(f"| {r['x']} | {r['w']} | {r['stride'][0]} | {r['padding'][0]} | {r['count']} | {r['gflop']} | "
+              f"{r['cudnn']['ms']} / {r['cudnn']['workspace_mib']} | {alt_text} |")
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="resnet50:32,yolov8s:16", help="comma list of NAME:BATCH")
+    ap.add_argument("--dtypes", default="float32,float16")
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--device", default="gpu")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    results = []
+    for spec in args.models.split(","):
+        name, batch = spec.split(":")
+        for dtype in args.dtypes.split(","):
+            results.append(probe(name, int(batch), dtype, args.repeats, args.device))
+            mx.clear_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"mlx": mx.__version__, "device": str(mx.default_device()), "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
