@@ -189,7 +189,12 @@ class ResNet(nn.Module):
     def forward_head(self, x: mx.array, pre_logits: bool = False) -> mx.array:
         """(N, h, w, C) feature map -> (N, C) pooled features (``pre_logits`` or no head) or (N, num_classes) logits."""
         x = self.avgpool(x).reshape(x.shape[0], -1)
-        return x if pre_logits or "fc" not in self else self.fc(x)
+        if pre_logits or "fc" not in self:
+            return x
+        # one image at a time: OpenBLAS rounds a row of a product differently with other rows around it
+        # (its kernels for a few rows), and a batch must give each image its batch-of-one logits; the
+        # head is a vector-matrix product per image, small beside the convolutions
+        return mx.concatenate([self.fc(row) for row in mx.split(x, x.shape[0])]) if x.shape[0] > 1 else self.fc(x)
 
     def __call__(self, x: mx.array):
         """x: (N, H, W, 3) normalised image -> (N, num_classes) logits; features_only: the picked NHWC maps.

@@ -247,6 +247,7 @@ class Pipeline:
         feeder = threading.Thread(target=feed, name="zoo-source", daemon=True)
         feeder.start()
         chunk: list[Ready] = []
+        pending: list[tuple[Item, str]] = []  # bad items met while a batch was being gathered
         try:
             while not self.interrupted:
                 try:
@@ -271,18 +272,28 @@ class Pipeline:
                         if self.interrupted:
                             return
                 if error is not None:
-                    self.fail(item, error)
+                    if chunk:  # reported after the items before it, so records keep the source's order
+                        pending.append((item, error))
+                    else:
+                        self.fail(item, error)
                     continue
                 chunk.append(Ready(item, data))
                 if len(chunk) == self.batch:
                     yield chunk
-                    chunk = []
+                    chunk = self._report(pending)
             if chunk and not self.interrupted:
                 yield chunk
+                self._report(pending)
         finally:
             stopping.set()
             pool.shutdown(wait=False, cancel_futures=True)
             feeder.join(timeout=5)
+
+    def _report(self, pending: list[tuple[Item, str]]) -> list:
+        for item, error in pending:
+            self.fail(item, error)
+        pending.clear()
+        return []
 
     def _prepare(self, item: Item):
         try:

@@ -87,9 +87,9 @@ def check_arguments(args):
         if args.resume and path.exists():
             args.skip.add(name)
             continue
+        check_new_file(path, "output", args.overwrite)
         for extra in item_files(out, name, is_video, args):
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
-        check_new_file(path, "output", args.overwrite)
     if args.jsonl:
         check_new_file(refuse_inputs(args.jsonl, inputs, "--jsonl"), "--jsonl", args.overwrite or args.resume)
         make_output_folder(Path(args.jsonl).parent, f"--jsonl {args.jsonl}: its folder")

@@ -1,0 +1,232 @@
+"""zoo.pipeline and the CLIs on it: order, batches, bad items, Ctrl-C and --resume, flat memory."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from zoo.errors import ZooError
+from zoo.pipeline import EXIT_INTERRUPTED, Pipeline
+from zoo.run import main
+from zoo.sources import Item, VideoWriter, read_jsonl
+
+ROOT = Path(__file__).parent.parent
+
+
+def items(n, bad=()):
+    def load(i):
+        if i in bad:
+            raise ZooError(f"cannot read p{i}: damaged")
+        return np.full(2, i)
+    return [Item(f"p{i}", i, f"n{i}", f"n{i}", _load=lambda i=i: load(i)) for i in range(n)]
+
+
+def test_order_batches_skip_and_bad_items(capsys):
+    seen, errors = [], []
+    run = Pipeline(items(9, bad={4}), batch=3, skip=lambda item: item.index == 7, workers=2,
+                   on_error=lambda item, message: errors.append((item.index, message)))
+    run.run(lambda batch: seen.append([int(r.data[0]) for r in batch]))
+    assert seen == [[0, 1, 2], [3, 5, 6], [8]]  # source order, the bad one left out, the skipped one not read
+    assert errors == [(4, "cannot read p4: damaged")]
+    assert (run.done, run.failed, run.skipped, run.exit_code) == (7, 1, 1, 1)
+    err = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(err) == 1 and err[0].endswith("error: cannot read p4: damaged")
+
+
+def test_a_failing_batch_fails_its_items_and_the_run_goes_on():
+    def process(batch):
+        if batch[0].item.index == 2:
+            raise ZooError("out of memory for this one")
+    run = Pipeline(items(5), batch=2)
+    run.run(process)
+    assert (run.done, run.failed, run.exit_code) == (3, 2, 1)
+
+
+def test_the_only_item_raises_its_error():
+    with pytest.raises(ZooError, match="cannot read p0"):
+        Pipeline(items(1, bad={0})).run(lambda batch: None)
+
+
+def test_look_ahead_is_bounded():
+    """At most `ahead` items are prepared beyond the batch in hand, however long the source."""
+    prepared, held = [], []
+
+    def prepare(item):
+        prepared.append(item.index)
+        return item.index
+
+    def process(batch):
+        time.sleep(0.005)  # a slow model: the reader must wait, not run ahead
+        held.append(len(prepared) - batch[-1].data - 1)
+
+    Pipeline(items(200), prepare, batch=4, workers=2, ahead=6).run(process)
+    assert max(held) <= 6 + 1  # the queue, plus the one the reader holds while the queue is full
+
+
+def test_first_sigint_finishes_the_batch_then_stops():
+    processed = []
+
+    def process(batch):
+        processed.append([r.item.index for r in batch])
+        if len(processed) == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while a batch is being processed
+            time.sleep(0.05)
+            processed[-1].append("finished")
+
+    run = Pipeline(items(20), batch=3)
+    run.run(process)
+    assert processed == [[0, 1, 2], [3, 4, 5, "finished"]]
+    assert run.interrupted and run.exit_code == EXIT_INTERRUPTED and run.done == 6
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """24 tiny images and one that is not an image."""
+    root = tmp_path_factory.mktemp("pipeline")
+    imgs = root / "imgs"
+    imgs.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(24):
+        Image.fromarray(rng.integers(0, 256, (40, 48, 3), dtype=np.uint8)).save(imgs / f"{i:02d}.png")
+    (imgs / "07b.png").write_bytes(b"not a png")
+    return imgs
+
+
+def classify(argv):
+    return main(["resnet18", *argv, "--weights", "synthetic:0", "--device", "cpu", "--top-k", "2"])
+
+
+def test_classify_batch_is_batch_one_and_bad_items_are_error_records(folder, tmp_path, capsys):
+    assert classify([str(folder), "--jsonl", str(tmp_path / "one.jsonl")]) == 1
+    err = capsys.readouterr().err
+    assert [line.split("error: ")[1] for line in err.splitlines() if "error:" in line] == [
+        f"cannot read {folder / '07b.png'}: not an image file Pillow recognises"]
+    assert classify([str(folder), "--batch", "5", "--jsonl", str(tmp_path / "five.jsonl"),
+                     "--json", str(tmp_path / "five.json"), "--csv", str(tmp_path / "five.csv")]) == 1
+    one, five = read_jsonl(tmp_path / "one.jsonl"), read_jsonl(tmp_path / "five.jsonl")
+    # bit-identical probabilities; a bad image's record comes after the batch it fell in
+    assert [r for r in one if "top" in r] == [r for r in five if "top" in r] and len(one) == len(five) == 25
+    assert [r["path"] for r in one] == sorted(r["path"] for r in one)  # batch 1: the source's order
+    assert [r for r in one if "error" in r] == [{"path": str(folder / "07b.png"),
+                                                "error": f"cannot read {folder / '07b.png'}: not an image file Pillow recognises"}]
+    # --json is the same object json.dumps writes at once; --csv one row per image
+    assert (tmp_path / "five.json").read_text() == json.dumps({r["path"]: r["top"] for r in one if "top" in r}, indent=2)
+    assert len((tmp_path / "five.csv").read_text().splitlines()) == 1 + 24
+    assert not list(tmp_path.glob(".*.part"))
+
+
+def test_resume_needs_jsonl_and_existing_jsonl_needs_a_flag(folder, tmp_path, capsys):
+    assert classify([str(folder), "--resume"]) == 2
+    assert "--resume continues the records of --jsonl" in capsys.readouterr().err
+    (tmp_path / "r.jsonl").write_text("")
+    assert classify([str(folder), "--jsonl", str(tmp_path / "r.jsonl")]) == 2
+    assert "r.jsonl exists: pass --overwrite" in capsys.readouterr().err
+
+
+def wait_for_lines(path: Path, n: int, proc, timeout: float = 300) -> None:
+    start = time.time()
+    while time.time() - start < timeout and proc.poll() is None:
+        if path.exists() and len(path.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never had {n} lines (exit {proc.poll()})")
+
+
+def test_ctrl_c_keeps_finished_results_and_resume_does_only_the_rest(folder, tmp_path):
+    """A real SIGINT to `python -m zoo.run`: exit 130, every finished record kept (the file renamed, whole),
+    then --resume classifies only the rest; the records equal an uninterrupted run's."""
+    jsonl = tmp_path / "run.jsonl"
+    command = [sys.executable, "-m", "zoo.run", "resnet18", str(folder), "--weights", "synthetic:0", "--device", "cpu",
+               "--top-k", "2", "--batch", "2", "--jsonl", str(jsonl), "--json", str(tmp_path / "run.json")]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wait_for_lines(tmp_path / ".run.jsonl.part", 2, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 130, err
+    kept = read_jsonl(jsonl)
+    assert 2 <= len(kept) < 25 and "interrupted" in err and "Traceback" not in err
+    assert set(json.loads((tmp_path / "run.json").read_text())) == {r["path"] for r in kept if "top" in r}
+    assert not list(tmp_path.glob(".*.part"))
+
+    done = subprocess.run(command + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1, done.stderr  # 1: the bad image failed again
+    records = [r for r in read_jsonl(jsonl)]
+    fresh = tmp_path / "fresh.jsonl"
+    assert classify([str(folder), "--jsonl", str(fresh)]) == 1
+    by_path = {r["path"]: r for r in records}
+    assert len(records) == len(by_path) == 25  # nothing twice, the bad image's old error record replaced
+    assert by_path == {r["path"]: r for r in read_jsonl(fresh)}
+    resumed = [r for r in kept if "top" in r]
+    assert f"{len(resumed)} skipped (done before)" in done.stderr
+    assert f"{24 - len(resumed)} images classified" in done.stderr
+    assert len(json.loads((tmp_path / "run.json").read_text())) == 24
+
+
+def grey_video(path, n, fps=12.5, size=(64, 64)):
+    with VideoWriter(path, fps=fps) as video:
+        for i in range(n):
+            video.write(np.full((*size, 3), 8 * i % 256, np.uint8))
+    return path
+
+
+def test_detect_video_keeps_count_rate_labels_and_crops(tmp_path, capsys):
+    import av
+
+    video = grey_video(tmp_path / "clip.mp4", 20)
+    out = tmp_path / "out"
+    argv = ["yolov8n", str(video), "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64", "--conf", "0.5",
+            "--save-txt", "--save-conf", "--save-crop", "--vid-stride", "3", "--batch", "4", "--stream",
+            "--jsonl", str(tmp_path / "d.jsonl"), "--out", str(out)]
+    assert main(argv) == 0
+    with av.open(str(out / "clip.mp4")) as container:
+        stream = container.streams.video[0]
+        assert sum(1 for _ in container.decode(stream)) == 20 // 3
+        assert stream.average_rate == 12.5
+    records = read_jsonl(tmp_path / "d.jsonl")
+    assert [r["frame"] for r in records] == [2, 5, 8, 11, 14, 17]  # ultralytics' stride: the last of each 3
+    for r in records:
+        label = out / "labels" / f"clip_{r['frame']}.txt"
+        lines = label.read_text().splitlines() if label.exists() else []
+        assert len(lines) == len(r["detections"]) and all(len(line.split()) == 6 for line in lines)
+    crops = list((out / "crops").rglob("*.jpg"))
+    assert len(crops) == sum(len(r["detections"]) for r in records) > 0
+    err = capsys.readouterr().err
+    assert "6 images processed" in err and "Detections: " in err and "Speed: " in err
+    # the annotated video exists: again without --overwrite is refused before any work
+    assert main(argv) == 2
+    assert "clip.mp4 exists" in capsys.readouterr().err
+
+
+RSS_PROBE = """
+import resource, sys
+import numpy as np
+import zoo
+from zoo.models.yolov8.predict import predict
+model = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+n = 0
+for result in predict(model, sys.argv[1], stream=True, imgsz=64, conf=0.5, batch=int(sys.argv[2])):
+    n += 1
+print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_stream_memory_is_flat_over_video_length(tmp_path):
+    """issue 11: 300 frames through predict(stream=True) peak within 10% of 30 frames (each in its own process)."""
+    peaks = {}
+    for n in (30, 300):
+        video = grey_video(tmp_path / f"v{n}.mp4", n)
+        done = subprocess.run([sys.executable, "-c", RSS_PROBE, str(video), "4"], cwd=ROOT, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+        frames, peak = map(int, done.stdout.split())
+        assert frames == n
+        peaks[n] = peak
+    assert peaks[300] <= 1.10 * peaks[30], peaks
