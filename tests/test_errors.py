@@ -19,6 +19,7 @@ from PIL import Image
 import zoo
 import zoo.models.lama
 from conftest import synthetic_checkpoint
+from test_bombs import TIB, forged_png, legacy_file, safetensors_bytes
 from zoo.errors import ZooError
 
 ERRORS_MD = Path(__file__).parent.parent / "docs" / "errors.md"
@@ -55,6 +56,11 @@ def files(tmp_path_factory) -> Path:
     (root / "junk.pt").write_bytes(np.random.default_rng(1).integers(0, 256, 300, dtype=np.uint8).tobytes())
     (root / "old.json").write_text("{}\n")
     synthetic_checkpoint("yolov8n", root / "yolo.safetensors")
+    (root / "big.png").write_bytes(forged_png(10000, 10000))
+    (root / "bomb.png").write_bytes(forged_png(40000, 40000))
+    (root / "lie.safetensors").write_bytes(safetensors_bytes(
+        {"w": {"dtype": "F32", "shape": [TIB // 4], "data_offsets": [0, TIB]}}, bytes(16)))
+    legacy_file(root / "lie.pt", TIB // 4)
     return root
 
 
