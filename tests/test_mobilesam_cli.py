@@ -15,6 +15,9 @@ from zoo import registry
 from zoo.models.mobilesam.tiny_vit import TinyViT
 from zoo.run import main
 
+# pycocotools 2.0 decodes through numpy's old __array__ protocol
+pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
+
 
 @pytest.fixture(autouse=True)
 def small_mobilesam(monkeypatch):
@@ -159,21 +162,18 @@ def test_prompt_parsers_live_with_the_predictor():
 EVERYTHING = ["--everything", "--points-per-side", "4", "--pred-iou-thresh", "0", "--stability-score-thresh", "0"]
 
 
-def test_everything_writes_masks_coco_json_and_overlay(photo, tmp_path, capsys):
+def check_everything(out, name, size):
+    """The --everything outputs of one image, self-consistent: each PNG is its record's COCO RLE, area = its
+    pixel count, bbox (XYWH, inclusive) bounds it. -> the JSON summary."""
     from pycocotools import mask as mask_utils
 
-    out = tmp_path / "out"
-    code, captured = run_cli(photo, out, *EVERYTHING, capsys=capsys)
-    assert code == 0 and "segment everything" not in captured.out
-    summary = json.loads((out / "photo_masks.json").read_text())
-    assert summary["mode"] == "everything" and summary["parameters"]["points_per_side"] == 4
-    assert summary["parameters"]["box_nms_thresh"] == 0.7  # the generator's defaults, recorded
-    assert len(summary["masks"]) >= 1
+    summary = json.loads((out / f"{name}_masks.json").read_text())
+    assert summary["mode"] == "everything" and (summary["width"], summary["height"]) == size
     for i, record in enumerate(summary["masks"]):
-        assert record["file"] == f"photo_everything{i}.png"
+        assert record["file"] == f"{name}_everything{i}.png"
         png = np.asarray(Image.open(out / record["file"])) == 255
         rle = record["segmentation"]
-        assert rle["size"] == [120, 160]
+        assert rle["size"] == [size[1], size[0]]
         decoded = mask_utils.decode({"size": rle["size"], "counts": rle["counts"].encode()}).astype(bool)
         np.testing.assert_array_equal(decoded, png)  # the COCO RLE is the PNG's mask
         assert record["area"] == int(png.sum())
@@ -181,9 +181,53 @@ def test_everything_writes_masks_coco_json_and_overlay(photo, tmp_path, capsys):
         x, y, w, h = record["bbox"]
         assert (x, y, x + w, y + h) == (xs.min(), ys.min(), xs.max(), ys.max())
         assert set(record) >= {"predicted_iou", "point_coords", "stability_score", "crop_box"}
-    assert Image.open(out / "photo_overlay.png").size == (160, 120)
-    assert "batch" in captured.err  # the progress bar over point batches
+    assert Image.open(out / summary["overlay"]).size == size
     assert not list(out.glob(".*part"))
+    return summary
+
+
+def test_everything_writes_masks_coco_json_and_overlay(photo, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, captured = run_cli(photo, out, *EVERYTHING, capsys=capsys)
+    assert code == 0
+    summary = check_everything(out, "photo", (160, 120))
+    assert summary["parameters"]["points_per_side"] == 4
+    assert summary["parameters"]["box_nms_thresh"] == 0.7  # the generator's defaults, recorded
+    assert len(summary["masks"]) >= 1
+    assert "batch" in captured.err  # the progress bar over point batches
+
+
+@pytest.fixture(scope="module")
+def crafted_weights(tmp_path_factory):
+    """tests/sam_crafted.py's prompt-responsive decoder as a checkpoint file: every point gives its own masks."""
+    from safetensors.numpy import save_file
+
+    import sam_crafted
+    from conftest import MANIFESTS
+    from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+    path = tmp_path_factory.mktemp("weights") / "crafted.safetensors"
+    save_file(sam_crafted.prompt_responsive(synthetic_state_dict(read_manifest(MANIFESTS / "mobilesam.json"), 0)),
+              str(path))
+    return path
+
+
+def test_everything_raising_a_threshold_never_adds_masks(crafted_weights, tmp_path):
+    from conftest import FIXTURES
+
+    scene = FIXTURES / "mobilesam" / "amg_scene.png"
+    for option, key, values in (("--pred-iou-thresh", "predicted_iou", (0.0, 0.86, 0.9, 0.95)),
+                                ("--stability-score-thresh", "stability_score", (0.0, 0.9, 0.95, 0.99))):
+        counts = []
+        for value in values:
+            out = tmp_path / f"{option}{value}"
+            other = "--stability-score-thresh" if option == "--pred-iou-thresh" else "--pred-iou-thresh"
+            assert main(["mobilesam", str(scene), "--everything", "--points-per-side", "4", option, str(value),
+                         other, "0", "--weights", str(crafted_weights), "--device", "cpu", "--out", str(out)]) == 0
+            records = check_everything(out, "amg_scene", (320, 240))["masks"]
+            assert all(r[key] > value if key == "predicted_iou" else r[key] >= value for r in records)
+            counts.append(len(records))
+        assert counts == sorted(counts, reverse=True) and counts[0] > 10 and counts[0] > counts[-1], (option, counts)
 
 
 def test_generator_progress_counts_batches_and_crops(photo):
