@@ -244,3 +244,9 @@ def test_video_frames_are_labelled_and_never_replaced(models, tmp_path, capsys):
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 3 and all("exists: pass --overwrite" in line for line in errors), errors
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_general_help_names_annotate(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "python -m zoo.run annotate SOURCE..." in capsys.readouterr().out

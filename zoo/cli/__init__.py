@@ -67,6 +67,8 @@ def general_help(prog: str) -> str:
         importlib.import_module(f"zoo.cli.{task}").add_arguments(task_parser)
         usage = task_parser.format_usage().removeprefix("usage: ").strip()
         lines.append(f"  {task} ({', '.join(names)}):\n    {' '.join(usage.split())}")
+    lines.append(f"  annotate (detect, then segment: YOLO-segmentation labels; {prog} annotate --help):\n"
+                 f"    {prog} annotate SOURCE... [--det yolov8n] [--sam mobilesam] [--out DIR]")
     return "\n".join(lines)
 
 
