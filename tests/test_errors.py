@@ -16,6 +16,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from safetensors.numpy import save_file
+
 import zoo
 import zoo.models.lama
 from conftest import synthetic_checkpoint
@@ -56,6 +58,10 @@ def files(tmp_path_factory) -> Path:
     (root / "junk.pt").write_bytes(np.random.default_rng(1).integers(0, 256, 300, dtype=np.uint8).tobytes())
     (root / "old.json").write_text("{}\n")
     synthetic_checkpoint("yolov8n", root / "yolo.safetensors")
+    (root / "empty").mkdir()
+    (root / "notes.mp4").write_text("not a video\n")
+    save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a YOLOv8 segmentation head
+               "model.22.proto.cv1.conv.weight": np.zeros((1, 1, 1, 1), np.float32)}, str(root / "seg.safetensors"))
     (root / "big.png").write_bytes(forged_png(10000, 10000))
     (root / "bomb.png").write_bytes(forged_png(40000, 40000))
     (root / "lie.safetensors").write_bytes(safetensors_bytes(
