@@ -334,16 +334,17 @@ class _Bounded:
     """
 
     def __init__(self, file, size: int):
-        self._file, self._size = file, size
-
-    def _left(self) -> int:
-        return max(0, self._size - self._file.tell())
+        self._file, self._left = file, max(0, size - file.tell())  # reads go through here only
 
     def read(self, n: int = -1) -> bytes:
-        return self._file.read(self._left() if n is None or n < 0 else min(n, self._left()))
+        data = self._file.read(self._left if n is None or n < 0 else min(n, self._left))
+        self._left -= len(data)
+        return data
 
     def readline(self) -> bytes:
-        return self._file.readline(self._left())
+        data = self._file.readline(self._left)
+        self._left -= len(data)
+        return data
 
 
 class _RestrictedUnpickler(pickle._Unpickler):
