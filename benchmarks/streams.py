@@ -146,7 +146,8 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=64, help="image side in pixels (default 64)")
     parser.add_argument("--batch", type=int, default=4, help="the pipelined run's --batch (default 4)")
     parser.add_argument("--imgsz", type=int, default=64, help="detect: inference size (default 64)")
-    parser.add_argument("--loops", nargs="+", choices=("plain", "pipelined"), default=["plain", "pipelined"])
+    parser.add_argument("--loops", nargs="+", choices=("plain", "pipelined"), default=["plain", "pipelined"],
+                        help="which loops, in this order (default both)")
     parser.add_argument("--work", type=Path, help="folder for the images and outputs (default: a temporary one)")
     parser.add_argument("--json", type=Path, help="also write the rows as JSON")
     parser.add_argument("--worker", choices=("plain", "pipelined"), help=argparse.SUPPRESS)
@@ -162,7 +163,7 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.2f}", flush=True)
     for n in args.n:
         listing = make_images(work, n, args.size)
-        outs = {}
+        outs, by_loop = {}, {}
         for loop in args.loops:
             out = work / (f"{args.task}-{loop}-{n}" + ("" if args.task == "inpaint" else ".jsonl"))
             done = subprocess.run([sys.executable, __file__, "--worker", loop, "--task", args.task, "--list",
@@ -176,13 +177,14 @@ def main() -> None:
             row["images_per_s"] = row["images"] / row["seconds"]
             rows.append(row)
             outs[loop] = out
+            by_loop[loop] = row
             print(f"  {loop:9s} N={n:6d}: {row['images_per_s']:7.2f} images/s, peak RSS {row['peak_rss_mb']:7.1f} MB "
                   f"({row['seconds']:.1f} s, load {row['load_average']})", flush=True)
         if len(outs) == 2:
             same = same_outputs(args.task, outs["plain"], outs["pipelined"])
-            speedup = rows[-1]["images_per_s"] / rows[-2]["images_per_s"]
+            speedup = by_loop["pipelined"]["images_per_s"] / by_loop["plain"]["images_per_s"]
             print(f"  N={n}: pipelined/plain {speedup:.2f}x, same outputs: {same}", flush=True)
-            rows[-1].update(speedup=speedup, same_outputs=same)
+            by_loop["pipelined"].update(speedup=speedup, same_outputs=same)
     for loop in args.loops:
         peaks = {r["n"]: r["peak_rss_mb"] for r in rows if r["loop"] == loop}
         if len(peaks) > 1:

@@ -230,3 +230,16 @@ def test_stream_memory_is_flat_over_video_length(tmp_path):
         assert frames == n
         peaks[n] = peak
     assert peaks[300] <= 1.10 * peaks[30], peaks
+
+
+def test_yolov8_batch_is_batch_one_at_320():
+    """Frames of one size: a batch of 4 gives each frame's batch-of-one boxes bit for bit (320 px)."""
+    import zoo
+    from zoo.models.yolov8.predict import predict
+
+    model = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    rng = np.random.default_rng(3)
+    frames = [rng.integers(0, 256, (200, 320, 3), dtype=np.uint8) for _ in range(4)]
+    batched = predict(model, frames, imgsz=320, conf=0.3, batch=4)
+    single = predict(model, frames, imgsz=320, conf=0.3, batch=1)
+    assert all(len(a.boxes) > 0 and np.array_equal(a.boxes.data, b.boxes.data) for a, b in zip(batched, single))

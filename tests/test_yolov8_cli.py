@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from zoo.cli.detect import output_name
-from zoo.sources import Files
+from zoo.sources import Files, read_jsonl
 from zoo.errors import ZooError
 from zoo.results import Results
 from zoo.run import main
@@ -142,3 +142,18 @@ def test_save_refuses_a_suffix_pillow_only_reads(tmp_path):
     with pytest.raises(ZooError, match="x.psd: Pillow only reads PSD: cannot write .psd; use .png"):
         det.save(tmp_path / "x.psd")
     assert not list(tmp_path.iterdir())
+
+
+def test_resume_does_only_the_images_not_annotated_yet(images, tmp_path, capsys):
+    argv = [str(images), "--save-txt", "--conf", "0.05", "--jsonl", str(tmp_path / "d.jsonl")]
+    assert detect(argv, tmp_path) == 0
+    out = tmp_path / "out"
+    first = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    (out / "tall.jpg").unlink()  # as if the run had been interrupted before it
+    capsys.readouterr()
+    assert detect([*argv, "--resume"], tmp_path) == 0
+    err = capsys.readouterr().err
+    assert "1 image processed, 1 skipped (done before)" in err
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix == ".txt"} == {
+        k: v for k, v in first.items() if k.endswith(".txt")}
+    assert [r["path"] for r in read_jsonl(tmp_path / "d.jsonl")] == [str(images / "street.png"), str(images / "tall.jpg")]

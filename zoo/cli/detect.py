@@ -81,11 +81,12 @@ def check_arguments(args):
     if args.out is None:
         args.out = latest_run(RUNS) if args.resume else increment_path(RUNS, exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
-    args.skip = set()  # --resume: the images and videos whose annotated output exists
-    for path, name, is_video in fixed_outputs(args.source, out):
+    args.skip, args.done = set(), set()  # --resume: names and inputs of those whose annotated output exists
+    for given, path, name, is_video in fixed_outputs(args.source, out):
         refuse_inputs(path, inputs, "output")
         if args.resume and path.exists():
             args.skip.add(name)
+            args.done.add(given)
             continue
         check_new_file(path, "output", args.overwrite)
         for extra in item_files(out, name, is_video, args):
@@ -114,8 +115,8 @@ def output_name(path: str | Path, name: str) -> str:
 
 
 def fixed_outputs(source, out: Path):
-    """(annotated output, name, is a video) for each image, video and camera of a source, named as the
-    source's items will be (zoo.sources' unique names), without decoding anything."""
+    """(input, annotated output, name, is a video) for each image, video and camera of a source, named as
+    the source's items will be (zoo.sources' unique names), without decoding anything."""
     names = UniqueNames()
     for part in getattr(source, "sources", [source]):
         if isinstance(part, Files):
@@ -123,12 +124,12 @@ def fixed_outputs(source, out: Path):
                 name = names(path.stem)
                 video = part.videos.get(path)
                 if video is None:
-                    yield out / output_name(path, name), name, False
+                    yield str(path), out / output_name(path, name), name, False
                 elif isinstance(video, FrameSource):  # else a video that does not open: a bad item
-                    yield out / f"{name}.mp4", name, True
+                    yield str(path), out / f"{name}.mp4", name, True
         elif isinstance(part, FrameSource):
             name = names(Path(part.path).stem if part.kind == "video" else part.path)
-            yield out / f"{name}.mp4", name, True
+            yield part.path, out / f"{name}.mp4", name, True
 
 
 def item_files(out: Path, name: str, is_video: bool, args) -> list[Path]:
@@ -148,8 +149,9 @@ def run(args, model) -> int:
     out = Path(args.out)
     counts, speed = Counter(), Counter()
     videos = Videos(out, args)
+    # --resume keeps the records of the images and videos it skips; the others are done again
     jsonl = JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite,
-                        keep=pipeline.without_errors) if args.jsonl else None
+                        keep=lambda r: "error" not in r and r.get("path") in args.done) if args.jsonl else None
 
     def skip(item) -> bool:
         return (item.stem if item.frame is not None else item.name) in args.skip
