@@ -27,6 +27,11 @@ class           columns in               columns out
 ``Inpainter``   image or path, mask      image (inpainted, uint8 RGB)
 ==============  =======================  ====================================================
 
+Each class takes ``batch`` (images per forward pass, default 1): Ray's ``batch_size`` is how many
+rows an actor gets at a time, ``batch`` how many of them go through the model together. With 1,
+every row is bit-identical to a one-at-a-time ``model.predict`` (on CPU a batched pass was no
+faster); more is faster on a GPU, and its results differ from one-at-a-time in float rounding.
+
 Each actor builds its model once from strings (a loaded model does not pickle): ``model`` is a
 registry name, ``weights`` a path, None (the Hub file, downloaded once into the shared cache) or
 ``synthetic[:SEED]``. OpenBLAS threads (MLX's CPU matmul and convolution, and zoo's C kernels)

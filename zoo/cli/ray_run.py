@@ -11,6 +11,7 @@ line and one row with its ``error``; the exit code is 1 when any image failed.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -82,6 +83,10 @@ def main(spec, argv: list[str]) -> int:
                              Inputs([] if uri else [*args.images, *inputs, args.weights]), args.overwrite)
     ray = zoo_ray.import_ray()
     if not ray.is_initialized():
+        if args.ray_address is None and "RAY_ADDRESS" not in os.environ:
+            # a local cluster of our own: its workers at this process's priority, as the in-process loop
+            # (Ray's default, niceness +15, made them yield to every other program on a shared machine)
+            os.environ.setdefault("RAY_worker_niceness", "0")
         try:
             ray.init(address=args.ray_address)
         except (ConnectionError, RuntimeError, ValueError) as e:
@@ -132,3 +137,4 @@ def write_jsonl(tmp: Path, tables, schema) -> None:
             for row in table.to_pylist():
                 keep = ("path", "error") if row["error"] else ("path", *results)
                 f.write(json.dumps({k: row[k] for k in keep}) + "\n")
+            f.flush()  # a batch at a time: the temporary file shows the progress
