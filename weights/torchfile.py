@@ -562,7 +562,7 @@ def load_torch_file(path) -> object:
     except ZooError:
         raise
     except Exception as error:  # whatever a corrupt or foreign file makes the unpickler raise
-        reason = " ".join(f"{type(error).__name__}: {error}".split())
+        reason = " ".join(f"{type(error).__name__}: {error}".split()).removesuffix(":")  # EOFError has no text
         raise ZooError(f"{path}: cannot read this PyTorch file ({reason}); re-download it or "
                        "convert it to .safetensors") from None
 
