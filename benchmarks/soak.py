@@ -1,7 +1,7 @@
 """Soak: stream many small images through each task and watch the process's memory.
 
     nice python benchmarks/soak.py [-n 10000] [--tasks resnet18,yolov8n,mobilesam,lama] [--size 64x48]
-                                   [--weights synthetic:0] [--device cpu] [--json out.json]
+                                   [--imgsz N] [--weights synthetic:0] [--device cpu] [--json out.json]
 
 Writes ``n`` distinct small JPEGs (and one mask), then feeds them one by one, by path, to each
 task through the public Python API (zoo.load: resnet18 ``predict``, yolov8n ``predict(stream=True)``,
@@ -10,7 +10,8 @@ measures what a user's loop gets, whatever the internals. Each task runs in a fr
 its own (this script again, on the same images). RSS (VmRSS) is sampled 20 times;
 the first 5 % of the images are warm-up (MLX's compiled graphs and buffer cache fill). Reported
 per task: images, seconds, images/s, RSS after warm-up and at the end, the slope of RSS over the
-rest (MiB per 1,000 images, least squares: ~0 means no leak) and the peak RSS.
+rest (MiB per 1,000 images, least squares: ~0 means no leak) and the peak RSS. ``--imgsz``
+is YOLOv8's inference size (default: the checkpoint's, 640, to which a small image is scaled up).
 """
 from __future__ import annotations
 
@@ -50,13 +51,15 @@ def write_images(folder: Path, n: int, width: int, height: int) -> list[Path]:
     return paths
 
 
-def runner(task: str, weights: str, device: str, mask: Path, width: int, height: int):
+def runner(task: str, args, mask: Path):
     """A function that processes a list of image paths with ``task``'s public API, one by one."""
-    model = zoo.load(task, weights=weights, device=device)
+    model = zoo.load(task, weights=args.weights, device=args.device)
+    width, height = args.width, args.height
     if task.startswith("resnet"):
         return lambda paths: [model.predict(str(p), top_k=5) for p in paths]
     if task.startswith("yolov8"):
-        return lambda paths: list(model.predict([str(p) for p in paths], stream=True))
+        options = {"imgsz": args.imgsz} if args.imgsz else {}
+        return lambda paths: list(model.predict([str(p) for p in paths], stream=True, **options))
     if task == "mobilesam":
         predictor = model.predictor()
 
@@ -71,8 +74,7 @@ def runner(task: str, weights: str, device: str, mask: Path, width: int, height:
 
 
 def soak(task: str, paths: list[Path], args, mask: Path) -> dict:
-    width, height = args.width, args.height
-    process = runner(task, args.weights, args.device, mask, width, height)
+    process = runner(task, args, mask)
     warm = max(1, int(len(paths) * WARM_UP))
     process(paths[:warm])
     rest = paths[warm:]
@@ -89,7 +91,8 @@ def soak(task: str, paths: list[Path], args, mask: Path) -> dict:
     return {"task": task, "images": len(paths), "timed_images": len(rest), "seconds": round(seconds, 1),
             "images_per_s": round(len(rest) / seconds, 1), "rss_start_mib": round(samples[0][1]),
             "rss_end_mib": round(samples[-1][1]), "slope_mib_per_1000": round(float(slope), 2),
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "rss_samples": [(int(n), round(r, 1)) for n, r in samples]}
 
 
 def main() -> None:
@@ -97,6 +100,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=10000, help="images per task")
     parser.add_argument("--tasks", default="resnet18,yolov8n,mobilesam,lama")
     parser.add_argument("--size", default="64x48", help="WIDTHxHEIGHT of each image")
+    parser.add_argument("--imgsz", type=int, help="YOLOv8's inference size (default: the checkpoint's)")
     parser.add_argument("--weights", default="synthetic:0")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", help="also write the results here")
@@ -117,7 +121,8 @@ def main() -> None:
         Image.fromarray(hole).save(folder / "mask.png")
         for task in args.tasks.split(","):
             done = subprocess.run([sys.executable, __file__, "--tasks", task, "--folder", str(folder), "-n", str(args.n),
-                                   "--size", args.size, "--weights", args.weights, "--device", args.device],
+                                   "--size", args.size, "--weights", args.weights, "--device", args.device,
+                                   *(["--imgsz", str(args.imgsz)] if args.imgsz else [])],
                                   stdout=subprocess.PIPE, text=True, check=True)
             row = json.loads(done.stdout.strip().splitlines()[-1])
             rows.append(row)
@@ -126,7 +131,7 @@ def main() -> None:
                   f"MiB/1000 images  peak {row['peak_rss_mib']} MiB", flush=True)
     import mlx.core as mx
 
-    report = {"n": args.n, "size": args.size, "weights": args.weights, "device": args.device,
+    report = {"n": args.n, "size": args.size, "imgsz": args.imgsz, "weights": args.weights, "device": args.device,
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": platform.python_version(),
               "mlx": mx.__version__, "zoo": zoo.__version__, "rows": rows}
     if args.json:
