@@ -234,9 +234,9 @@ def test_generator_progress_counts_batches_and_crops(photo):
     spec = registry.get_spec("mobilesam")
     sam = registry.build(spec, registry.read_weights(spec, "synthetic:0"))
     calls = []
-    gen = sam.mask_generator(points_per_side=4, points_per_batch=5, crop_n_layers=1)
+    gen = sam.mask_generator(points_per_side=2, points_per_batch=3, crop_n_layers=1)
     gen.generate(photo, progress=lambda *a: calls.append(a))
-    per_crop = 4  # ceil(16 points / 5)
+    per_crop = 2  # ceil(4 points / 3)
     assert [c[0] for c in calls] == list(range(1, 5 * per_crop + 1))  # the whole image, then 4 crops
     assert {c[1] for c in calls} == {5 * per_crop} and {c[3] for c in calls} == {5}
     assert [c[2] for c in calls] == [k for k in range(1, 6) for _ in range(per_crop)]
