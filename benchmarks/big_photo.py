@@ -1,7 +1,7 @@
 """Peak memory of every task on one large photo (default 8000x8000), through the command line.
 
     nice python benchmarks/big_photo.py [--size 8000] [--tasks classify,detect,segment,inpaint-crop,inpaint-resize]
-                                        [--weights synthetic:0] [--device cpu] [--json out.json]
+                                        [--resize-limit N] [--weights synthetic:0] [--device cpu] [--json out.json]
 
 Writes a synthetic photo (smooth colour fields and texture, JPEG q90) and a mask with one
 500x400 hole, then runs each task's `python -m zoo.run` one at a time, in a child process of
@@ -63,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=8000)
     parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--resize-limit", type=int, help="inpaint-resize: LaMa's --resize-limit (default: its own)")
     parser.add_argument("--weights", default="synthetic:0")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--json", help="also write the results here")
@@ -78,8 +79,9 @@ def main() -> None:
         for task in args.tasks.split(","):
             out = folder / f"out-{task}"
             names = {"IMAGE": str(photo), "MASK": str(mask), "OUT": str(out), "CENTRE": f"{args.size // 2},{args.size // 2}"}
-            argv = [names.get(a, a) for a in TASKS[task]] + ["--weights", args.weights, "--device", args.device]
-            row = {"task": task, "command": "python -m zoo.run " + " ".join(TASKS[task]), **run_task(argv)}
+            options = ["--resize-limit", str(args.resize_limit)] if args.resize_limit and task == "inpaint-resize" else []
+            argv = [names.get(a, a) for a in TASKS[task]] + options + ["--weights", args.weights, "--device", args.device]
+            row = {"task": task, "command": "python -m zoo.run " + " ".join(TASKS[task] + options), **run_task(argv)}
             rows.append(row)
             print(f"{task:<15} exit {row['exit']}  {row['seconds']:>7.1f} s  peak RSS {row['peak_rss_mib']:>6} MiB"
                   + (f"  {row['stderr_tail'][0]}" if row["exit"] else ""), flush=True)
