@@ -125,7 +125,7 @@ def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None) -> mx.ar
     cout, kh, kw, cin = weight.shape
     if weight.dtype == mx.float32 and (kh, kw) == (1, 1) and conv.groups == 1 and tuple(conv.stride) == (1, 1) \
             and tuple(conv.padding) == (0, 0):
-        # float32 1x1: one SGEMM. cuDNN's float32 engines without TF32 took 1.2-2x its time on an
+        # float32 1x1: one SGEMM. cuDNN's float32 engines without TF32 took 1.1-2.1x its time on an
         # H100 and each a workspace of up to 250 MiB (benchmarks/conv_probe.py, docs/speed-gpu.md).
         n, h, w, _ = x.shape
         y = (x.reshape(-1, cin) @ weight.reshape(cout, cin).T).reshape(n, h, w, cout)
