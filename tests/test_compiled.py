@@ -157,3 +157,20 @@ def test_yolov8_call_is_compiled_and_validator_path_is_eager(compile_on):
     with eager():
         model(x)
     assert len(model.compiled.traces) == 1  # the eager call added no trace
+
+
+def test_only_replaced_weights_are_folded_again(compile_on, monkeypatch):
+    import zoo.compiled as compiled
+
+    folds = []
+    fold = compiled._fold
+    monkeypatch.setattr(compiled, "_fold", lambda conv, bn: folds.append(conv) or fold(conv, bn))
+    model = zoo.load("yolov8n", weights="synthetic", device="cpu")
+    pairs = len(model.compiled.folds.pairs)
+    for shape in ((1, 64, 64, 3), (1, 64, 64, 3), (1, 96, 64, 3), (1, 64, 64, 3)):
+        mx.eval(model(mx.zeros(shape)))
+    assert len(folds) == pairs  # once each, whatever the traces
+    first = model.model["0"]
+    first.bn.running_var = first.bn.running_var + 1.0
+    mx.eval(model(mx.zeros((1, 64, 64, 3))))
+    assert folds[pairs:] == [first.conv]

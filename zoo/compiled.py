@@ -87,15 +87,24 @@ class FoldedConvs:
     def refresh(self) -> None:
         """Fold again every pair one of whose arrays was replaced since it was folded."""
         for key, (conv, bn) in self.pairs.items():
-            sources = (conv.weight, conv.get("bias"), bn.weight, bn.bias, bn.running_mean, bn.running_var)
+            sources = _sources(conv, bn)
             known = self.sources.get(key)
             if known is None or any(a is not b for a, b in zip(sources, known)):
                 self.sources[key] = sources
                 self.arrays[key] = _fold(conv, bn)  # evaluated with the first output that uses it
 
+    def retraced(self) -> None:
+        """After a trace: mx.compile put its input arrays back into the modules as new Python
+        objects holding the same arrays; remember those so the next call does not fold again."""
+        self.sources = {key: _sources(conv, bn) for key, (conv, bn) in self.pairs.items()}
+
     def usable(self) -> bool:
         return all(not conv.training and not bn.training and bn.track_running_stats and "weight" in bn
                    for conv, bn in self.pairs.values())
+
+
+def _sources(conv, bn) -> tuple:
+    return conv.weight, conv.get("bias"), bn.weight, bn.bias, bn.running_mean, bn.running_var
 
 
 def _fold(conv, bn) -> dict[str, mx.array]:
@@ -137,13 +146,17 @@ class CompiledForward:
             self.folds.refresh()
         key = (folding, _signature(args))
         traced = self.traces.pop(key, None)
-        if traced is None:
+        new = traced is None
+        if new:
             if len(self.traces) >= self.max_traces:
                 self.traces.popitem(last=False)  # frees that trace's compiled graph
             # a new function object per signature: mx.compile caches by the function's identity
             traced = mx.compile(self._tracer(folding), inputs=[self.modules, self.folds.arrays if folding else {}])
         self.traces[key] = traced
-        return traced(*args)
+        out = traced(*args)
+        if new and folding:
+            self.folds.retraced()
+        return out
 
     def _tracer(self, folding: bool) -> Callable:
         def trace(*args):
