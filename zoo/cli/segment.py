@@ -103,7 +103,7 @@ def check_arguments(args):
         if args.point or args.box or args.multimask:
             raise UsageError("--everything takes no prompts: drop --point/--box/--multimask, or drop --everything")
         with usage_errors():  # the generator's own checks, before the model loads (it is attached in run)
-            SamAutomaticMaskGenerator(None, **args.params)
+            SamAutomaticMaskGenerator(None, **args.params, output_mode="coco_rle")  # pycocotools checked too
         args.prompts = None
     else:
         if args.params:
