@@ -107,6 +107,18 @@ def test_inpainter_fills_the_mask_column():
         assert np.array_equal(out["image"][i], model.inpaint(image[i], mask[i]))
 
 
+def test_cli_refuses_before_starting_ray(tmp_path, capsys):
+    from conftest import cli_error
+
+    images = write_images(tmp_path / "images", 1)[0].parent
+    out = tmp_path / "out"
+    assert "is not a file" in cli_error(["resnet18", str(images), "--ray", "--weights", "missing.pt",
+                                         "--out", str(out)], capsys)
+    assert "runs on Ray through zoo.ray.Segmenter" in cli_error(["mobilesam", str(images), "--ray"], capsys)
+    assert "HF_HUB_OFFLINE" in cli_error(["resnet18", str(images), "--ray", "--out", str(out)], capsys)
+    assert not out.exists()
+
+
 @pytest.fixture(scope="module")
 def cluster():
     ray = pytest.importorskip("ray")

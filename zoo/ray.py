@@ -5,10 +5,10 @@ only turns a batch of rows into a batch of results::
 
     import ray, zoo.ray
 
-    ds = ray.data.read_images("photos/", mode="RGB", include_paths=True,
-                              ray_remote_args={"num_cpus": zoo.ray.READ_CPUS})
-    out = ds.map_batches(zoo.ray.Classifier, fn_constructor_kwargs={"model": "resnet50"}, batch_size=16,
-                         num_cpus=zoo.ray.ACTOR_CPUS, compute=ray.data.ActorPoolStrategy(size=2))
+    ds = ray.data.read_images("photos/", mode="RGB", include_paths=True, num_cpus=zoo.ray.READ_CPUS)
+    out = ds.map_batches(zoo.ray.Classifier, fn_constructor_kwargs={"model": "resnet50"},
+                         batch_size=zoo.ray.BATCH_SIZE, num_cpus=zoo.ray.ACTOR_CPUS,
+                         compute=ray.data.ActorPoolStrategy(size=2))
 
 or, with the defaults below picked for you, ``zoo.ray.run("resnet50", "photos/")``.
 
@@ -37,7 +37,8 @@ registry name, ``weights`` a path, None (the Hub file, downloaded once into the 
 ``synthetic[:SEED]``. OpenBLAS threads (MLX's CPU matmul and convolution, and zoo's C kernels)
 are set in the constructor from the CPUs Ray assigned the actor (``zoo.blas.set_threads``,
 OpenBLAS's runtime call: nothing has to be set before import); an ``OPENBLAS_NUM_THREADS`` the
-user put in the actor's ``runtime_env`` is kept. Ray starts its workers fresh (never a fork of a
+user put in the actor's ``runtime_env`` is kept. The model runs on the actor's device (the GPU
+where MLX has one: give actors ``num_gpus``). Ray starts its workers fresh (never a fork of a
 process that ran MLX, which would hang).
 """
 from __future__ import annotations

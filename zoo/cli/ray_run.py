@@ -81,6 +81,7 @@ def main(spec, argv: list[str]) -> int:
     out = Path(args.out) if args.out else increment_path(f"runs/{spec.task}/ray")
     path = check_output_file(out / f"predictions.{args.format}", "output",
                              Inputs([] if uri else [*args.images, *inputs, args.weights]), args.overwrite)
+    fetch_weights(spec, args.weights)
     ray = zoo_ray.import_ray()
     if not ray.is_initialized():
         if args.ray_address is None and "RAY_ADDRESS" not in os.environ:
@@ -103,10 +104,31 @@ def main(spec, argv: list[str]) -> int:
     counts = {"rows": 0, "failed": 0}
     schema = schema_for(spec.task)
     write = write_parquet if args.format == "parquet" else write_jsonl
-    write_atomic(path, lambda tmp: write(tmp, tables(dataset, schema, counts), schema))
+    try:
+        write_atomic(path, lambda tmp: write(tmp, tables(dataset, schema, counts), schema))
+    except ray.exceptions.RayError as e:  # e.g. an actor that could not build its model
+        raise ZooError(f"the Ray run failed: {root_cause(e)}") from None
     failed = f", {counts['failed']} failed" if counts["failed"] else ""
     print(f"{counts['rows']} images{failed}; results in {path}", file=sys.stderr)
     return 1 if counts["failed"] else 0
+
+
+def fetch_weights(spec, weights: str | None) -> None:
+    """Fail here, in one line, where every actor would fail: the Hub file is fetched now (into the
+    cache the actors of this machine read), a weights path must be a file."""
+    from zoo.weights import hub
+    from zoo.weights.synthetic import parse_synthetic
+
+    if weights is None:
+        hub.download(spec.hub_repo, spec.hub_file, licence=spec.licence)
+    elif parse_synthetic(str(weights)) is None and not Path(weights).is_file():
+        raise UsageError(f"--weights {weights} is not a file: pass a checkpoint path, or synthetic[:SEED]")
+
+
+def root_cause(error: Exception) -> str:
+    """The last line of a Ray error: the exception raised in the actor, without Ray's traceback."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
 
 
 def tables(dataset, schema, counts: dict):
