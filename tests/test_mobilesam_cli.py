@@ -279,7 +279,8 @@ def test_a_folder_and_same_stems_get_unique_outputs(tmp_path, capsys):
         assert summary["objects"][0]["masks"][0]["file"] == f"{name}_object0_mask0.png"
     # a prompt outside one of the images: refused before the model loads, naming it
     code, captured = run_cli(tmp_path / "x", tmp_path / "out2", "--box", "1,1,45,35", capsys=capsys)
-    assert code == 2 and "reaches outside the 20x30 image" in captured.err and not (tmp_path / "out2").exists()
+    assert code == 2 and f"error: {tmp_path / 'x' / 'small.png'}: box (1, 1, 45, 35) reaches outside the 20x30 image" \
+        in captured.err and not (tmp_path / "out2").exists()
     # --everything per image of a folder
     code, captured = run_cli(tmp_path / "x", tmp_path / "out3", *EVERYTHING, capsys=capsys)
     assert code == 0 and {p.name for p in (tmp_path / "out3").glob("*_masks.json")} == {"photo_masks.json",

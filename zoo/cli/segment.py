@@ -125,7 +125,10 @@ def check_arguments(args):
                 size = args.rgb.shape[:2] if args.rgb is not None else image_size(item.path)
             except ZooError:
                 continue  # an unreadable image is reported when its turn comes
-            checked_prompts(size, args.prompts)
+            try:
+                checked_prompts(size, args.prompts)
+            except UsageError as e:
+                raise UsageError(f"{item.path}: {e}" if len(items) > 1 else str(e)) from None
     inputs = Inputs([*args.images, *(item.path for item in items), args.weights])
     if args.out is None:
         args.out = increment_path("runs/segment/predict", exist_ok=args.overwrite)
