@@ -32,16 +32,22 @@ What it guarantees:
 * **Bad items.** An item whose ``prepare`` raises ``ZooError`` (unreadable file, wrong mode,
   broken video frame), or whose ``process`` call raises one, is reported as one ``error:`` line
   naming it, passed to ``on_error(item, message)`` (write the error record there), counted, and
-  skipped; the run goes on and ``exit_code`` is 1 at the end. When the source holds exactly one
-  item, its ZooError is the run's own and is raised (zoo.cli.guarded prints it).
+  skipped; the run goes on and ``exit_code`` is 1 at the end. A bad item met while a batch was
+  being gathered is reported after that batch, so records keep the source's order at batch 1.
+  When the source holds exactly one item (or ``single=True``), its ZooError is the run's own and
+  is raised (zoo.cli.guarded prints it).
 * **Ctrl-C.** Inside ``run`` the first SIGINT lets the batch being processed finish, then ``run``
   returns with ``interrupted`` set (``exit_code`` 130): the caller's writers close normally, so
   every finished item's output is kept and nothing is half-written (files go through
   ``zoo.files.write_atomic``). A second Ctrl-C raises KeyboardInterrupt at once.
-* **Resume.** ``skip(item) -> bool`` runs before any decoding; skipped items are counted and
-  take no time (``resume_keys`` reads the items a JSONL file holds results for).
+* **Resume.** ``skip(item) -> bool`` runs before ``prepare``: a skipped image file is never
+  decoded (video frames are, by the source's own iteration); skipped items are counted, not timed
+  (``resume_keys(records)`` and ``item_key(item)`` match items to a JSONL file's results).
 * **Progress.** A tqdm bar on stderr (items/s), off for a single item; ``tqdm.write`` keeps
   printed lines above it.
+
+A CLI adds the shared options with ``add_arguments(parser)`` (--recursive, --vid-stride, --batch,
+--resume, --workers) and checks them with ``check_arguments(args)``.
 
 Threads, not processes: forking a process after an MLX computation hangs the child, and the
 decoding this overlaps (Pillow, PyAV, numpy) releases the GIL.
