@@ -1,6 +1,6 @@
 """The long fuzz run: every test of tests/test_fuzz.py with many examples, each in a pytest process of its own.
 
-    nice python benchmarks/fuzz.py [--examples 10000] [--jobs 2] [--tests mutated_torch,images,...] [--json out.json]
+    nice python benchmarks/fuzz.py [--examples 10000] [--jobs 2] [--tests images,safetensors_files=5000,...] [--json out.json]
 
 Each test runs as ``ZOO_FUZZ_EXAMPLES=N python -m pytest tests/test_fuzz.py::TEST
 --hypothesis-show-statistics``; the summary counts, per test, the examples that passed (read, or
@@ -50,24 +50,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=int, default=10000)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--tests", default=",".join(TESTS), help="comma-separated test names (test_ may be left out)")
+    parser.add_argument("--tests", default=",".join(TESTS),
+                        help="comma-separated test names (test_ may be left out), each with =N for its own --examples")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds one test may take in all")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args()
-    tests = [t if t.startswith("test_") else f"test_{t}" for t in args.tests.split(",")]
+    tests = []
+    for item in args.tests.split(","):
+        name, _, examples = item.partition("=")
+        tests.append(("" if name.startswith("test_") else "test_") + name)
+        tests[-1] = (tests[-1], int(examples) if examples else args.examples)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     with ThreadPoolExecutor(args.jobs) as pool:
         rows = []
-        for row in pool.map(lambda t: run(t, args.examples, args.timeout), tests):
+        for row in pool.map(lambda test: run(*test, args.timeout), tests):
             rows.append(row)
-            verdict = "ok" if row["exit"] == 0 and row["passing"] >= args.examples else f"FAILED {row['tail']}"
+            verdict = "ok" if row["exit"] == 0 and row["passing"] >= row["examples"] else f"FAILED {row['tail']}"
             print(f"{row['test']:<34} {row['passing']:>6} passing  {row['failing']} failing  crash {int(row['crash'])}  "
                   f"hang {int(row['hang'])}  {row['seconds']:>5} s  {verdict}", flush=True)
     import hypothesis
     import PIL
     import safetensors
 
-    report = {"started": started, "examples_per_test": args.examples, "python": platform.python_version(),
+    report = {"started": started, "python": platform.python_version(),
               "hypothesis": hypothesis.__version__, "pillow": PIL.__version__, "safetensors": safetensors.__version__,
               "rows": rows}
     if args.json:
