@@ -43,8 +43,8 @@ What it guarantees:
 * **Resume.** ``skip(item) -> bool`` runs before ``prepare``: a skipped image file is never
   decoded (video frames are, by the source's own iteration); skipped items are counted, not timed
   (``resume_keys(records)`` and ``item_key(item)`` match items to a JSONL file's results).
-* **Progress.** A tqdm bar on stderr (items/s), off for a single item; ``tqdm.write`` keeps
-  printed lines above it.
+* **Progress.** A tqdm bar on stderr (items/s), off for a single item and where stderr is not a
+  terminal; ``tqdm.write`` keeps printed lines above it.
 
 A CLI adds the shared options with ``add_arguments(parser)`` (--recursive, --vid-stride, --batch,
 --resume, --workers) and checks them with ``check_arguments(args)``.
@@ -144,7 +144,8 @@ class Pipeline:
         """Prepare and process every item (or until Ctrl-C); returns self for the counts."""
         start = time.perf_counter()
         self.bar = tqdm(total=self.total, desc=self.desc, unit=self.unit, file=sys.stderr, dynamic_ncols=True,
-                        disable=not self.progress or (self.total is not None and self.total < 2))
+                        # None: off where stderr is not a terminal (a log file gets the lines, not the bar)
+                        disable=True if not self.progress or (self.total is not None and self.total < 2) else None)
         previous = self._catch_sigint()
         try:
             for batch in self._batches():
