@@ -31,12 +31,13 @@ def load_case(model: str, case: str):
 
 def parity_run(spec, model, state_dict: dict, dtype: str = "float32", **case_options):
     """The validator's engine.Run of ``spec``'s parity case, input made with ``case_options`` (seed 1234)."""
-    import types
-
-    from zoo.validate import engine
+    from zoo.validate import case_defaults, engine
 
     case = engine.case_module(spec.family)
-    inputs = case.make_inputs(spec, types.SimpleNamespace(**{"seed": 1234, **case_options}))
+    settings = case_defaults(case)  # the case's command-line defaults, then these options
+    for name, value in {"seed": 1234, **case_options}.items():
+        setattr(settings, name, value)
+    inputs = case.make_inputs(spec, settings)
     return engine.Run(spec, model, state_dict, case, inputs, dtype)
 
 

@@ -30,6 +30,7 @@ class Record:
     output: object
     ops: dict  # op -> implementation, noted in this module's own code (not its submodules')
     module: str  # the module's class name
+    calls: int = 1  # how many times the module ran in the pass
 
 
 def _perturb(out, kind: str):
@@ -71,12 +72,16 @@ def recording(model: nn.Module, fault: tuple[str, str] | None = None):
     originals = []
     dropped = []  # calls of the dropped shortcut: none means the block adds nothing back
     calls = [{}]  # ops noted per module call in progress, innermost last; [0]: outside any module
+    # the recording classes reach the records through this box, emptied on exit: a class is freed
+    # only by the cyclic garbage collector, and must not keep the pass's arrays alive until then
+    box = [records]
     with contextlib.ExitStack() as stack:
         stack.enter_context(coverage.listening(lambda op, impl: calls[-1].__setitem__(op, impl)))
+        stack.callback(box.clear)
         stack.callback(_restore, originals)
         for name, module in modules:
             base = type(module)
-            namespace = {"__call__": _recording_call(base, name, records, fault, calls)}
+            namespace = {"__call__": _recording_call(base, name, box, fault, calls)}
             if fault == (name, "drop-residual"):
                 if not hasattr(base, "shortcut"):
                     raise ZooError(f"--inject {name}=drop-residual: {name} ({base.__name__}) has no residual connection")
@@ -100,7 +105,7 @@ def _restore(originals):
         module.__class__ = base
 
 
-def _recording_call(base, name, records, fault, calls):
+def _recording_call(base, name, box, fault, calls):
     def __call__(self, *args, **kwargs):
         calls.append({})
         try:
@@ -109,8 +114,9 @@ def _recording_call(base, name, records, fault, calls):
             ops = calls.pop()
         if fault is not None and fault[0] == name and fault[1] != "drop-residual":
             out = _perturb(out, fault[1])
-        records.pop(name, None)  # a module called twice: keep its last call, in completion order
-        records[name] = Record(args, out, ops, base.__name__)
+        records = box[0]
+        earlier = records.pop(name, None)  # a module called twice: keep its last call, in completion order
+        records[name] = Record(args, out, ops, base.__name__, 1 + (earlier.calls if earlier else 0))
         return out
 
     return __call__

@@ -2,12 +2,16 @@
 
 At --size 256 and --seed 1234 (the defaults) the inputs are exactly those of
 shared/reference/lama/biglama_seed0_256 (image uniform in [0, 1], hole rows
-64..159, cols 96..207); other sizes scale the rectangle.
+64..159, cols 96..207); other sizes scale the rectangle. ``--image``: a photo, its shorter side resized to ``--size``
+and centre-cropped square; ``--mask``: a mask file of the photo's size (nonzero = hole, as
+``zoo.run lama``), cropped the same way; without it the rectangle above.
 """
 import mlx.core as mx
 import numpy as np
 
 from zoo.errors import ZooError
+from zoo.images import center_crop, load_image, resize_shorter_side
+from zoo.models.lama import load_mask
 from zoo.validate.reference import lama
 
 
@@ -15,16 +19,33 @@ def add_arguments(parser):
     parser.add_argument("--size", type=int, default=256,
                         help="image height and width, a multiple of 8 and at least 16 (default 256, the upstream "
                              "case; a pass takes minutes on the CPU backend: --size 64 is quick)")
+    parser.add_argument("--image", help="image file instead of the random image of --seed")
+    parser.add_argument("--mask", help="mask file of --image's size, nonzero = hole (default: a rectangular hole)")
 
 
 def make_inputs(spec, args):
     size = args.size
     if size % 8 or size < 16:
         raise ZooError(f"--size {size}: use a multiple of 8 of at least 16")
-    image = np.random.default_rng(args.seed).uniform(0, 1, (1, 3, size, size)).astype(np.float32)
+    if args.mask and not args.image:
+        raise ZooError("--mask needs --image: the mask marks the hole of that image")
     mask = np.zeros((1, 1, size, size), np.float32)
-    mask[0, 0, size * 64 // 256 : size * 160 // 256, size * 96 // 256 : size * 208 // 256] = 1
-    return {"image": image, "mask": mask}
+    if args.image:
+        photo = load_image(args.image)
+        if args.mask:
+            hole = load_mask(args.mask, photo.shape[:2]).astype(np.uint8) * 255
+            mask[0, 0] = square(hole, size) > 127
+        image = (square(photo, size).astype(np.float32) / 255).transpose(2, 0, 1)[None]
+    else:
+        image = np.random.default_rng(args.seed).uniform(0, 1, (1, 3, size, size)).astype(np.float32)
+    if not args.mask:
+        mask[0, 0, size * 64 // 256 : size * 160 // 256, size * 96 // 256 : size * 208 // 256] = 1
+    return {"image": np.ascontiguousarray(image), "mask": mask}
+
+
+def square(img, size):
+    """Shorter side to ``size`` (bilinear), centre crop to size x size."""
+    return center_crop(resize_shorter_side(img, size), size)
 
 
 def run_mlx(model, inputs):

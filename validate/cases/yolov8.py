@@ -1,4 +1,5 @@
-"""YOLOv8 parity case: a random image in [0, 1], as the upstream case yolov8n_seed0_320 builds it.
+"""YOLOv8 parity case: a random image in [0, 1], as the upstream case yolov8n_seed0_320 builds it,
+or ``--image``: a photo letterboxed to ``--imgsz`` as ultralytics' predictor does (grey 114 padding).
 
 Upstream returns (N, 4 + nc, A); the MLX model returns (N, A, 4 + nc), so the
 reference output is compared transposed.
@@ -7,12 +8,15 @@ import mlx.core as mx
 import numpy as np
 
 from zoo.errors import ZooError
+from zoo.images import load_image
+from zoo.models.yolov8.ops import letterbox
 from zoo.validate.reference import yolov8
 
 
 def add_arguments(parser):
     parser.add_argument("--imgsz", type=int, nargs="+", default=[320], metavar="SIZE",
                         help="input size: one value (square) or height width; multiples of 32 (default 320)")
+    parser.add_argument("--image", help="image file instead of the random input of --seed")
 
 
 def input_shape(imgsz) -> tuple[int, int]:
@@ -23,6 +27,9 @@ def input_shape(imgsz) -> tuple[int, int]:
 
 def make_inputs(spec, args):
     h, w = input_shape(args.imgsz)
+    if args.image:
+        image = letterbox(load_image(args.image), (h, w), auto=False)
+        return {"x": np.ascontiguousarray(image.transpose(2, 0, 1)[None]).astype(np.float32) / 255}
     # seed 1234 at 320 x 320 is the input of the upstream yolov8n_seed0_320 case
     return {"x": np.random.default_rng(args.seed).uniform(0, 1, (1, 3, h, w)).astype(np.float32)}
 

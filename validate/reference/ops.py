@@ -21,6 +21,9 @@ def _windows(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int], di
     return win[:, :, :: stride[0], :: stride[1], :: dilation[0], :: dilation[1]]
 
 
+IM2COL_CHUNK = 1 << 24  # patch-matrix elements per product (128 MB in float64)
+
+
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """torch.nn.functional.conv2d: x (N, Cin, H, W), weight (Cout, Cin/groups, kh, kw)."""
     stride, padding, dilation = _pair(stride), _pair(padding), _pair(dilation)
@@ -33,9 +36,18 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         out = np.matmul(weight.reshape(cout, cin_g), np.ascontiguousarray(win[..., 0, 0]).reshape(n, cin_g, ho * wo))
         out = out.reshape(n, cout, ho, wo)
     elif groups == 1:
-        # im2col + one matrix product
-        cols = win.transpose(0, 2, 3, 1, 4, 5).reshape(n * ho * wo, cin_g * kh * kw)
-        out = (cols @ weight.reshape(cout, -1).T).reshape(n, ho, wo, cout).transpose(0, 3, 1, 2)
+        # im2col + a matrix product, over at most IM2COL_CHUNK patch elements at a time: the patch
+        # matrix of a wide kernel on a large map would take gigabytes (each output row is the same
+        # dot product either way)
+        patches = win.transpose(0, 2, 3, 1, 4, 5)  # N, Ho, Wo, C, kh, kw (a view)
+        flat = weight.reshape(cout, -1).T
+        out = np.empty((n, ho, wo, cout), np.result_type(x, weight))
+        rows = max(1, IM2COL_CHUNK // (wo * cin_g * kh * kw))
+        for i in range(n):
+            for top in range(0, ho, rows):
+                cols = patches[i, top:top + rows].reshape(-1, cin_g * kh * kw)
+                out[i, top:top + rows] = (cols @ flat).reshape(-1, wo, cout)
+        out = out.transpose(0, 3, 1, 2)
     elif groups == x.shape[1] == cout and cin_g == 1:
         # depthwise: a sum of shifted products, one per tap (einsum over the groups is slow here)
         out = np.zeros((n, cout, ho, wo))

@@ -1,27 +1,24 @@
 """python -m zoo.validate MODEL: per-layer parity of the MLX model against the numpy reference."""
 from __future__ import annotations
 
-import json
 import math
 import sys
 
-from zoo import devices, registry
-from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, usage_errors
+from zoo import registry, validate
+from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
 from zoo.cli.validate_ops import main as ops_main
 from zoo.files import check_output_file, write_atomic
-from zoo.errors import ZooError
 from zoo.validate import engine
-from zoo.validate.capture import parse_fault
 
 
 def _fmt(v: float) -> str:
     return "-" if math.isnan(v) else f"{v:.2e}"
 
 
-def print_table(report: engine.ModeReport, show: str) -> None:
+def print_table(report: engine.ModeReport, show: str, with_dtype: bool = False) -> None:
     rows = [r for r in report.layers if show == "all" or r.status != "pass"]
     width = max([len(r.name) for r in rows] + [5])
-    print(f"\n== {report.mode} (tolerance: rel err <= {report.tolerance:g}) ==")
+    print(f"\n== {_title(report, with_dtype)} (tolerance: rel err <= {report.tolerance:g}) ==")
     print(f"{'layer':<{width}}  {'shape':<20} {'max abs':>9} {'rel err':>9} {'cosine':>10}  status  flags")
     for r in rows:
         shape = "x".join(map(str, r.shape))
@@ -29,17 +26,35 @@ def print_table(report: engine.ModeReport, show: str) -> None:
         print(f"{r.name:<{width}}  {shape:<20} {_fmt(r.max_abs):>9} {_fmt(r.rel):>9} {cos:>10}  {r.status:<6}  {', '.join(r.flags)}")
 
 
-def summary(report: engine.ModeReport) -> str:
+def _title(report: engine.ModeReport, with_dtype: bool) -> str:
+    return f"{report.dtype} {report.mode}" if with_dtype else report.mode
+
+
+def summary(report: engine.ModeReport, with_dtype: bool = False) -> str:
     compared = [r for r in report.layers if r.status != "n/a"]
     failed = [r for r in compared if r.failed]
     worst = max(compared, key=lambda r: (r.rel if not math.isnan(r.rel) else math.inf), default=None)
-    line = (f"{report.mode}: {'PASS' if not failed else 'FAIL'} {len(compared) - len(failed)}/{len(compared)} layers"
+    line = (f"{_title(report, with_dtype)}: {'PASS' if not failed else 'FAIL'} {len(compared) - len(failed)}/{len(compared)} layers"
             f" within rel err {report.tolerance:g}")
     if worst is not None:
         line += f"; worst {_fmt(worst.rel)} at {worst.name}" + (f" ({', '.join(worst.flags)})" if worst.flags else "")
     if failed:
         line += f"; first failing layer: {report.first_failure}"
     return line
+
+
+def print_coverage(rows: list[dict], device: str) -> None:
+    """The coverage matrix: per op, the implementation that ran and on how many layers; then per layer."""
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        counts[(r["op"], r["implementation"])] = counts.get((r["op"], r["implementation"]), 0) + 1
+    width = max([len(r["layer"]) for r in rows] + [5])
+    print(f"\n== coverage on {device}: the implementation each op ran ==")
+    for (op, impl), n in sorted(counts.items()):
+        print(f"{op:<36} {impl:<14} {n:>5} layer(s)")
+    print()
+    for r in rows:
+        print(f"{r['layer']:<{width}}  {r['module']:<22} {r['op']:<36} {r['implementation']}")
 
 
 @guarded
@@ -49,49 +64,60 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print("python -m zoo.validate ops [--device gpu|cpu] [--dtype LIST] [--json PATH]: every op the models "
               "run against the numpy reference (ops --help)\n")
-    spec = registry.get_spec(model_name_from(argv, "python -m zoo.validate"))
+    # the shared peek knows the per-model dtypes only: "all" is this command's
+    peek = [("float32" if a == "all" and i and argv[i - 1] == "--dtype" else a.replace("--dtype=all", "--dtype=float32"))
+            for i, a in enumerate(argv)]
+    spec = registry.get_spec(model_name_from(peek, "python -m zoo.validate"))
     case = engine.case_module(spec.family)
     parser = ArgumentParser(prog="python -m zoo.validate", description=__doc__)
     parser.add_argument("model")
     add_model_arguments(parser)
+    dtype = next(a for a in parser._actions if "--dtype" in a.option_strings)
+    dtype.choices, dtype.help = (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report"
     parser.add_argument("--mode", choices=("both", *engine.MODES), default="both")
     parser.add_argument("--inject", metavar="NAME=KIND",
                         help="perturb one MLX module to prove the validator catches it: KIND zero|noise|nan|drop-residual")
     parser.add_argument("--seed", type=int, default=1234, help="seed of the random input")
     parser.add_argument("--show", choices=("all", "failures"), default="all", help="table rows to print")
+    parser.add_argument("--coverage", action="store_true",
+                        help="print which implementation (custom kernel, CPU form, MLX op) each layer ran")
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
-    parser.add_argument("--overwrite", action="store_true", help="replace the --json file if it exists")
+    parser.add_argument("--report", metavar="PATH", help="write the report as one self-contained HTML file")
+    parser.add_argument("--overwrite", action="store_true", help="replace the --json/--report file if it exists")
     if hasattr(case, "add_arguments"):
         case.add_arguments(parser)
     args = parser.parse_args(argv)
-    if args.json:
-        check_output_file(args.json, "--json", [args.weights], args.overwrite)  # before the model is built
-    with usage_errors():
-        fault = parse_fault(args.inject)
-        if args.seed < 0:
-            raise ZooError(f"--seed {args.seed}: use a non-negative integer")
-        inputs = case.make_inputs(spec, args)  # bad case options fail before the weights are read
+    options = {name: getattr(args, name) for name in vars(validate.case_defaults(case))}
+    inputs = [args.weights, *(v for k, v in options.items() if k in ("image", "mask") and v)]
+    outputs = [(path, flag) for path, flag in ((args.json, "--json"), (args.report, "--report")) if path]
+    for path, flag in outputs:  # before the model is built
+        check_output_file(path, flag, inputs, args.overwrite)
+    if args.report:
+        from zoo.validate.report import pyplot
 
-    devices.use(args.device)
-    weights = registry.read_weights(spec, args.weights, offline_fallback=True)
-    model = registry.build(spec, weights, args.dtype)
-    run = engine.Run(spec, model, weights.state_dict, case, inputs, args.dtype)
-    modes = engine.MODES if args.mode == "both" else (args.mode,)
-    reports = [run.compare_mode(mode, fault) for mode in modes]
-    head = engine.header(spec, weights.source, args.dtype)
+        pyplot()  # matplotlib missing: say so before the run
 
-    print(f"{spec.name}  weights={head['weights']}  device={head['device']}  dtype={args.dtype}  "
-          f"tf32={'on' if head['tf32'] else 'off'}  mlx={head['mlx']}" + (f"  inject={args.inject}" if fault else ""))
+    report = validate.run(args.model, args.weights, device=args.device,
+                          dtype=args.dtype, mode=args.mode, inject=args.inject, **options)
+    head = report.header
+    print(f"{spec.name}  weights={head['weights']}  device={head['device']}  dtype={', '.join(report.dtypes)}  "
+          f"tf32={'on' if head['tf32'] else 'off'}  mlx={head['mlx']}" + (f"  inject={args.inject}" if args.inject else ""))
     if head["tf32"]:
         print("note: TF32 is on for float32 matmul/conv; set MLX_ENABLE_TF32=0 for float32 parity", file=sys.stderr)
-    for report in reports:
-        print_table(report, args.show)
+    several = len(report.dtypes) > 1
+    for mode_report in report.modes:
+        print_table(mode_report, args.show, several)
     print()
-    for report in reports:
-        print(summary(report))
+    for mode_report in report.modes:
+        print(summary(mode_report, several))
+    if args.coverage:
+        for one in report.dtypes:
+            print_coverage(report.coverage(one), head["device"] + (f", {one}" if several else ""))
     if args.json:
-        write_atomic(args.json, lambda tmp: tmp.write_text(json.dumps(engine.report_dict(head, reports), indent=1)))
-    return 0 if all(r.passed for r in reports) else 1
+        write_atomic(args.json, lambda tmp: tmp.write_text(report.to_json()))
+    if args.report:
+        write_atomic(args.report, lambda tmp: tmp.write_text(report.to_html(), encoding="utf-8"))
+    return 0 if report.passed else 1
 
 
 if __name__ == "__main__":
