@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from zoo import ray as zoo_ray
-from zoo.cli import ArgumentParser, add_model_arguments
+from zoo.cli import ArgumentParser, add_model_arguments, usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, check_output_file, increment_path, write_atomic
 
@@ -81,6 +81,15 @@ def main(spec, argv: list[str]) -> int:
     out = Path(args.out) if args.out else increment_path(f"runs/{spec.task}/ray")
     path = check_output_file(out / f"predictions.{args.format}", "output",
                              Inputs([] if uri else [*args.images, *inputs, args.weights]), args.overwrite)
+    options = {"batch": args.batch}
+    if spec.task == "detect":
+        from zoo.models.yolov8 import check_imgsz, check_thresholds
+
+        with usage_errors():  # the actors would each fail on them
+            check_thresholds(args.conf, args.iou, args.max_det)
+            imgsz = None if not args.imgsz else check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
+        options.update(conf=args.conf, iou=args.iou, classes=args.classes, agnostic_nms=args.agnostic_nms,
+                       max_det=args.max_det, imgsz=imgsz)
     fetch_weights(spec, args.weights)
     ray = zoo_ray.import_ray()
     if not ray.is_initialized():
@@ -93,11 +102,6 @@ def main(spec, argv: list[str]) -> int:
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}): start one with "
                            "`ray start --head`, or leave --ray-address out for a local one") from None
-    options = {"batch": args.batch}
-    if spec.task == "detect":
-        imgsz = args.imgsz[0] if args.imgsz and len(args.imgsz) == 1 else tuple(args.imgsz) if args.imgsz else None
-        options.update(conf=args.conf, iou=args.iou, classes=args.classes, agnostic_nms=args.agnostic_nms,
-                       max_det=args.max_det, imgsz=imgsz)
     dataset = zoo_ray.run(args.model, inputs, weights=args.weights, actors=args.actors,
                           batch_size=max(zoo_ray.BATCH_SIZE, args.batch), actor_cpus=args.actor_cpus,
                           num_gpus=args.actor_gpus, **options)
