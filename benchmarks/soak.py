@@ -10,7 +10,8 @@ measures what a user's loop gets, whatever the internals. Each task runs in a fr
 its own (this script again, on the same images). RSS (VmRSS) is sampled 20 times;
 the first 5 % of the images are warm-up (MLX's compiled graphs and buffer cache fill). Reported
 per task: images, seconds, images/s, RSS after warm-up and at the end, the slope of RSS over the
-rest (MiB per 1,000 images, least squares: ~0 means no leak) and the peak RSS. ``--imgsz``
+second half of the samples (MiB per 1,000 images, least squares: ~0 means no leak; the first half
+still holds caches filling) and the peak RSS. ``--imgsz``
 is YOLOv8's inference size (default: the checkpoint's, 640, to which a small image is scaled up).
 """
 from __future__ import annotations
@@ -86,8 +87,8 @@ def soak(task: str, paths: list[Path], args, mask: Path) -> dict:
         done = min(done + step, len(rest))
         samples.append((done, rss_mib()))
     seconds = time.perf_counter() - start
-    counts, rss = np.array(samples).T
-    slope = np.polyfit(counts, rss, 1)[0] * 1000 if len(samples) > 2 else float("nan")
+    counts, rss = np.array(samples[len(samples) // 2:]).T
+    slope = np.polyfit(counts, rss, 1)[0] * 1000 if len(counts) > 2 else float("nan")
     return {"task": task, "images": len(paths), "timed_images": len(rest), "seconds": round(seconds, 1),
             "images_per_s": round(len(rest) / seconds, 1), "rss_start_mib": round(samples[0][1]),
             "rss_end_mib": round(samples[-1][1]), "slope_mib_per_1000": round(float(slope), 2),
