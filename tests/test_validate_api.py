@@ -94,9 +94,9 @@ def photo(tmp_path_factory):
     return folder
 
 
-@pytest.mark.parametrize("model, options", [("resnet18", {"size": 32}), ("yolov8n", {"imgsz": [64]}),
-                                            ("lama", {"size": 32})])
-def test_image_input_for_every_family(model, options, photo):
+@pytest.mark.parametrize("model, options", [("resnet18", {"size": 32}), ("yolov8n", {"imgsz": [64]})])
+def test_image_input(model, options, photo):
+    """(LaMa's photo and mask: test_lama_mask_file; MobileSAM: test_mobilesam_image_input.)"""
     report = zoo.validate.run(model, weights="synthetic:0", image=str(photo / "photo.png"), mode="isolated", **options)
     assert report.passed and "photo.png" in report.header["input"]
 
@@ -130,3 +130,15 @@ def test_coverage_matrix(capsys):
     assert validate_main(["yolov8n", "--weights", "synthetic:0", "--imgsz", "64", "--coverage", "--show", "failures"]) == 0
     text = capsys.readouterr().out
     assert "== coverage on cpu" in text and "sppf max-pool" in text
+
+
+def test_mobilesam_image_input(photo):
+    """The MobileSAM case's --image is the photo itself (the predictor preprocesses it on both sides)."""
+    from zoo import registry
+    from zoo.validate.cases import mobilesam
+
+    settings = zoo.validate.case_defaults(mobilesam)
+    settings.image, settings.point = str(photo / "photo.png"), ["30,20,1"]
+    inputs = mobilesam.make_inputs(registry.get_spec("mobilesam"), settings)
+    assert np.array_equal(inputs["image"], np.asarray(Image.open(photo / "photo.png")))
+    assert inputs["point_coords"].tolist() == [[30.0, 20.0]]

@@ -123,7 +123,7 @@ def _error_plot(modes: list, dtype: str) -> str:
     floor = 1e-12
     top = 10.0
     colours = {"end-to-end": "#1f77b4", "isolated": "#ff7f0e"}
-    for m in modes:
+    for index, m in enumerate(modes):
         rows = [r for r in m.layers if r.status != "n/a"]
         x = list(range(len(rows)))
         y = [min(max(r.rel, floor), top) if math.isfinite(r.rel) else top for r in rows]
@@ -136,7 +136,7 @@ def _error_plot(modes: list, dtype: str) -> str:
         if m.first_failure is not None:
             i = next(i for i, r in enumerate(rows) if r.name == m.first_failure)
             ax.axvline(i, color="#c62828", lw=1)
-            ax.annotate(f"first failing ({m.mode}): {m.first_failure}", (i, y[i]), xytext=(8, -14),
+            ax.annotate(f"first failing ({m.mode}): {m.first_failure}", (i, y[i]), xytext=(8, -14 - 14 * index),
                         textcoords="offset points", color="#c62828", fontsize=9)
     ax.set_yscale("log")
     ax.set_ylim(floor / 2, top * 2)
