@@ -85,6 +85,27 @@ def test_stability_boxes_rle(up):
         assert amg.coco_encode_rle(rle)["counts"] == coco
 
 
+def test_rle_from_occupied_columns(up):
+    """The generator's RLE (only the columns from a mask's first to last pixel, the crop placed in the
+    image) equals mask_to_rle of the whole-image mask: the fixture's masks (upstream's RLEs) and
+    random masks in random crops, empty and full ones included."""
+    masks = np.array(mx.array(up["logits"]) > 0)
+    h, w = masks.shape[1:]
+    rles = amg.mask_columns_to_rle(masks.transpose(0, 2, 1).copy(), masks.any(axis=1), [0, 0, w, h], (h, w))
+    np.testing.assert_array_equal(np.concatenate([r["counts"] for r in rles]), up["rle_counts"])
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        image_h, image_w = rng.integers(1, 9, 2)
+        crop_h, crop_w = rng.integers(1, image_h + 1), rng.integers(1, image_w + 1)
+        y0, x0 = rng.integers(0, image_h - crop_h + 1), rng.integers(0, image_w - crop_w + 1)
+        mask = rng.random((crop_h, crop_w)) < rng.choice([0.0, 0.3, 0.9, 1.0])
+        whole = np.zeros((image_h, image_w), bool)
+        whole[y0 : y0 + crop_h, x0 : x0 + crop_w] = mask
+        got = amg.mask_columns_to_rle(mask.T[None].copy(), mask.any(axis=0)[None],
+                                      [x0, y0, x0 + crop_w, y0 + crop_h], (image_h, image_w))
+        assert got == amg.mask_to_rle(whole[None]), (whole, got)
+
+
 def test_small_regions(up):
     masks = np.array(mx.array(up["logits"]) > 0)
     for thresh in (4, 9, 25, 26):  # 4, 9, 25: islands of exactly that area (kept: < is the test)

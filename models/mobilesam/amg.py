@@ -112,6 +112,38 @@ def mask_to_rle(masks: np.ndarray) -> list[dict]:
     return out
 
 
+def mask_columns_to_rle(columns: np.ndarray, occupied: np.ndarray, crop_box, image_size) -> list[dict]:
+    """Masks of a crop, transposed ((N, w, h) bool: column-major order is their row order), placed at
+    ``crop_box``'s corner of an (H, W) image, and which of their columns hold a pixel ((N, w) bool)
+    -> the whole-image masks' uncompressed RLEs, as mask_to_rle gives them. Only the columns from
+    the first to the last occupied one are read: the runs before and after are zeros."""
+    image_h, image_w = int(image_size[0]), int(image_size[1])
+    x0, y0 = int(crop_box[0]), int(crop_box[1])
+    crop_h = columns.shape[2]
+    total = image_h * image_w
+    out = []
+    for mask_columns, used in zip(columns, occupied):
+        used = np.flatnonzero(used)
+        if used.size == 0:
+            out.append({"size": [image_h, image_w], "counts": [total]})
+            continue
+        block = mask_columns[used[0] : used[-1] + 1]
+        if crop_h != image_h:
+            placed = np.zeros((len(block), image_h), bool)
+            placed[:, y0 : y0 + crop_h] = block
+            block = placed
+        flat = block.reshape(-1)
+        start = (x0 + int(used[0])) * image_h
+        edges = [np.flatnonzero(flat[1:] != flat[:-1]) + 1 + start]
+        if flat[0]:  # the pixel before the block is 0 (or there is none: a 0-length first run)
+            edges.insert(0, [start])
+        if flat[-1] and start + flat.size < total:
+            edges.append([start + flat.size])
+        bounds = np.concatenate([[0], *edges, [total]])
+        out.append({"size": [image_h, image_w], "counts": np.diff(bounds).tolist()})
+    return out
+
+
 def rle_to_mask(rle: dict) -> np.ndarray:
     """Uncompressed RLE -> (H, W) bool."""
     h, w = rle["size"]

@@ -13,9 +13,13 @@ How it runs: the image (each crop) is encoded once; the points go through the pr
 encoder and mask decoder ``points_per_batch`` at a time in one call; the predicted-IoU
 filter comes before the masks are upsampled (it needs no pixels), so only candidates are
 resized; stability, boxes and the crop-edge test run in MLX on the batch; NMS is
-``zoo.kernels.nms`` (the native kernel on the GPU). The low-res logits of the candidates
-are kept (not their full-size masks) and the kept ones are upsampled again after NMS:
-memory stays at 256 KB per candidate whatever the image size.
+``zoo.kernels.nms`` (the native kernel on the GPU). The batches are pipelined: the next
+batch decodes while the host reads this one's IoUs, and a batch's statistics compute while
+the host filters the previous one's, so the GPU does not wait for the host. The low-res
+logits of the candidates are kept (not their full-size masks) and the kept ones are
+upsampled again after NMS: memory stays at 256 KB per candidate whatever the image size;
+the device transposes them for the column-major RLE, and the host encodes only the columns
+from a mask's first to its last pixel.
 """
 from __future__ import annotations
 
@@ -179,34 +183,55 @@ class SamAutomaticMaskGenerator:
         points = self.point_grids[layer] * np.array(crop_size)[None, ::-1]
         image_box = [0, 0, image.shape[1], image.shape[0]]
         kept = {"low_res": [], "iou_preds": [], "points": [], "stability_score": [], "boxes": []}
-        for start in range(0, len(points), self.points_per_batch):
-            batch = points[start : start + self.points_per_batch]
+        batches = [points[start : start + self.points_per_batch]
+                   for start in range(0, len(points), self.points_per_batch)]
+
+        def decode(batch):
             coords = apply_coords(batch, crop_size, model.img_size)[:, None, :]
-            low_res, iou = predictor.decode(coords, np.ones(coords.shape[:2], np.int32), multimask_output=True)
-            n, h, w, c = low_res.shape
-            iou = np.array(iou.astype(mx.float32)).reshape(-1)  # (point, mask) order, as upstream flattens
-            candidates = np.flatnonzero(iou > self.pred_iou_thresh) if self.pred_iou_thresh > 0 else np.arange(iou.size)
-            batch_done()
-            if candidates.size == 0:
-                continue
-            low_res = mx.take(low_res.transpose(0, 3, 1, 2).reshape(n * c, h, w), mx.array(candidates), axis=0)
-            logits = self._upsample(low_res, predictor)
-            stability = amg.stability_score(logits, model.mask_threshold, self.stability_score_offset)
-            boxes = amg.batched_mask_to_box(logits > model.mask_threshold)
-            near_edge = amg.is_box_near_crop_edge(boxes, crop_box, image_box)
-            mx.eval(stability, boxes, near_edge)
-            stability, boxes, near_edge = np.array(stability), np.array(boxes), np.array(near_edge)
+            outputs = predictor.decode(coords, np.ones(coords.shape[:2], np.int32), multimask_output=True)
+            mx.async_eval(*outputs)
+            return outputs
+
+        def keep_passing(batch, iou, candidates, low_res, stats):
+            """The host's part of a batch whose statistics are computed: the filters, the kept rows."""
+            stability, boxes, near_edge = (np.array(a) for a in stats)
             keep = ~near_edge
             if self.stability_score_thresh > 0:
                 keep &= stability >= self.stability_score_thresh
             if not keep.any():
-                continue
+                return
             rows = np.flatnonzero(keep)
             kept["low_res"].append(mx.take(low_res, mx.array(rows), axis=0))
             kept["iou_preds"].append(iou[candidates[rows]])
-            kept["points"].append(batch[candidates[rows] // c])
+            kept["points"].append(batch[candidates[rows] // (iou.size // len(batch))])  # masks per point
             kept["stability_score"].append(stability[rows])
             kept["boxes"].append(boxes[rows].astype(np.int64))
+
+        # A pipeline, so that the GPU never waits for the host: batch k+1 is decoding while the
+        # host reads batch k's IoUs, and batch k's statistics are computing while the host
+        # filters batch k-1's.
+        decoded = decode(batches[0]) if batches else None
+        pending = None
+        for k, batch in enumerate(batches):
+            low_res, iou = decoded
+            if k + 1 < len(batches):
+                decoded = decode(batches[k + 1])
+            n, h, w, c = low_res.shape
+            iou = np.array(iou.astype(mx.float32)).reshape(-1)  # (point, mask) order, as upstream flattens
+            candidates = np.flatnonzero(iou > self.pred_iou_thresh) if self.pred_iou_thresh > 0 else np.arange(iou.size)
+            if candidates.size:
+                low_res = mx.take(low_res.transpose(0, 3, 1, 2).reshape(n * c, h, w), mx.array(candidates), axis=0)
+                logits = self._upsample(low_res, predictor)
+                boxes = amg.batched_mask_to_box(logits > model.mask_threshold)
+                stats = (amg.stability_score(logits, model.mask_threshold, self.stability_score_offset), boxes,
+                         amg.is_box_near_crop_edge(boxes, crop_box, image_box))
+                mx.async_eval(*stats)
+            if pending is not None:
+                keep_passing(*pending)
+            pending = (batch, iou, candidates, low_res, stats) if candidates.size else None
+            batch_done()
+        if pending is not None:
+            keep_passing(*pending)
         data = {key: np.concatenate(v) if v and key != "low_res" else v for key, v in kept.items()}
         if not kept["boxes"]:
             predictor.reset_image()
@@ -216,13 +241,12 @@ class SamAutomaticMaskGenerator:
         low_res = mx.concatenate(data.pop("low_res"))
         order = _nms(data["boxes"], data["iou_preds"], self.box_nms_thresh)  # duplicates within the crop
         data = _filtered(data, order)
-        masks = self._full_masks(mx.take(low_res, mx.array(order), axis=0), crop_box, image.shape[:2])
+        data["rles"] = self._rles(mx.take(low_res, mx.array(order), axis=0), crop_box, image.shape[:2])
         predictor.reset_image()
         offset = np.array([x0, y0])
         data["boxes"] = data["boxes"] + np.tile(offset, 2)  # back to the image's frame
         data["points"] = data["points"] + offset
         data["crop_boxes"] = np.tile(np.array(crop_box, np.int64), (len(order), 1))
-        data["rles"] = masks
         return data
 
     def _upsample(self, low_res: mx.array, predictor: SamPredictor) -> mx.array:
@@ -230,19 +254,19 @@ class SamAutomaticMaskGenerator:
         logits = predictor.model.postprocess_masks(low_res[..., None], predictor.input_size, predictor.original_size)
         return logits[..., 0]
 
-    def _full_masks(self, low_res: mx.array, crop_box: list[int], image_size: tuple[int, int]) -> list[dict]:
-        """The kept masks, upsampled again and placed in the whole image -> uncompressed RLEs."""
-        x0, y0, x1, y1 = crop_box
+    def _rles(self, low_res: mx.array, crop_box: list[int], image_size: tuple[int, int]) -> list[dict]:
+        """The kept masks, upsampled again and placed in the whole image -> uncompressed RLEs.
+
+        The device transposes the masks (RLE runs down the columns) and finds the columns
+        that hold any pixel; the host encodes only those columns."""
         rles = []
         step = self.points_per_batch * 3
         for start in range(0, low_res.shape[0], step):
-            crop_masks = np.array(self._upsample(low_res[start : start + step], self.predictor)
-                                  > self.predictor.model.mask_threshold)
-            if crop_masks.shape[1:] != tuple(image_size):
-                full = np.zeros((len(crop_masks), *image_size), bool)
-                full[:, y0:y1, x0:x1] = crop_masks
-                crop_masks = full
-            rles += amg.mask_to_rle(crop_masks)
+            masks = self._upsample(low_res[start : start + step], self.predictor) > self.predictor.model.mask_threshold
+            columns = masks.transpose(0, 2, 1)
+            occupied = mx.any(masks, axis=1)
+            mx.eval(columns, occupied)
+            rles += amg.mask_columns_to_rle(np.array(columns), np.array(occupied), crop_box, image_size)
         return rles
 
     @staticmethod

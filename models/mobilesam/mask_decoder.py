@@ -57,6 +57,9 @@ class Attention(nn.Module):
 
     def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
         q, k, v = self._heads(self.q_proj(q)), self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
+        if q.shape[0] != k.shape[0]:  # one image side for many prompt sets (MaskDecoder): broadcast
+            batch = max(q.shape[0], k.shape[0])
+            q, k, v = (mx.broadcast_to(a, (batch, *a.shape[1:])) for a in (q, k, v))
         out = attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
@@ -150,15 +153,20 @@ class MaskDecoder(nn.Module):
         output_tokens = mx.broadcast_to(output_tokens[None], (batch, *output_tokens.shape))
         tokens = mx.concatenate([output_tokens, sparse_prompt_embeddings], axis=1)
 
-        # one image, several prompt sets: the image is repeated per prompt set
-        src = mx.repeat(image_embeddings, batch, axis=0) + dense_prompt_embeddings
-        pos_src = mx.repeat(image_pe, batch, axis=0)
-        b, h, w, c = src.shape
-        hs, src = self.transformer(src, pos_src, tokens)
+        # One image, several prompt sets: the image side is the same for all until the first
+        # image-to-token attention mixes each prompt set in. With one dense embedding for all
+        # (no mask inputs: Sam.prompt_and_decode passes it once) it stays one image until then,
+        # broadcast against the prompt sets (upstream repeats it and computes it per set).
+        if dense_prompt_embeddings.shape[0] == 1:
+            src = image_embeddings + dense_prompt_embeddings
+        else:
+            src = mx.repeat(image_embeddings, batch, axis=0) + dense_prompt_embeddings
+        _, h, w, c = src.shape
+        hs, src = self.transformer(src, image_pe, tokens)
         iou_token_out = hs[:, 0]
         mask_tokens_out = hs[:, 1 : 1 + self.num_mask_tokens]
 
-        upscaled = self.output_upscaling(src.reshape(b, h, w, c))
+        upscaled = self.output_upscaling(src.reshape(batch, h, w, c))
         hyper_in = mx.stack([mlp(mask_tokens_out[:, i]) for i, mlp in enumerate(self.output_hypernetworks_mlps)],
                             axis=1)  # (B, tokens, C')
         b, uh, uw, uc = upscaled.shape

@@ -42,6 +42,8 @@ class Sam(nn.Module):
     def prompt_and_decode(self, features: mx.array, points, boxes, masks, multimask_output: bool):
         """Image embedding (B, 64, 64, 256) + one prompt -> (low-res mask logits (B, 256, 256, C), IoU (B, C))."""
         sparse, dense = self.prompt_encoder(points, boxes, masks)
+        if masks is None:  # the same no-mask embedding for every prompt set: the decoder shares its image side
+            dense = dense[:1]
         return self.mask_decoder(features, self.prompt_encoder.get_dense_pe(), sparse, dense, multimask_output)
 
     def preprocess(self, image: np.ndarray) -> mx.array:
@@ -58,10 +60,14 @@ class Sam(nn.Module):
         """Low-res logits (B, 256, 256, C) -> (B, H, W, C) float32 logits at the original image size.
 
         Bilinear (align_corners=False) to S x S, crop the padding away, bilinear to
-        the original size: two resizes, as upstream, not one.
+        the original size: two resizes, as upstream, not one. The second is skipped when the
+        sizes already agree (a 1024 x 1024 image): a resize to the same size is the identity
+        (weights 1 and 0; PyTorch copies too), and it costs a full-size pass per mask.
         """
         masks = resize(masks.astype(mx.float32), (self.img_size, self.img_size), mode="bilinear")
         masks = masks[:, : input_size[0], : input_size[1]]
+        if masks.shape[1:3] == tuple(original_size):
+            return masks
         return resize(masks, tuple(original_size), mode="bilinear")
 
     def predictor(self) -> SamPredictor:
