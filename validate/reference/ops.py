@@ -38,7 +38,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     elif groups == 1:
         # im2col + a matrix product, over at most IM2COL_CHUNK patch elements at a time: the patch
         # matrix of a wide kernel on a large map would take gigabytes (each output row is the same
-        # dot product either way)
+        # dot product; BLAS may sum it in another order: float64 roundoff, ~1e-16)
         patches = win.transpose(0, 2, 3, 1, 4, 5)  # N, Ho, Wo, C, kh, kw (a view)
         flat = weight.reshape(cout, -1).T
         out = np.empty((n, ho, wo, cout), np.result_type(x, weight))
