@@ -51,6 +51,8 @@ class Report:
     def coverage(self, dtype: str | None = None) -> list[dict]:
         """The coverage matrix of ``dtype``'s run (default: the first): layer, module, op, implementation."""
         dtype = dtype or self.dtypes[0]
+        if dtype not in self.dtypes:
+            raise ZooError(f"this report has no {dtype} run (it has {', '.join(self.dtypes)})")
         return next(m.coverage for m in self.modes if m.dtype == dtype)
 
     def to_dict(self) -> dict:
