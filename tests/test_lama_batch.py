@@ -5,6 +5,8 @@ EXIF orientation), each with an ICC profile and EXIF tags, and masks of other
 sizes and names (a.png <- a.png, a_mask.png, a.jpg). Hole rectangles sit on the
 masks' scale factors, so the hole at image resolution is known exactly.
 """
+import sys
+
 import numpy as np
 import pytest
 from PIL import ExifTags, Image, ImageCms
@@ -174,7 +176,8 @@ def test_bad_files_one_line_each_the_rest_processed(tmp_path, capsys):
     assert "lama: 2 inpainted, 4 failed (see the error lines)" in err.splitlines()[-1]
 
 
-def test_one_mask_for_all_resized_threshold_and_dilation(tmp_path, capsys):
+def test_one_mask_for_all_resized_threshold_and_dilation(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar shows on a terminal only
     rng = np.random.default_rng(2)
     images = tmp_path / "images"
     images.mkdir()
