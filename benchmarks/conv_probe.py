@@ -103,7 +103,6 @@ def probe(name: str, batch: int, dtype: str, repeats: int, device: str) -> dict:
             else:
                 row["im2col"] = measure(lambda: im2col_conv(xin, w, stride, padding), 0, repeats)
         rows.append(row)
-        del xin, w
     rows.sort(key=lambda r: -r["cudnn"]["workspace_mib"])
     total = lambda key: round(sum(r["count"] * r[key]["ms"] for r in rows if key in r), 3)  # noqa: E731
     best = round(sum(r["count"] * min(v["ms"] for k, v in r.items() if k in ("cudnn", "matmul", "im2col"))

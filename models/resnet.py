@@ -18,6 +18,7 @@ from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import UsageError, ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
+from zoo.kernels import cpu as cpu_ops
 from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, Sequential, conv_bn
 
 DEPTHS = {
@@ -191,10 +192,13 @@ class ResNet(nn.Module):
         x = self.avgpool(x).reshape(x.shape[0], -1)
         if pre_logits or "fc" not in self:
             return x
-        # one image at a time: OpenBLAS rounds a row of a product differently with other rows around it
-        # (its kernels for a few rows), and a batch must give each image its batch-of-one logits; the
-        # head is a vector-matrix product per image, small beside the convolutions
-        return mx.concatenate([self.fc(row) for row in mx.split(x, x.shape[0])]) if x.shape[0] > 1 else self.fc(x)
+        if x.shape[0] > 1 and cpu_ops.on_cpu():
+            # one image at a time on the CPU: OpenBLAS rounds a row of a product differently with other
+            # rows around it (its kernels for a few rows), and a batch must give each image its
+            # batch-of-one logits; the head is a vector-matrix product per image, small beside the
+            # convolutions. On the GPU the batch stays one matmul.
+            return mx.concatenate([self.fc(row) for row in mx.split(x, x.shape[0])])
+        return self.fc(x)
 
     def __call__(self, x: mx.array):
         """x: (N, H, W, 3) normalised image -> (N, num_classes) logits; features_only: the picked NHWC maps.

@@ -4,6 +4,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 from safetensors.numpy import save_file
 
 from zoo.weights.synthetic import read_manifest, synthetic_state_dict
@@ -39,6 +40,25 @@ def parity_run(spec, model, state_dict: dict, dtype: str = "float32", **case_opt
         setattr(settings, name, value)
     inputs = case.make_inputs(spec, settings)
     return engine.Run(spec, model, state_dict, case, inputs, dtype)
+
+
+def cli_inputs(root: Path) -> Path:
+    """The files the command-line tests name: ok.jpg, imgs/a.jpg, mask.png (a rectangular hole), zero.pt."""
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(root / "ok.jpg")
+    (root / "imgs").mkdir()
+    Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(root / "imgs" / "a.jpg")
+    mask = np.zeros((48, 64), np.uint8)
+    mask[10:30, 20:40] = 255
+    Image.fromarray(mask).save(root / "mask.png")
+    (root / "zero.pt").write_bytes(b"")
+    return root
+
+
+def file_tree(root: Path) -> dict[str, str]:
+    """Every file and folder under ``root`` with its sha256: equal before and after = nothing written."""
+    return {str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*"))}
 
 
 def cli_error(argv: list[str], capsys) -> str:

@@ -5,7 +5,6 @@ The table is the test's input: a row is run as written (in a folder of the files
 a row added without a working command fails here, and a message changed in the code but not in the
 docs fails too.
 """
-import hashlib
 import io
 import re
 import shlex
@@ -20,7 +19,7 @@ from safetensors.numpy import save_file
 
 import zoo
 import zoo.models.lama
-from conftest import synthetic_checkpoint
+from conftest import cli_inputs, file_tree, synthetic_checkpoint
 from test_bombs import TIB, forged_png, legacy_file, safetensors_bytes
 from zoo.errors import ZooError
 
@@ -34,24 +33,11 @@ def table(section: str) -> list[tuple]:
     return [ROW.match(line).groups() for line in text.splitlines() if line.startswith("| E")]
 
 
-def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*"))}
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> Path:
     """The files the table's commands name."""
-    root = tmp_path_factory.mktemp("errors")
-    rng = np.random.default_rng(0)
-    Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(root / "ok.jpg")
-    (root / "imgs").mkdir()
-    Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(root / "imgs" / "a.jpg")
-    mask = np.zeros((48, 64), np.uint8)
-    mask[10:30, 20:40] = 255
-    Image.fromarray(mask).save(root / "mask.png")
+    root = cli_inputs(tmp_path_factory.mktemp("errors"))
     (root / "zero.jpg").write_bytes(b"")
-    (root / "zero.pt").write_bytes(b"")
     (root / "text.jpg").write_text("hello, not a picture\n")
     jpeg = (root / "ok.jpg").read_bytes()
     (root / "trunc.jpg").write_bytes(jpeg[: len(jpeg) // 2])
@@ -93,12 +79,12 @@ def run_row(command: str) -> tuple[str, str]:
 def test_each_row_gives_its_one_line(files, monkeypatch, row):
     _, _, command, outcome, message = row
     monkeypatch.chdir(files)
-    before = tree(files)
+    before = file_tree(files)
     got, err = run_row(command)
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert "Traceback" not in err
     assert (got, errors) == (outcome, [f"error: {message}"])
-    assert tree(files) == before  # nothing written, nothing created
+    assert file_tree(files) == before  # nothing written, nothing created
 
 
 def test_rows_are_numbered_once():

@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from conftest import cli_inputs, file_tree
 from torch_writer import Call, Glob, module, write_torch_zip
 from zoo.errors import ZooError
 from zoo.images import image_size, load_image
@@ -417,26 +418,14 @@ def working_directory(folder: Path):
 
 @pytest.fixture(scope="module")
 def cli_folder(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("cli")
-    rng = np.random.default_rng(0)
-    Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(root / "ok.jpg")
-    (root / "imgs").mkdir()
-    Image.fromarray(rng.integers(0, 255, (48, 64, 3), dtype=np.uint8)).save(root / "imgs" / "a.jpg")
-    Image.fromarray(np.zeros((48, 64), np.uint8)).save(root / "mask.png")
-    (root / "zero.pt").write_bytes(b"")
-    return root
-
-
-def tree(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*"))}
+    return cli_inputs(tmp_path_factory.mktemp("cli"))
 
 
 def one_error_line(main, argv: list[str], folder: Path) -> None:
     """``main(argv)`` ends with exit 1 or 2 and exactly one ``error:`` line, or prints help (exit 0);
     no traceback, no internal error, nothing written. The weights are an empty file, so no
     command line gets as far as running a model."""
-    before = tree(folder)
+    before = file_tree(folder)
     out, err = io.StringIO(), io.StringIO()
     with working_directory(folder), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
@@ -450,7 +439,7 @@ def one_error_line(main, argv: list[str], folder: Path) -> None:
     assert code in (1, 2), (code, lines)
     assert [line for line in lines if line.startswith("error:")] == lines[-1:], lines
     assert "Traceback" not in err.getvalue() and "internal error" not in err.getvalue(), lines
-    assert tree(folder) == before
+    assert file_tree(folder) == before
 
 
 @FUZZ

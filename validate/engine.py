@@ -13,7 +13,6 @@ depends on the dtype and mode (docs/validation.md says why).
 from __future__ import annotations
 
 import fnmatch
-import functools
 import importlib
 import math
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ import mlx.core as mx
 import numpy as np
 
 from zoo import devices
+from zoo.blas import return_freed_memory
 from zoo.compiled import eager
 from zoo.errors import ZooError
 from zoo.kernels.coverage import MLX_OP
@@ -277,30 +277,7 @@ def coverage_rows(records) -> list[dict]:
     return rows
 
 
-RETURN_BYTES = 256 << 20
-
-
-def return_freed_memory() -> None:
-    """Hand freed heap memory back to the system (glibc's malloc_trim; elsewhere nothing).
-
-    The dropped MLX arrays' buffers stay in malloc's heap, fragmented between the reference's
-    allocations: without this the run's RSS keeps every layer it has dropped (measured: mobilesam
-    3.5 GB at the end of a pass, 0.2 GB after a trim)."""
-    libc = _libc()
-    if libc is not None:
-        libc.malloc_trim(0)
-
-
-@functools.lru_cache(maxsize=1)
-def _libc():
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
+RETURN_BYTES = 256 << 20  # dropped MLX values between two hand-backs of freed memory (zoo.blas)
 
 
 class _Feed:

@@ -35,11 +35,9 @@ from PIL import Image
 from tqdm import tqdm
 
 from .errors import UsageError
-from .files import Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, write_atomic
-from .sources import Chain, Files, FrameSource, Item, Source, open_source
-
-MASK_ALPHA = 0.5  # overlay: how much of the class colour covers a masked pixel
-
+from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
+                    save_png, write_atomic)
+from .sources import Item, open_source, planned_names
 
 @dataclass
 class Annotation:
@@ -191,7 +189,7 @@ class Outputs:
         written = []
         if self.save_masks:
             for i, mask in enumerate(annotation.masks):
-                written.append(save_png(Image.fromarray(mask.astype(np.uint8) * 255), self.mask(name, i)))
+                written.append(save_mask(mask, self.mask(name, i)))
             for stale in set(self.existing_masks(name)) - set(written):  # an earlier run's extra masks
                 stale.unlink(missing_ok=True)
         if self.save_overlay:
@@ -201,33 +199,17 @@ class Outputs:
         return written
 
 
-def save_png(image: Image.Image, path: Path) -> Path:
-    return write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
-
-
 def overlay(rgb: np.ndarray, annotation: Annotation, names: dict[int, str]) -> Image.Image:
     """Each mask in its class's colour over the image, then the detector's boxes and labels."""
-    from .results import Results, class_colour
+    from .results import Results, blend_masks, class_colour
 
-    out = rgb.astype(np.float32)
-    for mask, cls in zip(annotation.masks, annotation.classes):
-        out[mask] = (1 - MASK_ALPHA) * out[mask] + MASK_ALPHA * np.array(class_colour(int(cls)), np.float32)
-    blended = np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    blended = blend_masks(rgb, annotation.masks, [class_colour(int(cls)) for cls in annotation.classes])
     det = np.concatenate([annotation.boxes, annotation.scores[:, None], annotation.classes[:, None]], axis=1)
     result = Results(blended[..., ::-1], annotation.path, names, det.astype(np.float32))
     return result.plot(pil=True)
 
 
 # ---- the whole run ---------------------------------------------------------------------------------
-
-def planned_names(source: Source) -> list[str] | None:
-    """The output names of a source's items, known before decoding; None when it holds videos or cameras
-    (their frames are named as they are decoded)."""
-    parts = source.sources if isinstance(source, Chain) else [source]
-    if any(isinstance(p, FrameSource) or (isinstance(p, Files) and p.videos) for p in parts):
-        return None
-    return [item.name for item in source]
-
 
 def default_output_dir(data) -> Path:
     """ultralytics' default: ``<data>_auto_annotate_labels`` beside a single input path."""
@@ -238,49 +220,45 @@ def default_output_dir(data) -> Path:
     return data.parent / f"{data.stem}_auto_annotate_labels"
 
 
+def load_model(given, weights, dtype: str, role: str, family: str, label: str, model_class, names: str, files: str):
+    """The model for ``role`` (detector, segmenter): ``given`` is a loaded ``model_class``, a registered
+    name of ``family`` or a checkpoint path (read as ``family``, refused when the family's ``holds``
+    says it is none of its). ``label`` names the family, ``names`` and ``files`` say what to pass
+    instead, in the one-line errors."""
+    from zoo import registry
+
+    if isinstance(given, model_class):
+        return given
+    if not isinstance(given, (str, Path)):
+        raise UsageError(f"{role} is a {type(given).__name__}: pass {names}, {files} or a loaded model (zoo.load)")
+    if weights is None and registry.is_weights_file(given):
+        given, weights = family, given
+    spec = registry.get_spec(str(given))
+    if spec.family != family:
+        raise UsageError(f"{role} {given} is a {spec.task} model: pass {names} or its checkpoint")
+    read = registry.read_weights(spec, weights)
+    holds = getattr(registry.family(spec), "holds", None)  # other tasks' YOLOv8 heads are refused when built
+    if holds is not None and not holds(read.state_dict, read.meta):
+        raise UsageError(f"{role} {weights} holds no {label} model: pass {files}")
+    return registry.build(spec, read, dtype)
+
+
 def load_detector(det_model, weights=None, dtype: str = "float32"):
-    """A YOLOv8 detector from a registered name, a checkpoint path or a loaded model; anything else is refused."""
+    """A YOLOv8 detector from a registered name, a checkpoint path (a trained best.pt) or a loaded model."""
     from zoo import registry
     from zoo.models.yolov8 import DetectionModel
 
-    if isinstance(det_model, DetectionModel):
-        return det_model
-    if not isinstance(det_model, (str, Path)):
-        raise UsageError(f"det_model is a {type(det_model).__name__}: pass a YOLOv8 name (yolov8n ... yolov8x), "
-                         "a checkpoint path or a model from zoo.load('yolov8n')")
-    if weights is None and registry.is_weights_file(det_model):
-        from zoo.models import yolov8
-        from zoo.weights.checkpoint import read_checkpoint_with_meta
-
-        state_dict, meta = read_checkpoint_with_meta(det_model)
-        state_dict = yolov8.sanitize(state_dict, meta)
-        if not yolov8.holds(state_dict, meta):  # other tasks' YOLOv8 heads are refused by name when built
-            raise UsageError(f"detector {det_model} holds no YOLOv8 model: pass a YOLOv8 detection checkpoint "
-                             "(yolov8n.pt, a trained best.pt)")
-        return registry.build(registry.get_spec("yolov8"), registry.Weights(state_dict, str(det_model), meta), dtype)
-    spec = registry.get_spec(str(det_model))
-    if spec.task != "detect":
-        raise UsageError(f"detector {det_model} is a {spec.task} model: pass a YOLOv8 detector "
-                         f"({', '.join(registry.list_models(task='detect'))}) or its checkpoint")
-    return registry.build(spec, registry.read_weights(spec, weights), dtype)
+    return load_model(det_model, weights, dtype, "detector", "yolov8", "YOLOv8", DetectionModel,
+                      f"a YOLOv8 detector ({', '.join(registry.list_models(task='detect'))})",
+                      "a YOLOv8 detection checkpoint (yolov8n.pt, a trained best.pt)")
 
 
 def load_sam(sam_model, weights=None, dtype: str = "float32"):
     """MobileSAM from its name, a checkpoint path or a loaded model."""
-    from zoo import registry
     from zoo.models.mobilesam import Sam
 
-    if isinstance(sam_model, Sam):
-        return sam_model
-    if not isinstance(sam_model, (str, Path)):
-        raise UsageError(f"sam_model is a {type(sam_model).__name__}: pass 'mobilesam', a MobileSAM checkpoint "
-                         "path or a model from zoo.load('mobilesam')")
-    if weights is None and registry.is_weights_file(sam_model):
-        sam_model, weights = "mobilesam", sam_model
-    spec = registry.get_spec(str(sam_model))
-    if spec.family != "mobilesam":
-        raise UsageError(f"sam_model {sam_model} is a {spec.task} model, not SAM: pass mobilesam or its checkpoint")
-    return registry.build(spec, registry.read_weights(spec, weights), dtype)
+    return load_model(sam_model, weights, dtype, "segmenter", "mobilesam", "MobileSAM", Sam, "mobilesam",
+                      "a MobileSAM checkpoint")
 
 
 def auto_annotate(data, det_model="yolov8n", sam_model="mobilesam", device: str | None = None, conf: float = 0.25,

@@ -53,6 +53,19 @@ def keep_freed_memory() -> None:
         return
     if ok:
         _state["malloc"] = "glibc, freed memory kept for reuse (M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB)"
+
+
+def return_freed_memory() -> None:
+    """Hand freed heap memory back to the system now (glibc's malloc_trim; elsewhere nothing).
+
+    keep_freed_memory keeps up to 1 GiB of freed blocks for reuse, fragmented between live ones;
+    a caller that frees much and will not reuse it (the validator, dropping each layer once
+    judged) calls this so its resident memory does not keep every block it dropped."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 _library: ctypes.CDLL | None = None
 
 

@@ -41,6 +41,16 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
     return path
 
 
+def save_png(image: Image.Image, path: str | Path) -> Path:
+    """A PIL image written whole (write_atomic) as PNG."""
+    return write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
+
+
+def save_mask(mask, path: str | Path) -> Path:
+    """An (H, W) bool mask as a PNG, white = inside, written whole."""
+    return save_png(Image.fromarray(mask.astype("uint8") * 255), path)
+
+
 def _resolved(path: str | Path) -> Path:
     try:
         return Path(path).expanduser().resolve()

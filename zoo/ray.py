@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import os
+from abc import ABC, abstractmethod
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,7 @@ def assigned_cpus() -> float | None:
     return ray.get_runtime_context().get_assigned_resources().get("CPU")
 
 
-class _Task:
+class _Task(ABC):
     """One model per actor. Only strings cross the wire: the model is built here, in the actor."""
 
     task: str
@@ -123,13 +124,13 @@ class _Task:
         out["error"] = np.array(errors, dtype=object)
         return out
 
+    @abstractmethod
     def predict(self, images: list[np.ndarray], batch: dict, rows: list[int]) -> dict[str, list]:
         """Results of the readable rows (``rows``: their positions in ``batch``), one list per column."""
-        raise NotImplementedError
 
+    @abstractmethod
     def empty(self, rows: int) -> dict[str, list]:
         """Each output column as it stands for a row that failed."""
-        raise NotImplementedError
 
 
 def row_image(batch: dict, i: int) -> np.ndarray:

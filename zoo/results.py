@@ -35,6 +35,17 @@ def class_colour(class_id: int) -> tuple[int, int, int]:
     return PALETTE[class_id % len(PALETTE)]
 
 
+MASK_ALPHA = 0.5  # how much of its colour covers a masked pixel
+
+
+def blend_masks(rgb: np.ndarray, masks, colours) -> np.ndarray:
+    """(H, W, 3) uint8 with each (H, W) bool mask in its colour over the image, in order (the last on top)."""
+    out = rgb.astype(np.float32)
+    for mask, colour in zip(masks, colours):
+        out[mask] = (1 - MASK_ALPHA) * out[mask] + MASK_ALPHA * np.array(colour, np.float32)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
 def text_colour(background: tuple[int, int, int]) -> tuple[int, int, int]:
     """Black on light colours, white on dark ones (ITU-R BT.601 luma)."""
     r, g, b = background

@@ -65,6 +65,7 @@ import glob as globlib
 import json
 import os
 import sys
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -136,7 +137,7 @@ class UniqueNames:
         return name
 
 
-class Source:
+class Source(ABC):
     """An iterable of Items in a fixed order. ``total``: how many it yields, None when unknown (cameras)."""
 
     kind = "source"
@@ -145,9 +146,9 @@ class Source:
     def __iter__(self) -> Iterator[Item]:
         return self.items(0, UniqueNames())
 
+    @abstractmethod
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
         """The Items, numbered from ``start``, their names made unique with ``names`` (shared when chained)."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(total={self.total})"
@@ -334,9 +335,9 @@ class FrameSource(Source):
         self.frames: int | None = None
         self.counted = False  # frames is the container's own count, not duration x rate
 
+    @abstractmethod
     def open(self):
         """A fresh (container, video stream) pair, or a one-line ZooError."""
-        raise NotImplementedError
 
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
         av = import_av()
@@ -537,6 +538,15 @@ def input_paths(source: Source) -> list[Path]:
     if isinstance(source, Video) and not source.path.startswith(STREAM_SCHEMES):
         return [Path(source.path)]
     return []
+
+
+def planned_names(source: Source) -> list[str] | None:
+    """The output names of a source's items, known before decoding; None when it holds videos or cameras
+    (their frames are named as they are decoded)."""
+    parts = source.sources if isinstance(source, Chain) else [source]
+    if any(isinstance(p, FrameSource) or (isinstance(p, Files) and p.videos) for p in parts):
+        return None
+    return [item.name for item in source]
 
 
 def open_path(text: str, recursive: bool, vid_stride: int) -> Source:

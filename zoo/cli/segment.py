@@ -30,20 +30,19 @@ import numpy as np
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from zoo.annotate import planned_names
 from zoo.cli import usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
-                       refuse_inputs, write_atomic)
+                       refuse_inputs, save_mask, save_png, write_atomic)
 from zoo.images import IMAGE_SUFFIXES, image_size, load_image
 from zoo.models.mobilesam.automatic_mask_generator import SamAutomaticMaskGenerator
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
-from zoo.sources import Files, open_source
+from zoo.results import blend_masks, class_colour
+from zoo.sources import Files, open_source, planned_names
 
 # overlay colours per object (RGB), then points: foreground green, background red
 COLOURS = ((30, 144, 255), (255, 140, 0), (50, 205, 50), (220, 20, 60), (148, 0, 211), (0, 206, 209))
 POINT_COLOURS = {1: (0, 255, 0), 0: (255, 0, 0)}
-OVERLAY_ALPHA = 0.5
 
 
 # --everything's options: the generator's parameters (upstream's names and defaults; None = its default)
@@ -156,10 +155,6 @@ def checked_prompts(size: tuple[int, int], prompts: list[dict]) -> list[dict]:
     return out
 
 
-def _save_png(image: Image.Image, path: Path) -> None:
-    write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
-
-
 def remove_stale_masks(out: Path, stem: str, keep: set[str]) -> None:
     """Delete the mask PNGs of ``stem`` that a previous run wrote and the new JSON does not list
     (only with --overwrite: without it, check_arguments refused an --out holding them)."""
@@ -183,17 +178,10 @@ def mask_bbox(mask: np.ndarray) -> list[int] | None:
     return [int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())]
 
 
-def blend(rgb: np.ndarray, masks, colours) -> Image.Image:
-    """Each mask in its colour over the image, in order (the last on top)."""
-    out = rgb.astype(np.float32)
-    for mask, colour in zip(masks, colours):
-        out[mask] = (1 - OVERLAY_ALPHA) * out[mask] + OVERLAY_ALPHA * np.array(colour, np.float32)
-    return Image.fromarray(np.clip(np.rint(out), 0, 255).astype(np.uint8))
-
-
 def overlay(rgb: np.ndarray, objects: list[dict]) -> Image.Image:
     """The best mask of each object blended over the image, with its points and box drawn."""
-    image = blend(rgb, [obj["best_mask"] for obj in objects], [COLOURS[k % len(COLOURS)] for k in range(len(objects))])
+    image = Image.fromarray(blend_masks(rgb, [obj["best_mask"] for obj in objects],
+                                        [COLOURS[k % len(COLOURS)] for k in range(len(objects))]))
     draw = ImageDraw.Draw(image)
     radius = max(3, round(max(rgb.shape[:2]) / 200))
     for k, obj in enumerate(objects):
@@ -220,7 +208,7 @@ def segment_prompts(model, rgb: np.ndarray, item, prompts: list[dict], multimask
         entries = []
         for j, (mask, score) in enumerate(zip(masks, scores)):
             path = out / f"{stem}_object{k}_mask{j}.png"
-            _save_png(Image.fromarray(mask.astype(np.uint8) * 255), path)
+            save_mask(mask, path)
             entries.append({"file": path.name, "score": float(score), "bbox_xyxy": mask_bbox(mask),
                             "area": int(mask.sum())})
         objects.append({"prompt": prompt, "best_mask": masks[best]})
@@ -233,7 +221,7 @@ def segment_prompts(model, rgb: np.ndarray, item, prompts: list[dict], multimask
             "masks": entries,
         })
     overlay_path = out / f"{stem}_overlay.png"
-    _save_png(overlay(rgb, objects), overlay_path)
+    save_png(overlay(rgb, objects), overlay_path)
     height, width = rgb.shape[:2]
     summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "objects": records}
@@ -256,7 +244,6 @@ def segment_prompts(model, rgb: np.ndarray, item, prompts: list[dict], multimask
 def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path) -> None:
     """Every mask of one image: a PNG per mask, the COCO-RLE records as JSON, an overlay of all masks."""
     from zoo.models.mobilesam import amg
-    from zoo.results import class_colour
 
     with tqdm(desc=f"{item.name}: everything", unit="batch", file=sys.stderr, leave=False) as bar:
         def progress(done, total, crop, crops):
@@ -271,11 +258,12 @@ def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path
     entries = []
     for i, (mask, record) in enumerate(zip(masks, records)):
         path = out / f"{item.name}_everything{i}.png"
-        _save_png(Image.fromarray(mask.astype(np.uint8) * 255), path)
+        save_mask(mask, path)
         entries.append({"file": path.name, **record})
     by_area = sorted(range(len(masks)), key=lambda i: -records[i]["area"])  # small masks drawn last, on top
     overlay_path = out / f"{item.name}_overlay.png"
-    _save_png(blend(rgb, [masks[i] for i in by_area], [class_colour(i) for i in by_area]), overlay_path)
+    save_png(Image.fromarray(blend_masks(rgb, [masks[i] for i in by_area], [class_colour(i) for i in by_area])),
+             overlay_path)
     height, width = rgb.shape[:2]
     summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "mode": "everything", "parameters": params, "masks": entries}

@@ -64,16 +64,11 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print("python -m zoo.validate ops [--device gpu|cpu] [--dtype LIST] [--json PATH]: every op the models "
               "run against the numpy reference (ops --help)\n")
-    # the shared peek knows the per-model dtypes only: "all" is this command's
-    peek = [("float32" if a == "all" and i and argv[i - 1] == "--dtype" else a.replace("--dtype=all", "--dtype=float32"))
-            for i, a in enumerate(argv)]
-    spec = registry.get_spec(model_name_from(peek, "python -m zoo.validate"))
+    spec = registry.get_spec(model_name_from(argv, "python -m zoo.validate"))
     case = engine.case_module(spec.family)
     parser = ArgumentParser(prog="python -m zoo.validate", description=__doc__)
     parser.add_argument("model")
-    add_model_arguments(parser)
-    dtype = next(a for a in parser._actions if "--dtype" in a.option_strings)
-    dtype.choices, dtype.help = (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report"
+    add_model_arguments(parser, (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report")
     parser.add_argument("--mode", choices=("both", *engine.MODES), default="both")
     parser.add_argument("--inject", metavar="NAME=KIND",
                         help="perturb one MLX module to prove the validator catches it: KIND zero|noise|nan|drop-residual")
