@@ -192,7 +192,7 @@ def main() -> None:
         report["runs"].append(row)
         print(json.dumps(row), flush=True)
     runs = report["runs"]
-    if len(runs) > 1:  # start-up left out: the cost of each image beyond the smallest N
+    if len({run["n"] for run in runs}) > 1:  # start-up left out: the cost of each image beyond the smallest N
         first, last = runs[0], runs[-1]
         report["marginal_cpu_ms_per_image"] = {
             kind: round(1000 * (last[kind]["cpu_s"] - first[kind]["cpu_s"]) / (last["n"] - first["n"]), 1)

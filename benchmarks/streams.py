@@ -4,18 +4,20 @@
     python benchmarks/streams.py --task classify --n 100 --size 224 --batch 4
     python benchmarks/streams.py --task detect --n 100 1000 --imgsz 64   # YOLOv8n
     python benchmarks/streams.py --task inpaint --n 100 1000             # LaMa, one mask for all
+    python benchmarks/streams.py --task segment --n 100 1000             # MobileSAM, one point per image
     python benchmarks/streams.py --task classify --n 10000               # the long soak (hours on 2 CPU cores)
 
 Each (loop, N) runs in a fresh process (peak RSS is that process's ru_maxrss), over the first N
 of one set of random JPEGs (``--size`` px square, made once in ``--work``). The loops:
 
 * ``plain``: what the CLIs did before zoo.pipeline: one image at a time, decoded in the loop,
-  written as it comes (``model.predict(path)``; ``predict(model, path)``; ``model.inpaint``).
+  written as it comes (``model.predict(path)``; ``predict(model, path)``; ``model.inpaint``;
+  ``set_image`` + ``predict`` at the image's centre point, its three masks as PNGs).
 * ``pipelined``: the CLI itself (``python -m zoo.run ... --jsonl``): decoding on threads ahead of
   the model, ``--batch``.
 
-``same outputs``: the pipelined run's JSONL records (classify, detect) or files (inpaint) equal the
-plain loop's, bit for bit. Weights are ``synthetic:0`` (speed and memory do not depend on them).
+``same outputs``: the pipelined run's JSONL records (classify, detect), files (inpaint) or mask
+PNGs and scores (segment) equal the plain loop's, bit for bit. Weights are ``synthetic:0`` (speed and memory do not depend on them).
 """
 from __future__ import annotations
 
@@ -32,7 +34,14 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-MODELS = {"classify": "resnet18", "detect": "yolov8n", "inpaint": "lama"}
+from zoo.sources import read_jsonl
+
+MODELS = {"classify": "resnet18", "detect": "yolov8n", "inpaint": "lama", "segment": "mobilesam"}
+
+
+def centre(size: int) -> str:
+    """segment's one prompt: a foreground point at the image's centre, as the CLI's --point."""
+    return f"{size // 2},{size // 2}"
 
 
 def make_images(work: Path, n: int, size: int) -> Path:
@@ -68,6 +77,22 @@ def plain(task: str, listing: Path, out: Path, args) -> int:
             hole = load_mask(mask_levels(listing.parent / f"mask{args.size}.png"), (image.height, image.width))
             model.inpaint(image, hole).save(out / Path(path).name, quality=95)
         return len(paths)
+    if task == "segment":
+        from zoo.files import save_mask
+        from zoo.images import load_image
+
+        out.mkdir()
+        predictor = model.predictor()
+        point = np.array([[float(v) for v in centre(args.size).split(",")]])
+        with JsonlWriter(out / "scores.jsonl") as records:
+            for path in paths:
+                predictor.set_image(load_image(path))
+                masks, scores, _ = predictor.predict(point_coords=point, point_labels=np.array([1]),
+                                                     multimask_output=True)
+                for j, mask in enumerate(masks):
+                    save_mask(mask, out / f"{Path(path).stem}_object0_mask{j}.png")
+                records.write({"image": path, "scores": [float(s) for s in scores]})
+        return len(paths)
     with JsonlWriter(out) as records:
         for path in paths:
             if task == "classify":
@@ -89,6 +114,8 @@ def pipelined(task: str, listing: Path, out: Path, args) -> int:
         # lama takes files and folders, not lists: its images are named on the command line
         argv = [MODELS[task], *paths, "--mask", str(listing.parent / f"mask{args.size}.png"), "--out", str(out),
                 "--weights", "synthetic:0"]
+    elif task == "segment":
+        argv += ["--point", centre(args.size), "--multimask", "--out", str(out)]
     elif task == "classify":
         argv += ["--jsonl", str(out), "--batch", str(args.batch)]
     else:
@@ -128,11 +155,17 @@ def worker(args) -> None:
 
 
 def same_outputs(task: str, a: Path, b: Path) -> bool:
+    """``a``: the plain loop's outputs, ``b``: the pipelined run's."""
+    if task == "segment":
+        masks = sorted(p.name for p in a.glob("*_mask*.png"))
+        scores = {Path(r["image"]).stem: r["scores"] for r in read_jsonl(a / "scores.jsonl")}
+        return masks == sorted(p.name for p in b.glob("*_mask*.png")) and all(
+            (a / name).read_bytes() == (b / name).read_bytes() for name in masks) and all(
+            [m["score"] for m in json.loads((b / f"{stem}_masks.json").read_text())["objects"][0]["masks"]] == s
+            for stem, s in scores.items())
     if task == "inpaint":
         return sorted(p.name for p in a.iterdir()) == sorted(p.name for p in b.iterdir()) and all(
             (a / p.name).read_bytes() == (b / p.name).read_bytes() for p in a.iterdir())
-    from zoo.sources import read_jsonl
-
     def results(path):  # timings differ from run to run
         return [{k: v for k, v in r.items() if k != "speed"} for r in read_jsonl(path)]
 
@@ -165,7 +198,7 @@ def main() -> None:
         listing = make_images(work, n, args.size)
         outs, by_loop = {}, {}
         for loop in args.loops:
-            out = work / (f"{args.task}-{loop}-{n}" + ("" if args.task == "inpaint" else ".jsonl"))
+            out = work / (f"{args.task}-{loop}-{n}" + ("" if args.task in ("inpaint", "segment") else ".jsonl"))
             done = subprocess.run([sys.executable, __file__, "--worker", loop, "--task", args.task, "--list",
                                    str(listing), "--out", str(out), "--size", str(args.size), "--batch",
                                    str(args.batch), "--imgsz", str(args.imgsz)],

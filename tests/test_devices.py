@@ -1,4 +1,8 @@
 """One device per process; dtypes are never mixed quietly."""
+import os
+import subprocess
+import sys
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -42,3 +46,17 @@ def test_weights_are_converted_to_the_requested_dtype():
 def test_bad_dtype_name():
     with pytest.raises(ZooError, match="unknown dtype 'float64'"):
         zoo.load("resnet18", weights="synthetic", dtype="float64")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="set on Linux only (MLX's CUDA backend)")
+def test_import_zoo_sets_small_cuda_graphs_unless_the_user_did():
+    def graph_ops(value: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != "MLX_MAX_OPS_PER_BUFFER"}
+        if value is not None:
+            env["MLX_MAX_OPS_PER_BUFFER"] = value
+        code = "import os, zoo; print(os.environ['MLX_MAX_OPS_PER_BUFFER'])"
+        return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              check=True).stdout.strip()
+
+    assert graph_ops(None) == zoo.CUDA_OPS_PER_GRAPH == "6"
+    assert graph_ops("50") == "50"
