@@ -102,9 +102,27 @@ class BatchNorm(nn.BatchNorm):
         if self.training or not self.track_running_stats or not cpu_ops.on_cpu() or "weight" not in self:
             coverage.note("batch_norm", coverage.MLX_OP)
             return super().__call__(x)
-        scale = self.weight.astype(mx.float32) * mx.rsqrt(self.running_var.astype(mx.float32) + self.eps)
-        shift = self.bias.astype(mx.float32) - self.running_mean.astype(mx.float32) * scale
-        return cpu_ops.channel_affine(x, scale, shift)
+        return cpu_ops.channel_affine(x, *self.scale_shift())
+
+    def scale_shift(self) -> tuple[mx.array, mx.array]:
+        """(scale, shift) in float32, computed once and again only when a source array was replaced
+        (weights loaded or cast later): recomputing them took five small ops on every call."""
+        sources = (self.weight, self.bias, self.running_mean, self.running_var, self.eps)
+        kept = self.__dict__.get("_scale_shift")
+        if kept is None or any(a is not b for a, b in zip(sources, kept.sources)):
+            scale = self.weight.astype(mx.float32) * mx.rsqrt(self.running_var.astype(mx.float32) + self.eps)
+            shift = self.bias.astype(mx.float32) - self.running_mean.astype(mx.float32) * scale
+            kept = _ScaleShift(sources, scale, shift)
+            self._scale_shift = kept
+        return kept.scale, kept.shift
+
+
+class _ScaleShift:
+    """A BatchNorm's inference scale and shift with the arrays they were computed from (a plain
+    object, so that nn.Module keeps it out of the parameters)."""
+
+    def __init__(self, sources: tuple, scale: mx.array, shift: mx.array):
+        self.sources, self.scale, self.shift = sources, scale, shift
 
 
 class LayerNorm(nn.LayerNorm):

@@ -98,13 +98,15 @@ def _threads() -> int:
     return int(blas.info().get("threads") or os.cpu_count() or 1)
 
 
-def _host(x: mx.array) -> np.ndarray | None:
+def _host(x: mx.array, *outputs: mx.array) -> np.ndarray | None:
     """x as a contiguous float32 numpy array sharing MLX's buffer where it can; None while
-    MLX is tracing (compile/vmap/grad: there is no data to hand over yet)."""
+    MLX is tracing (compile/vmap/grad: there is no data to hand over yet). ``outputs`` (from
+    ``_output``) are evaluated in the same ``mx.eval``: each evaluation is a round trip to MLX's
+    CPU stream thread, which cost more than the small C routines themselves."""
     if x.dtype != mx.float32:
         x = x.astype(mx.float32)
     try:
-        mx.eval(x)
+        mx.eval(x, *outputs)
     except ValueError:  # "Attempting to eval an array during function transformations"
         return None
     return np.ascontiguousarray(np.asarray(x))
@@ -114,15 +116,19 @@ def _ptr(a: np.ndarray):
     return a.ctypes.data_as(_PTR)
 
 
-def _output(shape) -> tuple[mx.array, np.ndarray]:
-    """A fresh float32 MLX array and a writable numpy view of its buffer, for a C routine to fill.
+def _output(shape) -> mx.array:
+    """A fresh float32 MLX array for a C routine to fill: pass it to ``_host`` (evaluated there,
+    with the input), then write through ``_view``."""
+    return mx.zeros(shape, mx.float32)
+
+
+def _view(out: mx.array) -> np.ndarray:
+    """A writable numpy view of an evaluated ``_output`` array's buffer.
 
     Writing through the view is MLX's documented buffer-protocol behaviour; the array is new
     and referenced nowhere else. This avoids a copy of a numpy result into MLX (mx.array(...)),
     which costs as much as the routine itself on large maps."""
-    out = mx.zeros(shape, mx.float32)
-    mx.eval(out)
-    return out, np.asarray(out)
+    return np.asarray(out)
 
 
 def _ran(op: str, cpu_form) -> None:
@@ -136,12 +142,12 @@ def _like(out: mx.array, x: mx.array) -> mx.array:
 
 def _unary(name: str, x: mx.array, mlx_op) -> mx.array:
     lib = _library() if _fast_path() else None
-    host = _host(x) if lib is not None else None
+    out = _output(x.shape)
+    host = _host(x, out) if lib is not None else None
     _ran(name[4:-4], host)
     if host is None:
         return mlx_op(x)
-    out, view = _output(host.shape)
-    getattr(lib, name)(_ptr(host), _ptr(view), host.size, _threads())
+    getattr(lib, name)(_ptr(host), _ptr(_view(out)), host.size, _threads())
     return _like(out, x)
 
 
@@ -161,14 +167,15 @@ def gelu(x: mx.array) -> mx.array:
 def channel_affine(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
     """x * scale + shift over the last axis (per channel), computed in float32."""
     lib = _library() if _fast_path() else None
-    host = _host(x) if lib is not None else None
+    out = _output(x.shape)
+    host = _host(x, out, scale, shift) if lib is not None else None
     params = (_host(scale), _host(shift)) if host is not None else (None, None)
     _ran("batch_norm (channel affine)", params[0])
     if params[0] is None:
         return (x.astype(mx.float32) * scale + shift).astype(x.dtype)
-    out, view = _output(host.shape)
     c = host.shape[-1]
-    lib.zoo_channel_affine_f32(_ptr(host), _ptr(params[0]), _ptr(params[1]), _ptr(view), host.size // c, c, _threads())
+    lib.zoo_channel_affine_f32(_ptr(host), _ptr(params[0]), _ptr(params[1]), _ptr(_view(out)), host.size // c, c,
+                               _threads())
     return _like(out, x)
 
 
@@ -176,17 +183,17 @@ def softmax(x: mx.array, scale: float = 1.0, bias: mx.array | None = None) -> mx
     """softmax(scale * x + bias) over the last axis (float32 maths for every dtype, as MLX's precise
     softmax); bias broadcasts against x's trailing axes (e.g. attention's per-head (H, N, N))."""
     lib = _library() if _fast_path() else None
-    host = _host(x) if lib is not None and x.ndim else None
+    out = _output(x.shape)
+    host = _host(x, out) if lib is not None and x.ndim else None
     fits = bias is None or (bias.ndim <= x.ndim and tuple(bias.shape) == tuple(x.shape[x.ndim - bias.ndim:]))
     b = _host(bias) if host is not None and bias is not None and fits else None
     _ran("softmax", host is not None and fits and (bias is None or b is not None))
     if host is None or not fits or (bias is not None and b is None):
         scores = x.astype(mx.float32) * scale if scale != 1.0 else x
         return mx.softmax(scores if bias is None else scores + bias, axis=-1, precise=True).astype(x.dtype)
-    out, view = _output(host.shape)
     cols = host.shape[-1]
     lib.zoo_softmax_f32(_ptr(host), None if b is None else _ptr(b), 0 if b is None else b.size // cols, scale,
-                        _ptr(view), host.size // cols, cols, _threads())
+                        _ptr(_view(out)), host.size // cols, cols, _threads())
     return _like(out, x)
 
 
@@ -194,15 +201,15 @@ def layer_norm(x: mx.array, weight: mx.array | None, bias: mx.array | None, eps:
     """mx.fast.layer_norm(x, weight, bias, eps) over the last axis (float32 maths): one threaded
     pass per row in C on the CPU (MLX's runs one float at a time, on one thread)."""
     lib = _library() if _fast_path() else None
-    host = _host(x) if lib is not None and x.ndim else None
+    out = _output(x.shape)
+    host = _host(x, out) if lib is not None and x.ndim else None
     _ran("layer_norm", host)
     if host is None:
         return mx.fast.layer_norm(x, weight, bias, eps)
     cols = host.shape[-1]
     w = _host(weight) if weight is not None else np.ones(cols, np.float32)
     b = _host(bias) if bias is not None else np.zeros(cols, np.float32)
-    out, view = _output(host.shape)
-    lib.zoo_layer_norm_f32(_ptr(host), _ptr(w), _ptr(b), eps, _ptr(view), host.size // cols, cols, _threads())
+    lib.zoo_layer_norm_f32(_ptr(host), _ptr(w), _ptr(b), eps, _ptr(_view(out)), host.size // cols, cols, _threads())
     return _like(out, x)
 
 
@@ -213,15 +220,15 @@ def split_heads(x: mx.array, heads: int, parts: int = 3) -> tuple[mx.array, ...]
     b, n, width = x.shape
     d = width // (heads * parts)
     lib = _library() if _fast_path() and parts <= 3 else None
-    host = _host(x) if lib is not None else None
+    outs = [_output((b, heads, n, d)) for _ in range(parts)]
+    host = _host(x, *outs) if lib is not None else None
     _ran("split_heads", host)
     if host is None:
         split = x.reshape(b, n, heads, parts, d).transpose(3, 0, 2, 1, 4)
         return tuple(split[i] for i in range(parts))
-    outs = [_output((b, heads, n, d)) for _ in range(parts)]
-    views = [_ptr(view) for _, view in outs] + [None] * (3 - parts)
+    views = [_ptr(_view(out)) for out in outs] + [None] * (3 - parts)
     lib.zoo_split_heads_f32(_ptr(host), *views, b, n, heads, parts, d, _threads())
-    return tuple(_like(out, x) for out, _ in outs)
+    return tuple(_like(out, x) for out in outs)
 
 
 def window_partition(x: mx.array, window: int) -> mx.array:
@@ -231,13 +238,13 @@ def window_partition(x: mx.array, window: int) -> mx.array:
     b, h, w, c = x.shape
     nh, nw = -(-h // window), -(-w // window)
     lib = _library() if _fast_path() else None
-    host = _host(x) if lib is not None else None
+    out = _output((b * nh * nw, window * window, c))
+    host = _host(x, out) if lib is not None else None
     _ran("window_partition", host)
     if host is None:
         x = mx.pad(x, ((0, 0), (0, nh * window - h), (0, nw * window - w), (0, 0)))
         return x.reshape(b, nh, window, nw, window, c).transpose(0, 1, 3, 2, 4, 5).reshape(-1, window * window, c)
-    out, view = _output((b * nh * nw, window * window, c))
-    lib.zoo_window_partition_f32(_ptr(host), _ptr(view), b, h, w, c, window, _threads())
+    lib.zoo_window_partition_f32(_ptr(host), _ptr(_view(out)), b, h, w, c, window, _threads())
     return _like(out, x)
 
 
@@ -248,13 +255,13 @@ def window_merge(x: mx.array, size: tuple[int, int], window: int) -> mx.array:
     c = x.shape[-1]
     b = x.shape[0] // (nh * nw)
     lib = _library() if _fast_path() else None
-    host = _host(x) if lib is not None else None
+    out = _output((b, h, w, c))
+    host = _host(x, out) if lib is not None else None
     _ran("window_merge", host)
     if host is None:
         x = x.reshape(b, nh, nw, window, window, c).transpose(0, 1, 3, 2, 4, 5).reshape(b, nh * window, nw * window, c)
         return x[:, :h, :w]
-    out, view = _output((b, h, w, c))
-    lib.zoo_window_merge_f32(_ptr(host), _ptr(view), b, h, w, c, window, _threads())
+    lib.zoo_window_merge_f32(_ptr(host), _ptr(_view(out)), b, h, w, c, window, _threads())
     return _like(out, x)
 
 
@@ -277,16 +284,17 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0) -> mx.a
     sh, sw = _pair(stride)
     ph, pw = _pair(padding)
     c, kh, kw, _ = weight.shape
-    lib = _library() if _fast_path() and sh == sw else None
-    host = _host(x) if lib is not None else None
+    n, h, w, _ = x.shape
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    lib = _library() if _fast_path() and sh == sw and min(oh, ow) > 0 else None
+    out = _output((n, oh, ow, c)) if lib is not None else None
+    host = _host(x, out) if lib is not None else None
     wt = _host(weight.reshape(c, kh * kw).T) if host is not None else None
     _ran("depthwise conv2d", wt)
     if wt is None:
         return mx.conv2d(x, weight, stride=(sh, sw), padding=(ph, pw), groups=c)
-    n, h, w, _ = host.shape
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-    out, view = _output((n, oh, ow, c))
-    lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), _ptr(view), n, h, w, c, kh, kw, sh, ph, pw, oh, ow, _threads())
+    lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), _ptr(_view(out)), n, h, w, c, kh, kw, sh, ph, pw, oh, ow,
+                                 _threads())
     return _like(out, x)
 
 
@@ -298,20 +306,21 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     sh, sw = _pair(stride)
     ph, pw = _pair(padding)
     co, kh, kw, ci = weight.shape
-    # reflect padding reads in place only where it is defined (smaller than the map): else MLX's
-    # pad says what is wrong
-    lib = _library() if _fast_path() and sh == sw and not (reflect and max(ph - x.shape[1], pw - x.shape[2]) >= 0) else None
-    host = _host(x) if lib is not None else None
+    n, h, w, _ = x.shape
+    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    # reflect padding reads in place only where it is defined (smaller than the map); sizes that
+    # leave no output, or an undefined reflection, go to MLX, whose pad and conv say what is wrong
+    fits = min(oh, ow) > 0 and not (reflect and max(ph - h, pw - w) >= 0)
+    lib = _library() if _fast_path() and sh == sw and fits else None
+    out = _output((n, oh, ow, co)) if lib is not None else None
+    host = _host(x, out) if lib is not None else None
     wt = _host(weight) if host is not None else None
     b = _host(bias) if wt is not None and bias is not None else None
     if wt is None:
         _ran("conv2d", None)
         return _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
-    n, h, w, _ = host.shape
-    oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
-    out, view = _output((n, oh, ow, co))
-    done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(view), n, h, w, ci, co,
-                              kh, kw, sh, ph, pw, int(reflect), oh, ow, _threads())
+    done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, ci,
+                              co, kh, kw, sh, ph, pw, int(reflect), oh, ow, _threads())
     _ran("conv2d", done == 0)
     if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
         return _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
