@@ -1,7 +1,7 @@
 """python -m zoo.bench: options are checked before any work; a run writes the report and the rows.
 
 The test environment has no torch, so these runs time the MLX variants only (the GPU runs
-with the PyTorch peers are documented in benchmarks/README.md)."""
+with the PyTorch peers are documented in docs/speed-gpu.md)."""
 import json
 import subprocess
 import sys

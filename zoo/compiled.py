@@ -4,7 +4,8 @@ Every user path (``model(x)``, ``predict``, ``set_image``/``predict``, ``inpaint
 CLIs) calls its network through a ``CompiledForward``. ``mx.compile`` fuses the
 element-wise chains between the convolutions and matmuls (BatchNorm + activation,
 residual adds, GELU, ...) into single GPU kernels (on an H100, float16, ResNet-50 at
-batch 1 went from 1.17x to 0.51x PyTorch's time: benchmarks/README.md).
+batch 1 went from 1.17x to 0.51x PyTorch's time in issue 10's side-by-side measurement;
+the project's own figures: docs/speed-gpu.md).
 
 - One trace per input signature (shapes, dtypes and the constant arguments): YOLO's
   letterbox shapes, LaMa's padded sizes and SAM's point counts each trace once. At most
