@@ -7,9 +7,10 @@ from . import blas
 blas.preload()  # before anything imports mlx: MLX's Linux CPU backend then calls OpenBLAS
 
 # MLX's CUDA backend (Linux) launches its work as CUDA graphs of up to 100 ops on an H100 and keeps
-# every op's inputs and cuDNN workspace until the graph has run. Graphs of 6 ops made these models
-# faster and their peak memory 2-5x lower (H100, docs/speed-gpu.md). Read once, when MLX first uses
-# the GPU; a value already set is kept. macOS (Metal) is left to MLX: nothing was measured there.
+# every op's inputs and cuDNN workspace until the graph has run. Graphs of 6 ops made these models'
+# float16 forwards faster and their peak memory 1.1-4.2x lower (H100, docs/speed-gpu.md). Read
+# once, when MLX first uses the GPU; a value already set is kept. macOS (Metal) is left to MLX:
+# nothing was measured there.
 CUDA_OPS_PER_GRAPH = "6"
 if sys.platform.startswith("linux"):
     os.environ.setdefault("MLX_MAX_OPS_PER_BUFFER", CUDA_OPS_PER_GRAPH)
