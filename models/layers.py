@@ -4,7 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.compiled import folded
+from zoo.compiled import batch_norm_affine, folded, replaced
 from zoo.kernels import coverage
 from zoo.kernels import cpu as cpu_ops
 
@@ -95,8 +95,7 @@ class Sigmoid(nn.Module):
 
 class BatchNorm(nn.BatchNorm):
     """nn.BatchNorm (same parameters and names); at inference on the CPU one pass of
-    x * scale + shift, scale = weight / sqrt(running_var + eps), shift = bias - mean * scale,
-    as the fold into a convolution computes it."""
+    x * scale + shift (zoo.compiled.batch_norm_affine, as the fold into a convolution uses it)."""
 
     def __call__(self, x: mx.array) -> mx.array:
         if self.training or not self.track_running_stats or not cpu_ops.on_cpu() or "weight" not in self:
@@ -105,14 +104,12 @@ class BatchNorm(nn.BatchNorm):
         return cpu_ops.channel_affine(x, *self.scale_shift())
 
     def scale_shift(self) -> tuple[mx.array, mx.array]:
-        """(scale, shift) in float32, computed once and again only when a source array was replaced
-        (weights loaded or cast later): recomputing them took five small ops on every call."""
+        """zoo.compiled.batch_norm_affine, kept until a source array is replaced (weights loaded or
+        cast later): recomputing it took five small ops on every call."""
         sources = (self.weight, self.bias, self.running_mean, self.running_var, self.eps)
         kept = self.__dict__.get("_scale_shift")
-        if kept is None or any(a is not b for a, b in zip(sources, kept.sources)):
-            scale = self.weight.astype(mx.float32) * mx.rsqrt(self.running_var.astype(mx.float32) + self.eps)
-            shift = self.bias.astype(mx.float32) - self.running_mean.astype(mx.float32) * scale
-            kept = _ScaleShift(sources, scale, shift)
+        if replaced(sources, None if kept is None else kept.sources):
+            kept = _ScaleShift(sources, *batch_norm_affine(self))
             self._scale_shift = kept
         return kept.scale, kept.shift
 

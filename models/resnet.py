@@ -31,11 +31,11 @@ DEPTHS = {
 CLASS_NAMES = Path(__file__).parent / "data" / "imagenet_classes.txt"
 
 
-def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+def conv3x3(cin: int, cout: int, stride: int = 1) -> Conv2d:
+    return Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
 
 
-def conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
+def conv1x1(cin: int, cout: int, stride: int = 1) -> Conv2d:
     return Conv2d(cin, cout, 1, stride=stride, bias=False)
 
 
@@ -120,7 +120,7 @@ class ResNet(nn.Module):
             raise ZooError(f"out_indices {out_indices}: pick distinct feature maps from 0 (stem) to 4 (layer4)")
         if num_classes < 0:
             raise ZooError(f"num_classes {num_classes}: use 0 (no head) or a positive number of classes")
-        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.conv1 = Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
         self.bn1 = BatchNorm(64)
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)

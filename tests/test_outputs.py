@@ -12,18 +12,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import file_tree
 from zoo.errors import ZooError
 from zoo.files import (check_output_file, increment_path, make_output_folder, refuse_inputs,
                        remove_created_folders)
 from zoo.run import main
 
 MISSING_WEIGHTS = "never-read.safetensors"  # a check that passed would reach it and fail differently
-
-
-def tree(root: Path) -> dict[str, str]:
-    """Every file and folder under ``root``: relative path -> sha256 of its bytes ('dir' for folders)."""
-    return {str(p.relative_to(root)): "dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*"))}
 
 
 def save_image(path: Path, seed: int = 0, size=(48, 64)) -> Path:
@@ -41,13 +36,13 @@ def save_mask(path: Path) -> Path:
 
 def refused(argv: list[str], root: Path, capsys, message: str) -> None:
     """The run fails with exactly one `error:` line containing ``message``, no traceback, nothing written."""
-    before = tree(root)
+    before = file_tree(root)
     code = main(argv)
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code != 0 and "Traceback" not in err
     assert len(errors) == 1 and message in errors[0], err
-    assert tree(root) == before
+    assert file_tree(root) == before
 
 
 @pytest.fixture
@@ -112,16 +107,16 @@ SYNTHETIC = ["--weights", "synthetic:0", "--device", "cpu"]
 
 
 def test_classify_json_and_csv(work, capsys):
-    inputs = tree(work)
+    inputs = file_tree(work)
     (work / "old.json").write_text("{}")
     refused(["resnet18", "r2.jpg", "--json", "old.json", *SYNTHETIC], work, capsys, "--json old.json exists: pass --overwrite")
     assert main(["resnet18", "r2.jpg", "--json", "old.json", "--csv", "new.csv", "--overwrite", *SYNTHETIC]) == 0
     assert (work / "old.json").read_text() != "{}" and (work / "new.csv").exists()
-    assert {k: v for k, v in tree(work).items() if k in inputs} == inputs
+    assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
 def test_detect_run_folders_increment_and_outputs_need_exist_ok(work, capsys):
-    inputs = tree(work)
+    inputs = file_tree(work)
     args = ["yolov8n", "real.jpg", "imgs/", "--imgsz", "64", *SYNTHETIC]
     assert main(args) == 0 and main(args) == 0  # ultralytics' runs/detect/predict, predict2
     first, second = work / "runs/detect/predict", work / "runs/detect/predict2"
@@ -131,25 +126,25 @@ def test_detect_run_folders_increment_and_outputs_need_exist_ok(work, capsys):
     assert main([*args, "--out", str(first), "--exist-ok"]) == 0
     assert (first / "real.jpg").read_bytes() != b"an earlier result"
     assert main([*args, "--exist-ok"]) == 0 and not (work / "runs/detect/predict3").exists()  # exist_ok reuses predict
-    assert {k: v for k, v in tree(work).items() if k in inputs} == inputs
+    assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
 def test_segment_outputs_need_overwrite(work, capsys):
-    inputs = tree(work)
+    inputs = file_tree(work)
     args = ["mobilesam", "real.jpg", "--box", "5,5,40,30", *SYNTHETIC]
     assert main(args) == 0
     out = work / "runs/segment/predict"
-    written = tree(out)
+    written = file_tree(out)
     assert "real_masks.json" in written
     refused([*args, "--out", str(out)], work, capsys, "exists: pass --overwrite")
     (out / "real_overlay.png").write_bytes(b"an earlier result")
     assert main([*args, "--out", str(out), "--overwrite"]) == 0
-    assert tree(out) == written  # replaced by the same result
-    assert {k: v for k, v in tree(work).items() if k in inputs} == inputs
+    assert file_tree(out) == written  # replaced by the same result
+    assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
 def test_inpaint_keeps_existing_outputs_without_overwrite(work, capsys):
-    inputs = tree(work)
+    inputs = file_tree(work)
     (work / "out").mkdir()
     (work / "out" / "r2.jpg").write_bytes(b"an earlier result")
     args = ["lama", "r2.jpg", "real.jpg", "--mask", "mask.png", "--out", "out", *SYNTHETIC]
@@ -157,7 +152,7 @@ def test_inpaint_keeps_existing_outputs_without_overwrite(work, capsys):
     assert (work / "out" / "r2.jpg").read_bytes() == b"an earlier result" and (work / "out" / "real.jpg").exists()
     assert main([*args, "--overwrite"]) == 0
     assert (work / "out" / "r2.jpg").read_bytes() != b"an earlier result"
-    assert {k: v for k, v in tree(work).items() if k in inputs} == inputs
+    assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
 def test_validate_json_needs_overwrite(work, capsys):
@@ -165,9 +160,9 @@ def test_validate_json_needs_overwrite(work, capsys):
 
     (work / "report.json").write_text("{}")
     argv = ["resnet18", "--weights", MISSING_WEIGHTS, "--size", "32", "--json", "report.json"]
-    before = tree(work)
+    before = file_tree(work)
     assert validate_main(argv) == 2
-    assert "--json report.json exists: pass --overwrite" in capsys.readouterr().err and tree(work) == before
+    assert "--json report.json exists: pass --overwrite" in capsys.readouterr().err and file_tree(work) == before
     assert validate_main([*argv, "--overwrite"]) == 1  # now past the output check: the weights are read
     assert "never-read.safetensors" in capsys.readouterr().err
 
@@ -177,14 +172,14 @@ def test_results_save_never_replaces_its_image_and_needs_overwrite(work):
 
     image = np.asarray(Image.open(work / "real.jpg"))[..., ::-1]
     result = Results(image, str(work / "real.jpg"), {0: "thing"}, boxes=np.array([[1, 2, 30, 40, 0.9, 0]], np.float32))
-    before = tree(work)
+    before = file_tree(work)
     for overwrite in (False, True):
         with pytest.raises(ZooError, match="is the input file"):
             result.save(work / "real.jpg", overwrite=overwrite)
     (work / "old.png").write_bytes(b"x")
     with pytest.raises(ZooError, match="old.png exists: pass overwrite=True"):
         result.save(work / "old.png")
-    assert tree(work) == {**before, "old.png": hashlib.sha256(b"x").hexdigest()}
+    assert file_tree(work) == {**before, "old.png": hashlib.sha256(b"x").hexdigest()}
     result.save(work / "old.png", overwrite=True)
     assert (work / "old.png").read_bytes() != b"x"
 

@@ -73,6 +73,16 @@ class ModeReport:
     def passed(self) -> bool:
         return self.first_failure is None
 
+    @property
+    def compared(self) -> list[LayerResult]:
+        """The layers both sides have (status not n/a)."""
+        return [r for r in self.layers if r.status != "n/a"]
+
+    @property
+    def worst(self) -> LayerResult | None:
+        """The compared layer with the largest rel err (NaN counts as the largest)."""
+        return max(self.compared, key=lambda r: r.rel if not math.isnan(r.rel) else math.inf, default=None)
+
 
 def case_module(family: str):
     try:
@@ -210,11 +220,12 @@ class Run:
         results: dict[str, LayerResult] = {}
         heatmaps: dict[str, np.ndarray] = {}
         produced: dict[str, int] = {}
-        last = [None, None]  # the value judged last and its name: a block traced again around itself
-        freed = [0]  # bytes of MLX values dropped since memory was last handed back
+        last_name, last_value = None, None  # judged last: a block traced again around itself repeats them
+        freed = 0  # bytes of MLX values dropped since memory was last handed back
 
         def judge(name: str, value) -> None:
-            if last[0] == name and last[1] is value:  # the same value under the same name: same figures
+            nonlocal last_name, last_value, freed
+            if last_name == name and last_value is value:  # the same value under the same name: same figures
                 return
             for key, ref in _flatten(name, value).items():
                 if key not in mlx_values:
@@ -231,21 +242,21 @@ class Run:
                     heatmap = error_map(np.asarray(ref, np.float64), np.asarray(got, np.float64))
                     if heatmap is not None:
                         heatmaps[key] = heatmap
-            last[:] = name, value
+            last_name, last_value = name, value
             record = records.get(name)
             produced[name] = produced.get(name, 0) + 1
             if record is not None and produced[name] >= record.calls:  # the MLX side ran it no more often
                 for key in _flatten(name, record.output):
-                    value = mlx_values.pop(key, (None,))[0]
-                    freed[0] += value.nbytes if isinstance(value, mx.array) else 0
+                    dropped = mlx_values.pop(key, (None,))[0]
+                    freed += dropped.nbytes if isinstance(dropped, mx.array) else 0
                 record.output = record.inputs = None
-                if freed[0] >= RETURN_BYTES:
+                if freed >= RETURN_BYTES:
                     return_freed_memory()
-                    freed[0] = 0
+                    freed = 0
 
         feed = _Feed(records, self.same_layout) if mode == "isolated" else None
         ref_out, trace = self.reference_pass(feed, judge)
-        last[:] = None, None
+        last_name, last_value = None, None
         judge("output", ref_out)
         del ref_out
 

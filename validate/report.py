@@ -10,6 +10,7 @@ import html
 import io
 import json
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
@@ -126,7 +127,7 @@ def _error_plot(modes: list, dtype: str) -> str:
     top = 10.0
     colours = {"end-to-end": "#1f77b4", "isolated": "#ff7f0e"}
     for index, m in enumerate(modes):
-        rows = [r for r in m.layers if r.status != "n/a"]
+        rows = m.compared
         x = list(range(len(rows)))
         y = [min(max(r.rel, floor), top) if math.isfinite(r.rel) else top for r in rows]
         colour = colours.get(m.mode, None)
@@ -161,7 +162,8 @@ def _heatmap(name: str, error) -> str:
     return _png(fig)
 
 
-def _fmt(v: float) -> str:
+def format_error(v: float) -> str:
+    """An error figure as the table prints it: 3 significant digits, "-" for NaN (nothing to compare)."""
     return "-" if isinstance(v, float) and math.isnan(v) else f"{v:.2e}"
 
 
@@ -185,7 +187,7 @@ def _layer_table(modes: list) -> str:
             failed |= r.failed
             flags += [f"{m.mode}: {f}" for f in r.flags]
             cosine = "-" if math.isnan(r.cosine) else f"{r.cosine:.7f}"
-            cells.append(f'<td class="num">{_fmt(r.max_abs)}</td><td class="num">{_fmt(r.rel)}</td>'
+            cells.append(f'<td class="num">{format_error(r.max_abs)}</td><td class="num">{format_error(r.rel)}</td>'
                          f'<td class="num">{cosine}</td><td class="{html.escape(r.status)}">{html.escape(r.status)}</td>')
         cls = "first" if name in first else "fail" if failed else ""
         anchor = f' id="first-{html.escape(modes[0].dtype)}"' if name in first else ""
@@ -195,12 +197,14 @@ def _layer_table(modes: list) -> str:
             + "\n".join(rows) + "</table>")
 
 
+def coverage_counts(rows: list[dict]) -> dict[tuple[str, str], int]:
+    """How many layers ran each (op, implementation) of a coverage matrix, sorted by op."""
+    return dict(sorted(Counter((r["op"], r["implementation"]) for r in rows).items()))
+
+
 def _coverage_section(rows: list[dict]) -> str:
-    counts: dict[tuple, int] = {}
-    for r in rows:
-        counts[(r["op"], r["implementation"])] = counts.get((r["op"], r["implementation"]), 0) + 1
     summary = "".join(f"<tr><td>{html.escape(op)}</td><td>{html.escape(impl)}</td><td class='num'>{n}</td></tr>"
-                      for (op, impl), n in sorted(counts.items()))
+                      for (op, impl), n in coverage_counts(rows).items())
     detail = "".join(f"<tr><td>{html.escape(r['layer'])}</td><td>{html.escape(r['module'])}</td>"
                      f"<td>{html.escape(r['op'])}</td><td>{html.escape(r['implementation'])}</td></tr>" for r in rows)
     return (f"<table><tr><th>op</th><th>implementation</th><th>layers</th></tr>{summary}</table>"
@@ -231,12 +235,11 @@ def render_html(report: Report) -> str:
              "<h2>Summary</h2><table><tr><th>dtype</th><th>mode</th><th>result</th><th>layers within tolerance</th>"
              "<th>tolerance</th><th>worst rel err</th><th>first failing layer</th></tr>"]
     for m in report.modes:
-        compared = [r for r in m.layers if r.status != "n/a"]
-        worst = max(compared, key=lambda r: r.rel if not math.isnan(r.rel) else math.inf, default=None)
+        compared, worst = m.compared, m.worst
         parts.append(f"<tr><td>{m.dtype}</td><td>{m.mode}</td><td class='{'pass' if m.passed else 'FAIL'}'>"
                      f"{'PASS' if m.passed else 'FAIL'}</td><td class='num'>{sum(not r.failed for r in compared)}/"
                      f"{len(compared)}</td><td class='num'>{m.tolerance:g}</td><td>"
-                     f"{'' if worst is None else _fmt(worst.rel) + ' at ' + html.escape(worst.name)}</td>"
+                     f"{'' if worst is None else format_error(worst.rel) + ' at ' + html.escape(worst.name)}</td>"
                      f"<td>{html.escape(m.first_failure or '-')}</td></tr>")
     parts.append("</table>")
     for dtype in report.dtypes:

@@ -39,6 +39,7 @@ from .files import (Inputs, check_new_file, check_output_folder, make_output_fol
                     save_png, write_atomic)
 from .sources import Item, open_source, planned_names
 
+
 @dataclass
 class Annotation:
     """One image's labels. ``classes`` (N,), ``boxes`` (N, 4) x1 y1 x2 y2 pixels and ``scores`` (N,) from the

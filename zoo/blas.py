@@ -66,6 +66,8 @@ def return_freed_memory() -> None:
         libc.malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
 _library: ctypes.CDLL | None = None
 
 

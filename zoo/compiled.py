@@ -89,8 +89,7 @@ class FoldedConvs:
         """Fold again every pair one of whose arrays was replaced since it was folded."""
         for key, (conv, bn) in self.pairs.items():
             sources = _sources(conv, bn)
-            known = self.sources.get(key)
-            if known is None or any(a is not b for a, b in zip(sources, known)):
+            if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
                 self.arrays[key] = _fold(conv, bn)  # evaluated with the first output that uses it
 
@@ -108,10 +107,23 @@ def _sources(conv, bn) -> tuple:
     return conv.weight, conv.get("bias"), bn.weight, bn.bias, bn.running_mean, bn.running_var
 
 
-def _fold(conv, bn) -> dict[str, mx.array]:
+def replaced(sources: tuple, known: tuple | None) -> bool:
+    """Whether arrays derived from ``known`` must be made again from ``sources``: a first time, or
+    one of them is another object (weights loaded or cast since; MLX arrays are never changed in place)."""
+    return known is None or any(a is not b for a, b in zip(sources, known))
+
+
+def batch_norm_affine(bn) -> tuple[mx.array, mx.array]:
+    """An inference BatchNorm as x * scale + shift, in float32: scale = gamma / sqrt(running_var + eps),
+    shift = beta - mean * scale."""
     f32 = mx.float32
     scale = bn.weight.astype(f32) * mx.rsqrt(bn.running_var.astype(f32) + bn.eps)
-    shift = bn.bias.astype(f32) - bn.running_mean.astype(f32) * scale
+    return scale, bn.bias.astype(f32) - bn.running_mean.astype(f32) * scale
+
+
+def _fold(conv, bn) -> dict[str, mx.array]:
+    f32 = mx.float32
+    scale, shift = batch_norm_affine(bn)
     bias = shift if "bias" not in conv else conv.bias.astype(f32) * scale + shift
     weight = conv.weight.astype(f32) * scale.reshape(-1, *(1,) * (conv.weight.ndim - 1))
     return {"weight": weight.astype(conv.weight.dtype), "bias": bias.astype(conv.weight.dtype)}

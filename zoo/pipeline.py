@@ -287,7 +287,8 @@ class Pipeline:
                 chunk.append(Ready(item, data))
                 if len(chunk) == self.batch:
                     yield chunk
-                    chunk = self._report(pending)
+                    chunk = []
+                    self._report(pending)
             if chunk and not self.interrupted:
                 yield chunk
                 self._report(pending)
@@ -296,11 +297,11 @@ class Pipeline:
             pool.shutdown(wait=False, cancel_futures=True)
             feeder.join(timeout=5)
 
-    def _report(self, pending: list[tuple[Item, str]]) -> list:
+    def _report(self, pending: list[tuple[Item, str]]) -> None:
+        """The bad items held back while a batch was gathered, now that the batch is done."""
         for item, error in pending:
             self.fail(item, error)
         pending.clear()
-        return []
 
     def _prepare(self, item: Item):
         try:

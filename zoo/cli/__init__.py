@@ -24,8 +24,9 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...] = tuple(DTYPES),
+def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...] | None = tuple(DTYPES),
                         dtype_help: str | None = None) -> None:
+    """The options every model command takes; ``dtypes``: the --dtype values (None: any, checked later)."""
     parser.add_argument("--weights", help="checkpoint (.safetensors/.pt/.pth/.ckpt/.bin) or synthetic[:SEED]; default: the model's Hub weights")
     parser.add_argument("--device", choices=("gpu", "cpu"), help="default: the GPU when MLX has one")
     parser.add_argument("--dtype", choices=dtypes, default="float32", help=dtype_help)
@@ -35,9 +36,7 @@ def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...]
 def model_name_from(argv: list[str], prog: str) -> str:
     """The MODEL positional, wherever it stands: it decides which options the task has."""
     peek = ArgumentParser(prog=prog, add_help=False)
-    add_model_arguments(peek)
-    for action in peek._actions:  # the values are the task's parser's to check (zoo.validate takes --dtype all)
-        action.choices = None
+    add_model_arguments(peek, dtypes=None)  # the task's parser checks the value (zoo.validate takes --dtype all)
     peek.add_argument("model", nargs="?")
     known, _ = peek.parse_known_args(argv)
     if known.model is not None:

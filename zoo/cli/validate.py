@@ -9,10 +9,7 @@ from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_fro
 from zoo.cli.validate_ops import main as ops_main
 from zoo.files import check_output_file, write_atomic
 from zoo.validate import engine
-
-
-def _fmt(v: float) -> str:
-    return "-" if math.isnan(v) else f"{v:.2e}"
+from zoo.validate.report import coverage_counts, format_error
 
 
 def print_table(report: engine.ModeReport, show: str, with_dtype: bool = False) -> None:
@@ -23,7 +20,7 @@ def print_table(report: engine.ModeReport, show: str, with_dtype: bool = False) 
     for r in rows:
         shape = "x".join(map(str, r.shape))
         cos = "-" if math.isnan(r.cosine) else f"{r.cosine:.7f}"
-        print(f"{r.name:<{width}}  {shape:<20} {_fmt(r.max_abs):>9} {_fmt(r.rel):>9} {cos:>10}  {r.status:<6}  {', '.join(r.flags)}")
+        print(f"{r.name:<{width}}  {shape:<20} {format_error(r.max_abs):>9} {format_error(r.rel):>9} {cos:>10}  {r.status:<6}  {', '.join(r.flags)}")
 
 
 def _title(report: engine.ModeReport, with_dtype: bool) -> str:
@@ -31,13 +28,13 @@ def _title(report: engine.ModeReport, with_dtype: bool) -> str:
 
 
 def summary(report: engine.ModeReport, with_dtype: bool = False) -> str:
-    compared = [r for r in report.layers if r.status != "n/a"]
+    compared = report.compared
     failed = [r for r in compared if r.failed]
-    worst = max(compared, key=lambda r: (r.rel if not math.isnan(r.rel) else math.inf), default=None)
+    worst = report.worst
     line = (f"{_title(report, with_dtype)}: {'PASS' if not failed else 'FAIL'} {len(compared) - len(failed)}/{len(compared)} layers"
             f" within rel err {report.tolerance:g}")
     if worst is not None:
-        line += f"; worst {_fmt(worst.rel)} at {worst.name}" + (f" ({', '.join(worst.flags)})" if worst.flags else "")
+        line += f"; worst {format_error(worst.rel)} at {worst.name}" + (f" ({', '.join(worst.flags)})" if worst.flags else "")
     if failed:
         line += f"; first failing layer: {report.first_failure}"
     return line
@@ -45,12 +42,9 @@ def summary(report: engine.ModeReport, with_dtype: bool = False) -> str:
 
 def print_coverage(rows: list[dict], device: str) -> None:
     """The coverage matrix: per op, the implementation that ran and on how many layers; then per layer."""
-    counts: dict[tuple, int] = {}
-    for r in rows:
-        counts[(r["op"], r["implementation"])] = counts.get((r["op"], r["implementation"]), 0) + 1
     width = max([len(r["layer"]) for r in rows] + [5])
     print(f"\n== coverage on {device}: the implementation each op ran ==")
-    for (op, impl), n in sorted(counts.items()):
+    for (op, impl), n in coverage_counts(rows).items():
         print(f"{op:<36} {impl:<14} {n:>5} layer(s)")
     print()
     for r in rows:

@@ -117,8 +117,8 @@ def _ptr(a: np.ndarray):
 
 
 def _output(shape) -> mx.array:
-    """A fresh float32 MLX array for a C routine to fill: pass it to ``_host`` (evaluated there,
-    with the input), then write through ``_view``."""
+    """A fresh float32 MLX array for a C routine to fill (made only where the C routine will run):
+    pass it to ``_host`` (evaluated there, with the input), then write through ``_view``."""
     return mx.zeros(shape, mx.float32)
 
 
@@ -142,7 +142,7 @@ def _like(out: mx.array, x: mx.array) -> mx.array:
 
 def _unary(name: str, x: mx.array, mlx_op) -> mx.array:
     lib = _library() if _fast_path() else None
-    out = _output(x.shape)
+    out = _output(x.shape) if lib is not None else None
     host = _host(x, out) if lib is not None else None
     _ran(name[4:-4], host)
     if host is None:
@@ -167,7 +167,7 @@ def gelu(x: mx.array) -> mx.array:
 def channel_affine(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
     """x * scale + shift over the last axis (per channel), computed in float32."""
     lib = _library() if _fast_path() else None
-    out = _output(x.shape)
+    out = _output(x.shape) if lib is not None else None
     host = _host(x, out, scale, shift) if lib is not None else None
     params = (_host(scale), _host(shift)) if host is not None else (None, None)
     _ran("batch_norm (channel affine)", params[0])
@@ -183,7 +183,7 @@ def softmax(x: mx.array, scale: float = 1.0, bias: mx.array | None = None) -> mx
     """softmax(scale * x + bias) over the last axis (float32 maths for every dtype, as MLX's precise
     softmax); bias broadcasts against x's trailing axes (e.g. attention's per-head (H, N, N))."""
     lib = _library() if _fast_path() else None
-    out = _output(x.shape)
+    out = _output(x.shape) if lib is not None else None
     host = _host(x, out) if lib is not None and x.ndim else None
     fits = bias is None or (bias.ndim <= x.ndim and tuple(bias.shape) == tuple(x.shape[x.ndim - bias.ndim:]))
     b = _host(bias) if host is not None and bias is not None and fits else None
@@ -201,7 +201,7 @@ def layer_norm(x: mx.array, weight: mx.array | None, bias: mx.array | None, eps:
     """mx.fast.layer_norm(x, weight, bias, eps) over the last axis (float32 maths): one threaded
     pass per row in C on the CPU (MLX's runs one float at a time, on one thread)."""
     lib = _library() if _fast_path() else None
-    out = _output(x.shape)
+    out = _output(x.shape) if lib is not None else None
     host = _host(x, out) if lib is not None and x.ndim else None
     _ran("layer_norm", host)
     if host is None:
@@ -220,7 +220,7 @@ def split_heads(x: mx.array, heads: int, parts: int = 3) -> tuple[mx.array, ...]
     b, n, width = x.shape
     d = width // (heads * parts)
     lib = _library() if _fast_path() and parts <= 3 else None
-    outs = [_output((b, heads, n, d)) for _ in range(parts)]
+    outs = [_output((b, heads, n, d)) for _ in range(parts)] if lib is not None else []
     host = _host(x, *outs) if lib is not None else None
     _ran("split_heads", host)
     if host is None:
@@ -238,7 +238,7 @@ def window_partition(x: mx.array, window: int) -> mx.array:
     b, h, w, c = x.shape
     nh, nw = -(-h // window), -(-w // window)
     lib = _library() if _fast_path() else None
-    out = _output((b * nh * nw, window * window, c))
+    out = _output((b * nh * nw, window * window, c)) if lib is not None else None
     host = _host(x, out) if lib is not None else None
     _ran("window_partition", host)
     if host is None:
@@ -255,7 +255,7 @@ def window_merge(x: mx.array, size: tuple[int, int], window: int) -> mx.array:
     c = x.shape[-1]
     b = x.shape[0] // (nh * nw)
     lib = _library() if _fast_path() else None
-    out = _output((b, h, w, c))
+    out = _output((b, h, w, c)) if lib is not None else None
     host = _host(x, out) if lib is not None else None
     _ran("window_merge", host)
     if host is None:
