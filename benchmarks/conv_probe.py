@@ -1,6 +1,6 @@
 """Where a model's GPU time and memory go, convolution by convolution.
 
-    python benchmarks/conv_probe.py --models resnet50:32,yolov8s:16 --dtypes float32,float16 --json probe.json
+    python benchmarks/conv_probe.py --models resnet50:32,yolov8s:16,lama:1 --dtypes float32,float16 --json probe.json
 
 Runs the model once eagerly with mx.conv2d wrapped to record every convolution's
 input, weight and settings; then times each distinct convolution alone (median of
@@ -22,26 +22,34 @@ import mlx.core as mx
 import numpy as np
 
 import zoo
+from zoo.kernels import cpu as cpu_ops
 
 MIB = 2**20
+FORMS = ("cudnn", "matmul", "im2col", "taps", "gemm_scatter")
 
 
-def record_convs(model, x) -> Counter:
+def record_convs(model, inputs) -> Counter:
+    """Every convolution (and transposed convolution) of one eager forward, by settings."""
     seen: Counter = Counter()
-    original = mx.conv2d
+    pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
+    original, original_t = mx.conv2d, mx.conv_transpose2d
 
     def recording(inp, weight, stride=1, padding=0, dilation=1, groups=1, **kw):
-        pair = lambda v: tuple(v) if isinstance(v, (tuple, list)) else (v, v)  # noqa: E731
-        seen[(tuple(inp.shape), tuple(weight.shape), pair(stride), pair(padding), pair(dilation), groups)] += 1
+        seen[(tuple(inp.shape), tuple(weight.shape), pair(stride), pair(padding), pair(dilation), groups, None)] += 1
         return original(inp, weight, stride, padding, dilation, groups, **kw)
 
-    mx.conv2d = recording
+    def recording_t(inp, weight, stride=1, padding=0, dilation=1, output_padding=0, groups=1, **kw):
+        seen[(tuple(inp.shape), tuple(weight.shape), pair(stride), pair(padding), pair(dilation), groups,
+              pair(output_padding))] += 1
+        return original_t(inp, weight, stride, padding, dilation, output_padding, groups, **kw)
+
+    mx.conv2d, mx.conv_transpose2d = recording, recording_t
     try:
         from zoo.compiled import eager
         with eager():
-            mx.eval(model(x))
+            mx.eval(model(*inputs))
     finally:
-        mx.conv2d = original
+        mx.conv2d, mx.conv_transpose2d = original, original_t
     return seen
 
 
@@ -83,20 +91,32 @@ def measure(fn, inputs_bytes: int, repeats: int) -> dict:
     return {"ms": round(statistics.median(times), 4), "workspace_mib": round(extra / MIB, 1)}
 
 
-def probe(name: str, batch: int, dtype: str, repeats: int, device: str) -> dict:
+def probe(name: str, batch: int, dtype: str, repeats: int, device: str, size: int | None = None) -> dict:
     model = zoo.load(name, weights="synthetic:0", device=device, dtype=dtype)
-    side = 224 if name.startswith("resnet") else 640
+    side = size or (224 if name.startswith("resnet") else 512 if name == "lama" else 640)
     x = mx.array(np.random.default_rng(0).uniform(0, 1, (batch, side, side, 3)).astype(np.float32)).astype(model.dtype)
-    convs = record_convs(model, x)
+    convs = record_convs(model, (x, (x[..., :1] > 0.5).astype(model.dtype)) if name == "lama" else (x,))
     rng = np.random.default_rng(1)
     rows = []
-    for (xs, ws, stride, padding, dilation, groups), count in convs.items():
+    for (xs, ws, stride, padding, dilation, groups, output_padding), count in convs.items():
         xin = mx.array(rng.standard_normal(xs).astype(np.float32)).astype(model.dtype)
         w = mx.array(rng.standard_normal(ws).astype(np.float32) * 0.05).astype(model.dtype)
         mx.eval(xin, w)
         row = {"x": xs, "w": ws, "stride": stride, "padding": padding, "groups": groups, "count": count,
                "gflop": round(2 * np.prod(ws) * np.prod(xs[:3]) / (stride[0] * stride[1]) / 1e9, 3)}
+        if output_padding is not None:
+            row["transposed"], row["output_padding"] = True, output_padding
+            row["cudnn"] = measure(lambda: mx.conv_transpose2d(xin, w, stride, padding, dilation, output_padding),
+                                   0, repeats)
+            gemm_scatter = mx.compile(lambda a, b: cpu_ops.gemm_conv_transpose2d(a, b, stride, padding, output_padding))
+            row["gemm_scatter"] = measure(lambda: gemm_scatter(xin, w), 0, repeats)
+            rows.append(row)
+            continue
         row["cudnn"] = measure(lambda: mx.conv2d(xin, w, stride, padding, dilation, groups), 0, repeats)
+        if groups == 1 and dilation == (1, 1) and ws[0] * 8 <= ws[3] and stride == (1, 1) and padding == (0, 0) \
+                and ws[1:3] != (1, 1):
+            taps = mx.compile(cpu_ops.gemm_taps_conv2d)
+            row["taps"] = measure(lambda: taps(xin, w), 0, repeats)
         if groups == 1 and dilation == (1, 1):
             if ws[1:3] == (1, 1) and stride == (1, 1) and padding == (0, 0):
                 row["matmul"] = measure(lambda: matmul_conv(xin, w), 0, repeats)
@@ -105,17 +125,16 @@ def probe(name: str, batch: int, dtype: str, repeats: int, device: str) -> dict:
         rows.append(row)
     rows.sort(key=lambda r: -r["cudnn"]["workspace_mib"])
     total = lambda key: round(sum(r["count"] * r[key]["ms"] for r in rows if key in r), 3)  # noqa: E731
-    best = round(sum(r["count"] * min(v["ms"] for k, v in r.items() if k in ("cudnn", "matmul", "im2col"))
+    best = round(sum(r["count"] * min(v["ms"] for k, v in r.items() if k in FORMS)
                      for r in rows), 3)
     summary = {"model": name, "batch": batch, "dtype": dtype, "convs": sum(convs.values()),
                "cudnn_ms": total("cudnn"), "best_of_forms_ms": best,
                "max_workspace_mib": max(r["cudnn"]["workspace_mib"] for r in rows), "rows": rows}
     print(f"\n## {name} b{batch} {dtype}: {summary['convs']} convs, cuDNN {summary['cudnn_ms']} ms, "
           f"best form each {best} ms, largest cuDNN workspace {summary['max_workspace_mib']} MiB")
-    print("| x | w | s | p | n | GFLOP | cudnn ms / MiB | gemm form ms / MiB |")
+    print("| x | w | s | p | n | GFLOP | cudnn ms / MiB | other forms ms / MiB |")
     for r in rows:
-        alt = r.get("matmul") or r.get("im2col")
-        alt_text = f"{'matmul' if 'matmul' in r else 'im2col'} {alt['ms']} / {alt['workspace_mib']}" if alt else "-"
+        alt_text = ", ".join(f"{k} {r[k]['ms']} / {r[k]['workspace_mib']}" for k in FORMS[1:] if k in r) or "-"
         print(f"| {r['x']} | {r['w']} | {r['stride'][0]} | {r['padding'][0]} | {r['count']} | {r['gflop']} | "
               f"{r['cudnn']['ms']} / {r['cudnn']['workspace_mib']} | {alt_text} |")
     return summary
@@ -127,13 +146,14 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,float16")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--device", default="gpu")
+    ap.add_argument("--size", type=int, help="input side (default: 224 resnet, 512 lama, 640 yolov8)")
     ap.add_argument("--json")
     args = ap.parse_args()
     results = []
     for spec in args.models.split(","):
         name, batch = spec.split(":")
         for dtype in args.dtypes.split(","):
-            results.append(probe(name, int(batch), dtype, args.repeats, args.device))
+            results.append(probe(name, int(batch), dtype, args.repeats, args.device, args.size))
             mx.clear_cache()
     if args.json:
         with open(args.json, "w") as f:

@@ -56,6 +56,11 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     return cpu_ops.attention(q, k, v, scale, mask)
 
 
+def reflect_pad(x: mx.array, ph: int, pw: int | None = None) -> mx.array:
+    """torch's reflect padding of H by ``ph`` and W by ``pw`` (default ``ph``), NHWC, as one gather."""
+    return cpu_ops.reflect_pad(x, ph, pw)
+
+
 def rfft2_parts(x: mx.array) -> mx.array:
     """Orthonormal rfft2 over H, W as float32 real/imaginary parts interleaved in channels."""
     return cpu_ops.rfft2_parts(x)
@@ -137,13 +142,9 @@ def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None) -> mx.ar
     if fold is None:
         return bn(conv(x)) if eager is None else eager(x)
     weight = fold["weight"]
-    cout, kh, kw, cin = weight.shape
-    if weight.dtype == mx.float32 and (kh, kw) == (1, 1) and conv.groups == 1 and tuple(conv.stride) == (1, 1) \
+    if weight.shape[1:3] == (1, 1) and conv.groups == 1 and tuple(conv.stride) == (1, 1) \
             and tuple(conv.padding) == (0, 0):
-        # float32 1x1: one SGEMM. cuDNN's float32 engines without TF32 took 1.1-2.1x its time on an
-        # H100 and each a workspace of up to 250 MiB (benchmarks/conv_probe.py, docs/speed-gpu.md).
-        n, h, w, _ = x.shape
-        y = (x.reshape(-1, cin) @ weight.reshape(cout, cin).T).reshape(n, h, w, cout)
+        y = cpu_ops.pointwise_conv2d(x, weight)
     else:
         y = mx.conv2d(x, weight, conv.stride, conv.padding, conv.dilation, conv.groups)
     return y + fold["bias"]
@@ -171,7 +172,7 @@ class Conv2d(nn.Conv2d):
         if cpu_ops.on_cpu() and general:
             return cpu_ops.conv2d(x, self.weight, bias, self.stride, reflect or self.padding, reflect=bool(reflect))
         if reflect:
-            x = mx.pad(x, ((0, 0), (reflect, reflect), (reflect, reflect), (0, 0)), mode="reflect")
+            x = reflect_pad(x, reflect)
         if not _no_dilation(self.dilation):
             coverage.note("conv2d (dilated)", coverage.MLX_OP)
             return super().__call__(x)

@@ -87,7 +87,10 @@ def test_sam_decoder_compiled_equals_eager(compile_on):
     assert len(sam.decode_prompt.traces) == 2
 
 
-def test_lama_compiled_equals_eager(compile_on):
+def test_lama_compiled_equals_eager(compile_on, monkeypatch):
+    import zoo.models.lama as lama_module
+
+    monkeypatch.setattr(lama_module, "DFT_MAX_SIDE", 0)  # the Fourier units' FFTs, as eager (next tests)
     lama = zoo.load("lama", weights="synthetic", device="cpu")
     rng = np.random.default_rng(0)
     image = mx.array(rng.uniform(0, 1, (1, 32, 32, 3)).astype(np.float32))
@@ -97,6 +100,37 @@ def test_lama_compiled_equals_eager(compile_on):
         want = lama(image, mask)
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
     assert len(lama.compiled.traces) == 1
+
+
+@pytest.mark.parametrize("h, w", [(8, 8), (6, 9), (64, 64)])
+def test_spectrum_as_matrix_products_equals_numpy_fft(h, w):
+    from zoo.models.lama import irfft2_planar, rfft2_planar
+
+    rng = np.random.default_rng(h * w)
+    x = rng.standard_normal((2, h, w, 3))
+    got = np.array(rfft2_planar(mx.array(x.astype(np.float32)))).reshape(2, h, w // 2 + 1, 2, 3)
+    want = np.fft.rfft2(x, axes=(1, 2), norm="ortho")
+    np.testing.assert_allclose(got[..., 0, :] + 1j * got[..., 1, :], want, rtol=0, atol=1e-5)
+    # any half spectrum, as irfft2 takes it (the imaginary parts of the DC and Nyquist terms ignored)
+    spectrum = rng.standard_normal((2, h, w // 2 + 1, 3)) + 1j * rng.standard_normal((2, h, w // 2 + 1, 3))
+    planar = np.concatenate([spectrum.real, spectrum.imag], axis=-1).astype(np.float32)
+    got = np.array(irfft2_planar(mx.array(planar), (h, w)))
+    np.testing.assert_allclose(got, np.fft.irfft2(spectrum, s=(h, w), axes=(1, 2), norm="ortho"), rtol=0, atol=1e-5)
+
+
+def test_fourier_unit_folded_on_matrix_products_equals_eager(compile_on):
+    from zoo.models.lama import FourierUnit
+
+    unit = FourierUnit(6)
+    perturbed_batch_norms(unit)
+    unit.eval()
+    compiled = CompiledForward(unit, unit, folds=[(unit.conv_layer, unit.bn, FourierUnit.planar_fold)])
+    x = mx.array(np.random.default_rng(5).standard_normal((2, 12, 10, 6)).astype(np.float32))
+    got = compiled(x)
+    assert len(compiled.folds.arrays) == 1
+    with eager():
+        want = unit(x)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
 
 
 def perturbed_batch_norms(model, seed=0):

@@ -18,7 +18,8 @@ the project's own figures: docs/speed-gpu.md).
   CPU ops need evaluated inputs, which a trace does not have; ``on`` compiles on any
   device (tests), ``off`` never.
 - BatchNorm folded into the preceding convolution (as ultralytics fuses Conv+BN at
-  predict): a model names its (conv, BatchNorm) pairs, and inside its compiled forward
+  predict): a model names its (conv, BatchNorm) pairs (with, optionally, a function that lays the
+  folded float32 arrays out for another form of the convolution), and inside its compiled forward
   ``folded(conv)`` gives that convolution's weight scaled by the BatchNorm and its bias
   (models.layers.conv_bn runs them). The folded arrays are inputs of the trace, built
   on the first compiled call and again whenever one of their source arrays was replaced
@@ -78,10 +79,12 @@ def _signature(value):
 class FoldedConvs:
     """Convolutions with their following inference BatchNorm folded in: weight * scale and
     bias * scale + shift, scale = gamma / sqrt(running_var + eps), shift = beta - mean * scale,
-    computed in float32 and stored in the convolution's dtype."""
+    computed in float32 and stored in the convolution's dtype, or handed to a pair's own
+    ``prepare(weight, bias) -> {name: array}`` (a third element of the pair) for another layout."""
 
     def __init__(self, pairs):
-        self.pairs = {id(conv): (conv, bn) for conv, bn in pairs}
+        self.pairs = {id(pair[0]): pair[:2] for pair in pairs}
+        self.prepare = {id(pair[0]): pair[2] for pair in pairs if len(pair) > 2}
         self.arrays: dict[int, dict[str, mx.array]] = {}  # an input tree of the trace: {id: {weight, bias}}
         self.sources: dict[int, tuple] = {}
 
@@ -91,7 +94,10 @@ class FoldedConvs:
             sources = _sources(conv, bn)
             if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
-                self.arrays[key] = _fold(conv, bn)  # evaluated with the first output that uses it
+                weight, bias = _fold(conv, bn)  # evaluated with the first output that uses it
+                prepare = self.prepare.get(key)
+                self.arrays[key] = prepare(weight, bias) if prepare else {
+                    "weight": weight.astype(conv.weight.dtype), "bias": bias.astype(conv.weight.dtype)}
 
     def retraced(self) -> None:
         """After a trace: mx.compile put its input arrays back into the modules as new Python
@@ -121,12 +127,12 @@ def batch_norm_affine(bn) -> tuple[mx.array, mx.array]:
     return scale, bn.bias.astype(f32) - bn.running_mean.astype(f32) * scale
 
 
-def _fold(conv, bn) -> dict[str, mx.array]:
+def _fold(conv, bn) -> tuple[mx.array, mx.array]:
+    """The folded float32 weight and bias."""
     f32 = mx.float32
     scale, shift = batch_norm_affine(bn)
     bias = shift if "bias" not in conv else conv.bias.astype(f32) * scale + shift
-    weight = conv.weight.astype(f32) * scale.reshape(-1, *(1,) * (conv.weight.ndim - 1))
-    return {"weight": weight.astype(conv.weight.dtype), "bias": bias.astype(conv.weight.dtype)}
+    return conv.weight.astype(f32) * scale.reshape(-1, *(1,) * (conv.weight.ndim - 1)), bias
 
 
 def folded(conv) -> dict[str, mx.array] | None:
@@ -140,7 +146,7 @@ class CompiledForward:
 
     ``fn`` takes trees of arrays and constants (ints, floats, strings, None) and returns
     a tree of arrays; ``modules`` are the modules whose arrays it reads; ``folds`` the
-    (conv, BatchNorm) pairs the compiled forward folds (``folded``). Calls with tracer
+    (conv, BatchNorm[, prepare]) pairs the compiled forward folds (``folded``). Calls with tracer
     inputs (inside a caller's own ``mx.compile``/``vmap``/``grad``) trace ``fn`` as it is.
     """
 

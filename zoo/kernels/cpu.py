@@ -33,6 +33,7 @@ rounded once. Models call these through zoo.models.layers.
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
 
@@ -329,10 +330,36 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
 
 def _mlx_conv2d(x, weight, bias, stride, padding, reflect):
     if reflect and any(padding):
-        x = mx.pad(x, ((0, 0), (padding[0],) * 2, (padding[1],) * 2, (0, 0)), mode="reflect")
+        x = reflect_pad(x, *padding)
         padding = (0, 0)
     y = mx.conv2d(x, weight, stride=stride, padding=padding)
     return y if bias is None else y + bias
+
+
+@functools.lru_cache(maxsize=64)
+def _reflect_index(h: int, w: int, ph: int, pw: int) -> mx.array:
+    """Flat source pixel (row * w + column) of each pixel of the reflect-padded map; pads of the
+    map's size or more keep reflecting, as mx.pad does."""
+    def rows(n: int, pad: int) -> np.ndarray:
+        i = np.arange(-pad, n + pad)
+        if n == 1:
+            return np.zeros_like(i)
+        i = np.mod(i, 2 * (n - 1))
+        return np.where(i < n, i, 2 * (n - 1) - i)
+
+    return mx.array((rows(h, ph)[:, None] * w + rows(w, pw)[None, :]).reshape(-1).astype(np.int32))
+
+
+def reflect_pad(x: mx.array, ph: int, pw: int | None = None) -> mx.array:
+    """torch's reflect padding (the edge pixel is not repeated) of H by ``ph`` and W by ``pw``
+    (default ``ph``), NHWC: mx.pad(mode="reflect")'s values as one gather. MLX builds a reflect pad
+    from 15 ops, 6 of them GPU launches (slice updates, a fill): LaMa's 110 pads were half of the
+    ~2,000 ops of its compiled forward. The gather was faster on the CPU too (64 channels at
+    256 px: 1.6 against 11.1 ms)."""
+    pw = ph if pw is None else pw
+    n, h, w, c = x.shape
+    flat = mx.take(x.reshape(n, h * w, c), _reflect_index(h, w, ph, pw), axis=1)
+    return flat.reshape(n, h + 2 * ph, w + 2 * pw, c)
 
 
 def rfft2_parts(x: mx.array) -> mx.array:
@@ -397,6 +424,16 @@ def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_
         _ran("conv_transpose2d", False)
         return mx.conv_transpose2d(x, weight, stride=(sh, sw), padding=(ph, pw), output_padding=(oph, opw))
     _ran("conv_transpose2d", True)
+    return gemm_conv_transpose2d(x, weight, (sh, sw), (ph, pw), (oph, opw))
+
+
+def gemm_conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output_padding) -> mx.array:
+    """conv_transpose2d's GEMM + sub-pixel scatter form (MLX ops only, so any device runs it)."""
+    sh, sw = _pair(stride)
+    ph, pw = _pair(padding)
+    oph, opw = _pair(output_padding)
+    co, kh, kw, ci = weight.shape
+    n, h, w, _ = x.shape
     taps = (x.reshape(-1, ci) @ weight.reshape(co, kh * kw, ci).transpose(2, 1, 0).reshape(ci, kh * kw * co))
     taps = taps.reshape(n, h, w, kh * kw, co)
     qh, qw = -(-kh // sh), -(-kw // sw)  # taps per phase along each axis, at most
@@ -419,12 +456,19 @@ def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_
 
 def conv2d_few_outputs(x: mx.array, weight: mx.array) -> mx.array:
     """mx.conv2d(x, weight) (stride 1, no padding: pad first) for a weight (O, KH, KW, I) with few
-    output channels: one GEMM of every input pixel with all KH*KW taps, then each tap's plane
-    summed at its shift; no im2col copy of the input."""
+    output channels, as ``gemm_taps_conv2d`` on the CPU and in float32 elsewhere (LaMa's last
+    conv, 7x7 64 -> 3 at 518 px, on an H100 without TF32: 0.91 ms against cuDNN's 3.27; in
+    float16 cuDNN's 0.52 ms beat it, benchmarks/conv_probe.py)."""
     co, kh, kw, ci = weight.shape
-    _ran("conv2d (few outputs)", _fast_path() and not (kh == 1 and kw == 1))
-    if not _fast_path() or (kh == 1 and kw == 1):
-        return mx.conv2d(x, weight)
+    gemm = (_fast_path() or x.dtype == mx.float32) and not (kh == 1 and kw == 1)
+    _ran("conv2d (few outputs)", _fast_path() and gemm)
+    return gemm_taps_conv2d(x, weight) if gemm else mx.conv2d(x, weight)
+
+
+def gemm_taps_conv2d(x: mx.array, weight: mx.array) -> mx.array:
+    """mx.conv2d(x, weight), stride 1, no padding: one GEMM of every input pixel with all KH*KW taps,
+    then each tap's plane summed at its shift (in float32); no im2col copy of the input."""
+    co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
     oh, ow = h - kh + 1, w - kw + 1
     taps = (x.reshape(-1, ci) @ weight.reshape(co, kh * kw, ci).transpose(2, 1, 0).reshape(ci, kh * kw * co))
@@ -432,15 +476,18 @@ def conv2d_few_outputs(x: mx.array, weight: mx.array) -> mx.array:
     out = None
     for th in range(kh):
         for tw in range(kw):
-            part = taps[:, th:th + oh, tw:tw + ow, th * kw + tw]
+            part = taps[:, th:th + oh, tw:tw + ow, th * kw + tw].astype(mx.float32)
             out = part if out is None else out + part
-    return out
+    return out.astype(x.dtype)
 
 
 def pointwise_conv2d(x: mx.array, weight: mx.array) -> mx.array:
-    """mx.conv2d(x, weight) for a 1x1 weight (O, 1, 1, I), stride 1, no padding: one matmul."""
+    """mx.conv2d(x, weight) for a 1x1 weight (O, 1, 1, I), stride 1, no padding, as one matmul on the
+    CPU and in float32 elsewhere: without TF32 cuDNN's float32 engines took 1.1-2.1x SGEMM's time
+    on an H100, each with a workspace of up to 250 MiB (benchmarks/conv_probe.py); in float16 the
+    two were even."""
     _ran("conv2d 1x1", _fast_path())
-    if not _fast_path():
+    if not (_fast_path() or x.dtype == mx.float32):
         return mx.conv2d(x, weight)
     co, _, _, ci = weight.shape
     return (x.reshape(-1, ci) @ weight.reshape(co, ci).T).reshape(*x.shape[:-1], co)
