@@ -36,7 +36,7 @@ import mlx.nn as nn
 import numpy as np
 from PIL import Image
 
-from zoo.compiled import CompiledForward, folded
+from zoo.compiled import CompiledForward, fold_batch_norm, folded
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
@@ -86,6 +86,10 @@ class ReflectConv2d(Conv2d):
         super().__init__(cin, cout, kernel, stride=stride, padding=0, bias=bias)
         self.reflect_padding = padding
 
+    def with_weight(self, x: mx.array, weight: mx.array) -> mx.array:
+        """This convolution (no bias) with another weight of its kernel: a merged one (FFC)."""
+        return mx.conv2d(reflect_pad(x, self.reflect_padding), weight, self.stride)
+
 
 class FourierUnit(nn.Module):
     """Global mixing: 1x1 conv + BN + ReLU on the orthonormal 2-D real spectrum of H, W.
@@ -115,9 +119,11 @@ class FourierUnit(nn.Module):
         return irfft2_parts(parts, (h, w)).astype(x.dtype)
 
     @staticmethod
-    def planar_fold(weight: mx.array, bias: mx.array) -> dict[str, mx.array]:
-        """The folded float32 conv + BN as a (in, out) matrix and a bias in rfft2_planar's channel
-        order (p * C + k: part p of channel k's spectrum, where upstream has 2k + p)."""
+    def planar_fold(conv: nn.Conv2d, bn: nn.BatchNorm) -> dict[str, mx.array]:
+        """The conv with its BatchNorm folded in, in float32, as a (in, out) matrix and a bias in
+        rfft2_planar's channel order (p * C + k: part p of channel k's spectrum, where upstream
+        has 2k + p)."""
+        weight, bias = fold_batch_norm(conv, bn)
         c2 = weight.shape[0]
         order = mx.array(np.arange(c2).reshape(-1, 2).T.reshape(-1))
         return {"matrix": weight.reshape(c2, c2)[order][:, order].T, "bias": bias[order]}
@@ -209,12 +215,25 @@ class FFC(nn.Module):
 
     def __call__(self, x):
         x_l, x_g = x if isinstance(x, tuple) else (x, 0)
+        merged = folded(self["convl2l"]) if "convl2l" in self and "convl2g" in self else None
+        if merged is not None:  # a compiled forward: both convolutions of x_l as one
+            both = self.convl2l.with_weight(x_l, merged["weight"])
+            n_l = self.convl2l.weight.shape[0]
+            out_l, out_g = both[..., :n_l], both[..., n_l:]
+            return (out_l + self.convg2l(x_g) if "convg2l" in self else out_l,
+                    out_g + self.convg2g(x_g) if "convg2g" in self else out_g)
         out_l = out_g = 0
         if self.has_local:
             out_l = sum(self[path](inp) for path, inp in (("convl2l", x_l), ("convg2l", x_g)) if path in self)
         if self.has_global:
             out_g = sum(self[path](inp) for path, inp in (("convl2g", x_l), ("convg2g", x_g)) if path in self)
         return out_l, out_g
+
+
+def merge_outputs(first: nn.Conv2d, second: nn.Conv2d) -> dict[str, mx.array]:
+    """Two convolutions of one input (an FFC's local -> local and local -> global) as one weight:
+    one launch where there were two (LaMa's compiled GPU forward is bound by its launches)."""
+    return {"weight": mx.concatenate([first.weight, second.weight])}
 
 
 class FFC_BN_ACT(nn.Module):  # upstream's class name
@@ -285,9 +304,11 @@ class LaMa(nn.Module):
     def __init__(self):
         super().__init__()
         self.generator = FFCResNetGenerator()
-        units = [m for _, m in self.generator.named_modules() if isinstance(m, FourierUnit)]
-        self.compiled = CompiledForward(self.forward, self,
-                                        folds=[(fu.conv_layer, fu.bn, FourierUnit.planar_fold) for fu in units])
+        modules = [m for _, m in self.generator.named_modules()]
+        merged = [(m.convl2l, m.convl2g, merge_outputs) for m in modules
+                  if isinstance(m, FFC) and "convl2l" in m and "convl2g" in m]
+        planar = [(m.conv_layer, m.bn, FourierUnit.planar_fold) for m in modules if isinstance(m, FourierUnit)]
+        self.compiled = CompiledForward(self.forward, self, folds=merged + planar)
 
     @property
     def dtype(self) -> mx.Dtype:

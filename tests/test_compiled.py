@@ -197,8 +197,8 @@ def test_only_replaced_weights_are_folded_again(compile_on, monkeypatch):
     import zoo.compiled as compiled
 
     folds = []
-    fold = compiled._fold
-    monkeypatch.setattr(compiled, "_fold", lambda conv, bn: folds.append(conv) or fold(conv, bn))
+    fold = compiled.fold_batch_norm
+    monkeypatch.setattr(compiled, "fold_batch_norm", lambda conv, bn: folds.append(conv) or fold(conv, bn))
     model = zoo.load("yolov8n", weights="synthetic", device="cpu")
     pairs = len(model.compiled.folds.pairs)
     for shape in ((1, 64, 64, 3), (1, 64, 64, 3), (1, 96, 64, 3), (1, 64, 64, 3)):

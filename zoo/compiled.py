@@ -18,8 +18,8 @@ the project's own figures: docs/speed-gpu.md).
   CPU ops need evaluated inputs, which a trace does not have; ``on`` compiles on any
   device (tests), ``off`` never.
 - BatchNorm folded into the preceding convolution (as ultralytics fuses Conv+BN at
-  predict): a model names its (conv, BatchNorm) pairs (with, optionally, a function that lays the
-  folded float32 arrays out for another form of the convolution), and inside its compiled forward
+  predict): a model names its (conv, BatchNorm) pairs (or other arrays to derive from a conv and
+  a partner module: zoo.compiled.FoldedConvs), and inside its compiled forward
   ``folded(conv)`` gives that convolution's weight scaled by the BatchNorm and its bias
   (models.layers.conv_bn runs them). The folded arrays are inputs of the trace, built
   on the first compiled call and again whenever one of their source arrays was replaced
@@ -37,6 +37,8 @@ from collections import OrderedDict
 from typing import Callable
 
 import mlx.core as mx
+import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 from zoo.errors import ZooError
 
@@ -77,40 +79,41 @@ def _signature(value):
 
 
 class FoldedConvs:
-    """Convolutions with their following inference BatchNorm folded in: weight * scale and
-    bias * scale + shift, scale = gamma / sqrt(running_var + eps), shift = beta - mean * scale,
-    computed in float32 and stored in the convolution's dtype, or handed to a pair's own
-    ``prepare(weight, bias) -> {name: array}`` (a third element of the pair) for another layout."""
+    """Arrays a compiled forward derives from a convolution and a partner module, made once per
+    change of their weights. By default the partner is the convolution's following inference
+    BatchNorm, folded in: weight * scale and bias * scale + shift, scale = gamma /
+    sqrt(running_var + eps), shift = beta - mean * scale, computed in float32 and stored in the
+    convolution's dtype. An entry's third element, ``make(conv, partner) -> {name: array}``,
+    derives other arrays (another layout of the fold, two convolutions merged)."""
 
-    def __init__(self, pairs):
-        self.pairs = {id(pair[0]): pair[:2] for pair in pairs}
-        self.prepare = {id(pair[0]): pair[2] for pair in pairs if len(pair) > 2}
-        self.arrays: dict[int, dict[str, mx.array]] = {}  # an input tree of the trace: {id: {weight, bias}}
+    def __init__(self, entries):
+        self.pairs = {id(entry[0]): entry[:2] for entry in entries}
+        self.makers = {id(entry[0]): entry[2] for entry in entries if len(entry) > 2}
+        self.arrays: dict[int, dict[str, mx.array]] = {}  # an input tree of the trace: {id: {name: array}}
         self.sources: dict[int, tuple] = {}
 
     def refresh(self) -> None:
-        """Fold again every pair one of whose arrays was replaced since it was folded."""
-        for key, (conv, bn) in self.pairs.items():
-            sources = _sources(conv, bn)
+        """Derive again every entry one of whose arrays was replaced since it was derived."""
+        for key, (conv, partner) in self.pairs.items():
+            sources = _sources(conv, partner)
             if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
-                weight, bias = _fold(conv, bn)  # evaluated with the first output that uses it
-                prepare = self.prepare.get(key)
-                self.arrays[key] = prepare(weight, bias) if prepare else {
-                    "weight": weight.astype(conv.weight.dtype), "bias": bias.astype(conv.weight.dtype)}
+                # evaluated with the first output that uses them
+                self.arrays[key] = self.makers.get(key, _fold_in_conv_dtype)(conv, partner)
 
     def retraced(self) -> None:
         """After a trace: mx.compile put its input arrays back into the modules as new Python
-        objects holding the same arrays; remember those so the next call does not fold again."""
-        self.sources = {key: _sources(conv, bn) for key, (conv, bn) in self.pairs.items()}
+        objects holding the same arrays; remember those so the next call does not derive again."""
+        self.sources = {key: _sources(conv, partner) for key, (conv, partner) in self.pairs.items()}
 
     def usable(self) -> bool:
-        return all(not conv.training and not bn.training and bn.track_running_stats and "weight" in bn
-                   for conv, bn in self.pairs.values())
+        """No module in training mode, and every BatchNorm with running statistics to fold."""
+        return all(not m.training and (not isinstance(m, nn.BatchNorm) or (m.track_running_stats and "weight" in m))
+                   for pair in self.pairs.values() for m in pair)
 
 
-def _sources(conv, bn) -> tuple:
-    return conv.weight, conv.get("bias"), bn.weight, bn.bias, bn.running_mean, bn.running_var
+def _sources(conv, partner) -> tuple:
+    return tuple(v for _, v in tree_flatten([conv.parameters(), partner.parameters()]))
 
 
 def replaced(sources: tuple, known: tuple | None) -> bool:
@@ -127,16 +130,22 @@ def batch_norm_affine(bn) -> tuple[mx.array, mx.array]:
     return scale, bn.bias.astype(f32) - bn.running_mean.astype(f32) * scale
 
 
-def _fold(conv, bn) -> tuple[mx.array, mx.array]:
-    """The folded float32 weight and bias."""
+def fold_batch_norm(conv, bn) -> tuple[mx.array, mx.array]:
+    """``conv`` followed by the inference BatchNorm ``bn`` as one convolution: its float32 weight and bias."""
     f32 = mx.float32
     scale, shift = batch_norm_affine(bn)
     bias = shift if "bias" not in conv else conv.bias.astype(f32) * scale + shift
     return conv.weight.astype(f32) * scale.reshape(-1, *(1,) * (conv.weight.ndim - 1)), bias
 
 
+def _fold_in_conv_dtype(conv, bn) -> dict[str, mx.array]:
+    weight, bias = fold_batch_norm(conv, bn)
+    return {"weight": weight.astype(conv.weight.dtype), "bias": bias.astype(conv.weight.dtype)}
+
+
 def folded(conv) -> dict[str, mx.array] | None:
-    """Inside a compiled forward that folds ``conv``: its folded {weight, bias} (the trace's inputs); else None."""
+    """Inside a compiled forward that derives arrays from ``conv`` (FoldedConvs): those arrays (the
+    trace's inputs; a fold's are {weight, bias}); else None."""
     folds = getattr(_tracing, "folds", None)
     return None if folds is None else folds.arrays.get(id(conv))
 
@@ -146,7 +155,7 @@ class CompiledForward:
 
     ``fn`` takes trees of arrays and constants (ints, floats, strings, None) and returns
     a tree of arrays; ``modules`` are the modules whose arrays it reads; ``folds`` the
-    (conv, BatchNorm[, prepare]) pairs the compiled forward folds (``folded``). Calls with tracer
+    (conv, partner[, make]) entries whose derived arrays the compiled forward uses (``folded``). Calls with tracer
     inputs (inside a caller's own ``mx.compile``/``vmap``/``grad``) trace ``fn`` as it is.
     """
 
