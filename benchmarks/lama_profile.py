@@ -113,7 +113,7 @@ def main() -> None:
             th_h = th_st.conv1(th_g)
         mx.eval(mx_h)
         record("block.conv1.ffc.convg2g.conv1", (st.conv1, [mx_g]), lambda: th_st.conv1(th_g))
-        record("block.conv1.ffc.convg2g.fu", (st.fu, [mx_h]), lambda: th_st.fu(th_h))
+        record("block.conv1.ffc.convg2g.fu (matrix products)", (st.fu, [mx_h]), lambda: th_st.fu(th_h))
         from zoo.models.layers import irfft2_parts, rfft2_parts
 
         parts = rfft2_parts(mx_h)
@@ -125,11 +125,6 @@ def main() -> None:
         record("block.fu irfft2", (lambda p: irfft2_parts(p, size), [parts]),
                lambda: torch.fft.irfftn(torch.fft.rfftn(th_h.float(), dim=(-2, -1), norm="ortho"),
                                         s=th_h.shape[-2:], dim=(-2, -1), norm="ortho"))
-        from zoo.compiled import CompiledForward
-        from zoo.models.lama import FourierUnit
-
-        user_fu = CompiledForward(st.fu, st.fu, folds=[(st.fu.conv_layer, st.fu.bn, FourierUnit.planar_fold)])
-        record("block.fu as the user path runs it (eager column: folded, matrix products)", (user_fu, [mx_h]), None)
         record("block.conv1.ffc.convg2g.conv2", (st.conv2, [mx_h]), lambda: th_st.conv2(th_h))
         record("block.conv1 (FFC_BN_ACT)", (lambda a, b: model.generator.model['5'].conv1((a, b)), [mx_l, mx_g]),
                lambda: peer.model[5].conv1((th_l, th_g)))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.compiled import batch_norm_affine, folded, replaced
+from zoo.compiled import batch_norm_affine, folded, kept
 from zoo.kernels import coverage
 from zoo.kernels import cpu as cpu_ops
 
@@ -112,19 +112,7 @@ class BatchNorm(nn.BatchNorm):
         """zoo.compiled.batch_norm_affine, kept until a source array is replaced (weights loaded or
         cast later): recomputing it took five small ops on every call."""
         sources = (self.weight, self.bias, self.running_mean, self.running_var, self.eps)
-        kept = self.__dict__.get("_scale_shift")
-        if replaced(sources, None if kept is None else kept.sources):
-            kept = _ScaleShift(sources, *batch_norm_affine(self))
-            self._scale_shift = kept
-        return kept.scale, kept.shift
-
-
-class _ScaleShift:
-    """A BatchNorm's inference scale and shift with the arrays they were computed from (a plain
-    object, so that nn.Module keeps it out of the parameters)."""
-
-    def __init__(self, sources: tuple, scale: mx.array, shift: mx.array):
-        self.sources, self.scale, self.shift = sources, scale, shift
+        return kept(self, "_scale_shift", sources, lambda: batch_norm_affine(self))
 
 
 class LayerNorm(nn.LayerNorm):

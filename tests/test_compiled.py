@@ -133,6 +133,27 @@ def test_fourier_unit_folded_on_matrix_products_equals_eager(compile_on):
     np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
 
 
+def test_fourier_unit_eager_uses_its_kept_planar_fold_until_a_weight_is_replaced():
+    from zoo.models.lama import FourierUnit
+
+    unit = FourierUnit(4)
+    perturbed_batch_norms(unit)
+    unit.eval()
+    x = mx.array(np.random.default_rng(6).standard_normal((1, 8, 6, 4)).astype(np.float32))
+    got = unit(x)  # not compiled (ZOO_COMPILE auto on the CPU): the matrix products, fold kept
+    first = unit.planar()
+    assert unit.planar() is first
+    with eager():
+        assert unit.planar() is None  # the validator's path: the upstream layers
+        want = unit(x)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+    perturbed_batch_norms(unit, seed=1)
+    assert unit.planar() is not first
+    with eager():
+        want = unit(x)
+    np.testing.assert_allclose(np.array(unit(x)), np.array(want), rtol=1e-5, atol=1e-5)
+
+
 def perturbed_batch_norms(model, seed=0):
     """Running statistics and affine parameters away from the synthetic defaults, so a fold that
     dropped any of them would show."""

@@ -125,6 +125,20 @@ def replaced(sources: tuple, known: tuple | None) -> bool:
     return known is None or any(a is not b for a, b in zip(sources, known))
 
 
+def kept(module, name: str, sources: tuple, make: Callable):
+    """``make()``, kept on ``module`` (outside its parameters) until one of ``sources`` is replaced
+    (weights loaded or cast later): arrays an eager forward derives from weights once."""
+    held = module.__dict__.get(name)
+    if held is None or replaced(sources, held[0]):
+        held = module.__dict__[name] = (sources, make())
+    return held[1]
+
+
+def recording_layers() -> bool:
+    """Inside ``eager()``: the upstream layers run as themselves (the validator records them)."""
+    return _eager_depth > 0
+
+
 def batch_norm_affine(bn) -> tuple[mx.array, mx.array]:
     """An inference BatchNorm as x * scale + shift, in float32: scale = gamma / sqrt(running_var + eps),
     shift = beta - mean * scale."""
