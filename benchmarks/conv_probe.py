@@ -2,13 +2,15 @@
 
     python benchmarks/conv_probe.py --models resnet50:32,yolov8s:16,lama:1 --dtypes float32,float16 --json probe.json
 
-Runs the model once eagerly with mx.conv2d wrapped to record every convolution's
-input, weight and settings; then times each distinct convolution alone (median of
---repeats synchronised calls) and measures its peak memory above its input, weight
-and output (the backend's workspace), beside two GEMM forms of the same convolution:
-``matmul`` (a 1x1 stride-1 convolution as one matrix product) and ``im2col`` (the
-k x k patches gathered by slicing, then one matrix product). Prints one table per model
-and dtype, largest workspace first, and the totals weighted by how often each ran.
+Runs the model once eagerly with mx.conv2d and mx.conv_transpose2d wrapped to record every
+convolution's input, weight and settings; then times each distinct convolution alone (median
+of --repeats synchronised calls) and measures its peak memory above its input, weight and
+output (the backend's workspace), beside GEMM forms of the same convolution: ``matmul`` (a 1x1
+stride-1 convolution as one matrix product), ``im2col`` (the k x k patches gathered by
+slicing, then one matrix product), ``taps`` (stride 1: one matrix product of every pixel with
+all taps, then the shifted tap planes summed, compiled) and, for transposed convolutions,
+``gemm_scatter`` (one matrix product and a sub-pixel scatter, compiled). Prints one table per
+model and dtype, largest workspace first, and the totals weighted by how often each ran.
 """
 from __future__ import annotations
 
@@ -113,9 +115,9 @@ def probe(name: str, batch: int, dtype: str, repeats: int, device: str, size: in
             rows.append(row)
             continue
         row["cudnn"] = measure(lambda: mx.conv2d(xin, w, stride, padding, dilation, groups), 0, repeats)
-        if groups == 1 and dilation == (1, 1) and ws[0] * 8 <= ws[3] and stride == (1, 1) and padding == (0, 0) \
-                and ws[1:3] != (1, 1):
-            taps = mx.compile(cpu_ops.gemm_taps_conv2d)
+        if groups == 1 and dilation == (1, 1) and stride == (1, 1) and ws[1:3] != (1, 1):
+            pad = ((0, 0), (padding[0],) * 2, (padding[1],) * 2, (0, 0))
+            taps = mx.compile(lambda a, b: cpu_ops.gemm_taps_conv2d(mx.pad(a, pad), b))
             row["taps"] = measure(lambda: taps(xin, w), 0, repeats)
         if groups == 1 and dilation == (1, 1):
             if ws[1:3] == (1, 1) and stride == (1, 1) and padding == (0, 0):
