@@ -17,8 +17,8 @@ FFC layers return ``(local, global)``; a part with no channels is the scalar 0,
 as upstream, so the sums of the FFC branches read the same as upstream's.
 Every padding inside the network is reflect padding.
 
-Half precision: the Fourier units (FFT, 1x1 conv, BatchNorm, ReLU, inverse FFT)
-always compute in float32 and hand back the model's dtype. The spectrum is
+Half precision: the Fourier units (FFT or its matrix products, 1x1 conv, BatchNorm,
+ReLU, inverse) always compute in float32 and hand back the model's dtype. The spectrum is
 where half precision breaks: the DC term of an orthonormal spectrum is the mean
 times sqrt(H*W), which overflows float16 on large feature maps (MNN's float16
 port gives all-zero images). MLX's FFT returns complex64 for any input anyway.
@@ -61,8 +61,10 @@ CROP_TRIGGER_SIZE = 800
 # and 128x128 (14.9 and 14.8 kB); mostly the 64-channel full-resolution layers.
 BYTES_PER_PIXEL = 15_000
 MEMORY_SHARE = 0.8  # of the device's memory that one pass may plan to use
-# Largest side of a Fourier unit's map whose spectrum a compiled forward computes as matrix
-# products (rfft2_planar): measured at 64 (512 px inputs), where they beat the FFT
+# Largest side of a Fourier unit's map whose spectrum is computed as matrix products
+# (rfft2_planar) instead of FFTs: they were faster up to 64 (inputs of 512 px), the largest
+# measured (H100: in LaMa 512's compiled forward; CPU, 192 channels: 1.8 against 3.5 ms per unit
+# at 32, 10.7 against 12.3 ms at 64); their cost grows with the side's square
 DFT_MAX_SIDE = 64
 
 
@@ -122,8 +124,7 @@ class FourierUnit(nn.Module):
     def planar(self) -> dict[str, mx.array] | None:
         """``planar_fold`` of this unit: a compiled forward's trace inputs, or kept on the unit until
         a weight is replaced; None inside zoo.compiled.eager() (the validator records the
-        upstream layers) and in training mode. On the CPU the matrix products took 2.0 ms per unit
-        at LaMa 256's 32 x 32 maps where the FFT path took 3.4 ms."""
+        upstream layers) and in training mode (DFT_MAX_SIDE says what was measured)."""
         traced = folded(self.conv_layer)
         if traced is not None or recording_layers() or self.training or not self.bn.track_running_stats:
             return traced
