@@ -51,6 +51,7 @@ def main() -> None:
     import torch
 
     from zoo.bench.cases import build_peer, nchw
+    from zoo.models.layers import irfft2_parts, rfft2_parts
 
     def mx_sync(out):
         mx.eval(out)
@@ -86,7 +87,7 @@ def main() -> None:
         record("whole generator", (model.generator, [mx_in]), lambda: peer(th_in))
         image, mask = mx_in[..., :3], mx_in[..., 3:]
         mx.eval(image, mask)
-        record("user path model(image, mask) [eager column]", (model, [image, mask]), None)
+        record("user path model(image, mask) [eager column; compiled: the same, traced again]", (model, [image, mask]), None)
         mx_x, th_x = mx_in, th_in
         block_inputs = None
         for i, layer in enumerate(model.generator.model.children_in_order()):
@@ -114,8 +115,6 @@ def main() -> None:
         mx.eval(mx_h)
         record("block.conv1.ffc.convg2g.conv1", (st.conv1, [mx_g]), lambda: th_st.conv1(th_g))
         record("block.conv1.ffc.convg2g.fu (matrix products)", (st.fu, [mx_h]), lambda: th_st.fu(th_h))
-        from zoo.models.layers import irfft2_parts, rfft2_parts
-
         parts = rfft2_parts(mx_h)
         mx.eval(parts)
         size = mx_h.shape[1:3]
@@ -128,7 +127,6 @@ def main() -> None:
         record("block.conv1.ffc.convg2g.conv2", (st.conv2, [mx_h]), lambda: th_st.conv2(th_h))
         record("block.conv1 (FFC_BN_ACT)", (lambda a, b: model.generator.model['5'].conv1((a, b)), [mx_l, mx_g]),
                lambda: peer.model[5].conv1((th_l, th_g)))
-        del model, peer
         mx.clear_cache()
     if args.json:
         with open(args.json, "w") as f:

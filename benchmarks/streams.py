@@ -17,7 +17,8 @@ of one set of random JPEGs (``--size`` px square, made once in ``--work``). The 
   the model, ``--batch``.
 
 ``same outputs``: the pipelined run's JSONL records (classify, detect), files (inpaint) or mask
-PNGs and scores (segment) equal the plain loop's, bit for bit. Weights are ``synthetic:0`` (speed and memory do not depend on them).
+PNGs and scores (segment) equal the plain loop's, bit for bit. Weights are ``synthetic:0`` (speed
+and memory do not depend on them).
 """
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ from zoo.sources import read_jsonl
 MODELS = {"classify": "resnet18", "detect": "yolov8n", "inpaint": "lama", "segment": "mobilesam"}
 
 
-def centre(size: int) -> str:
-    """segment's one prompt: a foreground point at the image's centre, as the CLI's --point."""
-    return f"{size // 2},{size // 2}"
+def centre(size: int) -> tuple[int, int]:
+    """segment's one prompt: a foreground point (x, y) at the image's centre."""
+    return size // 2, size // 2
 
 
 def make_images(work: Path, n: int, size: int) -> Path:
@@ -83,7 +84,7 @@ def plain(task: str, listing: Path, out: Path, args) -> int:
 
         out.mkdir()
         predictor = model.predictor()
-        point = np.array([[float(v) for v in centre(args.size).split(",")]])
+        point = np.array([centre(args.size)], np.float64)
         with JsonlWriter(out / "scores.jsonl") as records:
             for path in paths:
                 predictor.set_image(load_image(path))
@@ -115,7 +116,7 @@ def pipelined(task: str, listing: Path, out: Path, args) -> int:
         argv = [MODELS[task], *paths, "--mask", str(listing.parent / f"mask{args.size}.png"), "--out", str(out),
                 "--weights", "synthetic:0"]
     elif task == "segment":
-        argv += ["--point", centre(args.size), "--multimask", "--out", str(out)]
+        argv += ["--point", ",".join(map(str, centre(args.size))), "--multimask", "--out", str(out)]
     elif task == "classify":
         argv += ["--jsonl", str(out), "--batch", str(args.batch)]
     else:

@@ -128,9 +128,7 @@ class FourierUnit(nn.Module):
         traced = folded(self.conv_layer)
         if traced is not None or recording_layers() or self.training or not self.bn.track_running_stats:
             return traced
-        conv, bn = self.conv_layer, self.bn
-        sources = (conv.weight, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.eps)
-        return kept(self, "_planar", sources, lambda: self.planar_fold(conv, bn))
+        return kept(self, "_planar", (self.conv_layer, self.bn), lambda: self.planar_fold(self.conv_layer, self.bn))
 
     @staticmethod
     def planar_fold(conv: nn.Conv2d, bn: nn.BatchNorm) -> dict[str, mx.array]:
@@ -229,18 +227,16 @@ class FFC(nn.Module):
 
     def __call__(self, x):
         x_l, x_g = x if isinstance(x, tuple) else (x, 0)
-        merged = folded(self["convl2l"]) if "convl2l" in self and "convl2g" in self else None
+        merged = folded(self.convl2l) if "convl2l" in self else None
         if merged is not None:  # a compiled forward: both convolutions of x_l as one
             both = self.convl2l.with_weight(x_l, merged["weight"])
             n_l = self.convl2l.weight.shape[0]
-            out_l, out_g = both[..., :n_l], both[..., n_l:]
-            return (out_l + self.convg2l(x_g) if "convg2l" in self else out_l,
-                    out_g + self.convg2g(x_g) if "convg2g" in self else out_g)
-        out_l = out_g = 0
-        if self.has_local:
-            out_l = sum(self[path](inp) for path, inp in (("convl2l", x_l), ("convg2l", x_g)) if path in self)
-        if self.has_global:
-            out_g = sum(self[path](inp) for path, inp in (("convl2g", x_l), ("convg2g", x_g)) if path in self)
+            paths = {"convl2l": both[..., :n_l], "convl2g": both[..., n_l:]}
+        else:
+            paths = {path: self[path](x_l) for path in ("convl2l", "convl2g") if path in self}
+        paths.update({path: self[path](x_g) for path in ("convg2l", "convg2g") if path in self})
+        out_l = sum(paths[p] for p in ("convl2l", "convg2l") if p in paths) if self.has_local else 0
+        out_g = sum(paths[p] for p in ("convl2g", "convg2g") if p in paths) if self.has_global else 0
         return out_l, out_g
 
 

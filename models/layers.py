@@ -111,8 +111,7 @@ class BatchNorm(nn.BatchNorm):
     def scale_shift(self) -> tuple[mx.array, mx.array]:
         """zoo.compiled.batch_norm_affine, kept until a source array is replaced (weights loaded or
         cast later): recomputing it took five small ops on every call."""
-        sources = (self.weight, self.bias, self.running_mean, self.running_var, self.eps)
-        return kept(self, "_scale_shift", sources, lambda: batch_norm_affine(self))
+        return kept(self, "_scale_shift", (self,), lambda: batch_norm_affine(self))
 
 
 class LayerNorm(nn.LayerNorm):

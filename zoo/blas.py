@@ -28,6 +28,7 @@ Nothing here raises: without the pieces, MLX keeps its own BLAS and ``info()`` s
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import os
 import sys
@@ -41,17 +42,23 @@ M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters
 KEEP_FREED_BYTES = 1 << 30
 
 
+@functools.lru_cache(maxsize=1)
+def _glibc() -> ctypes.CDLL | None:
+    """The process's C library when it is glibc (musl has no mallopt parameters or malloc_trim)."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
 def keep_freed_memory() -> None:
     """glibc: large blocks from the heap (no mmap per block), freed memory kept up to 1 GiB."""
     if os.environ.get("ZOO_MALLOC", "").lower() == "system" or not sys.platform.startswith("linux"):
         return
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018  (glibc only: musl has no mallopt parameters to set)
-        ok = libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES) == 1
-    except (OSError, AttributeError):
-        return
-    if ok:
+    libc = _glibc()
+    if libc is not None and libc.mallopt(M_MMAP_MAX, 0) == 1 and libc.mallopt(M_TRIM_THRESHOLD, KEEP_FREED_BYTES) == 1:
         _state["malloc"] = "glibc, freed memory kept for reuse (M_MMAP_MAX=0, M_TRIM_THRESHOLD=1 GiB)"
 
 
@@ -61,11 +68,9 @@ def return_freed_memory() -> None:
     keep_freed_memory keeps up to 1 GiB of freed blocks for reuse, fragmented between live ones;
     a caller that frees much and will not reuse it (the validator, dropping each layer once
     judged) calls this so its resident memory does not keep every block it dropped."""
-    try:
-        libc = ctypes.CDLL(None)
+    libc = _glibc()
+    if libc is not None:
         libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc
-        pass
 
 
 _library: ctypes.CDLL | None = None

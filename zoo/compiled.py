@@ -94,7 +94,7 @@ class FoldedConvs:
     def refresh(self) -> None:
         """Derive again every entry one of whose arrays was replaced since it was derived."""
         for key, (conv, partner) in self.pairs.items():
-            sources = _sources(conv, partner)
+            sources = sources_of(conv, partner)
             if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
                 # evaluated with the first output that uses them
@@ -103,7 +103,7 @@ class FoldedConvs:
     def retraced(self) -> None:
         """After a trace: mx.compile put its input arrays back into the modules as new Python
         objects holding the same arrays; remember those so the next call does not derive again."""
-        self.sources = {key: _sources(conv, partner) for key, (conv, partner) in self.pairs.items()}
+        self.sources = {key: sources_of(conv, partner) for key, (conv, partner) in self.pairs.items()}
 
     def usable(self) -> bool:
         """No module in training mode, and every BatchNorm with running statistics to fold."""
@@ -111,12 +111,13 @@ class FoldedConvs:
                    for pair in self.pairs.values() for m in pair)
 
 
-def _sources(conv, partner) -> tuple:
-    # read by name, not through parameters(): this runs for every entry on every call
-    return tuple(m.get(name) for m in (conv, partner) for name in _SOURCE_NAMES)
+def sources_of(*modules) -> tuple:
+    """The arrays that arrays derived from ``modules`` (a conv's, a BatchNorm's) depend on; read by
+    name, not through parameters(): this runs for every derivation on every call."""
+    return tuple(m.get(name) for m in modules for name in _SOURCE_NAMES)
 
 
-_SOURCE_NAMES = ("weight", "bias", "running_mean", "running_var")  # a conv's, a BatchNorm's
+_SOURCE_NAMES = ("weight", "bias", "running_mean", "running_var")
 
 
 def replaced(sources: tuple, known: tuple | None) -> bool:
@@ -125,12 +126,13 @@ def replaced(sources: tuple, known: tuple | None) -> bool:
     return known is None or any(a is not b for a, b in zip(sources, known))
 
 
-def kept(module, name: str, sources: tuple, make: Callable):
-    """``make()``, kept on ``module`` (outside its parameters) until one of ``sources`` is replaced
-    (weights loaded or cast later): arrays an eager forward derives from weights once."""
-    held = module.__dict__.get(name)
+def kept(owner, name: str, modules: tuple, make: Callable):
+    """``make()``, kept on ``owner`` (outside its parameters) until one of ``modules``' arrays is
+    replaced (weights loaded or cast later): arrays an eager forward derives from weights once."""
+    sources = sources_of(*modules)
+    held = owner.__dict__.get(name)
     if held is None or replaced(sources, held[0]):
-        held = module.__dict__[name] = (sources, make())
+        held = owner.__dict__[name] = (sources, make())
     return held[1]
 
 

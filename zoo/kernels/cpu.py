@@ -454,13 +454,19 @@ def gemm_conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output
     return full[:, ph:ph + oh, pw:pw + ow]
 
 
+def _gemm_form(x: mx.array) -> bool:
+    """Whether a convolution of ``x`` runs as its GEMM form rather than MLX's: on the CPU, and in
+    float32 elsewhere, where cuDNN's engines without TF32 were slower on an H100 (1x1: 1.1-2.1x
+    SGEMM's time, each with a workspace of up to 250 MiB; LaMa's last conv, 7x7 64 -> 3 at 518 px:
+    3.27 ms against 0.91). In float16 cuDNN was as fast or faster (benchmarks/conv_probe.py)."""
+    return _fast_path() or x.dtype == mx.float32
+
+
 def conv2d_few_outputs(x: mx.array, weight: mx.array) -> mx.array:
     """mx.conv2d(x, weight) (stride 1, no padding: pad first) for a weight (O, KH, KW, I) with few
-    output channels, as ``gemm_taps_conv2d`` on the CPU and in float32 elsewhere (LaMa's last
-    conv, 7x7 64 -> 3 at 518 px, on an H100 without TF32: 0.91 ms against cuDNN's 3.27; in
-    float16 cuDNN's 0.52 ms beat it, benchmarks/conv_probe.py)."""
+    output channels, as ``gemm_taps_conv2d`` where ``_gemm_form`` says."""
     co, kh, kw, ci = weight.shape
-    gemm = (_fast_path() or x.dtype == mx.float32) and not (kh == 1 and kw == 1)
+    gemm = _gemm_form(x) and not (kh == 1 and kw == 1)
     _ran("conv2d (few outputs)", _fast_path() and gemm)
     return gemm_taps_conv2d(x, weight) if gemm else mx.conv2d(x, weight)
 
@@ -482,12 +488,10 @@ def gemm_taps_conv2d(x: mx.array, weight: mx.array) -> mx.array:
 
 
 def pointwise_conv2d(x: mx.array, weight: mx.array) -> mx.array:
-    """mx.conv2d(x, weight) for a 1x1 weight (O, 1, 1, I), stride 1, no padding, as one matmul on the
-    CPU and in float32 elsewhere: without TF32 cuDNN's float32 engines took 1.1-2.1x SGEMM's time
-    on an H100, each with a workspace of up to 250 MiB (benchmarks/conv_probe.py); in float16 the
-    two were even."""
+    """mx.conv2d(x, weight) for a 1x1 weight (O, 1, 1, I), stride 1, no padding, as one matmul where
+    ``_gemm_form`` says."""
     _ran("conv2d 1x1", _fast_path())
-    if not (_fast_path() or x.dtype == mx.float32):
+    if not _gemm_form(x):
         return mx.conv2d(x, weight)
     co, _, _, ci = weight.shape
     return (x.reshape(-1, ci) @ weight.reshape(co, ci).T).reshape(*x.shape[:-1], co)
