@@ -8,7 +8,8 @@ of --repeats synchronised calls) and measures its peak memory above its input, w
 output (the backend's workspace), beside GEMM forms of the same convolution: ``matmul`` (a 1x1
 stride-1 convolution as one matrix product), ``im2col`` (the k x k patches gathered by
 slicing, then one matrix product), ``taps`` (stride 1: one matrix product of every pixel with
-all taps, then the shifted tap planes summed, compiled) and, for transposed convolutions,
+all taps, then the shifted tap planes summed, compiled), ``winograd`` (3x3 stride 1:
+zoo.kernels.winograd's F(2x2, 3x3), the weight transformed beforehand) and, for transposed convolutions,
 ``gemm_scatter`` (one matrix product and a sub-pixel scatter, compiled). Prints one table per
 model and dtype, largest workspace first, and the totals weighted by how often each ran.
 """
@@ -25,9 +26,10 @@ import numpy as np
 
 import zoo
 from zoo.kernels import cpu as cpu_ops
+from zoo.kernels import winograd
 
 MIB = 2**20
-FORMS = ("cudnn", "matmul", "im2col", "taps", "gemm_scatter")
+FORMS = ("cudnn", "matmul", "im2col", "taps", "winograd", "gemm_scatter")
 
 
 def record_convs(model, inputs) -> Counter:
@@ -119,6 +121,10 @@ def probe(name: str, batch: int, dtype: str, repeats: int, device: str, size: in
             pad = ((0, 0), (padding[0],) * 2, (padding[1],) * 2, (0, 0))
             taps = mx.compile(lambda a, b: cpu_ops.gemm_taps_conv2d(mx.pad(a, pad), b))
             row["taps"] = measure(lambda: taps(xin, w), 0, repeats)
+        if ws[1:3] == (3, 3) and groups == 1 and dilation == (1, 1) and stride == (1, 1) and padding in ((0, 0), (1, 1)):
+            u, zeros = winograd.transform_weight(w), mx.zeros((ws[0],), w.dtype)
+            mx.eval(u, zeros)
+            row["winograd"] = measure(lambda: winograd.conv3x3(xin, u, zeros, padding[0]), 0, repeats)
         if groups == 1 and dilation == (1, 1):
             if ws[1:3] == (1, 1) and stride == (1, 1) and padding == (0, 0):
                 row["matmul"] = measure(lambda: matmul_conv(xin, w), 0, repeats)

@@ -36,13 +36,13 @@ import mlx.nn as nn
 import numpy as np
 from PIL import Image
 
-from zoo.compiled import CompiledForward, fold_batch_norm, folded, kept, recording_layers
+from zoo.compiled import CompiledForward, fold_batch_norm, folded, kept, recording_layers, with_winograd
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image, open_image
-from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, irfft2_parts, reflect_pad,
-                               rfft2_parts)
+from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, irfft2_parts,
+                               reflect_pad, rfft2_parts)
 
 RATIO = 0.75  # share of global (spectral) channels in the residual blocks
 N_BLOCKS = 18
@@ -88,9 +88,15 @@ class ReflectConv2d(Conv2d):
         super().__init__(cin, cout, kernel, stride=stride, padding=0, bias=bias)
         self.reflect_padding = padding
 
-    def with_weight(self, x: mx.array, weight: mx.array) -> mx.array:
-        """This convolution (no bias) with another weight of its kernel: a merged one (FFC)."""
-        return mx.conv2d(reflect_pad(x, self.reflect_padding), weight, self.stride)
+    def derived(self, x: mx.array, arrays: dict[str, mx.array]) -> mx.array:
+        """This convolution with arrays a compiled forward derived from its weight (``derive``, or
+        merged with another's by ``merge_outputs``)."""
+        return conv2d_derived(reflect_pad(x, self.reflect_padding), self, arrays)
+
+
+def derive(conv: ReflectConv2d, _=None) -> dict[str, mx.array]:
+    """A convolution's weight, with its Winograd transform where that form may run (zoo.compiled)."""
+    return with_winograd(conv, {"weight": conv.weight})
 
 
 class FourierUnit(nn.Module):
@@ -229,12 +235,15 @@ class FFC(nn.Module):
         x_l, x_g = x if isinstance(x, tuple) else (x, 0)
         merged = folded(self.convl2l) if "convl2l" in self else None
         if merged is not None:  # a compiled forward: both convolutions of x_l as one
-            both = self.convl2l.with_weight(x_l, merged["weight"])
+            both = self.convl2l.derived(x_l, merged)
             n_l = self.convl2l.weight.shape[0]
             paths = {"convl2l": both[..., :n_l], "convl2g": both[..., n_l:]}
         else:
             paths = {path: self[path](x_l) for path in ("convl2l", "convl2g") if path in self}
-        paths.update({path: self[path](x_g) for path in ("convg2l", "convg2g") if path in self})
+        g2l = folded(self.convg2l) if "convg2l" in self else None
+        if g2l is not None:
+            paths["convg2l"] = self.convg2l.derived(x_g, g2l)
+        paths.update({path: self[path](x_g) for path in ("convg2l", "convg2g") if path in self and path not in paths})
         out_l = sum(paths[p] for p in ("convl2l", "convg2l") if p in paths) if self.has_local else 0
         out_g = sum(paths[p] for p in ("convl2g", "convg2g") if p in paths) if self.has_global else 0
         return out_l, out_g
@@ -243,7 +252,7 @@ class FFC(nn.Module):
 def merge_outputs(first: nn.Conv2d, second: nn.Conv2d) -> dict[str, mx.array]:
     """Two convolutions of one input (an FFC's local -> local and local -> global) as one weight:
     one launch where there were two (LaMa's compiled GPU forward is bound by its launches)."""
-    return {"weight": mx.concatenate([first.weight, second.weight])}
+    return with_winograd(first, {"weight": mx.concatenate([first.weight, second.weight])})
 
 
 class FFC_BN_ACT(nn.Module):  # upstream's class name
@@ -318,7 +327,8 @@ class LaMa(nn.Module):
         merged = [(m.convl2l, m.convl2g, merge_outputs) for m in modules
                   if isinstance(m, FFC) and "convl2l" in m and "convl2g" in m]
         planar = [(m.conv_layer, m.bn, FourierUnit.planar_fold) for m in modules if isinstance(m, FourierUnit)]
-        self.compiled = CompiledForward(self.forward, self, folds=merged + planar)
+        alone = [(m.convg2l, None, derive) for m in modules if isinstance(m, FFC) and "convg2l" in m]
+        self.compiled = CompiledForward(self.forward, self, folds=merged + planar + alone)
 
     @property
     def dtype(self) -> mx.Dtype:

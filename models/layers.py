@@ -7,6 +7,7 @@ import mlx.nn as nn
 from zoo.compiled import batch_norm_affine, folded, kept
 from zoo.kernels import coverage
 from zoo.kernels import cpu as cpu_ops
+from zoo.kernels import winograd
 
 
 class Sequential(nn.Module):
@@ -122,19 +123,33 @@ class LayerNorm(nn.LayerNorm):
                                   self.bias if "bias" in self else None, self.eps)
 
 
-def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None) -> mx.array:
-    """``bn(conv(x))`` (or ``eager(x)``); in a compiled forward that folds them (zoo.compiled) one
-    convolution whose weight and bias hold the BatchNorm."""
+def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None, activation: str | None = None) -> mx.array:
+    """``activation(bn(conv(x)))`` (or ``activation(eager(x))``); activation None, "relu" or "silu".
+    In a compiled forward that folds them (zoo.compiled) one convolution whose weight and bias hold
+    the BatchNorm (``conv2d_derived``)."""
     fold = folded(conv)
     if fold is None:
-        return bn(conv(x)) if eager is None else eager(x)
-    weight = fold["weight"]
+        return _ACTIVATIONS[activation](bn(conv(x)) if eager is None else eager(x))
+    return conv2d_derived(x, conv, fold, activation)
+
+
+def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], activation: str | None = None) -> mx.array:
+    """``conv``'s convolution of x (its stride, padding, groups) with arrays a compiled forward derived
+    from its weight (zoo.compiled): {weight[, bias][, winograd]}, then the activation. A large
+    float32 3x3 on CUDA runs as Winograd's form, the activation in its last kernel
+    (zoo.kernels.winograd); a 1x1 as a matmul where zoo.kernels.cpu says."""
+    weight, bias = arrays["weight"], arrays.get("bias")
+    if "winograd" in arrays and winograd.worth_it(x.shape, weight.shape):
+        return winograd.conv3x3(x, arrays["winograd"], bias, conv.padding[0], activation)
     if weight.shape[1:3] == (1, 1) and conv.groups == 1 and tuple(conv.stride) == (1, 1) \
             and tuple(conv.padding) == (0, 0):
         y = cpu_ops.pointwise_conv2d(x, weight)
     else:
         y = mx.conv2d(x, weight, conv.stride, conv.padding, conv.dilation, conv.groups)
-    return y + fold["bias"]
+    return _ACTIVATIONS[activation](y if bias is None else y + bias)
+
+
+_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": silu}
 
 
 def _no_dilation(dilation) -> bool:

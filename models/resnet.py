@@ -63,7 +63,7 @@ class BasicBlock(nn.Module):
         return convs + ([(self.downsample["0"], self.downsample["1"])] if "downsample" in self else [])
 
     def __call__(self, x: mx.array) -> mx.array:
-        out = nn.relu(conv_bn(self.conv1, self.bn1, x))
+        out = conv_bn(self.conv1, self.bn1, x, activation="relu")
         out = conv_bn(self.conv2, self.bn2, out)
         return nn.relu(out + self.shortcut(x))
 
@@ -86,8 +86,8 @@ class Bottleneck(nn.Module):
     conv_bn_pairs = BasicBlock.conv_bn_pairs
 
     def __call__(self, x: mx.array) -> mx.array:
-        out = nn.relu(conv_bn(self.conv1, self.bn1, x))
-        out = nn.relu(conv_bn(self.conv2, self.bn2, out))
+        out = conv_bn(self.conv1, self.bn1, x, activation="relu")
+        out = conv_bn(self.conv2, self.bn2, out, activation="relu")
         out = conv_bn(self.conv3, self.bn3, out)
         return nn.relu(out + self.shortcut(x))
 

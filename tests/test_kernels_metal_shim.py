@@ -29,7 +29,9 @@ from zoo.kernels import core
 from zoo.kernels.nms import _suppression_matrix, float32_threshold, greedy_keep_launch, iou_mask_launch, score_sorted
 from zoo.kernels.resize import resize_launch, source_taps
 from zoo.kernels.sppf import sppf_launch
+from zoo.kernels import winograd
 from zoo.validate.reference import kernels as ref
+from zoo.validate.reference import ops as ref_ops
 
 COMPILER = shutil.which("g++") or shutil.which("clang++")
 pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C++ compiler (g++ or clang++) on PATH")
@@ -231,3 +233,30 @@ def test_sppf_metal(run_metal, shape, k, dtype):
     outputs = run_metal(sppf_launch(mx.array(x), k))
     for out, expected in zip(outputs, ref.sppf_maxpool(x, k), strict=True):
         np.testing.assert_array_equal(out, expected)
+
+
+# ---------------------------------------------------------------- Winograd 3x3 convolution
+
+
+@pytest.mark.parametrize("shape, out_channels, padding, activation", [
+    ((2, 7, 9, 5), 6, 1, None), ((1, 8, 6, 3), 4, 0, "relu"), ((1, 1, 1, 2), 3, 1, "silu"), ((1, 3, 4, 1), 1, 0, None),
+    ((2, 5, 6, 4), 5, 1, "silu")])
+def test_winograd_metal(run_metal, shape, out_channels, padding, activation):
+    # the two transform kernels around numpy's GEMM, against the reference's direct convolution
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(shape).astype(np.float32)
+    weight = rng.standard_normal((out_channels, 3, 3, shape[-1])).astype(np.float32)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    n, h, w, _ = shape
+    out_size = (h + 2 * padding - 2, w + 2 * padding - 2)
+    tiles = (n, -(-out_size[0] // 2), -(-out_size[1] // 2))
+    (v,) = run_metal(winograd.input_launch(mx.array(x), padding, tiles))
+    m = v @ np.array(winograd.transform_weight(mx.array(weight)))
+    (y,) = run_metal(winograd.output_launch(mx.array(m), mx.array(bias), out_size, tiles, activation))
+    expected = ref_ops.conv2d(x.transpose(0, 3, 1, 2).astype(np.float64), weight.transpose(0, 3, 1, 2).astype(np.float64),
+                              bias.astype(np.float64), padding=padding).transpose(0, 2, 3, 1)
+    if activation == "relu":
+        expected = np.maximum(expected, 0)
+    elif activation == "silu":
+        expected = expected / (1 + np.exp(-expected))
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)

@@ -40,6 +40,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from zoo.errors import ZooError
+from zoo.kernels import winograd
 
 ENV_VAR = "ZOO_COMPILE"
 MODES = ("auto", "on", "off")
@@ -83,7 +84,8 @@ class FoldedConvs:
     BatchNorm, folded in: weight * scale and bias * scale + shift, scale = gamma /
     sqrt(running_var + eps), shift = beta - mean * scale, computed in float32 and stored in the
     convolution's dtype. An entry's third element, ``make(conv, partner) -> {name: array}``,
-    derives other arrays (another layout of the fold, two convolutions merged)."""
+    derives other arrays (another layout of the fold, two convolutions merged); its partner may be
+    None (arrays derived from the convolution alone)."""
 
     def __init__(self, entries):
         self.pairs = {id(entry[0]): entry[:2] for entry in entries}
@@ -108,13 +110,13 @@ class FoldedConvs:
     def usable(self) -> bool:
         """No module in training mode, and every BatchNorm with running statistics to fold."""
         return all(not m.training and (not isinstance(m, nn.BatchNorm) or (m.track_running_stats and "weight" in m))
-                   for pair in self.pairs.values() for m in pair)
+                   for pair in self.pairs.values() for m in pair if m is not None)
 
 
 def sources_of(*modules) -> tuple:
     """The arrays that arrays derived from ``modules`` (a conv's, a BatchNorm's) depend on; read by
     name, not through parameters(): this runs for every derivation on every call."""
-    return tuple(m.get(name) for m in modules for name in _SOURCE_NAMES)
+    return tuple(m.get(name) for m in modules if m is not None for name in _SOURCE_NAMES)
 
 
 _SOURCE_NAMES = ("weight", "bias", "running_mean", "running_var")
@@ -159,7 +161,17 @@ def fold_batch_norm(conv, bn) -> tuple[mx.array, mx.array]:
 
 def _fold_in_conv_dtype(conv, bn) -> dict[str, mx.array]:
     weight, bias = fold_batch_norm(conv, bn)
-    return {"weight": weight.astype(conv.weight.dtype), "bias": bias.astype(conv.weight.dtype)}
+    dtype = conv.weight.dtype
+    return with_winograd(conv, {"weight": weight.astype(dtype), "bias": bias.astype(dtype)})
+
+
+def with_winograd(conv, arrays: dict[str, mx.array]) -> dict[str, mx.array]:
+    """``arrays`` (a derived weight and bias of ``conv``) with, where ``conv`` may run as Winograd's
+    F(2x2, 3x3) (zoo.kernels.winograd.preferred), the transformed weight as "winograd"."""
+    weight = arrays["weight"]
+    if winograd.preferred(weight.dtype, weight.shape, conv.stride, conv.padding, conv.groups, conv.dilation):
+        arrays["winograd"] = winograd.transform_weight(weight)
+    return arrays
 
 
 def folded(conv) -> dict[str, mx.array] | None:

@@ -24,7 +24,7 @@ from zoo.compiled import CompiledForward
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import sppf_maxpool
-from zoo.models.layers import BatchNorm, Conv2d, Sequential, conv_bn, sigmoid, silu
+from zoo.models.layers import BatchNorm, Conv2d, Sequential, conv_bn, sigmoid
 
 from .ops import STRIDE, resolve_classes
 from .predict import predict
@@ -78,7 +78,7 @@ class Conv(nn.Module):
         self.bn = BatchNorm(c2, eps=1e-3, momentum=0.03)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return silu(conv_bn(self.conv, self.bn, x))
+        return conv_bn(self.conv, self.bn, x, activation="silu")
 
 
 class Bottleneck(nn.Module):

@@ -4,7 +4,10 @@
   ultralytics / torchvision semantics;
 - ``resize(x, size, mode="bilinear", align_corners=False)``: NHWC resize to an
   exact size, PyTorch ``F.interpolate`` semantics;
-- ``sppf_maxpool(x, k=5)``: YOLOv8 SPPF's three chained max-pools.
+- ``sppf_maxpool(x, k=5)``: YOLOv8 SPPF's three chained max-pools;
+- ``winograd.conv3x3(x, winograd.transform_weight(w), bias, padding, activation)``: a 3x3
+  stride-1 convolution as Winograd F(2x2, 3x3), two kernels around one batched matmul (the
+  models' large float32 convolutions on CUDA).
 
 The native kernel runs when MLX's default device is a Metal or CUDA GPU; the
 fallback (plain MLX ops) otherwise, or always with ``ZOO_KERNELS=fallback``.

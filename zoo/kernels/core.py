@@ -12,7 +12,8 @@ bools) and these names, which the per-backend prelude below defines:
 - ``zoo_barrier()``: threadgroup barrier that also orders device memory;
 - ``zoo_mul_rn(a, b)``: a float product that is rounded on its own, never
   contracted with a following add into an FMA, so that sums of products round
-  like numpy's.
+  like numpy's;
+- ``zoo_exp(x)``: the float exponential (``metal::exp``, CUDA's ``expf``).
 
 On CUDA MLX launches ``ceil(grid / threadgroup)`` whole blocks, Metal launches
 exactly ``grid`` threads; the CUDA prelude therefore returns early from the
@@ -45,6 +46,7 @@ ENV_VAR = "ZOO_KERNELS"
 METAL_HEADER = """\
 #define zoo_barrier() metal::threadgroup_barrier(metal::mem_flags::mem_device)
 #define zoo_mul_rn(a, b) ((a) * (b))
+#define zoo_exp(x) metal::exp(x)
 """
 
 # Prelude lines per name; a kernel gets those its body uses (thread_pos always on CUDA,
@@ -59,6 +61,7 @@ CUDA_HEADER = """\
 typedef unsigned int uint;
 #define zoo_barrier() __syncthreads()
 #define zoo_mul_rn(a, b) __fmul_rn((a), (b))
+#define zoo_exp(x) expf(x)
 """
 
 # `launch_grid` is an extra input that zoo appends on CUDA: the grid in threads.

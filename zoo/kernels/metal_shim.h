@@ -8,6 +8,7 @@
 // compiler, its rounding (FMA contraction), and real concurrency.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 // Metal attributes ([[kernel]], [[buffer(i)]], [[thread_position_in_grid]],
@@ -40,5 +41,7 @@ enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2 };
 // The shim runs the threads one after another, with one thread per threadgroup for a
 // kernel that has barriers: a barrier then has nothing to wait for.
 inline void threadgroup_barrier(mem_flags) {}
+
+inline float exp(float x) { return std::exp(x); }
 
 }  // namespace metal

@@ -28,8 +28,9 @@ import mlx.core as mx
 import numpy as np
 
 from zoo.devices import gpu_backend
-from zoo.kernels import core, nms, resize, sppf_maxpool
+from zoo.kernels import core, nms, resize, sppf_maxpool, winograd
 from zoo.validate.reference import kernels as ref
+from zoo.validate.reference import ops as ref_ops
 
 
 @dataclass
@@ -253,6 +254,50 @@ def sppf_cases(rng) -> list[Case]:
     ]
 
 
+def torch_conv3x3(x, weight, bias, padding):
+    import torch
+    import torch.nn.functional as F
+
+    out = F.conv2d(torch.from_numpy(np.ascontiguousarray(x.transpose(0, 3, 1, 2))),
+                   torch.from_numpy(np.ascontiguousarray(weight.transpose(0, 3, 1, 2))), torch.from_numpy(bias),
+                   padding=padding)
+    return [out.numpy().transpose(0, 2, 3, 1)]
+
+
+def winograd_case(rng, shape, out_channels, padding=1, timed=False):
+    x = rng.standard_normal(shape).astype(np.float32)
+    # He-scaled weights: outputs of order 1, as in a network
+    weight = (rng.standard_normal((out_channels, 3, 3, shape[-1])) / np.sqrt(9 * shape[-1])).astype(np.float32)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    x_mx, u, b = mx.array(x), winograd.transform_weight(mx.array(weight)), mx.array(bias)
+
+    def reference():
+        nchw = ref_ops.conv2d(x.transpose(0, 3, 1, 2).astype(np.float64), weight.transpose(0, 3, 1, 2).astype(np.float64),
+                              bias.astype(np.float64), padding=padding)
+        return [nchw.transpose(0, 2, 3, 1).astype(np.float32)]
+
+    return Case(
+        "winograd",
+        f"{shape} -> {out_channels}, padding {padding}",
+        lambda: winograd.conv3x3(x_mx, u, b, padding),
+        reference,
+        1e-5,  # float32 sums of 9 * C products, in another order than the reference's
+        timed,
+        lambda: torch_conv3x3(x, weight, bias, padding),
+    )
+
+
+def winograd_cases(rng) -> list[Case]:
+    return [
+        winograd_case(rng, (4, 80, 80, 64), 64, timed=True),
+        winograd_case(rng, (4, 40, 40, 128), 128, timed=True),
+        winograd_case(rng, (1, 20, 20, 256), 256, timed=True),
+        winograd_case(rng, (2, 7, 9, 5), 6),
+        winograd_case(rng, (1, 8, 6, 3), 4, padding=0),
+        winograd_case(rng, (1, 1, 1, 2), 3),
+    ]
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -281,7 +326,7 @@ def main(argv=None) -> int:
     variants = ["native", "fallback"] if backend else ["fallback"]
 
     rng = np.random.default_rng(0)
-    cases = nms_cases(rng) + resize_cases(rng) + sppf_cases(rng)
+    cases = nms_cases(rng) + resize_cases(rng) + sppf_cases(rng) + winograd_cases(rng)
     header = ["kernel", "case", "native=numpy", "native=fallback", "fallback=numpy"]
     if args.torch:
         header += ["numpy=torch", "torch diff"]
