@@ -15,10 +15,12 @@ B, G and A are 0, +-1 and +-1/2, so float32 results round like a direct convolut
 (no larger transforms such as F(4x4, 3x3), whose entries grow and lose accuracy).
 
 Why: MLX's convolution on CUDA is cuDNN in NHWC, and in float32 without TF32 its engines
-reached 10-30% of the H100's float32 rate, some with workspaces of up to 1.4 GB
-(docs/speed-gpu.md). The native kernels run where MLX's default device is a GPU; the
-fallback (plain MLX ops) elsewhere or with ``ZOO_KERNELS=fallback``. Where the models use
-this form: ``preferred`` (models.layers.conv_bn, in their compiled forward).
+reached 11-36% of the H100's float32 peak on YOLOv8s's 3x3 convolutions at batch 16, some
+with workspaces of up to 1.4 GB (docs/speed-gpu.md). The native kernels run where MLX's
+default device is a GPU; the fallback (plain MLX ops) elsewhere or with
+``ZOO_KERNELS=fallback``. Where the models use this form: ``preferred`` (the transformed
+weight is derived with the fold, zoo.compiled) and ``worth_it`` (per call,
+models.layers.conv2d_derived).
 """
 from __future__ import annotations
 
