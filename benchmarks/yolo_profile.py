@@ -1,0 +1,97 @@
+"""Where YOLOv8's GPU time goes: each of its 23 layers timed alone, mlx-zoo's compiled form beside PyTorch.
+
+    MLX_ENABLE_TF32=0 python benchmarks/yolo_profile.py --upstream ../shared/bench/upstream/python \
+        --model yolov8n --batch 16 --dtypes float32 --json p.json
+
+Each layer (upstream's ``model.N``) runs on the input the whole network gives it, as the user
+path runs it (``zoo.compiled.CompiledForward`` over that layer, its BatchNorms folded) and as
+ultralytics' module (torch eager, TF32 off), median of --repeats synchronised calls; then the
+whole network both ways. Synthetic weights. Each per-layer time includes one synchronisation,
+so they add up to more than the whole forward. Needs ultralytics (pip install 'mlx-zoo[bench]',
+or a folder holding ultralytics/ on --upstream).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+
+import zoo
+from lama_profile import median_ms  # same folder
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="yolov8n")
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--size", type=int, default=640)
+    parser.add_argument("--dtypes", default="float32")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--json")
+    parser.add_argument("--upstream", help="folder holding ultralytics/, searched first")
+    parser.add_argument("--upstream-fallback", help="folder of stand-ins for upstream's unused imports, searched last")
+    parser.add_argument("--torch-device", default="cuda")
+    args = parser.parse_args()
+    if args.upstream:
+        sys.path.insert(0, args.upstream)
+    if args.upstream_fallback:
+        sys.path.append(args.upstream_fallback)
+    import mlx.core as mx
+    import torch
+
+    from zoo.bench.cases import build_peer, nchw
+    from zoo.compiled import CompiledForward
+    from zoo.models.yolov8.model import ARCH, Conv
+
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+
+    def mx_sync(out):
+        mx.eval(out)
+        mx.synchronize()
+
+    def torch_sync(_):
+        if args.torch_device == "cuda":
+            torch.cuda.synchronize()
+
+    rows = []
+    for dtype in args.dtypes.split(","):
+        model = zoo.load(args.model, weights="synthetic:0", dtype=dtype)
+        peer = build_peer(args.model, 0)[0].to(args.torch_device, getattr(torch, dtype))
+        x = np.random.default_rng(0).random((args.batch, args.size, args.size, 3), dtype=np.float32)
+        mx_x = mx.array(x).astype(model.dtype)
+        th_x = torch.from_numpy(nchw(x)).to(args.torch_device, getattr(torch, dtype))
+
+        def record(name, mlx_fn, mlx_args, torch_fn):
+            row = {"dtype": dtype, "layer": name, "mlx_ms": median_ms(lambda: mlx_fn(*mlx_args), mx_sync, args.repeats)}
+            with torch.inference_mode():
+                row["torch_ms"] = median_ms(torch_fn, torch_sync, args.repeats)
+            row["ratio"] = round(row["mlx_ms"] / row["torch_ms"], 3)
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+        record("whole network (user path)", model, [mx_x], lambda: peer(th_x))
+        mx_outputs, th_outputs = [], []
+        for i, ((sources, *_), layer, th_layer) in enumerate(zip(ARCH, model.model.children_in_order(), peer.model)):
+            pick = lambda outs, last: [last if j == -1 else outs[j] for j in sources] if sources != -1 else [last]  # noqa: E731
+            mx_in = pick(mx_outputs, mx_outputs[-1] if mx_outputs else mx_x)
+            th_in = pick(th_outputs, th_outputs[-1] if th_outputs else th_x)
+            convs = [(m.conv, m.bn) for m in layer.modules() if isinstance(m, Conv)]
+            compiled = CompiledForward(layer, layer, folds=convs)
+            # a fresh list per call: ultralytics' Detect writes its results into the list it is given
+            th_call = (lambda t=th_layer, a=th_in: t(list(a) if len(a) > 1 else a[0]))
+            record(f"model.{i} {type(layer).__name__}", compiled, mx_in, th_call)
+            out = compiled(*mx_in)
+            mx.eval(out)
+            mx_outputs.append(out)
+            with torch.inference_mode():
+                th_outputs.append(th_call())
+        mx.clear_cache()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
