@@ -11,55 +11,23 @@ so they add up to more than the whole forward.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import statistics
-import sys
-import time
 
 import numpy as np
+from layer_timing import median_ms, mx_sync, parse, parser, torch_sync  # same folder
 
-import zoo  # noqa: F401  (zoo's process settings before MLX starts)
-
-
-def median_ms(fn, sync, repeats: int) -> float:
-    for _ in range(3):
-        sync(fn())
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        sync(fn())
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+import zoo  # zoo's process settings before MLX starts
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--upstream", help="folder holding saicinpainting/ (upstream LaMa code)")
-    parser.add_argument("--upstream-fallback", help="folder of stand-ins for upstream's unused imports, searched last")
-    parser.add_argument("--size", type=int, default=512)
-    parser.add_argument("--dtypes", default="float16,float32")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--json")
-    parser.add_argument("--torch-device", default="cuda")
-    args = parser.parse_args()
-    if args.upstream:
-        sys.path.insert(0, args.upstream)
-    if args.upstream_fallback:
-        sys.path.append(args.upstream_fallback)
+    args = parse(parser(__doc__, "saicinpainting/ (upstream LaMa code)", 512, "float16,float32"))
     import mlx.core as mx
     import torch
 
     from zoo.bench.cases import build_peer, nchw
     from zoo.models.layers import irfft2_parts, rfft2_parts
 
-    def mx_sync(out):
-        mx.eval(out)
-        mx.synchronize()
-
-    def torch_sync(out):
-        if args.torch_device == "cuda":
-            torch.cuda.synchronize()
+    sync = torch_sync(args.torch_device)
 
     rows = []
     for dtype in args.dtypes.split(","):
@@ -80,7 +48,7 @@ def main() -> None:
                 row["mlx_compiled_ms"] = median_ms(lambda: compiled(*inputs), mx_sync, args.repeats)
             if torch_fn is not None:
                 with torch.no_grad():
-                    row["torch_ms"] = median_ms(torch_fn, torch_sync, args.repeats)
+                    row["torch_ms"] = median_ms(torch_fn, sync, args.repeats)
             rows.append(row)
             print(json.dumps(row), flush=True)
 

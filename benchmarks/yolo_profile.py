@@ -12,32 +12,19 @@ or a folder holding ultralytics/ on --upstream).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 
 import numpy as np
+from layer_timing import median_ms, mx_sync, parse, parser, torch_sync  # same folder
 
 import zoo
-from lama_profile import median_ms  # same folder
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="yolov8n")
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--size", type=int, default=640)
-    parser.add_argument("--dtypes", default="float32")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--json")
-    parser.add_argument("--upstream", help="folder holding ultralytics/, searched first")
-    parser.add_argument("--upstream-fallback", help="folder of stand-ins for upstream's unused imports, searched last")
-    parser.add_argument("--torch-device", default="cuda")
-    args = parser.parse_args()
-    if args.upstream:
-        sys.path.insert(0, args.upstream)
-    if args.upstream_fallback:
-        sys.path.append(args.upstream_fallback)
+    p = parser(__doc__, "ultralytics/", 640, "float32")
+    p.add_argument("--model", default="yolov8n")
+    p.add_argument("--batch", type=int, default=16)
+    args = parse(p)
     import mlx.core as mx
     import torch
 
@@ -46,14 +33,7 @@ def main() -> None:
     from zoo.models.yolov8.model import ARCH, Conv
 
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-
-    def mx_sync(out):
-        mx.eval(out)
-        mx.synchronize()
-
-    def torch_sync(_):
-        if args.torch_device == "cuda":
-            torch.cuda.synchronize()
+    sync = torch_sync(args.torch_device)
 
     rows = []
     for dtype in args.dtypes.split(","):
@@ -66,7 +46,7 @@ def main() -> None:
         def record(name, mlx_fn, mlx_args, torch_fn):
             row = {"dtype": dtype, "layer": name, "mlx_ms": median_ms(lambda: mlx_fn(*mlx_args), mx_sync, args.repeats)}
             with torch.inference_mode():
-                row["torch_ms"] = median_ms(torch_fn, torch_sync, args.repeats)
+                row["torch_ms"] = median_ms(torch_fn, sync, args.repeats)
             row["ratio"] = round(row["mlx_ms"] / row["torch_ms"], 3)
             rows.append(row)
             print(json.dumps(row), flush=True)
