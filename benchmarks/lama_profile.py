@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from layer_timing import median_ms, mx_sync, parse, parser, torch_sync  # same folder
+from layer_timing import median_ms, mx_sync, parse, parser, torch_sync, write_json  # same folder
 
 import zoo  # zoo's process settings before MLX starts
 
@@ -96,9 +96,7 @@ def main() -> None:
         record("block.conv1 (FFC_BN_ACT)", (lambda a, b: model.generator.model['5'].conv1((a, b)), [mx_l, mx_g]),
                lambda: peer.model[5].conv1((th_l, th_g)))
         mx.clear_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

@@ -53,3 +53,12 @@ def torch_sync(device: str):
     import torch
 
     return (lambda _: torch.cuda.synchronize()) if device == "cuda" else (lambda _: None)
+
+
+def write_json(path: str | None, rows: list) -> None:
+    """The rows as JSON at ``path`` (--json), if one was given."""
+    if path:
+        import json
+
+        with open(path, "w") as f:
+            json.dump(rows, f, indent=1)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from layer_timing import median_ms, mx_sync, parse, parser, torch_sync  # same folder
+from layer_timing import median_ms, mx_sync, parse, parser, torch_sync, write_json  # same folder
 
 import zoo
 
@@ -68,9 +68,7 @@ def main() -> None:
             with torch.inference_mode():
                 th_outputs.append(th_call())
         mx.clear_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":
