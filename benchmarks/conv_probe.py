@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from collections import Counter
 
 import mlx.core as mx
 import numpy as np
+
+from layer_timing import median_ms, mx_sync  # same folder
 
 import zoo
 from zoo.kernels import cpu as cpu_ops
@@ -74,10 +74,9 @@ def matmul_conv(x, w):
     return (x.reshape(-1, c) @ w.reshape(w.shape[0], c).T).reshape(n, h, wd, w.shape[0])
 
 
-def measure(fn, inputs_bytes: int, repeats: int) -> dict:
-    y = fn()
-    mx.eval(y)
-    del y
+def measure(fn, repeats: int) -> dict:
+    """fn's median time (layer_timing.median_ms) and its peak memory above its inputs and output."""
+    mx.eval(fn())
     mx.synchronize()
     mx.reset_peak_memory()
     before = mx.get_active_memory()
@@ -86,13 +85,7 @@ def measure(fn, inputs_bytes: int, repeats: int) -> dict:
     mx.synchronize()
     extra = mx.get_peak_memory() - before - y.nbytes
     del y
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        mx.eval(fn())
-        mx.synchronize()
-        times.append((time.perf_counter() - t) * 1e3)
-    return {"ms": round(statistics.median(times), 4), "workspace_mib": round(extra / MIB, 1)}
+    return {"ms": round(median_ms(fn, mx_sync, repeats), 4), "workspace_mib": round(extra / MIB, 1)}
 
 
 def probe(name: str, batch: int, dtype: str, repeats: int, device: str, size: int | None = None) -> dict:
@@ -111,25 +104,25 @@ def probe(name: str, batch: int, dtype: str, repeats: int, device: str, size: in
         if output_padding is not None:
             row["transposed"], row["output_padding"] = True, output_padding
             row["cudnn"] = measure(lambda: mx.conv_transpose2d(xin, w, stride, padding, dilation, output_padding),
-                                   0, repeats)
+                                   repeats)
             gemm_scatter = mx.compile(lambda a, b: cpu_ops.gemm_conv_transpose2d(a, b, stride, padding, output_padding))
-            row["gemm_scatter"] = measure(lambda: gemm_scatter(xin, w), 0, repeats)
+            row["gemm_scatter"] = measure(lambda: gemm_scatter(xin, w), repeats)
             rows.append(row)
             continue
-        row["cudnn"] = measure(lambda: mx.conv2d(xin, w, stride, padding, dilation, groups), 0, repeats)
+        row["cudnn"] = measure(lambda: mx.conv2d(xin, w, stride, padding, dilation, groups), repeats)
         if groups == 1 and dilation == (1, 1) and stride == (1, 1) and ws[1:3] != (1, 1):
             pad = ((0, 0), (padding[0],) * 2, (padding[1],) * 2, (0, 0))
             taps = mx.compile(lambda a, b: cpu_ops.gemm_taps_conv2d(mx.pad(a, pad), b))
-            row["taps"] = measure(lambda: taps(xin, w), 0, repeats)
-        if ws[1:3] == (3, 3) and groups == 1 and dilation == (1, 1) and stride == (1, 1) and padding in ((0, 0), (1, 1)):
-            u, zeros = winograd.transform_weight(w), mx.zeros((ws[0],), w.dtype)
-            mx.eval(u, zeros)
-            row["winograd"] = measure(lambda: winograd.conv3x3(xin, u, zeros, padding[0]), 0, repeats)
+            row["taps"] = measure(lambda: taps(xin, w), repeats)
+        if winograd.fits(ws, stride, padding, groups, dilation):
+            u = winograd.transform_weight(w)
+            mx.eval(u)
+            row["winograd"] = measure(lambda: winograd.conv3x3(xin, u, None, padding[0]), repeats)
         if groups == 1 and dilation == (1, 1):
             if ws[1:3] == (1, 1) and stride == (1, 1) and padding == (0, 0):
-                row["matmul"] = measure(lambda: matmul_conv(xin, w), 0, repeats)
+                row["matmul"] = measure(lambda: matmul_conv(xin, w), repeats)
             else:
-                row["im2col"] = measure(lambda: im2col_conv(xin, w, stride, padding), 0, repeats)
+                row["im2col"] = measure(lambda: im2col_conv(xin, w, stride, padding), repeats)
         rows.append(row)
     rows.sort(key=lambda r: -r["cudnn"]["workspace_mib"])
     total = lambda key: round(sum(r["count"] * r[key]["ms"] for r in rows if key in r), 3)  # noqa: E731

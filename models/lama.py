@@ -88,9 +88,14 @@ class ReflectConv2d(Conv2d):
         super().__init__(cin, cout, kernel, stride=stride, padding=0, bias=bias)
         self.reflect_padding = padding
 
+    def __call__(self, x: mx.array) -> mx.array:
+        # inside a compiled forward that derives arrays for this convolution (``derive``): those
+        arrays = folded(self)
+        return super().__call__(x) if arrays is None else self.derived(x, arrays)
+
     def derived(self, x: mx.array, arrays: dict[str, mx.array]) -> mx.array:
         """This convolution with arrays a compiled forward derived from its weight (``derive``, or
-        merged with another's by ``merge_outputs``)."""
+        merged with another's by ``merge_outputs``, which the FFC runs)."""
         return conv2d_derived(reflect_pad(x, self.reflect_padding), self, arrays)
 
 
@@ -233,17 +238,15 @@ class FFC(nn.Module):
 
     def __call__(self, x):
         x_l, x_g = x if isinstance(x, tuple) else (x, 0)
+        paths = {}
         merged = folded(self.convl2l) if "convl2l" in self else None
-        if merged is not None:  # a compiled forward: both convolutions of x_l as one
+        if merged is not None:  # a compiled forward: both convolutions of x_l as one (merge_outputs)
             both = self.convl2l.derived(x_l, merged)
             n_l = self.convl2l.weight.shape[0]
             paths = {"convl2l": both[..., :n_l], "convl2g": both[..., n_l:]}
-        else:
-            paths = {path: self[path](x_l) for path in ("convl2l", "convl2g") if path in self}
-        g2l = folded(self.convg2l) if "convg2l" in self else None
-        if g2l is not None:
-            paths["convg2l"] = self.convg2l.derived(x_g, g2l)
-        paths.update({path: self[path](x_g) for path in ("convg2l", "convg2g") if path in self and path not in paths})
+        for path, inp in (("convl2l", x_l), ("convl2g", x_l), ("convg2l", x_g), ("convg2g", x_g)):
+            if path in self and path not in paths:
+                paths[path] = self[path](inp)
         out_l = sum(paths[p] for p in ("convl2l", "convg2l") if p in paths) if self.has_local else 0
         out_g = sum(paths[p] for p in ("convl2g", "convg2g") if p in paths) if self.has_global else 0
         return out_l, out_g

@@ -31,7 +31,6 @@ from zoo.kernels.resize import resize_launch, source_taps
 from zoo.kernels.sppf import sppf_launch
 from zoo.kernels import winograd
 from zoo.validate.reference import kernels as ref
-from zoo.validate.reference import ops as ref_ops
 
 COMPILER = shutil.which("g++") or shutil.which("clang++")
 pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C++ compiler (g++ or clang++) on PATH")
@@ -253,10 +252,5 @@ def test_winograd_metal(run_metal, shape, out_channels, padding, activation):
     (v,) = run_metal(winograd.input_launch(mx.array(x), padding, tiles))
     m = v @ np.array(winograd.transform_weight(mx.array(weight)))
     (y,) = run_metal(winograd.output_launch(mx.array(m), mx.array(bias), out_size, tiles, activation))
-    expected = ref_ops.conv2d(x.transpose(0, 3, 1, 2).astype(np.float64), weight.transpose(0, 3, 1, 2).astype(np.float64),
-                              bias.astype(np.float64), padding=padding).transpose(0, 2, 3, 1)
-    if activation == "relu":
-        expected = np.maximum(expected, 0)
-    elif activation == "silu":
-        expected = expected / (1 + np.exp(-expected))
+    expected = ref.conv2d_activated(x, weight, bias, padding, activation)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)

@@ -10,18 +10,7 @@ import zoo
 from zoo.compiled import eager
 from zoo.errors import ZooError
 from zoo.kernels import core, coverage, winograd
-from zoo.validate.reference import ops as ref
-
-
-def reference(x, weight, bias, padding):
-    return ref.conv2d(x.transpose(0, 3, 1, 2).astype(np.float64), weight.transpose(0, 3, 1, 2).astype(np.float64),
-                      bias.astype(np.float64), padding=padding).transpose(0, 2, 3, 1)
-
-
-def activated(y, activation):
-    if activation == "relu":
-        return np.maximum(y, 0)
-    return y / (1 + np.exp(-y)) if activation == "silu" else y
+from zoo.validate.reference import kernels as ref
 
 
 @pytest.mark.parametrize("activation", [None, "relu", "silu"])
@@ -39,7 +28,7 @@ def test_mlx_form_equals_direct_convolution(shape, out_channels, padding, activa
     bias = rng.standard_normal(out_channels).astype(np.float32)
     got = winograd.conv3x3(mx.array(x), winograd.transform_weight(mx.array(weight)), mx.array(bias), padding,
                            activation)
-    want = activated(reference(x, weight, bias, padding), activation)
+    want = ref.conv2d_activated(x, weight, bias, padding, activation)
     assert got.shape == want.shape and got.dtype == mx.float32
     # as close as MLX's direct convolution (a float32 sum over 9 * C products either way)
     np.testing.assert_allclose(np.array(got), want, rtol=1e-5, atol=1e-5)

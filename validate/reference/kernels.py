@@ -7,12 +7,16 @@ Each function restates the upstream algorithm directly, not zoo's implementation
 - `resize`: PyTorch ``F.interpolate`` (``bilinear`` with ``align_corners`` False / True,
   legacy ``nearest``) on NHWC arrays;
 - `max_pool2d`, `sppf_maxpool`: PyTorch ``max_pool2d`` (padding with -inf) and SPPF's
-  three chained pools.
+  three chained pools;
+- `conv2d_activated`: PyTorch ``conv2d`` then ReLU or SiLU on NHWC arrays (the Winograd
+  convolution's reference: ``ops.conv2d``, a direct convolution).
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from . import ops
 
 # ultralytics' non_max_suppression: boxes + class * max_wh keeps classes apart.
 MAX_WH = 7680
@@ -107,3 +111,13 @@ def sppf_maxpool(x, k: int = 5):
     y1 = max_pool2d(x, k, 1, k // 2)
     y2 = max_pool2d(y1, k, 1, k // 2)
     return y1, y2, max_pool2d(y2, k, 1, k // 2)
+
+
+def conv2d_activated(x, weight, bias=None, padding: int = 0, activation: str | None = None) -> np.ndarray:
+    """activation(F.conv2d(x, weight, bias, padding=padding)) in float64 for an NHWC x and an
+    (O, KH, KW, I) weight (MLX's layouts); activation None, "relu" or "silu"."""
+    nchw = ops.conv2d(np.asarray(x, np.float64).transpose(0, 3, 1, 2),
+                      np.asarray(weight, np.float64).transpose(0, 3, 1, 2),
+                      None if bias is None else np.asarray(bias, np.float64), padding=padding)
+    act = {None: lambda y: y, "relu": ops.relu, "silu": ops.silu}[activation]
+    return act(nchw).transpose(0, 2, 3, 1)

@@ -434,8 +434,7 @@ def gemm_conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output
     oph, opw = _pair(output_padding)
     co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
-    taps = (x.reshape(-1, ci) @ weight.reshape(co, kh * kw, ci).transpose(2, 1, 0).reshape(ci, kh * kw * co))
-    taps = taps.reshape(n, h, w, kh * kw, co)
+    taps = _all_taps(x, weight)
     qh, qw = -(-kh // sh), -(-kw // sw)  # taps per phase along each axis, at most
     mh, mw = h + qh - 1, w + qw - 1  # rows / columns of one phase
     rows = []
@@ -452,6 +451,13 @@ def gemm_conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output
     if extra_h or extra_w:  # output_padding past the last tap: zeros
         full = mx.pad(full, ((0, 0), (0, extra_h), (0, extra_w), (0, 0)))
     return full[:, ph:ph + oh, pw:pw + ow]
+
+
+def _all_taps(x: mx.array, weight: mx.array) -> mx.array:
+    """Every input pixel times every tap of a (O, KH, KW, I) weight, as one GEMM: (N, H, W, KH*KW, O)."""
+    co, kh, kw, ci = weight.shape
+    taps = x.reshape(-1, ci) @ weight.reshape(co, kh * kw, ci).transpose(2, 1, 0).reshape(ci, kh * kw * co)
+    return taps.reshape(*x.shape[:3], kh * kw, co)
 
 
 def _gemm_form(x: mx.array) -> bool:
@@ -477,8 +483,7 @@ def gemm_taps_conv2d(x: mx.array, weight: mx.array) -> mx.array:
     co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
     oh, ow = h - kh + 1, w - kw + 1
-    taps = (x.reshape(-1, ci) @ weight.reshape(co, kh * kw, ci).transpose(2, 1, 0).reshape(ci, kh * kw * co))
-    taps = taps.reshape(n, h, w, kh * kw, co)
+    taps = _all_taps(x, weight)
     out = None
     for th in range(kh):
         for tw in range(kw):

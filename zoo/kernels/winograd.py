@@ -143,12 +143,16 @@ def preferred(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) 
 
 
 def suits(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> bool:
-    """3x3, stride 1, no groups or dilation, padding 0 or 1, float32 (float16 stays with cuDNN,
-    which was as fast as this form there)."""
+    """``fits``, in float32 (float16 stays with cuDNN, which was as fast as this form there)."""
+    return dtype == mx.float32 and fits(weight_shape, stride, padding, groups, dilation)
+
+
+def fits(weight_shape, stride, padding, groups, dilation) -> bool:
+    """A convolution this form computes: 3x3, stride 1, no groups or dilation, padding 0 or 1."""
     pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
     return (
         tuple(weight_shape[1:3]) == (3, 3) and pair(stride) == (1, 1) and groups == 1
-        and pair(dilation) == (1, 1) and pair(padding) in ((0, 0), (1, 1)) and dtype == mx.float32
+        and pair(dilation) == (1, 1) and pair(padding) in ((0, 0), (1, 1))
     )
 
 
@@ -180,7 +184,8 @@ def transform_weight(weight: mx.array) -> mx.array:
     return both.transpose(1, 0, 2, 3).reshape(POSITIONS, ci, co).astype(weight.dtype)
 
 
-ACTIVATIONS = {None: 0, "relu": 1, "silu": 2}
+# activation: (the output kernel's ACTIVATION, the fallback's MLX op)
+ACTIVATIONS = {None: (0, lambda y: y), "relu": (1, nn.relu), "silu": (2, nn.silu)}
 
 
 def conv3x3(x: mx.array, u: mx.array, bias: mx.array | None = None, padding: int = 1,
@@ -203,16 +208,14 @@ def conv3x3(x: mx.array, u: mx.array, bias: mx.array | None = None, padding: int
     tile_rows, tile_cols = -(-out_h // TILE), -(-out_w // TILE)
     tiles = n * tile_rows * tile_cols
     core.check_size("winograd transformed input", POSITIONS * tiles * max(c, co))
-    bias = mx.zeros((co,), x.dtype) if bias is None else bias.astype(x.dtype)
+    # no bias: zeros made once per size (core.constant), not an op in every call
+    bias = core.constant((0.0,) * co, x.dtype) if bias is None else bias.astype(x.dtype)
     backend = core.native_backend()
     coverage.note("winograd conv3x3", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
     shape = (n, tile_rows, tile_cols)
     if backend is None:
         m = _input_fallback(x, padding, shape) @ u
-        y = _output_fallback(m, bias, (out_h, out_w), shape)
-        if activation == "relu":
-            return nn.relu(y)
-        return nn.silu(y) if activation == "silu" else y
+        return ACTIVATIONS[activation][1](_output_fallback(m, bias, (out_h, out_w), shape))
     (v,) = core.run(input_launch(x, padding, shape), backend)
     (y,) = core.run(output_launch(v @ u, bias, (out_h, out_w), shape, activation), backend)
     return y
@@ -239,7 +242,7 @@ def output_launch(m: mx.array, bias: mx.array, out_size, tile_shape, activation:
     return core.Launch(
         kernel=OUTPUT_TRANSFORM,
         inputs=(m, bias, core.constant((*out_size, co, tile_rows, tile_cols, n), mx.int32)),
-        template=(("T", m.dtype), ("ACTIVATION", ACTIVATIONS[activation])),
+        template=(("T", m.dtype), ("ACTIVATION", ACTIVATIONS[activation][0])),
         grid=(m.shape[1] * co, 1, 1),
         threadgroup=(256, 1, 1),
         output_shapes=((n, *out_size, co),),
