@@ -229,3 +229,69 @@ def test_only_replaced_weights_are_folded_again(compile_on, monkeypatch):
     first.bn.running_var = first.bn.running_var + 1.0
     mx.eval(model(mx.zeros((1, 64, 64, 3))))
     assert folds[pairs:] == [first.conv]
+
+
+def chain(x):
+    """40 matrix products on a (2048, 512) float32 array: MLX schedules them ahead of their runs."""
+    for _ in range(40):
+        x = mx.sin(x) @ mx.ones((512, 512)) * 1e-3 + x
+    return x
+
+
+def peak_above_active(call) -> float:
+    mx.synchronize()
+    mx.reset_peak_memory()
+    before = mx.get_active_memory()
+    mx.eval(call())
+    return (mx.get_peak_memory() - before) / 2**20
+
+
+def test_memory_cap_bounds_the_forwards_peak_and_restores_the_limit(compile_on, monkeypatch):
+    from zoo import compiled
+
+    x = mx.random.normal((2048, 512))
+    mx.eval(x)
+    forward = CompiledForward(chain, [])
+    want = np.array(forward(x))
+    limit = mx.get_memory_limit()
+    uncapped = peak_above_active(lambda: forward(x))
+    monkeypatch.setattr(compiled, "memory_cap", lambda args: 16 * 2**20)  # on the CPU there is none by default
+    capped = peak_above_active(lambda: forward(x))
+    assert uncapped > 40 and capped < 24, (uncapped, capped)  # MLX waited instead of running 90 MiB ahead
+    assert mx.get_memory_limit() == limit
+    np.testing.assert_array_equal(np.array(forward(x)), want)
+
+
+def test_memory_cap_keeps_a_lower_limit_and_passes_over_tracers(monkeypatch):
+    from zoo import compiled
+
+    x = mx.ones((64, 512))
+    limit = mx.get_memory_limit()
+    mx.set_memory_limit(2**20)
+    try:
+        limits = []
+        real = mx.async_eval
+        monkeypatch.setattr(mx, "async_eval", lambda *a: limits.append(mx.get_memory_limit()) or real(*a))
+        compiled.schedule_capped(chain(x), 2**30)
+        assert limits == [2**20] and mx.get_memory_limit() == 2**20  # never above the user's limit
+        # inside a caller's transform the outputs are tracers, which MLX does not schedule
+        g = mx.grad(lambda a: (compiled.schedule_capped(y := a * 2, 2**30), y.sum())[1])(x)
+        np.testing.assert_array_equal(np.array(g), 2 * np.ones((64, 512)))
+    finally:
+        mx.set_memory_limit(limit)
+
+
+def test_memory_factor_setting(monkeypatch):
+    from zoo import compiled
+
+    monkeypatch.delenv(compiled.MEMORY_FACTOR_VAR, raising=False)
+    assert compiled.memory_factor() == 0.0  # opt-in: it costs time
+    monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, "off")
+    assert compiled.memory_factor() == 0.0
+    monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, "8")
+    assert compiled.memory_factor() == 8.0
+    assert compiled.memory_cap((mx.ones((2**20,)),)) is None  # the CPU: no cap
+    for bad in ("-1", "0", "lots"):
+        monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, bad)
+        with pytest.raises(ZooError, match=compiled.MEMORY_FACTOR_VAR):
+            compiled.memory_factor()
