@@ -117,10 +117,7 @@ def schedule_capped(out, cap: int) -> None:
     (a lower limit the user set stays), then put the limit back. Only the encoding waits: the
     outputs are computed asynchronously, as lazy ones would be."""
     with _capping:
-        ceiling = mx.get_active_memory() + cap
-        previous = mx.set_memory_limit(ceiling)
-        if previous < ceiling:
-            mx.set_memory_limit(previous)
+        previous = mx.set_memory_limit(min(mx.get_memory_limit(), mx.get_active_memory() + cap))
         try:
             mx.async_eval(out)
         except ValueError as e:
