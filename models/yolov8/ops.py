@@ -9,7 +9,7 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-from zoo.errors import UsageError, ZooError
+from zoo.errors import UsageError
 from zoo.kernels import nms
 from zoo.kernels.nms import MAX_BOXES as MAX_NMS
 
