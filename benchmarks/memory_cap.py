@@ -7,7 +7,7 @@ For each case (model:batch:dtype, zoo.bench's models, inputs and peers) and each
 ``mx.set_memory_limit(in use + f x PyTorch's peak of this run)`` (0: no limit; past the limit
 MLX's eval waits for committed CUDA graphs to finish before encoding more), then the user
 path's peak above the memory in use before a call, and the p50 of MLX and PyTorch calls
-interleaved for ``--seconds``. One JSON line per (case, f): memory and time ratios to PyTorch.
+interleaved for ``--seconds`` (zoo.bench.measure.run_rounds). One JSON line per (case, f): memory and time ratios to PyTorch.
 The sweep behind ``ZOO_GPU_MEMORY_FACTOR`` (docs/speed-gpu.md).
 """
 from __future__ import annotations
@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import time
+
+from layer_timing import write_json  # same folder
 
 from zoo.bench import __main__ as bench_main
 from zoo.bench import cases as C
@@ -51,7 +52,7 @@ def main() -> None:
         embedding = R.encoder_embedding(mlx_side, torch_side) if model == "mobilesam-decoder" else None
         mlx_run = M.mlx_runner(*mlx_side.call(case, inputs, embedding)[:2], eager=False)
         torch_run = M.torch_runner(*torch_side.call(case, inputs, embedding)[:2], tdev)
-        for _ in range(3):
+        for _ in range(3):  # the first calls trace (MLX) and autotune (cuDNN): not in the peaks
             mlx_run(), torch_run()
         peer = M.Variant("torch", torch_run, "torch")
         M.peak_memory(peer, tdev)
@@ -59,24 +60,16 @@ def main() -> None:
         for f in (float(v) for v in args.fractions.split(",")):
             mx.synchronize()
             previous = mx.set_memory_limit(int(mx.get_active_memory() + f * torch_peak * M.MIB)) if f else None
-            try:
-                for _ in range(3):
-                    mlx_run()
-                user = M.Variant("user", mlx_run, "mlx")
-                M.peak_memory(user, tdev)
-                mlx_ms, torch_ms = [], []
-                end = time.perf_counter() + args.seconds
-                while time.perf_counter() < end or len(mlx_ms) < 10:
-                    for run, times in ((mlx_run, mlx_ms), (torch_run, torch_ms)):
-                        start = time.perf_counter()
-                        run()
-                        times.append((time.perf_counter() - start) * 1e3)
+            user, peer = M.Variant("user", mlx_run, "mlx"), M.Variant("torch", torch_run, "torch")
+            try:  # warm-up, the peak of one call each, then interleaved timed rounds
+                M.run_rounds([user, peer], tdev, args.seconds, 1.0, 10, 10_000)
             finally:
                 if previous is not None:
                     mx.set_memory_limit(previous)
             row = {"model": model, "batch": case.batch, "dtype": dtype, "fraction": f,
                    "mlx_peak_mib": user.record["peak_extra_mib"], "torch_peak_mib": torch_peak,
-                   "mlx_ms": round(M.percentile(mlx_ms, 50), 3), "torch_ms": round(M.percentile(torch_ms, 50), 3)}
+                   "mlx_ms": round(M.percentile(user.times_ms, 50), 3),
+                   "torch_ms": round(M.percentile(peer.times_ms, 50), 3)}
             row["memory_ratio"] = round(row["mlx_peak_mib"] / torch_peak, 2)
             row["time_ratio"] = round(row["mlx_ms"] / row["torch_ms"], 3)
             print(json.dumps(row), flush=True)
@@ -85,9 +78,7 @@ def main() -> None:
         gc.collect()
         mx.clear_cache()
         torch.cuda.empty_cache()
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    write_json(args.json, rows)
 
 
 if __name__ == "__main__":

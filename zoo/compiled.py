@@ -45,6 +45,7 @@ from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 from zoo import devices
 from zoo.errors import ZooError
@@ -98,18 +99,7 @@ def memory_cap(args) -> int | None:
     factor = memory_factor()
     if not factor or mx.default_device() != mx.gpu or devices.gpu_backend() != "cuda":
         return None
-    return int(factor * sum(a.nbytes for a in _arrays(args)))
-
-
-def _arrays(value):
-    if isinstance(value, mx.array):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _arrays(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _arrays(v)
+    return int(factor * sum(a.nbytes for _, a in tree_flatten(args) if isinstance(a, mx.array)))
 
 
 def schedule_capped(out, cap: int) -> None:
