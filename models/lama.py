@@ -100,7 +100,8 @@ class ReflectConv2d(Conv2d):
 
 
 def derive(conv: ReflectConv2d, _=None) -> dict[str, mx.array]:
-    """A convolution's weight, with its Winograd transform where that form may run (zoo.compiled)."""
+    """A convolution's weight, with its Winograd transform where that form may run (zoo.compiled);
+    run by models.layers.conv2d_derived, which picks its form."""
     return with_winograd(conv, {"weight": conv.weight})
 
 
@@ -331,6 +332,10 @@ class LaMa(nn.Module):
                   if isinstance(m, FFC) and "convl2l" in m and "convl2g" in m]
         planar = [(m.conv_layer, m.bn, FourierUnit.planar_fold) for m in modules if isinstance(m, FourierUnit)]
         alone = [(m.convg2l, None, derive) for m in modules if isinstance(m, FFC) and "convg2l" in m]
+        # the FFCs of local convolutions only (the first convolution, the first two downsamplings):
+        # conv2d_derived picks their form (the downsamplings: zoo.kernels.implicit_gemm on CUDA)
+        alone += [(m.convl2l, None, derive) for m in modules if isinstance(m, FFC) and "convl2l" in m
+                  and "convl2g" not in m]
         self.compiled = CompiledForward(self.forward, self, folds=merged + planar + alone)
 
     @property

@@ -7,7 +7,7 @@ import mlx.nn as nn
 from zoo.compiled import batch_norm_affine, folded, kept
 from zoo.kernels import coverage
 from zoo.kernels import cpu as cpu_ops
-from zoo.kernels import winograd
+from zoo.kernels import implicit_gemm, winograd
 
 
 class Sequential(nn.Module):
@@ -135,12 +135,16 @@ def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None, activati
 
 def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], activation: str | None = None) -> mx.array:
     """``conv``'s convolution of x (its stride, padding, groups) with arrays a compiled forward derived
-    from its weight (zoo.compiled): {weight[, bias][, winograd]}, then the activation. A large
-    float32 3x3 on CUDA runs as Winograd's form, the activation in its last kernel
-    (zoo.kernels.winograd); a 1x1 as a matmul where zoo.kernels.cpu says."""
+    from its weight (zoo.compiled): {weight[, bias][, winograd]}, then the activation. On CUDA in
+    float32 a large 3x3 stride-1 runs as Winograd's form (zoo.kernels.winograd), others as an
+    implicit GEMM (zoo.kernels.implicit_gemm), the activation in their last kernel; a 1x1 as a
+    matmul where zoo.kernels.cpu says."""
     weight, bias = arrays["weight"], arrays.get("bias")
     if "winograd" in arrays and winograd.worth_it(x.shape, weight.shape):
         return winograd.conv3x3(x, arrays["winograd"], bias, conv.padding[0], activation)
+    if implicit_gemm.preferred(weight.dtype, weight.shape, conv.stride, conv.padding, conv.groups, conv.dilation) \
+            and implicit_gemm.worth_it(x.shape, weight.shape, conv.stride):
+        return implicit_gemm.conv2d(x, weight, bias, conv.stride, conv.padding, activation)
     if weight.shape[1:3] == (1, 1) and conv.groups == 1 and tuple(conv.stride) == (1, 1) \
             and tuple(conv.padding) == (0, 0):
         y = cpu_ops.pointwise_conv2d(x, weight)

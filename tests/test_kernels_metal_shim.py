@@ -29,7 +29,7 @@ from zoo.kernels import core
 from zoo.kernels.nms import _suppression_matrix, float32_threshold, greedy_keep_launch, iou_mask_launch, score_sorted
 from zoo.kernels.resize import resize_launch, source_taps
 from zoo.kernels.sppf import sppf_launch
-from zoo.kernels import winograd
+from zoo.kernels import implicit_gemm, winograd
 from zoo.validate.reference import kernels as ref
 
 COMPILER = shutil.which("g++") or shutil.which("clang++")
@@ -92,7 +92,9 @@ def metal_source(launch: core.Launch) -> tuple[str, str]:
 
 
 def runner(launch: core.Launch, function: str) -> str:
-    """C entry point: call `function` for every thread position of the launch grid."""
+    """C entry point: call `function` for every thread position of the launch grid; the threads
+    of a cooperative kernel's threadgroup (threadgroup memory, zoo_group_barrier) as OS threads
+    that run together, one threadgroup after another."""
     kernel = launch.kernel
     args = []
     for index, array in enumerate(launch.inputs):
@@ -101,6 +103,30 @@ def runner(launch: core.Launch, function: str) -> str:
         args.append(f"({TYPE_NAMES[dtype]}*)buffers[{len(launch.inputs) + index}]")
     _, body = core.source(kernel, "metal")
     args += [value for attribute, value in ATTRIBUTES.items() if attribute in body]
+    call = f"{function}({', '.join(args)});"
+    if kernel.cooperative:
+        return f"""
+extern "C" void zoo_shim_run(void** buffers, const uint* grid, const uint* group_size) {{
+    const uint3 group = {{group_size[0], group_size[1], group_size[2]}};
+    for (uint gz = 0; gz < grid[2] / group.z; ++gz)
+        for (uint gy = 0; gy < grid[1] / group.y; ++gy)
+            for (uint gx = 0; gx < grid[0] / group.x; ++gx) {{
+                ZooThreadgroupBarrier barrier(group.x * group.y * group.z);
+                std::vector<ZooShimThread> threads;
+                for (uint z = 0; z < group.z; ++z)
+                    for (uint y = 0; y < group.y; ++y)
+                        for (uint x = 0; x < group.x; ++x)
+                            threads.emplace_back([&, x, y, z, gx, gy, gz] {{
+                                zoo_shim_barrier = &barrier;
+                                [[maybe_unused]] const uint3 position = {{gx * group.x + x, gy * group.y + y,
+                                                                          gz * group.z + z}};
+                                [[maybe_unused]] const uint3 local = {{x, y, z}};
+                                {call}
+                            }});
+                for (auto& t : threads) t.join();
+            }}
+}}
+"""
     return f"""
 extern "C" void zoo_shim_run(void** buffers, const uint* grid, const uint* group_size) {{
     // (not `threadgroup`: the shim defines that address-space qualifier away)
@@ -110,7 +136,7 @@ extern "C" void zoo_shim_run(void** buffers, const uint* grid, const uint* group
             for (uint x = 0; x < grid[0]; ++x) {{
                 [[maybe_unused]] const uint3 position = {{x, y, z}};
                 [[maybe_unused]] const uint3 local = {{x % group.x, y % group.y, z % group.z}};
-                {function}({", ".join(args)});
+                {call}
             }}
 }}
 """
@@ -121,7 +147,7 @@ def compiled(source: str, tmp_dir: Path) -> ctypes.CDLL:
     path = tmp_dir / f"kernel_{abs(hash(source)):x}"
     path.with_suffix(".cpp").write_text(f'#include "{SHIM}"\n{source}')
     result = subprocess.run(
-        [COMPILER, "-std=c++17", "-O1", "-shared", "-fPIC", "-Wall", "-Werror",
+        [COMPILER, "-std=c++17", "-O1", "-shared", "-fPIC", "-pthread", "-Wall", "-Werror",
          "-o", str(path.with_suffix(".so")), str(path.with_suffix(".cpp"))],
         capture_output=True,
         text=True,
@@ -135,7 +161,7 @@ def run_metal(tmp_path_factory):
     tmp_dir = tmp_path_factory.mktemp("metal_shim")
 
     def run(launch: core.Launch) -> list[np.ndarray]:
-        if launch.kernel.uses_barriers:
+        if launch.kernel.uses_barriers and not launch.kernel.cooperative:
             launch = dataclasses.replace(launch, grid=(1, 1, 1), threadgroup=(1, 1, 1))
         function, source = metal_source(launch)
         library = compiled(source + runner(launch, function), tmp_dir)
@@ -253,4 +279,31 @@ def test_winograd_metal(run_metal, shape, out_channels, padding, activation):
     m = v @ np.array(winograd.transform_weight(mx.array(weight)))
     (y,) = run_metal(winograd.output_launch(mx.array(m), mx.array(bias), out_size, tiles, activation))
     expected = ref.conv2d_activated(x, weight, bias, padding, activation)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- implicit-GEMM convolution
+
+
+@pytest.mark.parametrize("shape, out_channels, kernel, stride, padding, activation, tiles", [
+    ((2, 7, 9, 12), 8, 3, 1, 1, None, implicit_gemm.Tiles(32, 16, 4, 4)),  # channels past a slice of 8
+    ((1, 9, 8, 8), 20, 3, 2, 1, "silu", implicit_gemm.Tiles(32, 16, 4, 4)),  # outputs past a tile
+    ((2, 6, 6, 4), 4, 1, 1, 0, "relu", implicit_gemm.Tiles(32, 16, 4, 4)),
+    ((1, 11, 10, 4), 8, 7, 2, 3, None, implicit_gemm.Tiles(64, 16, 8, 4)),  # two A vectors a thread
+    ((1, 5, 5, 16), 12, (3, 1), 1, (1, 0), "silu", implicit_gemm.Tiles(16, 32, 4, 8)),
+    ((1, 4, 6, 8), 60, 3, 1, 1, "relu", implicit_gemm.Tiles(8, 64, 4, 4)),  # fewer A vectors than threads
+])
+def test_implicit_gemm_metal(run_metal, shape, out_channels, kernel, stride, padding, activation, tiles):
+    # small tiles, so that a few threads cover every path of the kernel (rows and outputs past
+    # a tile, channels past a slice, several loads a thread) in shim time
+    rng = np.random.default_rng(4)
+    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
+    ph, pw = (padding, padding) if isinstance(padding, int) else padding
+    x = rng.standard_normal(shape).astype(np.float32)
+    weight = rng.standard_normal((out_channels, kh, kw, shape[-1])).astype(np.float32)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    launch = implicit_gemm.conv_launch(mx.array(x), mx.array(weight), mx.array(bias), (stride, stride), (ph, pw),
+                                       activation, tiles)
+    (y,) = run_metal(launch)
+    expected = ref.conv2d_activated(x, weight, bias, (ph, pw), activation, stride)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)

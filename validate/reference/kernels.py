@@ -113,11 +113,11 @@ def sppf_maxpool(x, k: int = 5):
     return y1, y2, max_pool2d(y2, k, 1, k // 2)
 
 
-def conv2d_activated(x, weight, bias=None, padding: int = 0, activation: str | None = None) -> np.ndarray:
-    """activation(F.conv2d(x, weight, bias, padding=padding)) in float64 for an NHWC x and an
+def conv2d_activated(x, weight, bias=None, padding=0, activation: str | None = None, stride=1) -> np.ndarray:
+    """activation(F.conv2d(x, weight, bias, stride, padding)) in float64 for an NHWC x and an
     (O, KH, KW, I) weight (MLX's layouts); activation None, "relu" or "silu"."""
     nchw = ops.conv2d(np.asarray(x, np.float64).transpose(0, 3, 1, 2),
                       np.asarray(weight, np.float64).transpose(0, 3, 1, 2),
-                      None if bias is None else np.asarray(bias, np.float64), padding=padding)
+                      None if bias is None else np.asarray(bias, np.float64), stride=stride, padding=padding)
     act = {None: lambda y: y, "relu": ops.relu, "silu": ops.silu}[activation]
     return act(nchw).transpose(0, 2, 3, 1)

@@ -7,7 +7,9 @@
 - ``sppf_maxpool(x, k=5)``: YOLOv8 SPPF's three chained max-pools;
 - ``winograd.conv3x3(x, winograd.transform_weight(w), bias, padding, activation)``: a 3x3
   stride-1 convolution as Winograd F(2x2, 3x3), two kernels around one batched matmul (the
-  models' large float32 convolutions on CUDA).
+  models' large float32 convolutions on CUDA);
+- ``implicit_gemm.conv2d(x, w, bias, stride, padding, activation)``: a float32 convolution as
+  one implicit-GEMM kernel with no workspace (the models' other float32 convolutions on CUDA).
 
 The native kernel runs when MLX's default device is a Metal or CUDA GPU; the
 fallback (plain MLX ops) otherwise, or always with ``ZOO_KERNELS=fallback``.

@@ -10,6 +10,10 @@ bools) and these names, which the per-backend prelude below defines:
 - ``local_pos``, ``local_size`` (``uint3``): position in, and size of, its
   threadgroup (CUDA: block);
 - ``zoo_barrier()``: threadgroup barrier that also orders device memory;
+- ``ZOO_SHARED``: declares an array in threadgroup (CUDA: shared) memory, e.g.
+  ``ZOO_SHARED float4 tile[256];``, ``zoo_group_barrier()`` the barrier that orders
+  its reads and writes; ``ZOO_SHARED_PTR`` and ``ZOO_DEVICE_PTR`` qualify pointers
+  into threadgroup and device memory (Metal's address spaces; nothing on CUDA);
 - ``zoo_mul_rn(a, b)``: a float product that is rounded on its own, never
   contracted with a following add into an FMA, so that sums of products round
   like numpy's;
@@ -45,6 +49,12 @@ ENV_VAR = "ZOO_KERNELS"
 # (docs/kernels.md: real Metal was not available).
 METAL_HEADER = """\
 #define zoo_barrier() metal::threadgroup_barrier(metal::mem_flags::mem_device)
+#define zoo_group_barrier() metal::threadgroup_barrier(metal::mem_flags::mem_threadgroup)
+#ifndef ZOO_SHARED  /* the CPU shim (metal_shim.h) defines it as a static */
+#define ZOO_SHARED threadgroup
+#endif
+#define ZOO_SHARED_PTR threadgroup
+#define ZOO_DEVICE_PTR device
 #define zoo_mul_rn(a, b) ((a) * (b))
 #define zoo_exp(x) metal::exp(x)
 """
@@ -60,6 +70,10 @@ METAL_PRELUDE = {
 CUDA_HEADER = """\
 typedef unsigned int uint;
 #define zoo_barrier() __syncthreads()
+#define zoo_group_barrier() __syncthreads()
+#define ZOO_SHARED __shared__
+#define ZOO_SHARED_PTR
+#define ZOO_DEVICE_PTR
 #define zoo_mul_rn(a, b) __fmul_rn((a), (b))
 #define zoo_exp(x) expf(x)
 """
@@ -93,7 +107,12 @@ class Kernel:
 
     @property
     def uses_barriers(self) -> bool:
-        return "zoo_barrier()" in self.body
+        return "zoo_barrier()" in self.body or self.cooperative
+
+    @property
+    def cooperative(self) -> bool:
+        """Its threads share threadgroup memory: a threadgroup's threads run together."""
+        return "zoo_group_barrier()" in self.body
 
 
 @dataclass(frozen=True)

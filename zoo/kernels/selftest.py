@@ -28,7 +28,7 @@ import mlx.core as mx
 import numpy as np
 
 from zoo.devices import gpu_backend
-from zoo.kernels import core, nms, resize, sppf_maxpool, winograd
+from zoo.kernels import core, implicit_gemm, nms, resize, sppf_maxpool, winograd
 from zoo.validate.reference import kernels as ref
 
 
@@ -292,6 +292,37 @@ def winograd_cases(rng) -> list[Case]:
     ]
 
 
+def implicit_gemm_case(rng, shape, out_channels, kernel=3, stride=1, padding=1, activation=None, timed=False):
+    x = rng.standard_normal(shape).astype(np.float32)
+    weight = (rng.standard_normal((out_channels, kernel, kernel, shape[-1])) / np.sqrt(kernel * kernel * shape[-1])
+              ).astype(np.float32)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    x_mx, w_mx, b = mx.array(x), mx.array(weight), mx.array(bias)
+    return Case(
+        "implicit_gemm",
+        f"{shape} -> {out_channels}, {kernel}x{kernel}, stride {stride}, padding {padding}, {activation}",
+        lambda: implicit_gemm.conv2d(x_mx, w_mx, b, stride, padding, activation),
+        lambda: [ref.conv2d_activated(x, weight, bias, padding, activation, stride).astype(np.float32)],
+        # float32 sums of K = KH * KW * C products in one running sum per output, in another order
+        # than the reference's: rounding grows as sqrt(K); 1e-5 at K = 576 (the Winograd cases' 64
+        # channels). The 384-channel case (K = 3456) measured 1.1e-5 on an H200, 2026-11-27.
+        1e-5 * max(1.0, (kernel * kernel * shape[-1] / 576) ** 0.5),
+        timed,
+    )
+
+
+def implicit_gemm_cases(rng) -> list[Case]:
+    return [
+        implicit_gemm_case(rng, (16, 320, 320, 16), 32, stride=2, activation="silu", timed=True),  # YOLOv8n model.1
+        implicit_gemm_case(rng, (16, 160, 160, 16), 16, activation="silu", timed=True),
+        implicit_gemm_case(rng, (16, 80, 80, 64), 128, stride=2, timed=True),  # the wide tiles
+        implicit_gemm_case(rng, (32, 56, 56, 256), 512, kernel=1, stride=2, padding=0, timed=True),  # ResNet-50
+        implicit_gemm_case(rng, (1, 66, 66, 384), 128, padding=0, activation="relu", timed=True),  # the small tiles
+        implicit_gemm_case(rng, (2, 7, 9, 12), 20, stride=2),  # rows, outputs, channels past their tiles
+        implicit_gemm_case(rng, (1, 11, 10, 4), 8, kernel=7, padding=3),
+    ]
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -320,7 +351,8 @@ def main(argv=None) -> int:
     variants = ["native", "fallback"] if backend else ["fallback"]
 
     rng = np.random.default_rng(0)
-    cases = nms_cases(rng) + resize_cases(rng) + sppf_cases(rng) + winograd_cases(rng)
+    cases = (nms_cases(rng) + resize_cases(rng) + sppf_cases(rng) + winograd_cases(rng)
+             + implicit_gemm_cases(rng))
     header = ["kernel", "case", "native=numpy", "native=fallback", "fallback=numpy"]
     if args.torch:
         header += ["numpy=torch", "torch diff"]
