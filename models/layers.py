@@ -170,6 +170,9 @@ class Conv2d(nn.Conv2d):
     reflect_padding = 0
 
     def __call__(self, x: mx.array) -> mx.array:
+        return cpu_ops.per_image(self._forward, x)
+
+    def _forward(self, x: mx.array) -> mx.array:
         cout, kh, kw, cin = self.weight.shape
         bias = self.bias if "bias" in self else None
         reflect = self.reflect_padding
@@ -192,6 +195,14 @@ class Conv2d(nn.Conv2d):
             coverage.note("conv2d" if self.groups == 1 else "conv2d (grouped)", coverage.MLX_OP)
             return super().__call__(x)
         return y if bias is None else y + bias
+
+
+class MLXConv2d(nn.Conv2d):
+    """nn.Conv2d (same weights, same names): MLX's own convolution on every device, each image of a
+    CPU batch apart (zoo.kernels.cpu.per_image)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return cpu_ops.per_image(super().__call__, x)
 
 
 class ConvTranspose2d(nn.ConvTranspose2d):

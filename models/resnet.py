@@ -19,7 +19,7 @@ from zoo.devices import as_model_input
 from zoo.errors import UsageError, ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
 from zoo.kernels import cpu as cpu_ops
-from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, Sequential, conv_bn
+from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, MLXConv2d, Sequential, conv_bn
 
 DEPTHS = {
     "resnet18": ("basic", (2, 2, 2, 2)),
@@ -34,7 +34,7 @@ CLASS_NAMES = Path(__file__).parent / "data" / "imagenet_classes.txt"
 def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
     # MLX's own convolution, not layers.Conv2d's CPU form: on the CPU ResNet-50 took 101 ms with it
     # against 107-115 ms with the C patch-row form (sbs.py, alternating runs, 2026-11-25)
-    return nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+    return MLXConv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
 
 
 def conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
@@ -122,7 +122,7 @@ class ResNet(nn.Module):
             raise ZooError(f"out_indices {out_indices}: pick distinct feature maps from 0 (stem) to 4 (layer4)")
         if num_classes < 0:
             raise ZooError(f"num_classes {num_classes}: use 0 (no head) or a positive number of classes")
-        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)  # MLX's, as conv3x3
+        self.conv1 = MLXConv2d(3, 64, 7, stride=2, padding=3, bias=False)  # MLX's, as conv3x3
         self.bn1 = BatchNorm(64)
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)

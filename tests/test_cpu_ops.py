@@ -246,3 +246,14 @@ def test_windows_match_pad_and_transpose(size, window, dtype, monkeypatch):
     assert got.dtype == x.dtype and got.shape == want.shape and mx.array_equal(got, want).item()
     assert back.dtype == x.dtype and mx.array_equal(back, x * 2).item()
     assert mx.array_equal(cpu.window_merge(want * 2, size, window), x * 2).item()
+
+
+@pytest.mark.parametrize("conv", [layers.Conv2d(16, 32, 3, padding=1), layers.Conv2d(16, 32, 1),
+                                  layers.MLXConv2d(16, 32, 3, stride=2, padding=1)])
+def test_a_batch_gives_each_image_its_batch_of_one_result(conv):
+    # bit for bit: OpenBLAS computes a GEMM's last rows with another kernel, which on an AMD EPYC
+    # changed their last bits when a convolution's GEMM spanned the batch (cpu.per_image)
+    x = mx.array(np.random.default_rng(5).standard_normal((3, 37, 29, 16)).astype(np.float32))
+    batched = np.array(conv(x))
+    for i in range(3):
+        np.testing.assert_array_equal(batched[i:i + 1], np.array(conv(x[i:i + 1])))

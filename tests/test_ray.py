@@ -132,9 +132,19 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory, resnet):
-    """N_IMAGES images and each one's in-process top-1, one image at a time."""
+    """N_IMAGES images and each one's in-process top-1, one image at a time, with the BLAS threads
+    an actor sets (OpenBLAS splits a GEMM by its threads, and on an AMD EPYC the rows at the
+    splits came out other in their last bits)."""
+    from zoo import blas
+
     paths = write_images(tmp_path_factory.mktemp("ray") / "images", N_IMAGES)
-    return paths[0].parent, {str(p): (*resnet.predict(str(p), top_k=1)[0], "") for p in paths}
+    threads = blas.info().get("threads")
+    blas.set_threads(max(1, round(zoo.ray.ACTOR_CPUS)))
+    try:
+        return paths[0].parent, {str(p): (*resnet.predict(str(p), top_k=1)[0], "") for p in paths}
+    finally:
+        if threads:
+            blas.set_threads(threads)
 
 
 @pytest.mark.ray

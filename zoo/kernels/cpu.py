@@ -84,6 +84,16 @@ def on_cpu() -> bool:
     return mx.default_device() == mx.cpu
 
 
+def per_image(fn, x: mx.array) -> mx.array:
+    """``fn(x)`` with each image of a CPU batch computed apart. OpenBLAS computes the last rows of a
+    GEMM with another kernel (on an AMD EPYC, 2026-11-27, those rows differed in their last bits),
+    so a convolution whose GEMM spans the batch gave an image other bits in a batch than alone;
+    zoo's batches give each image its batch-of-one result (docs/streams.md). Elsewhere: ``fn(x)``."""
+    if not on_cpu() or x.shape[0] < 2:
+        return fn(x)
+    return mx.concatenate([fn(x[i:i + 1]) for i in range(x.shape[0])])
+
+
 def native_available() -> bool:
     """The compiled C routines are loaded and not switched off (ZOO_KERNELS=fallback)."""
     return os.environ.get(ENV_VAR, "").lower() != "fallback" and _library() is not None
