@@ -215,7 +215,9 @@ def test_batched_boxes_and_points_equal_single_calls(crafted_model, scene):
     assert masks.shape == (4, 3, 240, 320) and scores.shape == (4, 3) and low.shape == (4, 3, 256, 256)
     for i, box in enumerate(boxes):
         m1, s1, l1 = p.predict(box=box, return_logits=True)
-        np.testing.assert_allclose(masks[i], m1, atol=1e-5, rtol=0)
+        # the batch of 4 and the single prompt run GEMMs of other shapes, which OpenBLAS may block
+        # differently: float32 rounding of the upscaled logits (up to ~60) of a few ulps, 1e-7 of them
+        np.testing.assert_allclose(masks[i], m1, atol=1e-5, rtol=1e-6)
         np.testing.assert_allclose(scores[i], s1, atol=1e-5, rtol=0)
         np.testing.assert_allclose(low[i], l1, atol=1e-5, rtol=0)
     points = np.array([[[80, 90], [300, 20]], [[235, 130], [150, 210]]], float)
