@@ -143,7 +143,7 @@ def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], ac
     if "winograd" in arrays and winograd.worth_it(x.shape, weight.shape):
         return winograd.conv3x3(x, arrays["winograd"], bias, conv.padding[0], activation)
     if implicit_gemm.preferred(weight.dtype, weight.shape, conv.stride, conv.padding, conv.groups, conv.dilation) \
-            and implicit_gemm.worth_it(x.shape, weight.shape, conv.stride):
+            and implicit_gemm.worth_it(x.shape, weight.shape, conv.stride, conv.padding):
         return implicit_gemm.conv2d(x, weight, bias, conv.stride, conv.padding, activation)
     if weight.shape[1:3] == (1, 1) and conv.groups == 1 and tuple(conv.stride) == (1, 1) \
             and tuple(conv.padding) == (0, 0):

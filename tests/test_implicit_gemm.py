@@ -60,11 +60,11 @@ def test_preferred_only_for_float32_on_cuda(monkeypatch):
 
 
 def test_worth_it_where_it_beat_cudnn():
-    assert implicit_gemm.worth_it((16, 320, 320, 16), (32, 3, 3, 16), 2)  # YOLOv8n b16 model.1
-    assert implicit_gemm.worth_it((16, 160, 160, 16), (16, 3, 3, 16), 1)  # thin: cuDNN took 2.4x longer
-    assert not implicit_gemm.worth_it((16, 80, 80, 32), (32, 3, 3, 32), 1)  # small stride-1 3x3
-    assert not implicit_gemm.worth_it((1, 80, 80, 64), (64, 3, 3, 64), 2)  # batch 1: a grid of few tiles
-    assert not implicit_gemm.worth_it((1, 518, 518, 4), (64, 7, 7, 4), 1)  # 4 channels: half a slice
+    assert implicit_gemm.worth_it((16, 320, 320, 16), (32, 3, 3, 16), 2, 1)  # YOLOv8n b16 model.1
+    assert implicit_gemm.worth_it((16, 160, 160, 16), (16, 3, 3, 16), 1, 1)  # thin: cuDNN took 2.4x longer
+    assert not implicit_gemm.worth_it((16, 80, 80, 32), (32, 3, 3, 32), 1, 1)  # small stride-1 3x3
+    assert not implicit_gemm.worth_it((1, 80, 80, 64), (64, 3, 3, 64), 2, 1)  # batch 1: a grid of few tiles
+    assert not implicit_gemm.worth_it((1, 518, 518, 4), (64, 7, 7, 4), 1, 0)  # 4 channels: half a slice
 
 
 def test_tiles_follow_the_output_shape():

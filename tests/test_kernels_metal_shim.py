@@ -297,12 +297,11 @@ def test_implicit_gemm_metal(run_metal, shape, out_channels, kernel, stride, pad
     # small tiles, so that a few threads cover every path of the kernel (rows and outputs past
     # a tile, channels past a slice, several loads a thread) in shim time
     rng = np.random.default_rng(4)
-    kh, kw = (kernel, kernel) if isinstance(kernel, int) else kernel
-    ph, pw = (padding, padding) if isinstance(padding, int) else padding
+    (kh, kw), (ph, pw) = core.pair(kernel), core.pair(padding)
     x = rng.standard_normal(shape).astype(np.float32)
     weight = rng.standard_normal((out_channels, kh, kw, shape[-1])).astype(np.float32)
     bias = rng.standard_normal(out_channels).astype(np.float32)
-    launch = implicit_gemm.conv_launch(mx.array(x), mx.array(weight), mx.array(bias), (stride, stride), (ph, pw),
+    launch = implicit_gemm.conv_launch(mx.array(x), mx.array(weight), mx.array(bias), core.pair(stride), (ph, pw),
                                        activation, tiles)
     (y,) = run_metal(launch)
     expected = ref.conv2d_activated(x, weight, bias, (ph, pw), activation, stride)

@@ -214,6 +214,11 @@ def run(launch: Launch, backend: str) -> list[mx.array]:
     )
 
 
+def pair(v) -> tuple[int, int]:
+    """A convolution's stride, padding or dilation, given as an int or a pair, as a pair."""
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
 def as_array(name: str, value) -> mx.array:
     """`value` as an mx.array (numpy arrays are converted), or a ZooError."""
     if isinstance(value, mx.array):

@@ -42,7 +42,7 @@ import mlx.nn as nn
 import numpy as np
 
 from zoo.kernels import coverage
-from zoo.kernels.core import ENV_VAR
+from zoo.kernels.core import ENV_VAR, pair
 
 _lib: ctypes.CDLL | None = None
 _lib_tried = False
@@ -286,14 +286,10 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
 
 
-def _pair(v) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else tuple(v)
-
-
 def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0) -> mx.array:
     """mx.conv2d(x, weight, stride, padding, groups=C) for weight (C, KH, KW, 1), no dilation."""
-    sh, sw = _pair(stride)
-    ph, pw = _pair(padding)
+    sh, sw = pair(stride)
+    ph, pw = pair(padding)
     c, kh, kw, _ = weight.shape
     n, h, w, _ = x.shape
     oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
@@ -314,8 +310,8 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     """mx.conv2d(x, weight, stride, padding) (+ bias) for weight (O, KH, KW, I), no groups or dilation;
     ``reflect``: the padding is torch's reflect padding instead of zeros (it must be smaller than
     the input). On the CPU: patch rows gathered in C and one OpenBLAS sgemm per chunk."""
-    sh, sw = _pair(stride)
-    ph, pw = _pair(padding)
+    sh, sw = pair(stride)
+    ph, pw = pair(padding)
     co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
     oh, ow = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
@@ -419,9 +415,9 @@ def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_
     taps with kh = q*s + r land on output phase r shifted by q input rows, so each of the
     s*s phases is a sum of shifted tap planes, and interleaving the phases gives the output.
     """
-    sh, sw = _pair(stride)
-    ph, pw = _pair(padding)
-    oph, opw = _pair(output_padding)
+    sh, sw = pair(stride)
+    ph, pw = pair(padding)
+    oph, opw = pair(output_padding)
     co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
     if not _fast_path():
@@ -439,9 +435,9 @@ def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_
 
 def gemm_conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output_padding) -> mx.array:
     """conv_transpose2d's GEMM + sub-pixel scatter form (MLX ops only, so any device runs it)."""
-    sh, sw = _pair(stride)
-    ph, pw = _pair(padding)
-    oph, opw = _pair(output_padding)
+    sh, sw = pair(stride)
+    ph, pw = pair(padding)
+    oph, opw = pair(output_padding)
     co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
     taps = _all_taps(x, weight)

@@ -235,15 +235,17 @@ def tiles_for(rows: int, outputs: int) -> Tiles:
     return TILES_SMALL if wide_blocks < FEW_BLOCKS else TILES_WIDE
 
 
-def _pair(v) -> tuple[int, int]:
-    return (v, v) if isinstance(v, int) else tuple(v)
+def output_size(x_shape, weight_shape, stride, padding) -> tuple[int, int]:
+    """(OH, OW) of the convolution of an NHWC input of ``x_shape`` with an (O, KH, KW, I) weight."""
+    (sh, sw), (ph, pw) = core.pair(stride), core.pair(padding)
+    return (x_shape[1] + 2 * ph - weight_shape[1]) // sh + 1, (x_shape[2] + 2 * pw - weight_shape[2]) // sw + 1
 
 
 def fits(weight_shape, stride, padding, groups, dilation) -> bool:
     """A convolution this kernel computes: no groups or dilation, input and output channels
     multiples of 4 (its 4-channel vector reads and writes), any kernel size, stride and padding."""
     o, _, _, i = weight_shape
-    return groups == 1 and _pair(dilation) == (1, 1) and o % 4 == 0 and i % 4 == 0
+    return groups == 1 and core.pair(dilation) == (1, 1) and o % 4 == 0 and i % 4 == 0
 
 
 def preferred(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> bool:
@@ -256,7 +258,7 @@ def preferred(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) 
 def suits(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> bool:
     """``fits``, in float32 (float16 keeps cuDNN, whose half-precision engines were fast), and not
     a 1x1 stride-1 convolution (one matrix product already)."""
-    pointwise = tuple(weight_shape[1:3]) == (1, 1) and _pair(stride) == (1, 1) and _pair(padding) == (0, 0)
+    pointwise = tuple(weight_shape[1:3]) == (1, 1) and core.pair(stride) == (1, 1) and core.pair(padding) == (0, 0)
     return dtype == mx.float32 and not pointwise and fits(weight_shape, stride, padding, groups, dilation)
 
 
@@ -268,13 +270,14 @@ def suits(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> b
 MIN_OUTPUT_ELEMENTS = 2**20
 
 
-def worth_it(x_shape, weight_shape, stride) -> bool:
+def worth_it(x_shape, weight_shape, stride, padding) -> bool:
     """Whether a convolution of an NHWC input of ``x_shape`` with a (O, KH, KW, I) weight is
     one this kernel runs faster than cuDNN (see above)."""
     n, h, w, ci = x_shape
     co, kh, kw, _ = weight_shape
-    sh, sw = _pair(stride)
-    outputs = n * (h // sh) * (w // sw) * co
+    sh, sw = core.pair(stride)
+    out_h, out_w = output_size(x_shape, weight_shape, stride, padding)
+    outputs = n * out_h * out_w * co
     small_3x3 = (kh, kw) == (3, 3) and (sh, sw) == (1, 1) and min(ci, co) >= 32 \
         and 2 * n * h * w * 9 * ci * co < winograd.MIN_GFLOP * 1e9
     return ci >= K_STEP and outputs >= MIN_OUTPUT_ELEMENTS and not small_3x3
@@ -294,10 +297,10 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
                        f"got {x.shape[3]} and {weight.shape[0]}")
     if activation not in ACTIVATIONS:
         raise ZooError(f"implicit_gemm conv2d: activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
-    (sh, sw), (ph, pw) = _pair(stride), _pair(padding)
+    (sh, sw), (ph, pw) = core.pair(stride), core.pair(padding)
     n, h, w, _ = x.shape
     co, kh, kw, _ = weight.shape
-    out_h, out_w = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    out_h, out_w = output_size(x.shape, weight.shape, stride, padding)
     if min(out_h, out_w, sh, sw) < 1 or min(ph, pw) < 0:
         raise ZooError(f"implicit_gemm conv2d: a {h}x{w} input with kernel {kh}x{kw}, stride {(sh, sw)} "
                        f"and padding {(ph, pw)} leaves no output")
@@ -317,7 +320,7 @@ def conv_launch(x: mx.array, weight: mx.array, bias: mx.array, stride, padding, 
     n, h, w, c = x.shape
     co, kh, kw, _ = weight.shape
     (sh, sw), (ph, pw) = stride, padding
-    out_h, out_w = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    out_h, out_w = output_size(x.shape, weight.shape, stride, padding)
     rows = n * out_h * out_w
     t = tiles or tiles_for(rows, co)
     blocks = -(-rows // t.bm) * -(-co // t.bn)

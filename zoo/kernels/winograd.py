@@ -149,10 +149,9 @@ def suits(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> b
 
 def fits(weight_shape, stride, padding, groups, dilation) -> bool:
     """A convolution this form computes: 3x3, stride 1, no groups or dilation, padding 0 or 1."""
-    pair = lambda v: (v, v) if isinstance(v, int) else tuple(v)  # noqa: E731
     return (
-        tuple(weight_shape[1:3]) == (3, 3) and pair(stride) == (1, 1) and groups == 1
-        and pair(dilation) == (1, 1) and pair(padding) in ((0, 0), (1, 1))
+        tuple(weight_shape[1:3]) == (3, 3) and core.pair(stride) == (1, 1) and groups == 1
+        and core.pair(dilation) == (1, 1) and core.pair(padding) in ((0, 0), (1, 1))
     )
 
 
