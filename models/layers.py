@@ -4,7 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.compiled import batch_norm_affine, folded, kept
+from zoo.compiled import batch_norm_affine, fold_batch_norm, folded, kept, recording_layers
 from zoo.kernels import coverage
 from zoo.kernels import cpu as cpu_ops
 from zoo.kernels import implicit_gemm, winograd
@@ -124,13 +124,25 @@ class LayerNorm(nn.LayerNorm):
 
 
 def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None, activation: str | None = None) -> mx.array:
-    """``activation(bn(conv(x)))`` (or ``activation(eager(x))``); activation None, "relu" or "silu".
-    In a compiled forward that folds them (zoo.compiled) one convolution whose weight and bias hold
-    the BatchNorm (``conv2d_derived``)."""
+    """``activation(bn(conv(x)))`` (or ``activation(eager(x))``); activation None, "relu", "silu" or
+    "gelu". In a compiled forward that folds them (zoo.compiled) one convolution whose weight and bias
+    hold the BatchNorm (``conv2d_derived``); on the CPU one C convolution that also applies the
+    activation (``Conv2d.with_batch_norm``, where ``fuses_on_cpu``)."""
     fold = folded(conv)
     if fold is None:
+        if eager is None and fuses_on_cpu(conv, bn):
+            return conv.with_batch_norm(x, bn, activation)
         return _ACTIVATIONS[activation](bn(conv(x)) if eager is None else eager(x))
     return conv2d_derived(x, conv, fold, activation)
+
+
+def fuses_on_cpu(conv: nn.Conv2d, bn: nn.BatchNorm) -> bool:
+    """Whether ``conv`` then ``bn`` (and an activation) run as one C convolution with the BatchNorm
+    folded in: on the CPU, a zoo Conv2d of a form the C routines compute (groups 1 or depthwise, no
+    dilation), an inference BatchNorm with running statistics, and not inside zoo.compiled.eager()
+    (the validator records the upstream layers apart)."""
+    return (isinstance(conv, Conv2d) and conv.folds() and cpu_ops.on_cpu() and not recording_layers()
+            and not bn.training and bn.track_running_stats and "weight" in bn)
 
 
 def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], activation: str | None = None) -> mx.array:
@@ -153,7 +165,7 @@ def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], ac
     return _ACTIVATIONS[activation](y if bias is None else y + bias)
 
 
-_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": silu}
+_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": silu, "gelu": gelu}
 
 
 def _no_dilation(dilation) -> bool:
@@ -172,29 +184,69 @@ class Conv2d(nn.Conv2d):
     def __call__(self, x: mx.array) -> mx.array:
         return cpu_ops.per_image(self._forward, x)
 
-    def _forward(self, x: mx.array) -> mx.array:
-        cout, kh, kw, cin = self.weight.shape
-        bias = self.bias if "bias" in self else None
+    def folds(self) -> bool:
+        """Whether a following BatchNorm can be folded into this convolution's C form (groups 1 or
+        depthwise, no dilation): ``with_batch_norm``."""
+        cout, _, _, cin = self.weight.shape
+        return _no_dilation(self.dilation) and (self.groups == 1 or (self.groups == cout and cin == 1))
+
+    def with_batch_norm(self, x: mx.array, bn: nn.BatchNorm, activation: str | None = None) -> mx.array:
+        """``activation(bn(self(x)))`` with ``bn`` folded into the weight and bias (zoo.compiled's
+        fold, in float32, kept until a weight is replaced) and the activation applied by the C
+        routine: one pass over the output where there were three (layers.fuses_on_cpu says where)."""
+        forms = kept(self, "_batch_norm_forms", (self, bn), lambda: self.forms(*fold_batch_norm(self, bn)))
+        return cpu_ops.per_image(lambda image: self._forward(image, forms, activation), x)
+
+    def forms(self, weight: mx.array, bias: mx.array | None) -> dict[str, mx.array | None]:
+        """{weight, bias} and, where this convolution runs as Winograd's form on the CPU
+        (zoo.kernels.cpu.winograd_suits), the transformed weight as "winograd"."""
+        forms = {"weight": weight, "bias": bias}
+        if cpu_ops.winograd_suits(weight.shape, self.stride, self.reflect_padding or self.padding, self.groups,
+                                  self.dilation):
+            forms["winograd"] = winograd.transform_weight(weight.astype(mx.float32))
+        return forms
+
+    def _forward(self, x: mx.array, forms: dict | None = None, activation: str | None = None) -> mx.array:
+        """activation(conv(x) + bias) with the ``forms`` of a weight and bias (default: its own)."""
+        if forms is None:
+            bias = self.bias if "bias" in self else None
+            forms = kept(self, "_forms", (self,), lambda: self.forms(self.weight, bias)) if cpu_ops.on_cpu() \
+                else {"weight": self.weight, "bias": bias}
+        weight, bias = forms["weight"], forms["bias"]
+        cout, kh, kw, cin = weight.shape
         reflect = self.reflect_padding
-        plain = self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0))
-        general = self.groups == 1 and _no_dilation(self.dilation) and (kh, kw) != (1, 1) and not (plain and cout * 8 <= cin)
-        if cpu_ops.on_cpu() and general:
-            return cpu_ops.conv2d(x, self.weight, bias, self.stride, reflect or self.padding, reflect=bool(reflect))
+        plain = self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0)) \
+            and _no_dilation(self.dilation)
+        few_outputs = plain and (kh, kw) != (1, 1) and cout * 8 <= cin
+        if cpu_ops.on_cpu() and self.groups == 1 and _no_dilation(self.dilation) and not few_outputs:
+            if "winograd" in forms:
+                y = cpu_ops.winograd_conv3x3(x, forms["winograd"], bias, cpu_ops.pair(reflect or self.padding)[0],
+                                             bool(reflect), activation)
+                if y is not None:
+                    return y
+            return cpu_ops.conv2d(x, weight, bias, self.stride, reflect or self.padding, reflect=bool(reflect),
+                                  activation=activation)
         if reflect:
             x = reflect_pad(x, reflect)
-        if not _no_dilation(self.dilation):
-            coverage.note("conv2d (dilated)", coverage.MLX_OP)
-            return super().__call__(x)
-        if self.groups > 1 and self.groups == cout and cin == 1:
-            y = cpu_ops.depthwise_conv2d(x, self.weight, self.stride, self.padding)
-        elif plain and kh == kw == 1:
-            y = cpu_ops.pointwise_conv2d(x, self.weight)
-        elif plain and cout * 8 <= cin:
-            y = cpu_ops.conv2d_few_outputs(x, self.weight)
+        if self.groups > 1 and self.groups == cout and cin == 1 and _no_dilation(self.dilation):
+            return cpu_ops.depthwise_conv2d(x, weight, self.stride, self.padding, bias, activation)
+        if plain and kh == kw == 1:
+            y = cpu_ops.pointwise_conv2d(x, weight)
+        elif few_outputs:
+            y = cpu_ops.conv2d_few_outputs(x, weight)
         else:
-            coverage.note("conv2d" if self.groups == 1 else "conv2d (grouped)", coverage.MLX_OP)
-            return super().__call__(x)
-        return y if bias is None else y + bias
+            coverage.note("conv2d (dilated)" if not _no_dilation(self.dilation) else
+                          "conv2d" if self.groups == 1 else "conv2d (grouped)", coverage.MLX_OP)
+            y = mx.conv2d(x, weight, self.stride, self.padding, self.dilation, self.groups)
+        return cpu_ops.biased_activation(y, bias, activation)
+
+
+class Linear(nn.Linear):
+    """nn.Linear (same parameters and names); on the CPU one sgemm whose initial C is the bias
+    (zoo.kernels.cpu.linear)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None)
 
 
 class MLXConv2d(nn.Conv2d):

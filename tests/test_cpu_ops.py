@@ -9,7 +9,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
-from zoo.kernels import cpu
+from zoo.kernels import coverage, cpu
 from zoo.models import layers
 
 pytestmark = pytest.mark.usefixtures("on_cpu")
@@ -142,6 +142,121 @@ def test_conv2d_matches_mlx(kernel, stride, padding, reflect, size, dtype):
     assert got.shape == want.shape and got.dtype == x.dtype
     tol = 1e-6 if dtype == "float32" else 2e-2
     assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
+
+
+MLX_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": nn.silu, "gelu": nn.gelu}
+
+
+@pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
+@pytest.mark.parametrize("kernel,stride,padding,size", [
+    (1, 1, 0, (9, 10)),  # 1x1 stride 1: the input itself is the patch matrix
+    (1, 2, 0, (9, 10)), (3, 1, 1, (9, 10)), (3, 2, 1, (8, 8)),
+])
+def test_conv2d_applies_bias_and_activation(kernel, stride, padding, size, activation):
+    x = mx.random.normal((2, *size, 5), key=mx.random.key(18)) * 3
+    w = mx.random.normal((6, kernel, kernel, 5), key=mx.random.key(19))
+    b = mx.random.normal((6,), key=mx.random.key(20))
+    got = cpu.conv2d(x, w, b, stride, padding, activation=activation)
+    want = MLX_ACTIVATIONS[activation](mx.conv2d(x, w, stride=stride, padding=padding) + b)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
+@pytest.mark.parametrize("size,padding,reflect,with_bias", [
+    ((8, 8), 1, False, True), ((9, 7), 1, False, False),  # odd maps: half tiles on the last row and column
+    ((7, 10), 0, False, True), ((9, 8), 1, True, True),  # LaMa's reflect-padded convolutions
+    ((5, 6), 1, True, False), ((3, 3), 1, True, True),
+])
+def test_winograd_conv3x3_matches_mlx(size, padding, reflect, with_bias, activation):
+    from zoo.kernels import winograd
+
+    x = mx.random.normal((2, *size, 40), key=mx.random.key(27)) * 2
+    w = mx.random.normal((36, 3, 3, 40), key=mx.random.key(28)) * 0.2
+    b = mx.random.normal((36,), key=mx.random.key(29)) if with_bias else None
+    got = cpu.winograd_conv3x3(x, winograd.transform_weight(w), b, padding, reflect, activation)
+    xp = mx.pad(x, ((0, 0), (padding, padding), (padding, padding), (0, 0)), mode="reflect") if reflect else x
+    y = mx.conv2d(xp, w, padding=0 if reflect else padding)
+    want = MLX_ACTIVATIONS[activation](y if b is None else y + b)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+def test_conv2d_layer_takes_the_winograd_form_where_it_suits():
+    """layers.Conv2d on the CPU: 3x3 stride-1 convolutions with WINOGRAD_MIN_CHANNELS a side run as
+    Winograd's form (its weight transformed once, kept), others as patch rows."""
+    for cin, stride, form in [(cpu.WINOGRAD_MIN_CHANNELS, 1, "conv2d 3x3 (Winograd)"),
+                              (cpu.WINOGRAD_MIN_CHANNELS - 1, 1, "conv2d"), (cpu.WINOGRAD_MIN_CHANNELS, 2, "conv2d")]:
+        conv = layers.Conv2d(cin, cpu.WINOGRAD_MIN_CHANNELS, 3, stride=stride, padding=1)
+        x = mx.random.normal((1, 10, 12, cin), key=mx.random.key(30))
+        noted = []
+        with coverage.listening(lambda op, impl: noted.append(op)):
+            got = conv(x)
+        assert noted == [form], (cin, stride)
+        want = mx.conv2d(x, conv.weight, stride=stride, padding=1) + conv.bias
+        assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_applies_bias_and_activation(stride, activation):
+    x = mx.random.normal((1, 9, 8, 12), key=mx.random.key(21)) * 3
+    w = mx.random.normal((12, 3, 3, 1), key=mx.random.key(22))
+    b = mx.random.normal((12,), key=mx.random.key(23))
+    for bias in (b, None):
+        got = cpu.depthwise_conv2d(x, w, stride, 1, bias, activation)
+        y = mx.conv2d(x, w, stride=stride, padding=1, groups=12)
+        want = MLX_ACTIVATIONS[activation](y if bias is None else y + bias)
+        assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("tokens", [7, 1000])  # below and above cpu.LINEAR_MIN_ELEMENTS
+def test_linear_matches_nn(tokens, dtype):
+    lin = nn.Linear(24, 40)
+    lin.set_dtype(DTYPES[dtype])
+    fast = layers.Linear(24, 40)
+    fast.update(lin.parameters())
+    x = mx.random.normal((3, tokens, 24), key=mx.random.key(24)).astype(DTYPES[dtype])
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append((op, impl))):
+        got = fast(x)
+    assert noted == ([("linear", coverage.CPU_FORM)] if x.size >= cpu.LINEAR_MIN_ELEMENTS else [])
+    want = lin(x)
+    assert got.shape == want.shape and got.dtype == x.dtype
+    tol = 2e-6 if dtype == "float32" else 2e-2
+    assert mx.abs(got.astype(mx.float32) - want.astype(mx.float32)).max().item() <= tol * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
+@pytest.mark.parametrize("channels,groups,kernel,stride", [
+    (16, 1, 3, 1), (16, 1, 1, 1), (16, 1, 3, 2), (16, 16, 3, 1),
+    (cpu.WINOGRAD_MIN_CHANNELS, 1, 3, 1),  # the Winograd form
+])
+def test_conv_bn_folds_on_the_cpu_as_the_layers_compute_apart(channels, groups, kernel, stride, activation):
+    """layers.conv_bn on the CPU: one C convolution with the BatchNorm folded in and the activation
+    applied, against the same modules run one after the other inside zoo.compiled.eager()."""
+    from zoo.compiled import eager
+
+    conv = layers.Conv2d(channels, channels if groups > 1 or channels > 16 else 8, kernel, stride=stride,
+                         padding=kernel // 2, groups=groups, bias=False)
+    bn = layers.BatchNorm(conv.weight.shape[0])
+    keys = mx.random.split(mx.random.key(25), 4)
+    bn.update({"weight": mx.random.uniform(0.5, 1.5, bn.weight.shape, key=keys[0]),
+               "bias": mx.random.normal(bn.bias.shape, key=keys[1]),
+               "running_mean": mx.random.normal(bn.running_mean.shape, key=keys[2]),
+               "running_var": mx.random.uniform(0.5, 2.0, bn.running_var.shape, key=keys[3])})
+    bn.eval()
+    x = mx.random.normal((2, 9, 10, channels), key=mx.random.key(26)) * 2
+    assert layers.fuses_on_cpu(conv, bn)
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append(op)):
+        got = layers.conv_bn(conv, bn, x, activation=activation)
+    assert "batch_norm (channel affine)" not in noted  # folded: no BatchNorm pass of its own
+    with eager():
+        assert not layers.fuses_on_cpu(conv, bn)
+        want = layers._ACTIVATIONS[activation](bn(conv(x)))
+    assert mx.abs(got - want).max().item() <= 4e-6 * mx.abs(want).max().item()
 
 
 def test_layers_keep_nn_weights_and_results():

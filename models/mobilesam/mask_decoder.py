@@ -11,7 +11,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.models.layers import GELU, ConvTranspose2d, Sequential, attention
+from zoo.models.layers import GELU, ConvTranspose2d, Linear, Sequential, attention
 
 
 class MLP(nn.Module):
@@ -20,7 +20,7 @@ class MLP(nn.Module):
     def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_layers: int):
         super().__init__()
         dims = [input_dim] + [hidden_dim] * (num_layers - 1) + [output_dim]
-        self.layers = [nn.Linear(a, b) for a, b in itertools.pairwise(dims)]
+        self.layers = [Linear(a, b) for a, b in itertools.pairwise(dims)]
 
     def __call__(self, x: mx.array) -> mx.array:
         for layer in self.layers[:-1]:
@@ -31,9 +31,9 @@ class MLP(nn.Module):
 class MLPBlock(nn.Module):
     def __init__(self, dim: int, mlp_dim: int):
         super().__init__()
-        self.lin1 = nn.Linear(dim, mlp_dim)
+        self.lin1 = Linear(dim, mlp_dim)
         self.act = nn.ReLU()
-        self.lin2 = nn.Linear(mlp_dim, dim)
+        self.lin2 = Linear(mlp_dim, dim)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.lin2(self.act(self.lin1(x)))
@@ -46,10 +46,10 @@ class Attention(nn.Module):
         super().__init__()
         internal = dim // downsample_rate
         self.num_heads = num_heads
-        self.q_proj = nn.Linear(dim, internal)
-        self.k_proj = nn.Linear(dim, internal)
-        self.v_proj = nn.Linear(dim, internal)
-        self.out_proj = nn.Linear(internal, dim)
+        self.q_proj = Linear(dim, internal)
+        self.k_proj = Linear(dim, internal)
+        self.v_proj = Linear(dim, internal)
+        self.out_proj = Linear(internal, dim)
 
     def _heads(self, x: mx.array) -> mx.array:
         b, n, c = x.shape

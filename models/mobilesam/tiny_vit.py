@@ -16,8 +16,8 @@ import numpy as np
 
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
-from zoo.models.layers import (GELU, BatchNorm, Conv2d, LayerNorm, Sequential, attention, split_heads,
-                               window_merge, window_partition)
+from zoo.models.layers import (GELU, BatchNorm, Conv2d, LayerNorm, Linear, Sequential, attention, conv_bn,
+                               fuses_on_cpu, split_heads, window_merge, window_partition)
 
 EMBED_DIMS = (64, 128, 160, 320)
 DEPTHS = (2, 2, 6, 2)
@@ -37,7 +37,16 @@ class Conv2d_BN(nn.Module):
         self.bn = BatchNorm(cout)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.bn(self.c(x))
+        return conv_bn(self.c, self.bn, x)  # on the CPU one C convolution, the BatchNorm folded in
+
+
+def gelu_after(block: Conv2d_BN, act: GELU, x: mx.array) -> mx.array:
+    """act(block(x)); on the CPU one C convolution that folds in the BatchNorm and applies the GELU
+    (models.layers.conv_bn). Inside zoo.compiled.eager() both modules run, one after the other, as
+    the validator records them."""
+    if fuses_on_cpu(block.c, block.bn):
+        return conv_bn(block.c, block.bn, x, activation="gelu")
+    return act(block(x))
 
 
 class PatchEmbed(nn.Module):
@@ -48,7 +57,8 @@ class PatchEmbed(nn.Module):
         self.seq = Sequential(Conv2d_BN(cin, dim // 2, 3, 2, 1), GELU(), Conv2d_BN(dim // 2, dim, 3, 2, 1))
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.seq(x)
+        seq = self.seq
+        return seq["2"](gelu_after(seq["0"], seq["1"], x))
 
 
 class MBConv(nn.Module):
@@ -68,7 +78,7 @@ class MBConv(nn.Module):
         return x
 
     def __call__(self, x: mx.array) -> mx.array:
-        out = self.conv3(self.act2(self.conv2(self.act1(self.conv1(x)))))
+        out = self.conv3(gelu_after(self.conv2, self.act2, gelu_after(self.conv1, self.act1, x)))
         return self.act3(out + self.shortcut(x))
 
 
@@ -86,7 +96,7 @@ class PatchMerging(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         if x.ndim == 3:  # tokens from a transformer stage
             x = x.reshape(x.shape[0], *self.input_resolution, x.shape[-1])
-        x = self.conv3(self.act(self.conv2(self.act(self.conv1(x)))))
+        x = self.conv3(gelu_after(self.conv2, self.act, gelu_after(self.conv1, self.act, x)))
         return x.reshape(x.shape[0], -1, x.shape[-1])
 
 
@@ -132,8 +142,8 @@ class Attention(nn.Module):
         self.key_dim = dim // num_heads
         self.scale = self.key_dim**-0.5
         self.norm = LayerNorm(dim)
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.proj = nn.Linear(dim, dim)
+        self.qkv = Linear(dim, 3 * dim)
+        self.proj = Linear(dim, dim)
         index = relative_offset_index(window)
         self.attention_biases = mx.zeros((num_heads, int(index.max()) + 1))
         # Not a parameter (leading underscore): an index, never stored in checkpoints.
@@ -153,9 +163,9 @@ class Mlp(nn.Module):
     def __init__(self, dim: int, hidden: int):
         super().__init__()
         self.norm = LayerNorm(dim)
-        self.fc1 = nn.Linear(dim, hidden)
+        self.fc1 = Linear(dim, hidden)
         self.act = GELU()
-        self.fc2 = nn.Linear(hidden, dim)
+        self.fc2 = Linear(hidden, dim)
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.fc2(self.act(self.fc1(self.norm(x))))

@@ -41,7 +41,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from zoo.kernels import coverage
+from zoo.kernels import coverage, winograd
 from zoo.kernels.core import ENV_VAR, pair
 
 _lib: ctypes.CDLL | None = None
@@ -69,8 +69,9 @@ def _library() -> ctypes.CDLL | None:
                     getattr(lib, name).argtypes = [_PTR, _PTR] + [size] * 5 + [ctypes.c_int]
                 lib.zoo_split_heads_f32.argtypes = [_PTR] * 4 + [size] * 5 + [ctypes.c_int]
                 lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
-                lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR] + [ctypes.c_int] * 12
-                lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 14
+                lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
+                lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 15
+                lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p]
                 from zoo import blas
 
@@ -286,8 +287,20 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
 
 
-def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0) -> mx.array:
-    """mx.conv2d(x, weight, stride, padding, groups=C) for weight (C, KH, KW, 1), no dilation."""
+# A convolution's activation, applied by the C routine to its output while in cache (cpu_ops.c's ACT_*)
+ACTIVATIONS = {None: 0, "relu": 1, "silu": 2, "gelu": 3}
+_MLX_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": nn.silu, "gelu": nn.gelu}
+
+
+def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:
+    """activation(y + bias) with MLX's ops: what the C convolutions add where MLX's convolution runs."""
+    return _MLX_ACTIVATIONS[activation](y if bias is None else y + bias)
+
+
+def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: mx.array | None = None,
+                     activation: str | None = None) -> mx.array:
+    """activation(mx.conv2d(x, weight, stride, padding, groups=C) + bias) for weight (C, KH, KW, 1),
+    no dilation; activation None, "relu", "silu" or "gelu" (exact)."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
     c, kh, kw, _ = weight.shape
@@ -297,19 +310,23 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0) -> mx.a
     out = _output((n, oh, ow, c)) if lib is not None else None
     host = _host(x, out) if lib is not None else None
     wt = _host(weight.reshape(c, kh * kw).T) if host is not None else None
+    b = _host(bias) if wt is not None and bias is not None else None
     _ran("depthwise conv2d", wt)
     if wt is None:
-        return mx.conv2d(x, weight, stride=(sh, sw), padding=(ph, pw), groups=c)
-    lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), _ptr(_view(out)), n, h, w, c, kh, kw, sh, ph, pw, oh, ow,
-                                 _threads())
+        return biased_activation(mx.conv2d(x, weight, stride=(sh, sw), padding=(ph, pw), groups=c), bias, activation)
+    lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, c,
+                                 kh, kw, sh, ph, pw, oh, ow, ACTIVATIONS[activation], _threads())
     return _like(out, x)
 
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
-           reflect: bool = False) -> mx.array:
-    """mx.conv2d(x, weight, stride, padding) (+ bias) for weight (O, KH, KW, I), no groups or dilation;
-    ``reflect``: the padding is torch's reflect padding instead of zeros (it must be smaller than
-    the input). On the CPU: patch rows gathered in C and one OpenBLAS sgemm per chunk."""
+           reflect: bool = False, activation: str | None = None, *, op: str = "conv2d") -> mx.array:
+    """activation(mx.conv2d(x, weight, stride, padding) + bias) for weight (O, KH, KW, I), no groups or
+    dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be smaller
+    than the input); activation None, "relu", "silu" or "gelu" (exact). On the CPU: patch rows
+    gathered in C (a 1x1 stride-1 convolution multiplies the input itself) and one OpenBLAS sgemm
+    per chunk, the bias its initial C, the activation applied to the chunk while it is in cache.
+    ``op``: what zoo.kernels.coverage calls the caller's op."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
     co, kh, kw, ci = weight.shape
@@ -324,14 +341,66 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     wt = _host(weight) if host is not None else None
     b = _host(bias) if wt is not None and bias is not None else None
     if wt is None:
-        _ran("conv2d", None)
-        return _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
+        _ran(op, None)
+        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
     done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, ci,
-                              co, kh, kw, sh, ph, pw, int(reflect), oh, ow, _threads())
-    _ran("conv2d", done == 0)
+                              co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation], _threads())
+    _ran(op, done == 0)
     if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
-        return _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
+        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
     return _like(out, x)
+
+
+# The CPU's Winograd form where both channel counts reach this (min(C_in, C_out)): thinner GEMMs
+# gained less than the transforms cost (measured: docs/speed-cpu.md)
+WINOGRAD_MIN_CHANNELS = 32
+
+
+def winograd_suits(weight_shape, stride, padding, groups, dilation) -> bool:
+    """Whether a convolution takes ``winograd_conv3x3`` on the CPU: zoo.kernels.winograd.fits (3x3,
+    stride 1, padding 0 or 1) with WINOGRAD_MIN_CHANNELS a side, where the C routines run."""
+    return (_fast_path() and native_available() and winograd.fits(weight_shape, stride, padding, groups, dilation)
+            and min(weight_shape[0], weight_shape[3]) >= WINOGRAD_MIN_CHANNELS)
+
+
+def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: int, reflect: bool = False,
+                     activation: str | None = None) -> mx.array | None:
+    """activation(conv3x3(x) + bias), stride 1, as Winograd F(2x2, 3x3) in C (zoo.kernels.winograd has
+    the maths): the input transform, 16 OpenBLAS sgemm with ``u`` (winograd.transform_weight: (16,
+    C_in, C_out)), the output transform with the bias and the activation; zero or (``reflect``)
+    torch's reflect padding of 0 or 1. None where it cannot run (no OpenBLAS, no memory, a trace):
+    the caller runs its other form."""
+    n, h, w, c = x.shape
+    o = u.shape[-1]
+    oh, ow = h + 2 * padding - 2, w + 2 * padding - 2
+    lib = _library() if _fast_path() and min(oh, ow) > 0 and (not reflect or padding < min(h, w)) else None
+    out = _output((n, oh, ow, o)) if lib is not None else None
+    host = _host(x, out) if lib is not None else None
+    ut = _host(u) if host is not None else None
+    b = _host(bias) if ut is not None and bias is not None else None
+    if ut is None:
+        return None
+    done = lib.zoo_winograd_conv3x3_f32(_ptr(host), _ptr(ut), None if b is None else _ptr(b), _ptr(_view(out)), n, h,
+                                        w, c, o, padding, int(reflect), ACTIVATIONS[activation], _threads())
+    _ran("conv2d 3x3 (Winograd)", done == 0)
+    return _like(out, x) if done == 0 else None
+
+
+# Below this many input elements a Linear stays MLX's lazy addmm: the C form evaluates its input
+# first, a round trip to MLX's CPU stream that costs more than a small product (the SAM decoder's
+# prompt tokens)
+LINEAR_MIN_ELEMENTS = 1 << 16
+
+
+def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
+    """nn.Linear's x @ weight.T + bias over the last axis; on the CPU, from LINEAR_MIN_ELEMENTS
+    inputs, one sgemm whose initial C is the bias (MLX's addmm first copies the broadcast bias with a
+    strided loop); else MLX's ops."""
+    if not _fast_path() or _library() is None or x.size < LINEAR_MIN_ELEMENTS:
+        return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+    out, k = weight.shape
+    rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, op="linear")
+    return rows.reshape(*x.shape[:-1], out)
 
 
 def _mlx_conv2d(x, weight, bias, stride, padding, reflect):

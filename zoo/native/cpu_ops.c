@@ -24,6 +24,16 @@
 #define ZOO_CLONES
 #endif
 
+/* Before a loop whose stores never alias its loads, which the compiler cannot prove (the
+ * Winograd transforms read 16 pointers and write 16 planes: more alias checks than GCC makes) */
+#if defined(__clang__)
+#define ZOO_NO_ALIAS _Pragma("clang loop vectorize(assume_safety)")
+#elif defined(__GNUC__)
+#define ZOO_NO_ALIAS _Pragma("GCC ivdep")
+#else
+#define ZOO_NO_ALIAS
+#endif
+
 #define MAX_THREADS 64
 
 /* ---- a minimal parallel-for: [0, n) in `threads` contiguous chunks ---------------------- */
@@ -142,6 +152,31 @@ ZOO_CLONES static void gelu_range(const void *a, ptrdiff_t b, ptrdiff_t e) {
   const float *x = ((const unary_args *)a)->x;
   float *y = ((const unary_args *)a)->y;
   for (ptrdiff_t i = b; i < e; ++i) y[i] = x[i] * normal_cdf(x[i]);
+}
+
+/* The activation a convolution applies to its output before returning (its epilogue): the
+ * codes of zoo/kernels/cpu.py's ACTIVATIONS. One loop per activation, so that each vectorises. */
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SILU = 2, ACT_GELU = 3 };
+
+ZOO_CLONES static void activate(float *y, ptrdiff_t n, int act) {
+  if (act == ACT_RELU) {
+    for (ptrdiff_t i = 0; i < n; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+  } else if (act == ACT_SILU) {
+    for (ptrdiff_t i = 0; i < n; ++i) y[i] = y[i] * sigmoid1(y[i]);
+  } else if (act == ACT_GELU) {
+    for (ptrdiff_t i = 0; i < n; ++i) y[i] = y[i] * normal_cdf(y[i]);
+  }
+}
+
+typedef struct {
+  float *y;
+  ptrdiff_t cols;
+  int act;
+} activate_args;
+
+static void activate_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const activate_args *a = (const activate_args *)p;
+  activate(a->y + b * a->cols, (e - b) * a->cols, a->act);
 }
 
 /* Below this many elements one thread does it: starting a thread costs ~20 us. */
@@ -277,10 +312,11 @@ void zoo_layer_norm_f32(const float *x, const float *weight, const float *bias, 
 /* ---- depthwise 2-D convolution, NHWC --------------------------------------------------------- */
 
 typedef struct {
-  const float *x; /* (N, H, W, C) */
-  const float *w; /* (KH, KW, C) */
-  float *y;       /* (N, OH, OW, C) */
-  int H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left;
+  const float *x;    /* (N, H, W, C) */
+  const float *w;    /* (KH, KW, C) */
+  const float *bias; /* (C) or NULL */
+  float *y;          /* (N, OH, OW, C) */
+  int H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, act;
 } dw_args;
 
 /* One output row (n, oh) per index: every output pixel sums its valid taps over the
@@ -306,13 +342,18 @@ ZOO_CLONES static void depthwise_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
           for (int c = 0; c < C; ++c) o[c] += in[c] * wt[c];
         }
       }
+      if (a->bias != NULL)
+        for (int c = 0; c < C; ++c) o[c] += a->bias[c];
     }
+    activate(out, (ptrdiff_t)a->OW * C, a->act); /* the row is still in cache */
   }
 }
 
-void zoo_depthwise_conv2d_f32(const float *x, const float *w, float *y, int N, int H, int W, int C, int KH, int KW,
-                              int stride, int pad_top, int pad_left, int OH, int OW, int threads) {
-  dw_args a = {x, w, y, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left};
+/* y = act(depthwise(x, w) + bias): bias (C) or NULL, act an ACT_* code. */
+void zoo_depthwise_conv2d_f32(const float *x, const float *w, const float *bias, float *y, int N, int H, int W, int C,
+                              int KH, int KW, int stride, int pad_top, int pad_left, int OH, int OW, int act,
+                              int threads) {
+  dw_args a = {x, w, bias, y, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, act};
   if ((ptrdiff_t)N * OH * OW * C * KH * KW < UNARY_GRAIN * 4) threads = 1;
   parallel_for(depthwise_rows, &a, (ptrdiff_t)N * OH, threads);
 }
@@ -381,29 +422,177 @@ static void patch_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
  * ~5%), full-resolution maps in pieces instead of a patch matrix of hundreds of MB. */
 #define PATCH_CHUNK_FLOATS (1 << 22)
 
-/* y (N, OH, OW, O) = conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL). Returns 0, or
- * -1 when no sgemm was given or memory ran out (nothing written: the caller falls back). */
+/* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL)), act an ACT_*
+ * code applied to each chunk while it is in cache. A 1x1 stride-1 convolution without padding
+ * multiplies the input itself (its patch rows are its pixels). Returns 0, or -1 when no sgemm
+ * was given or memory ran out (nothing written: the caller falls back). */
 int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, int N, int H, int W, int C, int O,
-                   int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH, int OW, int threads) {
+                   int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH, int OW, int act,
+                   int threads) {
   if (sgemm == NULL) return -1;
   const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
-  ptrdiff_t chunk = PATCH_CHUNK_FLOATS / width;
+  const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad_top == 0 && pad_left == 0 && OH == H && OW == W;
+  ptrdiff_t chunk = PATCH_CHUNK_FLOATS / (width > O ? width : O);
   if (chunk < 64) chunk = 64;
   if (chunk > pixels) chunk = pixels;
-  float *cols = (float *)malloc(sizeof(float) * (size_t)chunk * width);
-  if (cols == NULL) return -1;
+  float *cols = pointwise ? NULL : (float *)malloc(sizeof(float) * (size_t)chunk * width);
+  if (!pointwise && cols == NULL) return -1;
   patch_args a = {x, cols, 0, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect};
   for (ptrdiff_t first = 0; first < pixels; first += chunk) {
     const ptrdiff_t rows = pixels - first < chunk ? pixels - first : chunk;
-    a.first_pixel = first;
-    parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
+    const float *patches = pointwise ? x + (size_t)first * C : cols;
+    if (!pointwise) {
+      a.first_pixel = first;
+      parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
+    }
     float *out = y + (size_t)first * O;
     if (bias != NULL)
       for (ptrdiff_t r = 0; r < rows; ++r) memcpy(out + (size_t)r * O, bias, sizeof(float) * O);
-    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, cols, (int)width, w,
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, patches, (int)width, w,
           (int)width, bias != NULL ? 1.0f : 0.0f, out, O);
+    if (act != ACT_NONE) {
+      activate_args e = {out, O, act};
+      parallel_for(activate_rows, &e, rows, rows * O < UNARY_GRAIN * 2 ? 1 : threads);
+    }
   }
   free(cols);
+  return 0;
+}
+
+/* ---- 3x3 stride-1 convolution as Winograd F(2x2, 3x3) ----------------------------------------
+ * zoo/kernels/winograd.py's transforms (its docstring has the maths): V = B^T d B per tile and
+ * input channel, 16 sgemm V[k] (tiles x C) @ U[k] (C x O), Y = A^T M A + bias per tile and
+ * output channel, the activation applied as each tile's outputs are written. 2.25x fewer
+ * multiplications than the patch-row GEMM above; the transforms' loops run over the channels
+ * (vectorised), threads over tiles. Tiles are in (image, tile row, tile column) order. */
+
+typedef struct {
+  const float *x; /* (N, H, W, C) */
+  float *v;       /* (16, tiles, C) */
+  const float *zeros; /* C zeros: the patch outside the (padded) image */
+  ptrdiff_t tiles;
+  int H, W, C, pad, reflect, tile_rows, tile_cols;
+} winograd_in_args;
+
+ZOO_CLONES static void winograd_input_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const winograd_in_args *a = (const winograd_in_args *)p;
+  const ptrdiff_t C = a->C, plane = a->tiles * C;
+  for (ptrdiff_t tile = b; tile < e; ++tile) {
+    const int tx = (int)(tile % a->tile_cols), ty = (int)(tile / a->tile_cols % a->tile_rows);
+    const ptrdiff_t n = tile / ((ptrdiff_t)a->tile_cols * a->tile_rows);
+    const float *d[16]; /* the 4x4 patch's pixels, row by row */
+    for (int i = 0; i < 4; ++i) {
+      int r = 2 * ty - a->pad + i;
+      /* rows past the padded image only feed outputs past the map, which are not written */
+      const int row_ok = a->reflect ? r >= -a->pad && r < a->H + a->pad : r >= 0 && r < a->H;
+      if (a->reflect) r = reflect_index(r, a->H);
+      for (int j = 0; j < 4; ++j) {
+        int q = 2 * tx - a->pad + j;
+        const int ok = row_ok && (a->reflect ? q >= -a->pad && q < a->W + a->pad : q >= 0 && q < a->W);
+        if (a->reflect) q = reflect_index(q, a->W);
+        d[4 * i + j] = ok ? a->x + ((n * a->H + r) * a->W + q) * C : a->zeros;
+      }
+    }
+    /* B^T d (rows d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the same on the columns, over the
+     * channels */
+    const float *restrict d00 = d[0], *restrict d01 = d[1], *restrict d02 = d[2], *restrict d03 = d[3];
+    const float *restrict d10 = d[4], *restrict d11 = d[5], *restrict d12 = d[6], *restrict d13 = d[7];
+    const float *restrict d20 = d[8], *restrict d21 = d[9], *restrict d22 = d[10], *restrict d23 = d[11];
+    const float *restrict d30 = d[12], *restrict d31 = d[13], *restrict d32 = d[14], *restrict d33 = d[15];
+    float *restrict v = a->v + tile * C;
+    ZOO_NO_ALIAS
+    for (ptrdiff_t c = 0; c < C; ++c) {
+      const float t00 = d00[c] - d20[c], t01 = d01[c] - d21[c], t02 = d02[c] - d22[c], t03 = d03[c] - d23[c];
+      const float t10 = d10[c] + d20[c], t11 = d11[c] + d21[c], t12 = d12[c] + d22[c], t13 = d13[c] + d23[c];
+      const float t20 = d20[c] - d10[c], t21 = d21[c] - d11[c], t22 = d22[c] - d12[c], t23 = d23[c] - d13[c];
+      const float t30 = d10[c] - d30[c], t31 = d11[c] - d31[c], t32 = d12[c] - d32[c], t33 = d13[c] - d33[c];
+      v[c] = t00 - t02, v[plane + c] = t01 + t02, v[2 * plane + c] = t02 - t01, v[3 * plane + c] = t01 - t03;
+      v[4 * plane + c] = t10 - t12, v[5 * plane + c] = t11 + t12, v[6 * plane + c] = t12 - t11;
+      v[7 * plane + c] = t11 - t13;
+      v[8 * plane + c] = t20 - t22, v[9 * plane + c] = t21 + t22, v[10 * plane + c] = t22 - t21;
+      v[11 * plane + c] = t21 - t23;
+      v[12 * plane + c] = t30 - t32, v[13 * plane + c] = t31 + t32, v[14 * plane + c] = t32 - t31;
+      v[15 * plane + c] = t31 - t33;
+    }
+  }
+}
+
+typedef struct {
+  const float *m;     /* (16, tiles, O) */
+  const float *bias;  /* (O) or NULL */
+  const float *zeros; /* O zeros: no bias */
+  float *y;           /* (N, OH, OW, O) */
+  float *spare[3];    /* O floats each: where a half tile's missing outputs go (one thread) */
+  ptrdiff_t tiles;
+  int OH, OW, O, tile_rows, tile_cols, act;
+} winograd_out_args;
+
+ZOO_CLONES static void winograd_output_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const winograd_out_args *a = (const winograd_out_args *)p;
+  const ptrdiff_t O = a->O, plane = a->tiles * O;
+  for (ptrdiff_t tile = b; tile < e; ++tile) {
+    const int tx = (int)(tile % a->tile_cols), ty = (int)(tile / a->tile_cols % a->tile_rows);
+    const ptrdiff_t n = tile / ((ptrdiff_t)a->tile_cols * a->tile_rows);
+    const int rows = 2 * ty + 1 < a->OH ? 2 : 1, cols = 2 * tx + 1 < a->OW ? 2 : 1; /* odd maps: a half tile */
+    float *out[4];
+    for (int i = 0; i < 4; ++i)
+      out[i] = a->y + ((n * a->OH + 2 * ty + (i / 2 < rows ? i / 2 : 0)) * a->OW + 2 * tx + (i % 2 < cols ? i % 2 : 0)) * O;
+    const float *restrict m = a->m + tile * O;
+    const float *restrict bias = a->bias != NULL ? a->bias : a->zeros;
+    float *restrict y00 = out[0], *restrict y01 = out[1], *restrict y10 = out[2], *restrict y11 = out[3];
+    if (rows < 2 || cols < 2) { /* a half tile: its missing outputs go to a scratch row */
+      if (rows < 2) y10 = a->spare[0], y11 = a->spare[1];
+      if (cols < 2) y01 = a->spare[2], y11 = a->spare[1];
+    }
+    ZOO_NO_ALIAS
+    for (ptrdiff_t c = 0; c < O; ++c) { /* A^T M A, A^T = [[1, 1, 1, 0], [0, 1, -1, -1]], columns j */
+      const float m10 = m[4 * plane + c], m11 = m[5 * plane + c], m12 = m[6 * plane + c], m13 = m[7 * plane + c];
+      const float m20 = m[8 * plane + c], m21 = m[9 * plane + c], m22 = m[10 * plane + c], m23 = m[11 * plane + c];
+      const float s00 = m[c] + m10 + m20, s01 = m[plane + c] + m11 + m21;
+      const float s02 = m[2 * plane + c] + m12 + m22, s03 = m[3 * plane + c] + m13 + m23;
+      const float s10 = m10 - m20 - m[12 * plane + c], s11 = m11 - m21 - m[13 * plane + c];
+      const float s12 = m12 - m22 - m[14 * plane + c], s13 = m13 - m23 - m[15 * plane + c];
+      y00[c] = s00 + s01 + s02 + bias[c];
+      y01[c] = s01 - s02 - s03 + bias[c];
+      y10[c] = s10 + s11 + s12 + bias[c];
+      y11[c] = s11 - s12 - s13 + bias[c];
+    }
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j)
+        if (i < rows && j < cols) activate(out[2 * i + j], O, a->act);
+  }
+}
+
+/* y (N, OH, OW, O) = act(conv3x3(x (N, H, W, C), g) + bias), stride 1, padding pad (0 or 1; zero
+ * or reflect), from u = G g G^T laid out (16, C, O). Returns 0, or -1 when no sgemm was given or
+ * memory ran out (nothing written: the caller falls back). */
+int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, float *y, int N, int H, int W, int C,
+                             int O, int pad, int reflect, int act, int threads) {
+  if (sgemm == NULL) return -1;
+  const int OH = H + 2 * pad - 2, OW = W + 2 * pad - 2, tile_rows = (OH + 1) / 2, tile_cols = (OW + 1) / 2;
+  const ptrdiff_t tiles = (ptrdiff_t)N * tile_rows * tile_cols;
+  float *v = (float *)malloc(sizeof(float) * 16 * (size_t)tiles * C);
+  float *m = (float *)malloc(sizeof(float) * 16 * (size_t)tiles * O);
+  float *zeros = (float *)calloc((size_t)(C > O ? C : O) * 4, sizeof(float)); /* zeros, then 3 spares */
+  if (v == NULL || m == NULL || zeros == NULL) {
+    free(v), free(m), free(zeros);
+    return -1;
+  }
+  winograd_in_args in = {x, v, zeros, tiles, H, W, C, pad, reflect, tile_rows, tile_cols};
+  parallel_for(winograd_input_tiles, &in, tiles, tiles * C < UNARY_GRAIN ? 1 : threads);
+  for (int k = 0; k < 16; ++k)
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)tiles, O, C, 1.0f, v + (size_t)k * tiles * C, C,
+          u + (size_t)k * C * O, O, 0.0f, m + (size_t)k * tiles * O, O);
+  /* half tiles (odd maps) are the last row and column of tiles: done by one thread, with its spares */
+  const ptrdiff_t whole = (OH % 2 || OW % 2) ? 0 : tiles;
+  const size_t width = (size_t)(C > O ? C : O);
+  winograd_out_args out = {m, bias, zeros, y, {zeros + width, zeros + 2 * width, zeros + 3 * width}, tiles,
+                           OH, OW, O, tile_rows, tile_cols, act};
+  if (whole)
+    parallel_for(winograd_output_tiles, &out, tiles, tiles * O < UNARY_GRAIN ? 1 : threads);
+  else
+    winograd_output_tiles(&out, 0, tiles);
+  free(v), free(m), free(zeros);
   return 0;
 }
 
