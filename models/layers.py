@@ -141,8 +141,14 @@ def fuses_on_cpu(conv: nn.Conv2d, bn: nn.BatchNorm) -> bool:
     folded in: on the CPU, a zoo Conv2d of a form the C routines compute (groups 1 or depthwise, no
     dilation), an inference BatchNorm with running statistics, and not inside zoo.compiled.eager()
     (the validator records the upstream layers apart)."""
-    return (isinstance(conv, Conv2d) and conv.folds() and cpu_ops.on_cpu() and not recording_layers()
+    return (isinstance(conv, Conv2d) and conv.folds() and fusing_on_cpu()
             and not bn.training and bn.track_running_stats and "weight" in bn)
+
+
+def fusing_on_cpu() -> bool:
+    """On the CPU, outside zoo.compiled.eager() (where the validator records every upstream layer
+    apart): a layer and the activation after it may run as one C call."""
+    return cpu_ops.on_cpu() and not recording_layers()
 
 
 def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], activation: str | None = None) -> mx.array:
@@ -245,8 +251,10 @@ class Linear(nn.Linear):
     """nn.Linear (same parameters and names); on the CPU one sgemm whose initial C is the bias
     (zoo.kernels.cpu.linear)."""
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None)
+    def __call__(self, x: mx.array, activation: str | None = None) -> mx.array:
+        """activation(x @ weight.T + bias); on the CPU the activation applied by the product's C call
+        (callers pass it only where ``fusing_on_cpu``: the validator records the activation apart)."""
+        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None, activation)
 
 
 class MLXConv2d(nn.Conv2d):

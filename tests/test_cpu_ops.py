@@ -229,6 +229,17 @@ def test_linear_matches_nn(tokens, dtype):
 
 
 @pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
+@pytest.mark.parametrize("tokens", [7, 1000])  # below and above cpu.LINEAR_MIN_ELEMENTS
+def test_linear_applies_the_activation(tokens, activation):
+    x = mx.random.normal((3, tokens, 24), key=mx.random.key(31)) * 3
+    w = mx.random.normal((40, 24), key=mx.random.key(32)) * 0.3
+    b = mx.random.normal((40,), key=mx.random.key(33))
+    got = cpu.linear(x, w, b, activation)
+    want = MLX_ACTIVATIONS[activation](x @ w.T + b)
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
 @pytest.mark.parametrize("channels,groups,kernel,stride", [
     (16, 1, 3, 1), (16, 1, 1, 1), (16, 1, 3, 2), (16, 16, 3, 1),
     (cpu.WINOGRAD_MIN_CHANNELS, 1, 3, 1),  # the Winograd form

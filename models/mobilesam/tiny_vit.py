@@ -17,7 +17,7 @@ import numpy as np
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.models.layers import (GELU, BatchNorm, Conv2d, LayerNorm, Linear, Sequential, attention, conv_bn,
-                               fuses_on_cpu, split_heads, window_merge, window_partition)
+                               fuses_on_cpu, fusing_on_cpu, split_heads, window_merge, window_partition)
 
 EMBED_DIMS = (64, 128, 160, 320)
 DEPTHS = (2, 2, 6, 2)
@@ -40,11 +40,13 @@ class Conv2d_BN(nn.Module):
         return conv_bn(self.c, self.bn, x)  # on the CPU one C convolution, the BatchNorm folded in
 
 
-def gelu_after(block: Conv2d_BN, act: GELU, x: mx.array) -> mx.array:
-    """act(block(x)); on the CPU one C convolution that folds in the BatchNorm and applies the GELU
-    (models.layers.conv_bn). Inside zoo.compiled.eager() both modules run, one after the other, as
-    the validator records them."""
-    if fuses_on_cpu(block.c, block.bn):
+def gelu_after(block: Conv2d_BN | Linear, act: GELU, x: mx.array) -> mx.array:
+    """act(block(x)); on the CPU one C call that also applies the GELU: a convolution with its
+    BatchNorm folded in (models.layers.conv_bn), or a Linear's product. Inside zoo.compiled.eager()
+    both modules run, one after the other, as the validator records them."""
+    if isinstance(block, Linear) and fusing_on_cpu():
+        return block(x, activation="gelu")
+    if isinstance(block, Conv2d_BN) and fuses_on_cpu(block.c, block.bn):
         return conv_bn(block.c, block.bn, x, activation="gelu")
     return act(block(x))
 
@@ -168,7 +170,7 @@ class Mlp(nn.Module):
         self.fc2 = Linear(hidden, dim)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self.fc2(self.act(self.fc1(self.norm(x))))
+        return self.fc2(gelu_after(self.fc1, self.act, self.norm(x)))
 
 
 class TinyViTBlock(nn.Module):

@@ -392,14 +392,14 @@ def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: i
 LINEAR_MIN_ELEMENTS = 1 << 16
 
 
-def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
-    """nn.Linear's x @ weight.T + bias over the last axis; on the CPU, from LINEAR_MIN_ELEMENTS
-    inputs, one sgemm whose initial C is the bias (MLX's addmm first copies the broadcast bias with a
-    strided loop); else MLX's ops."""
+def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activation: str | None = None) -> mx.array:
+    """activation(nn.Linear's x @ weight.T + bias) over the last axis; on the CPU, from
+    LINEAR_MIN_ELEMENTS inputs, one sgemm whose initial C is the bias (MLX's addmm first copies the
+    broadcast bias with a strided loop), the activation applied by the same C call; else MLX's ops."""
     if not _fast_path() or _library() is None or x.size < LINEAR_MIN_ELEMENTS:
-        return x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+        return _MLX_ACTIVATIONS[activation](x @ weight.T if bias is None else mx.addmm(bias, x, weight.T))
     out, k = weight.shape
-    rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, op="linear")
+    rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, activation=activation, op="linear")
     return rows.reshape(*x.shape[:-1], out)
 
 
