@@ -466,6 +466,13 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, 
  * multiplications than the patch-row GEMM above; the transforms' loops run over the channels
  * (vectorised), threads over tiles. Tiles are in (image, tile row, tile column) order. */
 
+/* Tile ``tile``'s image, and its row and column among the image's tiles */
+static inline ptrdiff_t tile_position(ptrdiff_t tile, int tile_rows, int tile_cols, int *ty, int *tx) {
+  *tx = (int)(tile % tile_cols);
+  *ty = (int)(tile / tile_cols % tile_rows);
+  return tile / ((ptrdiff_t)tile_cols * tile_rows);
+}
+
 typedef struct {
   const float *x; /* (N, H, W, C) */
   float *v;       /* (16, tiles, C) */
@@ -478,8 +485,8 @@ ZOO_CLONES static void winograd_input_tiles(const void *p, ptrdiff_t b, ptrdiff_
   const winograd_in_args *a = (const winograd_in_args *)p;
   const ptrdiff_t C = a->C, plane = a->tiles * C;
   for (ptrdiff_t tile = b; tile < e; ++tile) {
-    const int tx = (int)(tile % a->tile_cols), ty = (int)(tile / a->tile_cols % a->tile_rows);
-    const ptrdiff_t n = tile / ((ptrdiff_t)a->tile_cols * a->tile_rows);
+    int tx, ty;
+    const ptrdiff_t n = tile_position(tile, a->tile_rows, a->tile_cols, &ty, &tx);
     const float *d[16]; /* the 4x4 patch's pixels, row by row */
     for (int i = 0; i < 4; ++i) {
       int r = 2 * ty - a->pad + i;
@@ -531,8 +538,8 @@ ZOO_CLONES static void winograd_output_tiles(const void *p, ptrdiff_t b, ptrdiff
   const winograd_out_args *a = (const winograd_out_args *)p;
   const ptrdiff_t O = a->O, plane = a->tiles * O;
   for (ptrdiff_t tile = b; tile < e; ++tile) {
-    const int tx = (int)(tile % a->tile_cols), ty = (int)(tile / a->tile_cols % a->tile_rows);
-    const ptrdiff_t n = tile / ((ptrdiff_t)a->tile_cols * a->tile_rows);
+    int tx, ty;
+    const ptrdiff_t n = tile_position(tile, a->tile_rows, a->tile_cols, &ty, &tx);
     const int rows = 2 * ty + 1 < a->OH ? 2 : 1, cols = 2 * tx + 1 < a->OW ? 2 : 1; /* odd maps: a half tile */
     float *out[4];
     for (int i = 0; i < 4; ++i)
