@@ -18,7 +18,7 @@ import time
 
 import zoo  # noqa: F401  (first: OpenBLAS for MLX)
 from zoo import blas
-from zoo.kernels import cpu
+from zoo.kernels import cpu, winograd
 from zoo.kernels.core import ENV_VAR
 
 import mlx.core as mx  # noqa: E402
@@ -53,6 +53,15 @@ def cases():
         yield (f"Conv2d 3x3 reflect {cin}->{cout}, LaMa FFC at 256 (1,32,32,{cin})", rand(1, 32, 32, cin),
                rand(cout, 3, 3, cin), lambda x, w: cpu.conv2d(x, w, None, 1, 1, reflect=True),
                lambda x, w: mx.conv2d(mx.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect"), w))
+    for cin, cout, size, reflect, where in ((128, 384, 32, True, "LaMa FFC at 256"), (384, 128, 32, True, "LaMa FFC at 256"),
+                                             (64, 64, 80, False, "yolov8n at 640"),
+                                             (256, 256, 64, False, "TinyViT neck")):
+        w = rand(cout, 3, 3, cin)
+        pad = (lambda x: mx.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect")) if reflect else (lambda x: x)
+        yield (f"Conv2d 3x3 {cin}->{cout} as Winograd, {where} (1,{size},{size},{cin})", rand(1, size, size, cin),
+               (w, winograd.transform_weight(w)),
+               lambda x, p, r=reflect: cpu.winograd_conv3x3(x, p[1], None, 1, r),
+               lambda x, p, pad=pad, r=reflect: mx.conv2d(pad(x), p[0], padding=0 if r else 1))
     yield ("Conv2d 3x3 s2 64->128, LaMa downsampling (1,256,256,64)", rand(1, 256, 256, 64), rand(128, 3, 3, 64),
            lambda x, w: cpu.conv2d(x, w, None, 2, 1, reflect=True),
            lambda x, w: mx.conv2d(mx.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect"), w, stride=2))
