@@ -197,6 +197,21 @@ def test_conv2d_layer_takes_the_winograd_form_where_it_suits():
         assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
 
 
+def test_mlx_conv2d_layer_takes_the_winograd_form_on_the_cpu():
+    """layers.MLXConv2d (ResNet's): Winograd's form for a 3x3 stride-1 convolution where it suits,
+    MLX's convolution otherwise, batches image by image either way."""
+    for stride, winograd_form in [(1, True), (2, False)]:
+        conv = layers.MLXConv2d(cpu.WINOGRAD_MIN_CHANNELS, cpu.WINOGRAD_MIN_CHANNELS, 3, stride=stride, padding=1,
+                                bias=False)
+        x = mx.random.normal((2, 10, 12, cpu.WINOGRAD_MIN_CHANNELS), key=mx.random.key(34))
+        noted = []
+        with coverage.listening(lambda op, impl: noted.append(op)):
+            got = conv(x)
+        assert ("conv2d 3x3 (Winograd)" in noted) == winograd_form, stride
+        want = mx.conv2d(x, conv.weight, stride=stride, padding=1)
+        assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
 @pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
 @pytest.mark.parametrize("stride", [1, 2])
 def test_depthwise_applies_bias_and_activation(stride, activation):
