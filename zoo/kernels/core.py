@@ -38,11 +38,17 @@ import re
 from dataclasses import dataclass
 
 import mlx.core as mx
+import mlx.nn as nn
 
 from zoo.devices import gpu_backend
 from zoo.errors import ZooError
 
 ENV_VAR = "ZOO_KERNELS"
+
+# An activation the kernels apply before their one write: name -> (its ACTIVATION code in the
+# kernels, MLX's op where MLX's ops run instead). The GPU kernels apply codes 0-2 (their own
+# tables are the first three entries); zoo/native/cpu_ops.c's ACT_* all four.
+ACTIVATIONS = {None: (0, lambda y: y), "relu": (1, nn.relu), "silu": (2, nn.silu), "gelu": (3, nn.gelu)}
 
 # Metal has no separately rounded multiply like CUDA's __fmul_rn: zoo_mul_rn is a plain
 # product there, and whether Apple's compiler fuses it into an FMA is not verified here

@@ -42,7 +42,7 @@ import mlx.nn as nn
 import numpy as np
 
 from zoo.kernels import coverage, winograd
-from zoo.kernels.core import ENV_VAR, pair
+from zoo.kernels.core import ACTIVATIONS, ENV_VAR, pair
 
 _lib: ctypes.CDLL | None = None
 _lib_tried = False
@@ -287,14 +287,9 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
 
 
-# A convolution's activation, applied by the C routine to its output while in cache (cpu_ops.c's ACT_*)
-ACTIVATIONS = {None: 0, "relu": 1, "silu": 2, "gelu": 3}
-_MLX_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": nn.silu, "gelu": nn.gelu}
-
-
 def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:
     """activation(y + bias) with MLX's ops: what the C convolutions add where MLX's convolution runs."""
-    return _MLX_ACTIVATIONS[activation](y if bias is None else y + bias)
+    return ACTIVATIONS[activation][1](y if bias is None else y + bias)
 
 
 def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: mx.array | None = None,
@@ -315,7 +310,7 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: m
     if wt is None:
         return biased_activation(mx.conv2d(x, weight, stride=(sh, sw), padding=(ph, pw), groups=c), bias, activation)
     lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, c,
-                                 kh, kw, sh, ph, pw, oh, ow, ACTIVATIONS[activation], _threads())
+                                 kh, kw, sh, ph, pw, oh, ow, ACTIVATIONS[activation][0], _threads())
     return _like(out, x)
 
 
@@ -344,7 +339,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
         _ran(op, None)
         return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
     done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, ci,
-                              co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation], _threads())
+                              co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads())
     _ran(op, done == 0)
     if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
         return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
@@ -381,7 +376,7 @@ def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: i
     if ut is None:
         return None
     done = lib.zoo_winograd_conv3x3_f32(_ptr(host), _ptr(ut), None if b is None else _ptr(b), _ptr(_view(out)), n, h,
-                                        w, c, o, padding, int(reflect), ACTIVATIONS[activation], _threads())
+                                        w, c, o, padding, int(reflect), ACTIVATIONS[activation][0], _threads())
     _ran("conv2d 3x3 (Winograd)", done == 0)
     return _like(out, x) if done == 0 else None
 
@@ -397,7 +392,7 @@ def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activati
     LINEAR_MIN_ELEMENTS inputs, one sgemm whose initial C is the bias (MLX's addmm first copies the
     broadcast bias with a strided loop), the activation applied by the same C call; else MLX's ops."""
     if not _fast_path() or _library() is None or x.size < LINEAR_MIN_ELEMENTS:
-        return _MLX_ACTIVATIONS[activation](x @ weight.T if bias is None else mx.addmm(bias, x, weight.T))
+        return ACTIVATIONS[activation][1](x @ weight.T if bias is None else mx.addmm(bias, x, weight.T))
     out, k = weight.shape
     rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, activation=activation, op="linear")
     return rows.reshape(*x.shape[:-1], out)

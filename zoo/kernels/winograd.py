@@ -25,7 +25,6 @@ models.layers.conv2d_derived).
 from __future__ import annotations
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from zoo.errors import ZooError
 from zoo.kernels import core, coverage
@@ -183,8 +182,8 @@ def transform_weight(weight: mx.array) -> mx.array:
     return both.transpose(1, 0, 2, 3).reshape(POSITIONS, ci, co).astype(weight.dtype)
 
 
-# activation: (the output kernel's ACTIVATION, the fallback's MLX op)
-ACTIVATIONS = {None: (0, lambda y: y), "relu": (1, nn.relu), "silu": (2, nn.silu)}
+# activation: (the output kernel's ACTIVATION, the fallback's MLX op); the kernels apply these three
+ACTIVATIONS = {name: core.ACTIVATIONS[name] for name in (None, "relu", "silu")}
 
 
 def conv3x3(x: mx.array, u: mx.array, bias: mx.array | None = None, padding: int = 1,

@@ -131,66 +131,49 @@ static inline float normal_cdf(float x) {
 
 /* ---- element-wise ops ---------------------------------------------------------------------- */
 
-typedef struct {
-  const float *x;
-  float *y;
-} unary_args;
+/* y = act(x) (x may be y): the element-wise ops, and the activation a convolution applies to its
+ * output before returning (its epilogue). The codes of zoo.kernels.core.ACTIVATIONS, sigmoid
+ * (ACT_SIGMOID) only as an op of its own. One loop per activation, so that each vectorises. */
+enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SILU = 2, ACT_GELU = 3, ACT_SIGMOID = 4 };
 
-ZOO_CLONES static void sigmoid_range(const void *a, ptrdiff_t b, ptrdiff_t e) {
-  const float *x = ((const unary_args *)a)->x;
-  float *y = ((const unary_args *)a)->y;
-  for (ptrdiff_t i = b; i < e; ++i) y[i] = sigmoid1(x[i]);
-}
-
-ZOO_CLONES static void silu_range(const void *a, ptrdiff_t b, ptrdiff_t e) {
-  const float *x = ((const unary_args *)a)->x;
-  float *y = ((const unary_args *)a)->y;
-  for (ptrdiff_t i = b; i < e; ++i) y[i] = x[i] * sigmoid1(x[i]);
-}
-
-ZOO_CLONES static void gelu_range(const void *a, ptrdiff_t b, ptrdiff_t e) {
-  const float *x = ((const unary_args *)a)->x;
-  float *y = ((const unary_args *)a)->y;
-  for (ptrdiff_t i = b; i < e; ++i) y[i] = x[i] * normal_cdf(x[i]);
-}
-
-/* The activation a convolution applies to its output before returning (its epilogue): the
- * codes of zoo/kernels/cpu.py's ACTIVATIONS. One loop per activation, so that each vectorises. */
-enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SILU = 2, ACT_GELU = 3 };
-
-ZOO_CLONES static void activate(float *y, ptrdiff_t n, int act) {
+ZOO_CLONES static void activate(const float *x, float *y, ptrdiff_t n, int act) {
   if (act == ACT_RELU) {
-    for (ptrdiff_t i = 0; i < n; ++i) y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+    for (ptrdiff_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
   } else if (act == ACT_SILU) {
-    for (ptrdiff_t i = 0; i < n; ++i) y[i] = y[i] * sigmoid1(y[i]);
+    for (ptrdiff_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid1(x[i]);
   } else if (act == ACT_GELU) {
-    for (ptrdiff_t i = 0; i < n; ++i) y[i] = y[i] * normal_cdf(y[i]);
+    for (ptrdiff_t i = 0; i < n; ++i) y[i] = x[i] * normal_cdf(x[i]);
+  } else if (act == ACT_SIGMOID) {
+    for (ptrdiff_t i = 0; i < n; ++i) y[i] = sigmoid1(x[i]);
+  } else if (x != y) {
+    memcpy(y, x, sizeof(float) * (size_t)n);
   }
 }
 
 typedef struct {
+  const float *x;
   float *y;
-  ptrdiff_t cols;
+  ptrdiff_t cols; /* elements per index of the parallel range */
   int act;
 } activate_args;
 
 static void activate_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
   const activate_args *a = (const activate_args *)p;
-  activate(a->y + b * a->cols, (e - b) * a->cols, a->act);
+  activate(a->x + b * a->cols, a->y + b * a->cols, (e - b) * a->cols, a->act);
 }
 
 /* Below this many elements one thread does it: starting a thread costs ~20 us. */
 #define UNARY_GRAIN 65536
 
-static void unary(range_fn fn, const float *x, float *y, ptrdiff_t n, int threads) {
-  unary_args a = {x, y};
-  if (n < UNARY_GRAIN * 2) threads = 1;
-  parallel_for(fn, &a, n, threads);
+/* y = act(x) over (rows, cols), rows split over the threads where there is enough work */
+static void activate_all(const float *x, float *y, ptrdiff_t rows, ptrdiff_t cols, int act, int threads) {
+  activate_args a = {x, y, cols, act};
+  parallel_for(activate_rows, &a, rows, rows * cols < UNARY_GRAIN * 2 ? 1 : threads);
 }
 
-void zoo_sigmoid_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(sigmoid_range, x, y, n, threads); }
-void zoo_silu_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(silu_range, x, y, n, threads); }
-void zoo_gelu_f32(const float *x, float *y, ptrdiff_t n, int threads) { unary(gelu_range, x, y, n, threads); }
+void zoo_sigmoid_f32(const float *x, float *y, ptrdiff_t n, int threads) { activate_all(x, y, n, 1, ACT_SIGMOID, threads); }
+void zoo_silu_f32(const float *x, float *y, ptrdiff_t n, int threads) { activate_all(x, y, n, 1, ACT_SILU, threads); }
+void zoo_gelu_f32(const float *x, float *y, ptrdiff_t n, int threads) { activate_all(x, y, n, 1, ACT_GELU, threads); }
 
 /* ---- row-wise ops over (rows, cols): a routine per row, rows split over the threads --------- */
 
@@ -345,7 +328,7 @@ ZOO_CLONES static void depthwise_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
       if (a->bias != NULL)
         for (int c = 0; c < C; ++c) o[c] += a->bias[c];
     }
-    activate(out, (ptrdiff_t)a->OW * C, a->act); /* the row is still in cache */
+    activate(out, out, (ptrdiff_t)a->OW * C, a->act); /* the row is still in cache */
   }
 }
 
@@ -450,10 +433,7 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, 
       for (ptrdiff_t r = 0; r < rows; ++r) memcpy(out + (size_t)r * O, bias, sizeof(float) * O);
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, patches, (int)width, w,
           (int)width, bias != NULL ? 1.0f : 0.0f, out, O);
-    if (act != ACT_NONE) {
-      activate_args e = {out, O, act};
-      parallel_for(activate_rows, &e, rows, rows * O < UNARY_GRAIN * 2 ? 1 : threads);
-    }
+    if (act != ACT_NONE) activate_all(out, out, rows, O, act, threads);
   }
   free(cols);
   return 0;
@@ -566,7 +546,7 @@ ZOO_CLONES static void winograd_output_tiles(const void *p, ptrdiff_t b, ptrdiff
     }
     for (int i = 0; i < 2; ++i)
       for (int j = 0; j < 2; ++j)
-        if (i < rows && j < cols) activate(out[2 * i + j], O, a->act);
+        if (i < rows && j < cols) activate(out[2 * i + j], out[2 * i + j], O, a->act);
   }
 }
 
