@@ -53,3 +53,21 @@ def test_mlx_run_writes_report_and_rows(tmp_path):
     assert {"model", "batch", "dtype", "device", "mlx_ms", "torch_ms"} <= set(row)
     assert row["mlx_ms"] == case["variants"]["user"]["p50_ms"]
     assert "| resnet50/b1 | float32 |" in done.stdout
+
+
+def test_the_sanity_error_does_not_read_nan_as_agreement():
+    import numpy as np
+
+    from zoo.bench.measure import nonfinite, relative_error
+
+    ref = np.array([[1.0, -2.0], [4.0, 0.5]])
+    assert relative_error([ref + 0.04], [ref]) == pytest.approx(0.01)
+    nan = ref.copy()
+    nan[0, 1] = np.nan
+    assert relative_error([nan], [ref]) == float("inf")  # max(0.0, nan) would have said 0.0
+    assert relative_error([ref], [nan]) == float("inf")
+    inf = ref.copy()
+    inf[1, 0] = np.inf
+    assert relative_error([inf], [inf]) == pytest.approx(0.0)  # same positions: counted apart
+    assert nonfinite([nan, inf]) == 2 and nonfinite([ref]) == 0
+    assert relative_error([ref[:1]], [ref]) is None

@@ -139,7 +139,9 @@ def summary(v: Variant, batch: int, flops: int | None) -> dict:
 
 
 def relative_error(got: list, ref: list) -> float | None:
-    """max |got - ref| / max |ref| over the outputs (float64); None when shapes differ."""
+    """max |got - ref| / max |ref| over the outputs (float64), where both are finite; inf where one
+    side is NaN/Inf and the other is not (a NaN must not read as agreement); None when shapes differ.
+    Values that are not finite on both sides are counted by ``nonfinite``."""
     import numpy as np
 
     worst = 0.0
@@ -147,5 +149,16 @@ def relative_error(got: list, ref: list) -> float | None:
         a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
         if a.shape != b.shape:
             return None
-        worst = max(worst, float(np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)))
+        finite_a, finite_b = np.isfinite(a), np.isfinite(b)
+        if (finite_a != finite_b).any():
+            return float("inf")
+        if finite_a.any():
+            worst = max(worst, float(np.abs(a - b)[finite_a].max() / max(np.abs(b[finite_b]).max(), 1e-30)))
     return worst
+
+
+def nonfinite(outputs: list) -> int:
+    """How many NaN/Inf values the outputs hold."""
+    import numpy as np
+
+    return int(sum(np.size(o) - np.count_nonzero(np.isfinite(np.asarray(o, np.float64))) for o in outputs))

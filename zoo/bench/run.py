@@ -102,8 +102,11 @@ def run_case(case: C.Case, args, mlx_side, torch_side, tdev, flops_cache: dict, 
     torch_v = by_name.get("torch")
     if torch_v is not None and torch_v.out is not None:
         ref = torch_out(torch_v.out)
-        result["sanity_rel_err"] = {n: M.relative_error(mlx_out(by_name[n].out), ref)
-                                    for n in ("eager", "user") if n in by_name and by_name[n].out is not None}
+        outs = {n: mlx_out(by_name[n].out) for n in ("eager", "user") if n in by_name and by_name[n].out is not None}
+        result["sanity_rel_err"] = {n: M.relative_error(out, ref) for n, out in outs.items()}
+        counts = {n: M.nonfinite(out) for n, out in {**outs, "torch": ref}.items()}
+        if any(counts.values()):
+            result["nonfinite_values"] = counts  # e.g. float16 overflow with synthetic weights
     t = result["variants"].get("torch", {}).get("p50_ms")
     for n in ("eager", "user"):
         p = result["variants"].get(n, {}).get("p50_ms")
@@ -161,7 +164,13 @@ def print_table(results: list[dict]) -> None:
         print(f"| {r['case']} | {r['dtype']} | {ms('eager', False)} | {ms('user')} | {ms('torch')} | "
               f"{r.get('ratio_user', '-')} | {get('user', 'img_per_s', '.1f')}/{get('torch', 'img_per_s', '.1f')} | "
               f"{get('user', 'peak_extra_mib', '.0f')}/{get('torch', 'peak_extra_mib', '.0f')} | "
-              f"{get('user', 'tflops', '.1f')} | {'-' if err is None else format(err, '.1e')} |")
+              f"{get('user', 'tflops', '.1f')} | {'-' if err is None else format(err, '.1e')}{nonfinite_note(r)} |")
+
+
+def nonfinite_note(result: dict) -> str:
+    """' (NaN/Inf: user 12, torch 12)' where an output held values that are not finite, else ''."""
+    counts = result.get("nonfinite_values")
+    return "" if not counts else " (NaN/Inf: " + ", ".join(f"{n} {c}" for n, c in counts.items()) + ")"
 
 
 def run(args, device, torch, tdev, notes) -> int:
