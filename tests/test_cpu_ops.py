@@ -435,3 +435,31 @@ def test_a_batch_gives_each_image_its_batch_of_one_result(conv):
     batched = np.array(conv(x))
     for i in range(3):
         np.testing.assert_array_equal(batched[i:i + 1], np.array(conv(x[i:i + 1])))
+
+
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_results_do_not_depend_on_the_thread_count(threads, monkeypatch):
+    """The C routines' threads take blocks of a range in turn (and start pinned to other CPUs where
+    there are enough): every output must be the one thread's, bit for bit, whichever thread took
+    which block; sizes above the routines' one-thread grain, rows not a multiple of the blocks."""
+    from zoo.kernels import winograd
+
+    rng = np.random.default_rng(3)
+    x = mx.array(rng.standard_normal((1, 62, 54, 64)).astype(np.float32))
+    w = mx.array((rng.standard_normal((48, 3, 3, 64)) * 0.1).astype(np.float32))
+    depthwise = mx.array(rng.standard_normal((64, 3, 3, 1)).astype(np.float32))
+    bias = mx.array(rng.standard_normal(48).astype(np.float32))
+
+    def outputs():
+        return [cpu.gelu(x), cpu.silu(x), cpu.softmax(x, 0.5), cpu.layer_norm(x, None, None, 1e-5),
+                cpu.depthwise_conv2d(x, depthwise, 1, 1, activation="gelu"),
+                cpu.conv2d(x, w, bias, 2, 1, activation="silu"),
+                cpu.winograd_conv3x3(x, winograd.transform_weight(w), bias, 1, False, "relu"),
+                cpu.window_partition(x, 7)]
+
+    monkeypatch.setattr(cpu, "_threads", lambda: 1)
+    one = outputs()
+    monkeypatch.setattr(cpu, "_threads", lambda: threads)
+    for name, a, b in zip(["gelu", "silu", "softmax", "layer_norm", "depthwise", "conv2d", "winograd", "window"],
+                          one, outputs()):
+        assert a.shape == b.shape and mx.array_equal(a, b).item(), name
