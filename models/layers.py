@@ -132,7 +132,7 @@ def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None, activati
     if fold is None:
         if eager is None and fuses_on_cpu(conv, bn):
             return conv.with_batch_norm(x, bn, activation)
-        return _ACTIVATIONS[activation](bn(conv(x)) if eager is None else eager(x))
+        return cpu_ops.ACTIVATION_OPS[activation](bn(conv(x)) if eager is None else eager(x))
     return conv2d_derived(x, conv, fold, activation)
 
 
@@ -168,10 +168,8 @@ def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], ac
         y = cpu_ops.pointwise_conv2d(x, weight)
     else:
         y = mx.conv2d(x, weight, conv.stride, conv.padding, conv.dilation, conv.groups)
-    return _ACTIVATIONS[activation](y if bias is None else y + bias)
+    return cpu_ops.ACTIVATION_OPS[activation](y if bias is None else y + bias)
 
-
-_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": silu, "gelu": gelu}
 
 
 def _no_dilation(dilation) -> bool:

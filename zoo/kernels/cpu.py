@@ -176,6 +176,11 @@ def gelu(x: mx.array) -> mx.array:
     return _unary("zoo_gelu_f32", x, nn.gelu)
 
 
+# The activations as ops, each its C form on the CPU where it has one (MLX's otherwise, and in traces):
+# what the models apply after a convolution or a product that did not apply it itself.
+ACTIVATION_OPS = {None: lambda y: y, "relu": nn.relu, "silu": silu, "gelu": gelu}
+
+
 def channel_affine(x: mx.array, scale: mx.array, shift: mx.array) -> mx.array:
     """x * scale + shift over the last axis (per channel), computed in float32."""
     lib = _library() if _fast_path() else None
@@ -288,8 +293,8 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
 
 
 def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:
-    """activation(y + bias) with MLX's ops: what the C convolutions add where MLX's convolution runs."""
-    return ACTIVATIONS[activation][1](y if bias is None else y + bias)
+    """activation(y + bias) (ACTIVATION_OPS): what the C convolutions add where MLX's convolution runs."""
+    return ACTIVATION_OPS[activation](y if bias is None else y + bias)
 
 
 def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: mx.array | None = None,
@@ -320,7 +325,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be smaller
     than the input); activation None, "relu", "silu" or "gelu" (exact). On the CPU: patch rows
     gathered in C (a 1x1 stride-1 convolution multiplies the input itself) and one OpenBLAS sgemm
-    per chunk, the bias its initial C, the activation applied to the chunk while it is in cache.
+    per chunk, the bias its initial C, the activation applied to each chunk after its product.
     ``op``: what zoo.kernels.coverage calls the caller's op."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
@@ -392,7 +397,7 @@ def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activati
     LINEAR_MIN_ELEMENTS inputs, one sgemm whose initial C is the bias (MLX's addmm first copies the
     broadcast bias with a strided loop), the activation applied by the same C call; else MLX's ops."""
     if not _fast_path() or _library() is None or x.size < LINEAR_MIN_ELEMENTS:
-        return ACTIVATIONS[activation][1](x @ weight.T if bias is None else mx.addmm(bias, x, weight.T))
+        return ACTIVATION_OPS[activation](x @ weight.T if bias is None else mx.addmm(bias, x, weight.T))
     out, k = weight.shape
     rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, activation=activation, op="linear")
     return rows.reshape(*x.shape[:-1], out)

@@ -448,7 +448,8 @@ static void patch_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
 #define PATCH_CHUNK_FLOATS (1 << 22)
 
 /* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL)), act an ACT_*
- * code applied to each chunk while it is in cache. A 1x1 stride-1 convolution without padding
+ * code applied to each chunk after its sgemm (chunks small enough to stay in cache took more sgemm
+ * calls and measured slower: docs/speed-cpu.md). A 1x1 stride-1 convolution without padding
  * multiplies the input itself (its patch rows are its pixels). Returns 0, or -1 when no sgemm
  * was given or memory ran out (nothing written: the caller falls back). */
 int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, int N, int H, int W, int C, int O,
