@@ -197,8 +197,8 @@ class Conv2d(nn.Conv2d):
     def with_batch_norm(self, x: mx.array, bn: nn.BatchNorm, activation: str | None = None) -> mx.array:
         """``activation(bn(self(x)))`` with ``bn`` folded into the weight and bias (zoo.compiled's
         fold, computed in float32 and stored in the weight's dtype, as a compiled forward stores it;
-        kept until a weight is replaced) and the activation applied by the C routine: one pass over
-        the output where there were three (layers.fuses_on_cpu says where)."""
+        kept until a weight is replaced) and the activation applied by the C routine in place: no
+        BatchNorm pass and no new array for the activation (layers.fuses_on_cpu says where)."""
         forms = kept(self, "_batch_norm_forms", (self, bn),
                      lambda: self.forms(*(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn))))
         return cpu_ops.per_image(lambda image: self._forward(image, forms, activation), x)
