@@ -64,6 +64,64 @@ def test_compare_metrics():
     assert engine.compare("x", ref, ref[:1], tol=1).failed
 
 
+def test_a_reference_beyond_the_dtypes_range_is_named_as_such():
+    """A value float16 cannot hold is the weights' or the input's doing, not a wrong op: the row says so."""
+    import mlx.core as mx
+
+    ref = np.array([7e4, 1.0])
+    row = engine.compare("x", ref, np.array([np.inf, 1.0]), tol=1e-2, dtype=mx.float16)
+    assert row.failed and "Inf" in row.flags and "ref 7e+04 beyond float16's 65504" in row.flags
+    assert engine.compare("x", ref, ref, tol=1e-2, dtype=mx.float32).flags == []
+    # a float32 value inside a float16 model (LaMa's spectral convolution) is held to float32's range
+    assert engine.compare("x", ref, ref * (1 + 1e-4), tol=1e-2, dtype=mx.float32).status == "pass"
+
+
+def test_calibrated_batch_norms_hold_their_inputs_statistics():
+    """Each BatchNorm's running statistics become those of what reaches it, in one reference pass:
+    every BatchNorm output then has per-channel mean = bias and deviation = weight (up to the
+    unbiased variance and eps)."""
+    from zoo.validate import case_defaults
+    from zoo.validate.reference.trace import Trace
+
+    spec = registry.get_spec("resnet18")
+    case = engine.case_module(spec.family)
+    settings = case_defaults(case)
+    settings.size = 64
+    inputs = case.make_inputs(spec, settings)
+    sd = registry.read_weights(spec, "synthetic:0").state_dict
+    calibrated, fewest = engine.calibrate_batch_norms(spec, case, sd, inputs)
+    assert fewest == 4  # layer4's 2x2 maps
+    assert calibrated.keys() == sd.keys()
+    changed = {k for k in sd if not np.array_equal(calibrated[k], sd[k])}
+    assert changed and all(k.endswith((".running_mean", ".running_var")) for k in changed)
+    assert all(calibrated[k].dtype == sd[k].dtype for k in sd)
+    outputs = {}
+    case.run_reference(spec, calibrated, {k: v.astype(np.float64) for k, v in inputs.items()},
+                       Trace(on_output=outputs.__setitem__))
+    bns = [name for name in outputs if name.endswith(("bn1", "bn2", "downsample.1"))]
+    assert len(bns) == 20
+    for name in bns:
+        y = outputs[name]
+        n = y.size // y.shape[1]
+        assert np.allclose(y.mean(axis=(0, 2, 3)), calibrated[f"{name}.bias"], atol=1e-4), name
+        var = calibrated[f"{name}.running_var"].astype(np.float64)
+        std = calibrated[f"{name}.weight"] * np.sqrt(var * (n - 1) / n / (var + 1e-5))  # torch's eps
+        assert np.allclose(y.std(axis=(0, 2, 3)), std, rtol=1e-4), name  # the stats are kept in float32
+
+
+def test_float16_lama_passes_with_the_batch_norms_calibrated(capsys):
+    """Synthetic LaMa's logits reach ~1e4, where float16's roundoff alone flips the sigmoid's outputs;
+    with the BatchNorms given their inputs' statistics, as trained ones hold, float16 passes."""
+    args = ["lama", "--weights", "synthetic:0", "--device", "cpu", "--dtype", "float16", "--size", "128",
+            "--show", "failures"]
+    assert validate_main([*args, "--mode", "end-to-end"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+    assert validate_main([*args, "--calibrate-bn"]) == 0
+    captured = capsys.readouterr()
+    assert "end-to-end: PASS 840/840" in captured.out and "isolated: PASS 840/840" in captured.out
+    assert "BatchNorm statistics of the input" in captured.out and "noisy" not in captured.err
+
+
 def test_bad_inject_specs(run):
     with pytest.raises(ZooError, match="KIND one of"):
         parse_fault("conv1=explode")

@@ -26,6 +26,7 @@ from zoo.compiled import eager
 from zoo.errors import ZooError
 from zoo.kernels.coverage import MLX_OP
 from zoo.validate.capture import recording
+from zoo.validate.reference import ops
 from zoo.validate.reference.trace import Trace
 
 MODES = ("end-to-end", "isolated")
@@ -113,7 +114,8 @@ def _flatten(name: str, value) -> dict[str, object]:
     return {name: value}
 
 
-def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float) -> LayerResult:
+def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.Dtype = mx.float32) -> LayerResult:
+    """One layer's figures; ``dtype``: the MLX value's, whose range the reference may exceed."""
     ref = np.asarray(ref, np.float64)
     got = np.asarray(got, np.float64)
     if ref.shape != got.shape:
@@ -126,6 +128,11 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float) -> LayerRes
         result.flags.append("Inf")
     if got.size and not got.any() and ref.any():
         result.flags.append("all-zero")
+    finite_ref = ref[~bad_ref] if bad_ref.any() else ref
+    peak, largest = (float(max(finite_ref.max(), -finite_ref.min())) if finite_ref.size else 0.0), float(mx.finfo(dtype).max)
+    if peak > largest:  # no model holds this layer in this dtype: the weights or the input, not a wrong op
+        result.flags.append(f"ref {peak:.3g} beyond {str(dtype).split('.')[-1]}'s {largest:.5g}")
+    del finite_ref
     finite = ~bad_ref & np.isfinite(got)
     # the finite elements in C order; without a copy when all are (a layer of MobileSAM's first
     # stage is 134 MB in float64: every temporary here counts in the run's peak memory)
@@ -194,8 +201,7 @@ class Run:
 
     def reference_pass(self, feed=None, on_output=None):
         trace = Trace(feed, on_output)
-        inputs = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in self.inputs.items()}
-        out = self.case.run_reference(self.spec, self.state_dict, inputs, trace)
+        out = self.case.run_reference(self.spec, self.state_dict, _float64(self.inputs), trace)
         return out, trace
 
     def compare_mode(self, mode: str, fault=None) -> ModeReport:
@@ -232,9 +238,11 @@ class Run:
                     if key not in results or results[key].status == "n/a":
                         results[key] = LayerResult(key, np.shape(ref), status="n/a", flags=["no MLX module of this name"])
                     continue
-                got = _to_numpy(*mlx_values[key])
+                value, nhwc = mlx_values[key]
                 layer_tol = self.case.tolerance(key, mode, self.dtype, tol) if hasattr(self.case, "tolerance") else tol
-                result = compare(key, ref, got, layer_tol)
+                floating = isinstance(value, mx.array) and mx.issubdtype(value.dtype, mx.floating)
+                got = _to_numpy(value, nhwc)
+                result = compare(key, ref, got, layer_tol, value.dtype if floating else mx.float32)
                 if layer_tol != tol:
                     result.flags.append(f"case tolerance {layer_tol:.2g}")
                 results[key] = result
@@ -271,6 +279,27 @@ class Run:
             layers.append(result)
         return ModeReport(mode, tol, layers, self.dtype,
                           {k: v for k, v in heatmaps.items() if results[k].failed}, coverage_rows(records))
+
+
+def _float64(arrays: dict) -> dict:
+    return {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in arrays.items()}
+
+
+def calibrate_batch_norms(spec, case, state_dict: dict, inputs: dict) -> tuple[dict, int | None]:
+    """``state_dict`` with every BatchNorm's running mean and variance set to the statistics of
+    what reaches it when the reference runs the case's input (reference.ops.batch_norm_statistics),
+    in the checkpoint's dtypes; and the fewest values per channel a BatchNorm saw (None: it has none).
+
+    Synthetic weights draw those statistics at random, so activations grow block by block where
+    a trained network's stay bounded: synthetic LaMa's pass float16's 65504 at 256 px (PyTorch's
+    float16 LaMa gives NaN there too). Statistics of few values are noisy: the BatchNorms of LaMa's
+    global branch see 12 per channel at 32 px, where float16 error then grows past its bound."""
+    sd = _float64(state_dict)
+    with ops.batch_norm_statistics() as counts:
+        case.run_reference(spec, sd, _float64(inputs), Trace(on_output=lambda name, value: None))
+    calibrated = {k: sd[k].astype(v.dtype) if k.endswith((".running_mean", ".running_var")) else v
+                  for k, v in state_dict.items()}
+    return calibrated, min(counts, default=None)
 
 
 def coverage_rows(records) -> list[dict]:

@@ -108,7 +108,7 @@ def _generator_layers(sd) -> list[tuple[str, int]]:
 def generator(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None = None) -> np.ndarray:
     """x: (N, 4, H, W) generator input -> (N, 3, H, W) predicted image in [0, 1]."""
     t = trace or Trace()
-    sd = {k: v.astype(np.float64) for k, v in sd.items()
+    sd = {k: v.astype(np.float64, copy=False) for k, v in sd.items()
           if k.startswith("generator.") and not k.endswith("num_batches_tracked")}
     steps = {
         "pad": lambda v, name: ops.pad_reflect(v, 3),

@@ -451,7 +451,7 @@ def predict(sd, image: np.ndarray, point_coords=None, point_labels=None, box=Non
     low-res logits (C, 4g, 4g)); threshold the logits at > 0 for the masks.
     """
     t = trace or Trace()
-    sd = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in sd.items()}
+    sd = {k: v.astype(np.float64, copy=False) if v.dtype.kind == "f" else v for k, v in sd.items()}
     original_size = image.shape[:2]
     x, input_size = preprocess(image, img_size)
     features = image_encoder(sd, x, t)

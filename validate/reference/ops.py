@@ -5,9 +5,13 @@ point of the reference is to be an independent second implementation.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import numpy as np
+
+_calibration: list | None = None  # inside batch_norm_statistics(): values per channel each BatchNorm saw
+
 
 def _pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
@@ -81,10 +85,30 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
 
 
 def batch_norm(x, weight, bias, running_mean, running_var, eps=1e-5):
-    """Eval-mode BatchNorm over the channel axis 1."""
+    """Eval-mode BatchNorm over the channel axis 1 (inside batch_norm_statistics(): training mode)."""
+    if _calibration is not None:
+        axes = (0, *range(2, x.ndim))
+        _calibration.append(x.size // x.shape[1])
+        running_mean[...] = x.mean(axis=axes)
+        running_var[...] = x.var(axis=axes, ddof=1)
     shape = (1, -1) + (1,) * (x.ndim - 2)
     scale = weight / np.sqrt(running_var + eps)
     return (x - running_mean.reshape(shape)) * scale.reshape(shape) + bias.reshape(shape)
+
+
+@contextlib.contextmanager
+def batch_norm_statistics():
+    """Inside this, batch_norm first overwrites the running mean and variance it is handed, in
+    place, with its input's per-channel mean and unbiased variance (torch's training-mode update
+    at momentum 1), then normalises with them: one forward pass gives every BatchNorm the
+    statistics of what reaches it, as training leaves them in a real checkpoint. Yields the list
+    of the number of values per channel each BatchNorm saw."""
+    global _calibration
+    _calibration = []
+    try:
+        yield _calibration
+    finally:
+        _calibration = None
 
 
 def layer_norm(x, weight, bias, eps=1e-5):

@@ -42,7 +42,7 @@ def _block(t: Trace, sd, name, x, bottleneck: bool, stride: int):
 def forward(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None = None) -> np.ndarray:
     """x: (N, 3, H, W) normalised image -> (N, 1000) logits."""
     t = trace or Trace()
-    sd = {k: v.astype(np.float64) for k, v in sd.items() if not k.endswith("num_batches_tracked")}
+    sd = {k: v.astype(np.float64, copy=False) for k, v in sd.items() if not k.endswith("num_batches_tracked")}
     # The architecture is read off the checkpoint: blocks per stage, basic or bottleneck.
     blocks_per_stage = [len({k.split(".")[1] for k in sd if k.startswith(f"layer{s}.")}) for s in (1, 2, 3, 4)]
     bottleneck = "layer1.0.conv3.weight" in sd

@@ -114,7 +114,7 @@ def _detect(t: Trace, sd, levels):
 def forward(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None = None):
     """x: (N, 3, H, W) RGB in [0, 1] -> (y (N, 4 + nc, A), [P3, P4, P5] raw head maps)."""
     t = trace or Trace()
-    sd = {k: v.astype(np.float64) for k, v in sd.items() if not k.endswith("num_batches_tracked")}
+    sd = {k: v.astype(np.float64, copy=False) for k, v in sd.items() if not k.endswith("num_batches_tracked")}
     outputs = []
     for i, kind in enumerate(KINDS[:-1]):
         name = f"model.{i}"

@@ -36,7 +36,8 @@ def summary(report: engine.ModeReport, with_dtype: bool = False) -> str:
     if worst is not None:
         line += f"; worst {format_error(worst.rel)} at {worst.name}" + (f" ({', '.join(worst.flags)})" if worst.flags else "")
     if failed:
-        line += f"; first failing layer: {report.first_failure}"
+        first = failed[0]
+        line += f"; first failing layer: {first.name}" + (f" ({', '.join(first.flags)})" if first.flags else "")
     return line
 
 
@@ -67,6 +68,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--inject", metavar="NAME=KIND",
                         help="perturb one MLX module to prove the validator catches it: KIND zero|noise|nan|drop-residual")
     parser.add_argument("--seed", type=int, default=1234, help="seed of the random input")
+    parser.add_argument("--calibrate-bn", action="store_true",
+                        help="first set every BatchNorm's running mean and variance to its input's statistics on "
+                             "this input, as training leaves them: synthetic weights then keep a trained network's "
+                             "magnitudes (float16 LaMa needs it with synthetic weights)")
     parser.add_argument("--show", choices=("all", "failures"), default="all", help="table rows to print")
     parser.add_argument("--coverage", action="store_true",
                         help="print which implementation (custom kernel, CPU form, MLX op) each layer ran")
@@ -87,7 +92,8 @@ def main(argv: list[str]) -> int:
         pyplot()  # matplotlib missing: say so before the run
 
     report = validate.run(args.model, args.weights, device=args.device,
-                          dtype=args.dtype, mode=args.mode, inject=args.inject, **options)
+                          dtype=args.dtype, mode=args.mode, inject=args.inject, calibrate_bn=args.calibrate_bn,
+                          **options)
     head = report.header
     print(f"{spec.name}  weights={head['weights']}  device={head['device']}  dtype={', '.join(report.dtypes)}  "
           f"tf32={'on' if head['tf32'] else 'off'}  mlx={head['mlx']}" + (f"  inject={args.inject}" if args.inject else ""))
