@@ -181,6 +181,34 @@ def test_batch_norms_folded_in_the_compiled_forward_equal_eager(name, side, comp
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on):
+    """The four C2f after a Concat take its parts apart (Conv.of_parts), the two after an Upsample at
+    half size: their results are test_batch_norms_folded_in_the_compiled_forward_equal_eager's."""
+    from zoo.models.yolov8.model import C2f, Parts, Upscaled
+
+    model = zoo.load("yolov8n", weights="synthetic", device="cpu")
+    seen = {}  # id(C2f) -> its input
+    calls = C2f.__call__
+
+    def recording(self, x):
+        seen[id(self)] = x
+        return calls(self, x)
+
+    C2f.__call__ = recording
+    try:
+        model(mx.zeros((1, 64, 64, 3)))
+    finally:
+        C2f.__call__ = calls
+    kinds = {i: [type(p).__name__ for p in seen[id(model.model[str(i)])]] for i in (12, 15, 18, 21)}
+    assert all(isinstance(seen[id(model.model[str(i)])], Parts) for i in kinds)
+    assert kinds == {12: ["Upscaled", "array"], 15: ["Upscaled", "array"], 18: ["array", "array"], 21: ["array", "array"]}
+    assert isinstance(seen[id(model.model["12"])][0], Upscaled)
+    parts = model.compiled.folds.arrays[id(model.model["12"].cv1.conv)]["parts"]
+    assert [p.shape for p in parts] == [(256, 128), (128, 128)]  # yolov8n: SPPF's 256 upsampled + P4's 128 -> 128
+    with eager():
+        assert model.model["10"](mx.ones((1, 2, 2, 1))).shape == (1, 4, 4, 1)  # the eager Upsample
+
+
 def test_folds_follow_weights_replaced_after_tracing(compile_on):
     model = zoo.load("yolov8n", weights="synthetic", device="cpu")
     x = mx.array(np.random.default_rng(2).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))

@@ -151,7 +151,7 @@ class FoldedConvs:
             if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
                 # evaluated with the first output that uses them
-                self.arrays[key] = self.makers.get(key, _fold_in_conv_dtype)(conv, partner)
+                self.arrays[key] = self.makers.get(key, fold_in_conv_dtype)(conv, partner)
 
     def retraced(self) -> None:
         """After a trace: mx.compile put its input arrays back into the modules as new Python
@@ -210,7 +210,8 @@ def fold_batch_norm(conv, bn) -> tuple[mx.array, mx.array]:
     return conv.weight.astype(f32) * scale.reshape(-1, *(1,) * (conv.weight.ndim - 1)), bias
 
 
-def _fold_in_conv_dtype(conv, bn) -> dict[str, mx.array]:
+def fold_in_conv_dtype(conv, bn) -> dict[str, mx.array]:
+    """The default derivation: ``conv`` with ``bn`` folded in, {weight, bias[, winograd]} in the conv's dtype."""
     weight, bias = fold_batch_norm(conv, bn)
     dtype = conv.weight.dtype
     return with_winograd(conv, {"weight": weight.astype(dtype), "bias": bias.astype(dtype)})
@@ -223,6 +224,12 @@ def with_winograd(conv, arrays: dict[str, mx.array]) -> dict[str, mx.array]:
     if winograd.preferred(weight.dtype, weight.shape, conv.stride, conv.padding, conv.groups, conv.dilation):
         arrays["winograd"] = winograd.transform_weight(weight)
     return arrays
+
+
+def folding() -> bool:
+    """Inside a compiled forward that derives arrays from its convolutions (``folded``): modules may
+    hand each other forms the eager network does not have (models/yolov8's half-size Upsample)."""
+    return getattr(_tracing, "folds", None) is not None
 
 
 def folded(conv) -> dict[str, mx.array] | None:

@@ -16,15 +16,16 @@ NMS on the GPU, boxes mapped back to the original image (predict.py, ops.py).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.compiled import CompiledForward
+from zoo.compiled import CompiledForward, fold_in_conv_dtype, folded, folding
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import sppf_maxpool
-from zoo.models.layers import BatchNorm, Conv2d, Sequential, conv_bn, sigmoid
+from zoo.models.layers import BatchNorm, Conv2d, Sequential, conv_bn, sigmoid, silu
 
 from .ops import STRIDE, resolve_classes
 from .predict import predict
@@ -80,6 +81,60 @@ class Conv(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         return conv_bn(self.conv, self.bn, x, activation="silu")
 
+    def of_parts(self, parts: Parts) -> mx.array:
+        """This 1x1 Conv of the channel concatenation of ``parts``, in a compiled forward: one matmul
+        per part with its rows of the folded weight (``split_by_input``), the products added up; a
+        half-size part's product is added to each pixel of its 2x2 block (nearest upsampling)."""
+        fold = folded(self.conv)
+        full, half = None, []
+        for part, weight in zip(parts, fold["parts"]):
+            x = part.half if isinstance(part, Upscaled) else part
+            y = (x.reshape(-1, weight.shape[0]) @ weight).reshape(*x.shape[:-1], weight.shape[1])
+            if isinstance(part, Upscaled):
+                half.append(y)
+            else:
+                full = y if full is None else full + y
+        n, h, w, c = full.shape
+        for y in half:
+            full = (full.reshape(n, h // 2, 2, w // 2, 2, c) + y[:, :, None, :, None, :]).reshape(n, h, w, c)
+        return silu(full + fold["bias"])
+
+
+def split_by_input(sizes: tuple[int, ...]):
+    """A FoldedConvs derivation for a 1x1 Conv after a Concat of parts of ``sizes`` channels: the
+    default fold, and its weight as one (in, out) matrix per part (Conv.of_parts)."""
+    def make(conv, bn) -> dict[str, mx.array]:
+        arrays = fold_in_conv_dtype(conv, bn)
+        matrix = arrays["weight"].reshape(arrays["weight"].shape[0], -1).T
+        starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+        arrays["parts"] = [matrix[a:b] for a, b in zip(starts, starts[1:])]
+        return arrays
+    return make
+
+
+class Upscaled(NamedTuple):
+    """Upsample's output in a compiled forward: the map at half size, to be upsampled by the Conv
+    that reads it (Conv.of_parts)."""
+
+    half: mx.array
+
+
+class Parts(tuple):
+    """Concat's output in a compiled forward: the maps, to be read apart by the 1x1 Conv after it."""
+
+
+class Upsample(nn.Upsample):
+    """nn.Upsample(scale_factor=2, mode="nearest"). In a compiled forward it hands on its input
+    (Upscaled) for C2f's 1x1 cv1 after the Concat to apply first, at a quarter of the pixels (a 1x1
+    convolution commutes with nearest upsampling): neither the upsampled nor the concatenated map
+    is made."""
+
+    def __init__(self):
+        super().__init__(scale_factor=2.0, mode="nearest")
+
+    def __call__(self, x: mx.array) -> mx.array | Upscaled:
+        return Upscaled(x) if folding() else super().__call__(x)
+
 
 class Bottleneck(nn.Module):
     """Two 3x3 Convs, with the input added back when ``shortcut`` and the widths match."""
@@ -108,8 +163,8 @@ class C2f(nn.Module):
         self.cv2 = Conv((2 + n) * c, c2, 1)
         self.m = Sequential(*(Bottleneck(c, c, shortcut) for _ in range(n)))
 
-    def __call__(self, x: mx.array) -> mx.array:
-        ys = mx.split(self.cv1(x), 2, axis=-1)
+    def __call__(self, x: mx.array | Parts) -> mx.array:
+        ys = mx.split(self.cv1.of_parts(x) if isinstance(x, Parts) else self.cv1(x), 2, axis=-1)
         for bottleneck in self.m.children_in_order():
             ys.append(bottleneck(ys[-1]))
         return self.cv2(mx.concatenate(ys, axis=-1))
@@ -131,8 +186,10 @@ class SPPF(nn.Module):
 
 
 class Concat(nn.Module):
-    def __call__(self, *xs: mx.array) -> mx.array:
-        return mx.concatenate(xs, axis=-1)
+    """Channel concatenation; in a compiled forward the parts, for the C2f after it (Conv.of_parts)."""
+
+    def __call__(self, *xs: mx.array | Upscaled) -> mx.array | Parts:
+        return Parts(xs) if folding() else mx.concatenate(xs, axis=-1)
 
 
 class DFL(nn.Module):
@@ -201,6 +258,7 @@ class DetectionModel(nn.Module):
         super().__init__()
         depth, width, max_channels = SCALES[scale]
         channels: list[int] = []  # output channels of each layer
+        concatenated = {}  # index of a C2f after a Concat -> the channels of the Concat's parts
         layers = []
         for i, (inputs, repeats, kind, args) in enumerate(ARCH):
             sources = [i - 1 if j == -1 else j for j in ((inputs,) if isinstance(inputs, int) else inputs)]
@@ -215,9 +273,10 @@ class DetectionModel(nn.Module):
             elif kind == "SPPF":
                 layer = SPPF(c1, c2, args[1])
             elif kind == "Upsample":
-                layer = nn.Upsample(scale_factor=2.0, mode="nearest")
+                layer = Upsample()
             elif kind == "Concat":
                 layer, c2 = Concat(), sum(channels[j] for j in sources)
+                concatenated[i + 1] = tuple(channels[j] for j in sources)
             else:
                 layer, c2 = Detect(nc, tuple(channels[j] for j in sources)), 4 + nc
             layers.append(layer)
@@ -225,8 +284,9 @@ class DetectionModel(nn.Module):
         self.model = Sequential(*layers)
         self.names = dict(names) if names is not None else {i: f"class{i}" for i in range(nc)}  # {id: name}
         self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
+        after_concat = {id(self.model[str(i)].cv1): split_by_input(sizes) for i, sizes in concatenated.items()}
         self.compiled = CompiledForward(self.forward, self, folds=[
-            (m.conv, m.bn) for m in self.modules() if isinstance(m, Conv)])
+            (m.conv, m.bn, after_concat.get(id(m), fold_in_conv_dtype)) for m in self.modules() if isinstance(m, Conv)])
 
     @property
     def nc(self) -> int:
