@@ -129,10 +129,11 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.D
     if got.size and not got.any() and ref.any():
         result.flags.append("all-zero")
     finite_ref = ref[~bad_ref] if bad_ref.any() else ref
-    peak, largest = (float(max(finite_ref.max(), -finite_ref.min())) if finite_ref.size else 0.0), float(mx.finfo(dtype).max)
+    peak = float(max(finite_ref.max(), -finite_ref.min())) if finite_ref.size else 0.0
+    del finite_ref
+    largest = float(mx.finfo(dtype).max)
     if peak > largest:  # no model holds this layer in this dtype: the weights or the input, not a wrong op
         result.flags.append(f"ref {peak:.3g} beyond {str(dtype).split('.')[-1]}'s {largest:.5g}")
-    del finite_ref
     finite = ~bad_ref & np.isfinite(got)
     # the finite elements in C order; without a copy when all are (a layer of MobileSAM's first
     # stage is 134 MB in float64: every temporary here counts in the run's peak memory)

@@ -101,8 +101,9 @@ def batch_norm_statistics():
     """Inside this, batch_norm first overwrites the running mean and variance it is handed, in
     place, with its input's per-channel mean and unbiased variance (torch's training-mode update
     at momentum 1), then normalises with them: one forward pass gives every BatchNorm the
-    statistics of what reaches it, as training leaves them in a real checkpoint. Yields the list
-    of the number of values per channel each BatchNorm saw."""
+    statistics of what reaches it, as training leaves them in a real checkpoint (the model
+    references hand batch_norm a float64 state dict's own arrays: ``astype(copy=False)``). Yields
+    the list of the number of values per channel each BatchNorm saw."""
     global _calibration
     _calibration = []
     try:
