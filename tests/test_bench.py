@@ -71,3 +71,17 @@ def test_the_sanity_error_does_not_read_nan_as_agreement():
     assert relative_error([inf], [inf]) == pytest.approx(0.0)  # same positions: counted apart
     assert nonfinite([nan, inf]) == 2 and nonfinite([ref]) == 0
     assert relative_error([ref[:1]], [ref]) is None
+
+
+def test_the_json_report_is_standard_json():
+    """An error of inf (or a NaN) is written as a string: Python's NaN/Infinity tokens are not JSON."""
+    import json
+
+    from zoo.bench.run import strict_json
+
+    text = strict_json({"sanity_rel_err": {"user": float("inf"), "eager": float("nan")}, "ratio": 0.5,
+                        "rows": [{"p50": float("-inf")}, (1.0, 2)]})
+    assert "Infinity" not in text and "NaN" not in text
+    parsed = json.loads(text, parse_constant=lambda token: pytest.fail(f"non-standard token {token}"))
+    assert parsed == {"sanity_rel_err": {"user": "inf", "eager": "nan"}, "ratio": 0.5,
+                      "rows": [{"p50": "-inf"}, [1.0, 2]]}

@@ -5,6 +5,7 @@ import datetime
 import gc
 import importlib
 import json
+import math
 import os
 import platform
 import sys
@@ -225,7 +226,7 @@ def run(args, device, torch, tdev, notes) -> int:
     print(f"\nwrote {json_path}")
     if args.rows:
         rows = [row_of(r, env) for r in report["results"] if "error" not in r]
-        write_atomic(args.rows, lambda tmp: tmp.write_text(json.dumps(rows, indent=1) + "\n"))
+        write_atomic(args.rows, lambda tmp: tmp.write_text(strict_json(rows) + "\n"))
         print(f"wrote {args.rows}")
     return 0 if all("error" not in r for r in report["results"]) else 1
 
@@ -245,4 +246,19 @@ def release(mlx_sides: dict, torch_sides: dict, torch) -> None:
 
 
 def write_report(path: str, report: dict) -> None:
-    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(report, indent=1, default=str)))
+    write_atomic(path, lambda tmp: tmp.write_text(strict_json(report)))
+
+
+def strict_json(value) -> str:
+    """``value`` as standard JSON: a NaN or infinite float (an error of inf where one side overflowed)
+    as the string "nan", "inf" or "-inf", which Python's json would write as NaN/Infinity, tokens
+    that strict parsers (JavaScript's JSON.parse, jq) refuse."""
+    def finite(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return str(v)
+        if isinstance(v, dict):
+            return {k: finite(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [finite(x) for x in v]
+        return v
+    return json.dumps(finite(value), indent=1, default=str, allow_nan=False)
