@@ -181,7 +181,7 @@ def test_batch_norms_folded_in_the_compiled_forward_equal_eager(name, side, comp
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on):
+def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on, monkeypatch):
     """The four C2f after a Concat take its parts apart (Conv.of_parts), the two after an Upsample at
     half size: their results are test_batch_norms_folded_in_the_compiled_forward_equal_eager's."""
     from zoo.models.yolov8.model import C2f, Parts, Upscaled
@@ -194,11 +194,8 @@ def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on):
         seen[id(self)] = x
         return calls(self, x)
 
-    C2f.__call__ = recording
-    try:
-        model(mx.zeros((1, 64, 64, 3)))
-    finally:
-        C2f.__call__ = calls
+    monkeypatch.setattr(C2f, "__call__", recording)
+    model(mx.zeros((1, 64, 64, 3)))
     kinds = {i: [type(p).__name__ for p in seen[id(model.model[str(i)])]] for i in (12, 15, 18, 21)}
     assert all(isinstance(seen[id(model.model[str(i)])], Parts) for i in kinds)
     assert kinds == {12: ["Upscaled", "array"], 15: ["Upscaled", "array"], 18: ["array", "array"], 21: ["array", "array"]}

@@ -107,7 +107,8 @@ def split_by_input(sizes: tuple[int, ...]):
         arrays = fold_in_conv_dtype(conv, bn)
         matrix = arrays["weight"].reshape(arrays["weight"].shape[0], -1).T
         starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
-        arrays["parts"] = [matrix[a:b] for a, b in zip(starts, starts[1:])]
+        # contiguous once here: a row slice of the transposed weight is a strided view
+        arrays["parts"] = [mx.contiguous(matrix[a:b]) for a, b in zip(starts, starts[1:])]
         return arrays
     return make
 
