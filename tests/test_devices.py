@@ -49,14 +49,16 @@ def test_bad_dtype_name():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="set on Linux only (MLX's CUDA backend)")
-def test_import_zoo_sets_small_cuda_graphs_unless_the_user_did():
-    def graph_ops(value: str | None) -> str:
-        env = {k: v for k, v in os.environ.items() if k != "MLX_MAX_OPS_PER_BUFFER"}
+@pytest.mark.parametrize("variable, default, users", [("MLX_MAX_OPS_PER_BUFFER", "6", "50"),
+                                                      ("MLX_USE_CUDA_GRAPHS", "0", "1")])
+def test_import_zoo_sets_mlx_cuda_launch_settings_unless_the_user_did(variable, default, users):
+    def value_after_import(value: str | None) -> str:
+        env = {k: v for k, v in os.environ.items() if k != variable}
         if value is not None:
-            env["MLX_MAX_OPS_PER_BUFFER"] = value
-        code = "import os, zoo; print(os.environ['MLX_MAX_OPS_PER_BUFFER'])"
+            env[variable] = value
+        code = f"import os, zoo; print(os.environ[{variable!r}])"
         return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                               check=True).stdout.strip()
 
-    assert graph_ops(None) == zoo.CUDA_OPS_PER_GRAPH == "6"
-    assert graph_ops("50") == "50"
+    assert value_after_import(None) == default
+    assert value_after_import(users) == users
