@@ -25,12 +25,13 @@ the project's own figures: docs/speed-gpu.md).
   on the first compiled call and again whenever one of their source arrays was replaced
   (weights loaded or cast later); a module in training mode is never folded.
 - An optional memory cap on MLX's CUDA backend (``ZOO_GPU_MEMORY_FACTOR=N``; off by default):
-  MLX keeps every op's inputs (and cuDNN workspace) until the CUDA graph holding it has run,
-  with up to ten graphs in flight, so a big batch holds several times PyTorch's peak. With the
-  cap, a compiled forward is scheduled (``mx.async_eval``) under ``mx.set_memory_limit(in use
+  MLX keeps every op's inputs (and cuDNN workspace) until the GPU has passed the commit after
+  it, with up to ten commits in flight, so a big batch holds several times PyTorch's peak. With
+  the cap, a compiled forward is scheduled (``mx.async_eval``) under ``mx.set_memory_limit(in use
   + N x the bytes of the call's input arrays)``, past which MLX's eval waits for committed
-  graphs to finish before encoding more. It trades time for memory (H100: float32 ResNet-50 at
-  batch 32 2646 -> 490 MiB and 10.3 -> 12.3 ms at N = 24; docs/speed-gpu.md), hence opt-in.
+  work to finish before encoding more. It trades time for memory (H100, with CUDA graphs:
+  float32 ResNet-50 at batch 32 2646 -> 490 MiB and 10.3 -> 12.3 ms at N = 24;
+  docs/speed-gpu.md), hence opt-in.
 - The validator records every layer with eager modules: inside ``eager()`` every
   ``CompiledForward`` is a plain call of the eager network (separate BatchNorms, the
   upstream layer names), as is any ``mx.compile``'d function.
