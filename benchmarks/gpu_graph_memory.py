@@ -1,11 +1,12 @@
 """Peak GPU memory and time of a model's user path for one CUDA-graph size, with or without a memory limit.
 
     for ops in 100 20 6; do for limit in 0 300; do
-        MLX_MAX_OPS_PER_BUFFER=$ops MLX_ENABLE_TF32=0 python benchmarks/gpu_graph_memory.py resnet50 32 float16 $limit
+        MLX_USE_CUDA_GRAPHS=1 MLX_MAX_OPS_PER_BUFFER=$ops MLX_ENABLE_TF32=0 python benchmarks/gpu_graph_memory.py resnet50 32 float16 $limit
     done; done
 
-One configuration per process: MLX reads MLX_MAX_OPS_PER_BUFFER once, when it first uses the GPU
-(set here, it overrides the value ``import zoo`` would choose). After 5 warm-up calls: the peak of
+One configuration per process: MLX reads MLX_MAX_OPS_PER_BUFFER and MLX_USE_CUDA_GRAPHS once, when
+it first uses the GPU (set here, they override the values ``import zoo`` would choose: 6 ops a
+commit, graphs off; docs/speed-gpu.md's tables of graph sizes ran with MLX_USE_CUDA_GRAPHS=1). After 5 warm-up calls: the peak of
 one call above the memory in use before it (``mx.get_peak_memory``), then the median of 30
 synchronised calls. ``LIMIT_MIB`` > 0 sets ``mx.set_memory_limit(in use + LIMIT_MIB)``, past which
 MLX's eval waits for committed work to finish before encoding more. Prints one JSON line.
@@ -61,7 +62,8 @@ def main() -> None:
         mx.synchronize()
         times.append(time.perf_counter() - start)
     print(json.dumps({"model": args.model, "batch": args.batch, "dtype": args.dtype, "limit_mib": args.limit_mib,
-                      "graph_ops": os.environ.get("MLX_MAX_OPS_PER_BUFFER"), "peak_extra_mib": round(peak, 1),
+                      "graph_ops": os.environ.get("MLX_MAX_OPS_PER_BUFFER"),
+                      "cuda_graphs": os.environ.get("MLX_USE_CUDA_GRAPHS"), "peak_extra_mib": round(peak, 1),
                       "ms": round(1000 * float(np.median(times)), 3), "device": str(mx.default_device())}))
 
 

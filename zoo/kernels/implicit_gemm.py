@@ -11,7 +11,7 @@ before the one write of the output.
 
 Why: MLX's convolution on CUDA is cuDNN in NHWC, and in float32 without TF32 its engines
 reached 11-36% of the H100's float32 rate, some with workspaces of up to 1.4 GB that MLX holds
-until their CUDA graph has run (docs/speed-gpu.md). This kernel asks for no workspace. Which
+until the GPU has run them (docs/speed-gpu.md). This kernel asks for no workspace. Which
 convolutions take it: ``preferred`` and ``worth_it``; MLX's own convolution (the fallback)
 elsewhere, on the CPU and with ``ZOO_KERNELS=fallback``. Metal keeps MLX's convolution:
 nothing was measured there (the Metal source is compiled and run by the CPU shim test).
