@@ -7,10 +7,11 @@ from . import blas
 blas.preload()  # before anything imports mlx: MLX's Linux CPU backend then calls OpenBLAS
 
 # MLX's CUDA backend (Linux) records its work into CUDA graphs of up to 100 ops on an H100 and keeps
-# every op's inputs and cuDNN workspace until its batch of ops has run. Direct launches, committed
-# every 6 ops, encode faster than graphs (float16 forwards up to 1.7x faster) and hold 1.1-4.2x
-# less memory than MLX's defaults (H100, docs/speed-gpu.md). MLX reads both once, when it first
-# uses the GPU; a value already set is kept. macOS (Metal) is left to MLX: nothing was measured there.
+# every op's inputs and cuDNN workspace until its batch of ops has run. Direct kernel launches,
+# committed every 6 ops, cost the host less than graphs (float16 forwards up to 1.7x faster) and
+# hold less than MLX's default graphs of 100 ops (float32 YOLOv8s b16: 10877 -> 2794 MiB; H100,
+# docs/speed-gpu.md). MLX reads both once, when it first uses the GPU; a value already set is kept.
+# macOS (Metal) is left to MLX: nothing was measured there.
 CUDA_OPS_PER_COMMIT = "6"
 CUDA_GRAPHS = "0"
 if sys.platform.startswith("linux"):
