@@ -8,7 +8,7 @@ blas.preload()  # before anything imports mlx: MLX's Linux CPU backend then call
 
 # MLX's CUDA backend (Linux) records its work into CUDA graphs of up to 100 ops on an H100 and keeps
 # every op's inputs and cuDNN workspace until its batch of ops has run. Direct kernel launches,
-# committed every 6 ops, cost the host less than graphs (float16 forwards up to 1.7x faster) and
+# committed every 6 ops, cost the host less than graphs (ResNet-50/YOLOv8 float16 8-40% faster) and
 # hold less than MLX's default graphs of 100 ops (float32 YOLOv8s b16: 10877 -> 2794 MiB; H100,
 # docs/speed-gpu.md). MLX reads both once, when it first uses the GPU; a value already set is kept.
 # macOS (Metal) is left to MLX: nothing was measured there.
