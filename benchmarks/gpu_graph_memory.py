@@ -6,9 +6,9 @@
 
 One configuration per process: MLX reads MLX_MAX_OPS_PER_BUFFER and MLX_USE_CUDA_GRAPHS once, when
 it first uses the GPU (set here, they override the values ``import zoo`` would choose: 6 ops a
-commit, graphs off; docs/speed-gpu.md's tables of graph sizes ran with MLX_USE_CUDA_GRAPHS=1). After 5 warm-up calls: the peak of
-one call above the memory in use before it (``mx.get_peak_memory``), then the median of 30
-synchronised calls. ``LIMIT_MIB`` > 0 sets ``mx.set_memory_limit(in use + LIMIT_MIB)``, past which
+commit, graphs off; docs/speed-gpu.md's tables of graph sizes ran with MLX_USE_CUDA_GRAPHS=1).
+After 5 warm-up calls: the peak of one call above the memory in use before it
+(``mx.get_peak_memory``), then the median of 30 synchronised calls. ``LIMIT_MIB`` > 0 sets ``mx.set_memory_limit(in use + LIMIT_MIB)``, past which
 MLX's eval waits for committed work to finish before encoding more. Prints one JSON line.
 Models: resnet50 (224 px), yolov8n/yolov8s (640 px), lama (512 px, its generator eagerly);
 synthetic weights.
