@@ -102,10 +102,12 @@ class Conv(nn.Module):
 
 def split_by_input(sizes: tuple[int, ...]):
     """A FoldedConvs derivation for a 1x1 Conv after a Concat of parts of ``sizes`` channels: the
-    default fold, and its weight as one (in, out) matrix per part (Conv.of_parts)."""
+    default fold's bias, and its weight as one (in, out) matrix per part (Conv.of_parts), which
+    replaces the whole weight (the compiled forward never reads it)."""
     def make(conv, bn) -> dict[str, mx.array]:
         arrays = fold_in_conv_dtype(conv, bn)
-        matrix = arrays["weight"].reshape(arrays["weight"].shape[0], -1).T
+        weight = arrays.pop("weight")
+        matrix = weight.reshape(weight.shape[0], -1).T
         starts = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
         # contiguous once here: a row slice of the transposed weight is a strided view
         arrays["parts"] = [mx.contiguous(matrix[a:b]) for a, b in zip(starts, starts[1:])]
