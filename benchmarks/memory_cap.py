@@ -8,13 +8,15 @@ For each case (model:batch:dtype, zoo.bench's models, inputs and peers) and each
 MLX's eval waits for committed CUDA graphs to finish before encoding more), then the user
 path's peak above the memory in use before a call, and the p50 of MLX and PyTorch calls
 interleaved for ``--seconds`` (zoo.bench.measure.run_rounds). One JSON line per (case, f): memory and time ratios to PyTorch.
-The sweep behind ``ZOO_GPU_MEMORY_FACTOR`` (docs/speed-gpu.md).
+The compiled forwards' own cap (zoo.compiled, ``ZOO_GPU_MEMORY_FACTOR``) is off here, so that this
+limit alone acts; the sweep that led to it (docs/speed-gpu.md).
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import json
+import os
 
 from layer_timing import write_json  # same folder
 
@@ -34,6 +36,7 @@ def main() -> None:
     ap.add_argument("--json", help="write every row here too")
     args = ap.parse_args()
     args.tf32, args.torch_threads, args.device = False, 0, "gpu"
+    os.environ["ZOO_GPU_MEMORY_FACTOR"] = "off"  # this script's limit, not the forwards' own cap
     notes = bench_main.prepare_environment(args)
     torch, tdev = bench_main.import_torch(args, notes)
     import mlx.core as mx  # after torch: torch's cuDNN first

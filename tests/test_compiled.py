@@ -8,6 +8,7 @@ import pytest
 import zoo
 from zoo.compiled import CompiledForward, eager, enabled
 from zoo.errors import ZooError
+from zoo.models.layers import conv_bn
 
 
 @pytest.fixture
@@ -280,11 +281,32 @@ def test_memory_cap_bounds_the_forwards_peak_and_restores_the_limit(compile_on, 
     want = np.array(forward(x))
     limit = mx.get_memory_limit()
     uncapped = peak_above_active(lambda: forward(x))
-    monkeypatch.setattr(compiled, "memory_cap", lambda args: 16 * 2**20)  # on the CPU there is none by default
-    capped = peak_above_active(lambda: forward(x))
-    assert uncapped > 40 and capped < 24, (uncapped, capped)  # MLX waited instead of running 90 MiB ahead
+    monkeypatch.setattr(compiled, "capping", lambda: True)  # on the CPU there is none
+    forward.clear()
+    first = peak_above_active(lambda: forward(x))  # the trace's first call: one commit at a time
+    (_, least), = forward.traces.values()
+    assert least / 2**20 == pytest.approx(first, abs=0.5)
+    capped = [peak_above_active(lambda: forward(x)) for _ in range(2)]
+    assert uncapped > 40 and least < 24 * 2**20 and max(capped) < 30, (uncapped, least, capped)
+    monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, "4")  # room for more work in flight
+    assert 40 < peak_above_active(lambda: forward(x)) < 4 * least / 2**20 + 8
     assert mx.get_memory_limit() == limit
     np.testing.assert_array_equal(np.array(forward(x)), want)
+
+
+def test_least_memory_leaves_out_the_folded_weights_made_on_the_first_call(compile_on, monkeypatch):
+    from zoo import compiled
+
+    monkeypatch.setattr(compiled, "capping", lambda: True)
+    conv, bn = mx_nn.Conv2d(256, 256, 3, padding=1), mx_nn.BatchNorm(256)
+    net = mx_nn.Sequential(conv, bn)
+    net.eval()
+    mx.eval(net.parameters())
+    forward = CompiledForward(lambda x: conv_bn(conv, bn, x), net, folds=[(conv, bn)])
+    x = mx.ones((1, 8, 8, 256))
+    mx.eval(forward(x))
+    (_, least), = forward.traces.values()
+    assert 0 < least < conv.weight.nbytes / 2  # the 2.25 MiB folded weight is an input, not the forward's
 
 
 def test_memory_cap_keeps_a_lower_limit_and_passes_over_tracers(monkeypatch):
@@ -302,6 +324,15 @@ def test_memory_cap_keeps_a_lower_limit_and_passes_over_tracers(monkeypatch):
         # inside a caller's transform the outputs are tracers, which MLX does not schedule
         g = mx.grad(lambda a: (compiled.schedule_capped(y := a * 2, 2**30), y.sum())[1])(x)
         np.testing.assert_array_equal(np.array(g), 2 * np.ones((64, 512)))
+        seen = []
+
+        def loss(a):
+            y = a * 2
+            seen.append(compiled.least_memory(a, y))
+            return y.sum()
+
+        np.testing.assert_array_equal(np.array(mx.grad(loss)(x)), 2 * np.ones((64, 512)))
+        assert seen == [None] and mx.get_memory_limit() == 2**20
     finally:
         mx.set_memory_limit(limit)
 
@@ -310,13 +341,13 @@ def test_memory_factor_setting(monkeypatch):
     from zoo import compiled
 
     monkeypatch.delenv(compiled.MEMORY_FACTOR_VAR, raising=False)
-    assert compiled.memory_factor() == 0.0  # opt-in: it costs time
+    assert compiled.memory_factor() == compiled.DEFAULT_MEMORY_FACTOR == 1.0
     monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, "off")
     assert compiled.memory_factor() == 0.0
-    monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, "8")
-    assert compiled.memory_factor() == 8.0
-    assert compiled.memory_cap((mx.ones((2**20,)),)) is None  # the CPU: no cap
-    for bad in ("-1", "0", "lots"):
+    monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, "2.5")
+    assert compiled.memory_factor() == 2.5
+    assert not compiled.capping()  # the CPU: no cap
+    for bad in ("-1", "0", "0.5", "lots"):
         monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, bad)
         with pytest.raises(ZooError, match=compiled.MEMORY_FACTOR_VAR):
             compiled.memory_factor()

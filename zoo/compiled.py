@@ -24,14 +24,14 @@ the project's own figures: docs/speed-gpu.md).
   (models.layers.conv_bn runs them). The folded arrays are inputs of the trace, built
   on the first compiled call and again whenever one of their source arrays was replaced
   (weights loaded or cast later); a module in training mode is never folded.
-- An optional memory cap on MLX's CUDA backend (``ZOO_GPU_MEMORY_FACTOR=N``; off by default):
-  MLX keeps every op's inputs (and cuDNN workspace) until the GPU has passed the commit after
-  it, with up to ten commits in flight, so a big batch holds several times PyTorch's peak. With
-  the cap, a compiled forward is scheduled (``mx.async_eval``) under ``mx.set_memory_limit(in use
-  + N x the bytes of the call's input arrays)``, past which MLX's eval waits for committed
-  work to finish before encoding more. It trades time for memory (H100, with CUDA graphs:
-  float32 ResNet-50 at batch 32 2646 -> 490 MiB and 10.3 -> 12.3 ms at N = 24;
-  docs/speed-gpu.md), hence opt-in.
+- A memory cap on MLX's CUDA backend (``ZOO_GPU_MEMORY_FACTOR``): MLX keeps every op's inputs
+  (and cuDNN workspace) until the GPU has passed the commit after it, with up to ten commits in
+  flight, so a big batch held several times PyTorch's peak. The first call of each trace is
+  evaluated one commit at a time (``least_memory``: MLX's memory limit at the memory in use),
+  which gives the least memory this forward runs in under MLX; every later call is scheduled
+  (``mx.async_eval``) under ``mx.set_memory_limit(in use + FACTOR x that least memory)``, past
+  which MLX's eval waits for committed work to finish before encoding more. Without CUDA graphs
+  (zoo/__init__) such a wait costs little: docs/speed-gpu.md has the trade measured.
 - The validator records every layer with eager modules: inside ``eager()`` every
   ``CompiledForward`` is a plain call of the eager network (separate BatchNorms, the
   upstream layer names), as is any ``mx.compile``'d function.
@@ -56,6 +56,7 @@ ENV_VAR = "ZOO_COMPILE"
 MODES = ("auto", "on", "off")
 MAX_TRACES = 8
 MEMORY_FACTOR_VAR = "ZOO_GPU_MEMORY_FACTOR"
+DEFAULT_MEMORY_FACTOR = 1.0
 TRANSFORM_REFUSAL = "[async_eval] Not allowed inside a graph transformation"  # MLX's message
 _capping = threading.Lock()  # the limit is process-wide: one capped scheduling at a time
 
@@ -81,26 +82,60 @@ def enabled() -> bool:
 
 
 def memory_factor() -> float:
-    """``ZOO_GPU_MEMORY_FACTOR``: the cap in sizes of a call's inputs; 0 when unset or 'off'."""
+    """``ZOO_GPU_MEMORY_FACTOR``: a compiled forward's memory cap in multiples of its least memory
+    (``DEFAULT_MEMORY_FACTOR`` when unset); 0 for 'off'."""
     value = os.environ.get(MEMORY_FACTOR_VAR, "").strip().lower()
-    if value in ("", "off"):
+    if value == "":
+        return DEFAULT_MEMORY_FACTOR
+    if value == "off":
         return 0.0
     try:
         factor = float(value)
     except ValueError:
         factor = -1.0
-    if not factor > 0:
-        raise ZooError(f"{MEMORY_FACTOR_VAR}={value!r}: use a positive number (the cap in input sizes), or 'off'")
+    if not factor >= 1:
+        raise ZooError(f"{MEMORY_FACTOR_VAR}={value!r}: use a number >= 1 (the cap in multiples of a forward's "
+                       f"least memory), or 'off'")
     return factor
 
 
-def memory_cap(args) -> int | None:
-    """Bytes a compiled forward may hold above what was in use at its call, or None: no cap
-    (``ZOO_GPU_MEMORY_FACTOR`` unset or off, or not MLX's CUDA backend)."""
-    factor = memory_factor()
-    if not factor or mx.default_device() != mx.gpu or devices.gpu_backend() != "cuda":
-        return None
-    return int(factor * sum(a.nbytes for _, a in tree_flatten(args) if isinstance(a, mx.array)))
+def capping() -> bool:
+    """Whether compiled forwards run under a memory cap: MLX's CUDA backend and the factor not 'off'.
+    Metal keeps MLX's own scheduling (nothing measured there), the CPU holds no in-flight buffers."""
+    return memory_factor() > 0 and mx.default_device() == mx.gpu and devices.gpu_backend() == "cuda"
+
+
+def _schedule(arrays) -> bool:
+    """mx.async_eval(arrays); False where they are a caller's tracers (inside its mx.compile, grad,
+    vmap), which MLX does not schedule."""
+    try:
+        mx.async_eval(arrays)
+    except ValueError as e:
+        if not str(e).startswith(TRANSFORM_REFUSAL):
+            raise
+        return False
+    return True
+
+
+def least_memory(inputs, out) -> int | None:
+    """Evaluate ``out``, a forward's first call on ``inputs`` (a tree), one commit at a time
+    (MLX's memory limit at the memory in use: each commit waits for those before it to finish
+    and free their buffers). Returns the peak above the memory in use before it (the inputs
+    evaluated first), the least this forward runs in under MLX; None for a caller's tracers.
+    MLX's peak counter is reset for it."""
+    with _capping:
+        if not _schedule([a for _, a in tree_flatten(inputs) if isinstance(a, mx.array)]):
+            return None
+        mx.synchronize()
+        before = mx.get_active_memory()
+        mx.reset_peak_memory()
+        previous = mx.set_memory_limit(min(mx.get_memory_limit(), before))
+        try:
+            scheduled = _schedule(out)
+            mx.synchronize()
+        finally:
+            mx.set_memory_limit(previous)
+        return mx.get_peak_memory() - before if scheduled else None
 
 
 def schedule_capped(out, cap: int) -> None:
@@ -110,11 +145,7 @@ def schedule_capped(out, cap: int) -> None:
     with _capping:
         previous = mx.set_memory_limit(min(mx.get_memory_limit(), mx.get_active_memory() + cap))
         try:
-            mx.async_eval(out)
-        except ValueError as e:
-            if not str(e).startswith(TRANSFORM_REFUSAL):
-                raise
-            # inside a caller's mx.compile/grad/vmap the outputs are tracers: nothing to schedule
+            _schedule(out)
         finally:
             mx.set_memory_limit(previous)
 
@@ -263,20 +294,22 @@ class CompiledForward:
         if folding:
             self.folds.refresh()
         key = (folding, _signature(args))
-        traced = self.traces.pop(key, None)
+        traced, least = self.traces.pop(key, (None, None))
         new = traced is None
         if new:
             if len(self.traces) >= self.max_traces:
                 self.traces.popitem(last=False)  # frees that trace's compiled graph
             # a new function object per signature: mx.compile caches by the function's identity
             traced = mx.compile(self._tracer(folding), inputs=[self.modules, self.folds.arrays if folding else {}])
-        self.traces[key] = traced
         out = traced(*args)
         if new and folding:
             self.folds.retraced()
-        cap = memory_cap(args)
-        if cap is not None:
-            schedule_capped(out, cap)
+        if capping():
+            if least is None:  # the folded weights, made on this call, are inputs too: not counted
+                least = least_memory((args, self.folds.arrays if folding else {}), out)
+            else:
+                schedule_capped(out, int(memory_factor() * least))
+        self.traces[key] = (traced, least)
         return out
 
     def _tracer(self, folding: bool) -> Callable:

@@ -50,7 +50,7 @@ def environment(args, device, torch, notes) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "device": device_name(device, None), "mlx_device": devices.describe(), "versions": versions,
             "tf32": bool(args.tf32), "platform": platform.platform(), "argv": sys.argv[1:],
-            "mlx_environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("MLX_")},
+            "mlx_environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("MLX_", "ZOO_"))},
             "upstream": args.upstream, "notes": notes}
 
 
