@@ -41,6 +41,7 @@ from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image, open_image
+from zoo.kernels import few_outputs
 from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, irfft2_parts,
                                reflect_pad, rfft2_parts)
 
@@ -103,6 +104,12 @@ def derive(conv: ReflectConv2d, _=None) -> dict[str, mx.array]:
     """A convolution's weight, with its Winograd transform where that form may run (zoo.compiled);
     run by models.layers.conv2d_derived, which picks its form."""
     return with_winograd(conv, {"weight": conv.weight})
+
+
+def weight_and_bias(conv: nn.Conv2d, _=None) -> dict[str, mx.array]:
+    """A convolution's own weight and bias: the generator's last one, which a compiled forward
+    runs with its padding (FFCResNetGenerator)."""
+    return {"weight": conv.weight, "bias": conv.bias}
 
 
 class FourierUnit(nn.Module):
@@ -319,8 +326,20 @@ class FFCResNetGenerator(nn.Module):
         layers += [ReflectionPad2d(3), Conv2d(ngf, 3, 7), Sigmoid()]
         self.model = Sequential(*layers)
 
+    @property
+    def last_conv(self) -> Conv2d:
+        return self.model.children_in_order()[-2]
+
     def __call__(self, x: mx.array) -> mx.array:
-        return self.model(x)
+        *body, pad, conv, sigmoid = self.model.children_in_order()
+        arrays = folded(conv)
+        if arrays is None or not few_outputs.preferred(conv.weight.shape, conv.stride, conv.groups, conv.dilation):
+            return self.model(x)
+        # compiled on CUDA: the reflect pad and the 7x7 convolution to 3 channels as one kernel that
+        # reads the padding in place (no padded copy, no GEMM of all taps: zoo.kernels.few_outputs)
+        for layer in body:
+            x = layer(x)
+        return sigmoid(few_outputs.conv2d(x, arrays["weight"], arrays["bias"], pad.pad, reflect=True))
 
 
 class LaMa(nn.Module):
@@ -336,11 +355,12 @@ class LaMa(nn.Module):
         # conv2d_derived picks their form (the downsamplings: zoo.kernels.implicit_gemm on CUDA)
         alone += [(m.convl2l, None, derive) for m in modules if isinstance(m, FFC) and "convl2l" in m
                   and "convl2g" not in m]
-        self.compiled = CompiledForward(self.forward, self, folds=merged + planar + alone)
+        last = [(self.generator.last_conv, None, weight_and_bias)]
+        self.compiled = CompiledForward(self.forward, self, folds=merged + planar + alone + last)
 
     @property
     def dtype(self) -> mx.Dtype:
-        return self.generator.model["34"].weight.dtype
+        return self.generator.last_conv.weight.dtype
 
     def __call__(self, image, mask) -> mx.array:
         """image (N, H, W, 3) in [0, 1], mask (N, H, W, 1) in {0, 1} (1 = hole) -> predicted (N, H, W, 3).

@@ -29,7 +29,7 @@ from zoo.kernels import core
 from zoo.kernels.nms import _suppression_matrix, float32_threshold, greedy_keep_launch, iou_mask_launch, score_sorted
 from zoo.kernels.resize import resize_launch, source_taps
 from zoo.kernels.sppf import sppf_launch
-from zoo.kernels import implicit_gemm, winograd
+from zoo.kernels import few_outputs, implicit_gemm, winograd
 from zoo.validate.reference import kernels as ref
 
 COMPILER = shutil.which("g++") or shutil.which("clang++")
@@ -306,3 +306,24 @@ def test_implicit_gemm_metal(run_metal, shape, out_channels, kernel, stride, pad
     (y,) = run_metal(launch)
     expected = ref.conv2d_activated(x, weight, bias, (ph, pw), activation, stride)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- few-output convolution
+
+
+@pytest.mark.parametrize("shape, out_channels, kernel, padding, reflect, dtype", [
+    ((1, 9, 8, 8), 3, 7, 3, True, np.float32),  # LaMa's last, small: most taps reflected
+    ((2, 5, 6, 5), 4, 3, (1, 2), False, np.float32),  # zeros, uneven padding, odd channels
+    ((1, 6, 7, 4), 1, (3, 5), (1, 2), True, np.float16),
+])
+def test_few_outputs_metal(run_metal, shape, out_channels, kernel, padding, reflect, dtype):
+    rng = np.random.default_rng(5)
+    (kh, kw), (ph, pw) = core.pair(kernel), core.pair(padding)
+    x = rng.standard_normal(shape).astype(dtype)
+    weight = rng.standard_normal((out_channels, kh, kw, shape[-1])).astype(dtype)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    (y,) = run_metal(few_outputs.conv_launch(mx.array(x), mx.array(weight), mx.array(bias), (ph, pw), reflect))
+    expected = ref.conv2d_padded(x, weight, bias, (ph, pw), reflect)
+    tolerance = 1e-5 if dtype == np.float32 else 2e-3 * np.abs(expected).max()  # one rounding to float16
+    assert y.dtype == dtype
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=tolerance)

@@ -121,3 +121,12 @@ def conv2d_activated(x, weight, bias=None, padding=0, activation: str | None = N
                       None if bias is None else np.asarray(bias, np.float64), stride=stride, padding=padding)
     act = {None: lambda y: y, "relu": ops.relu, "silu": ops.silu}[activation]
     return act(nchw).transpose(0, 2, 3, 1)
+
+
+def conv2d_padded(x, weight, bias=None, padding=0, reflect: bool = False) -> np.ndarray:
+    """F.conv2d(F.pad(x), weight, bias) in float64 for an NHWC x and an (O, KH, KW, I) weight,
+    stride 1; the pad ``padding`` zeros or reflected pixels (torch's ``padding_mode="reflect"``)."""
+    ph, pw = (padding, padding) if isinstance(padding, int) else padding
+    padded = np.pad(np.asarray(x, np.float64), ((0, 0), (ph, ph), (pw, pw), (0, 0)),
+                    mode="reflect" if reflect else "constant")
+    return conv2d_activated(padded, weight, bias)

@@ -9,7 +9,9 @@
   stride-1 convolution as Winograd F(2x2, 3x3), two kernels around one batched matmul (the
   models' large float32 convolutions on CUDA);
 - ``implicit_gemm.conv2d(x, w, bias, stride, padding, activation)``: a float32 convolution as
-  one implicit-GEMM kernel with no workspace (the models' other float32 convolutions on CUDA).
+  one implicit-GEMM kernel with no workspace (the models' other float32 convolutions on CUDA);
+- ``few_outputs.conv2d(x, w, bias, padding, reflect)``: a stride-1 convolution to at most four
+  channels, its zero or reflected padding read in place (LaMa's last convolution on CUDA).
 
 The native kernel runs when MLX's default device is a Metal or CUDA GPU; the
 fallback (plain MLX ops) otherwise, or always with ``ZOO_KERNELS=fallback``.

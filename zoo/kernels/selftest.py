@@ -28,7 +28,7 @@ import mlx.core as mx
 import numpy as np
 
 from zoo.devices import gpu_backend
-from zoo.kernels import core, implicit_gemm, nms, resize, sppf_maxpool, winograd
+from zoo.kernels import core, few_outputs, implicit_gemm, nms, resize, sppf_maxpool, winograd
 from zoo.validate.reference import kernels as ref
 
 
@@ -323,6 +323,34 @@ def implicit_gemm_cases(rng) -> list[Case]:
     ]
 
 
+def few_outputs_case(rng, shape, out_channels, kernel, padding, reflect, dtype=np.float32, timed=False):
+    x = rng.standard_normal(shape).astype(dtype)
+    weight = (rng.standard_normal((out_channels, kernel, kernel, shape[-1])) / np.sqrt(kernel * kernel * shape[-1])
+              ).astype(dtype)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    x_mx, w_mx, b = mx.array(x), mx.array(weight), mx.array(bias)
+    return Case(
+        "few_outputs",
+        f"{shape} -> {out_channels}, {kernel}x{kernel}, padding {padding} {'reflected' if reflect else 'zeros'}, "
+        f"{np.dtype(dtype).name}",
+        lambda: few_outputs.conv2d(x_mx, w_mx, b, padding, reflect),
+        lambda: [ref.conv2d_padded(x, weight, bias, padding, reflect).astype(dtype)],
+        # float32: one running sum of K = KH * KW * C products, as implicit_gemm's cases; float16:
+        # one rounding of a float32 sum of size ~1-4
+        1e-5 * max(1.0, (kernel * kernel * shape[-1] / 576) ** 0.5) if dtype == np.float32 else 4e-3,
+        timed,
+    )
+
+
+def few_outputs_cases(rng) -> list[Case]:
+    return [
+        few_outputs_case(rng, (1, 512, 512, 64), 3, 7, 3, True, timed=True),  # LaMa 512's last convolution
+        few_outputs_case(rng, (1, 512, 512, 64), 3, 7, 3, True, np.float16, timed=True),
+        few_outputs_case(rng, (2, 9, 11, 5), 4, 3, 1, False),
+        few_outputs_case(rng, (1, 8, 8, 4), 1, 7, 3, True),  # every tap of a border pixel reflected
+    ]
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -352,7 +380,7 @@ def main(argv=None) -> int:
 
     rng = np.random.default_rng(0)
     cases = (nms_cases(rng) + resize_cases(rng) + sppf_cases(rng) + winograd_cases(rng)
-             + implicit_gemm_cases(rng))
+             + implicit_gemm_cases(rng) + few_outputs_cases(rng))
     header = ["kernel", "case", "native=numpy", "native=fallback", "fallback=numpy"]
     if args.torch:
         header += ["numpy=torch", "torch diff"]
