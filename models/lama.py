@@ -333,9 +333,10 @@ class FFCResNetGenerator(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         *body, pad, conv, sigmoid = self.model.children_in_order()
         arrays = folded(conv)
-        if arrays is None or not few_outputs.preferred(conv.weight.shape, conv.stride, conv.groups, conv.dilation):
+        if arrays is None or not few_outputs.preferred(x.dtype, conv.weight.shape, conv.stride, conv.groups,
+                                                       conv.dilation):
             return self.model(x)
-        # compiled on CUDA: the reflect pad and the 7x7 convolution to 3 channels as one kernel that
+        # compiled on CUDA, float32: the reflect pad and the 7x7 convolution to 3 channels as one kernel that
         # reads the padding in place (no padded copy, no GEMM of all taps: zoo.kernels.few_outputs)
         for layer in body:
             x = layer(x)

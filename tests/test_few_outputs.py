@@ -37,21 +37,26 @@ def test_bad_inputs_are_named():
     with pytest.raises(ZooError, match=r"\(O <= 4, KH, KW, 8\)"):
         few_outputs.conv2d(x, mx.zeros((3, 3, 3, 6)))
     with pytest.raises(ZooError, match="leaves no output"):
-        few_outputs.conv2d(x, mx.zeros((3, 9, 9, 8)))
+        few_outputs.conv2d(x, mx.zeros((3, 7, 7, 8)))
     with pytest.raises(ZooError, match="reflected"):
         few_outputs.conv2d(x, mx.zeros((3, 7, 7, 8)), padding=6, reflect=True)  # torch: pad < size
+    with pytest.raises(ZooError, match="threadgroup memory"):
+        few_outputs.conv2d(mx.zeros((1, 16, 16, 8)), mx.zeros((3, 11, 11, 8)), padding=5)
     with pytest.raises(ZooError, match="NHWC"):
         few_outputs.conv2d(mx.zeros((6, 6, 8)), mx.zeros((3, 3, 3, 8)))
 
 
-def test_preferred_only_on_cuda(monkeypatch):
-    assert not few_outputs.preferred((3, 7, 7, 64), 1, 1, 1)  # the CPU: MLX's ops (or zoo's CPU form)
+def test_preferred_only_for_float32_on_cuda(monkeypatch):
+    f32 = mx.float32
+    assert not few_outputs.preferred(f32, (3, 7, 7, 64), 1, 1, 1)  # the CPU: MLX's ops (or zoo's CPU form)
     monkeypatch.setattr(core, "native_backend", lambda: "cuda")
-    assert few_outputs.preferred((3, 7, 7, 64), 1, 1, 1)
-    assert not few_outputs.preferred((8, 7, 7, 64), 1, 1, 1)  # more sums than a thread keeps
-    assert not few_outputs.preferred((3, 3, 3, 64), 2, 1, 1)  # strided
+    assert few_outputs.preferred(f32, (3, 7, 7, 64), 1, 1, 1)
+    assert not few_outputs.preferred(mx.float16, (3, 7, 7, 64), 1, 1, 1)
+    assert not few_outputs.preferred(f32, (8, 7, 7, 64), 1, 1, 1)  # more sums than a thread keeps
+    assert not few_outputs.preferred(f32, (3, 3, 3, 64), 2, 1, 1)  # strided
+    assert not few_outputs.preferred(f32, (3, 11, 11, 64), 1, 1, 1)  # its patch: over Metal's 32 KiB
     monkeypatch.setattr(core, "native_backend", lambda: "metal")
-    assert not few_outputs.preferred((3, 7, 7, 64), 1, 1, 1)
+    assert not few_outputs.preferred(f32, (3, 7, 7, 64), 1, 1, 1)
 
 
 def test_lama_compiled_forward_runs_its_last_convolution_padded_in_place(monkeypatch):
@@ -61,7 +66,7 @@ def test_lama_compiled_forward_runs_its_last_convolution_padded_in_place(monkeyp
 
     monkeypatch.setenv("ZOO_COMPILE", "on")
     monkeypatch.setenv("ZOO_KERNELS", "fallback")
-    monkeypatch.setattr(few_outputs, "preferred", few_outputs.fits)
+    monkeypatch.setattr(few_outputs, "preferred", lambda dtype, *conv: few_outputs.fits(*conv))
     monkeypatch.setattr(lama_module, "DFT_MAX_SIDE", 0)  # the Fourier units' FFTs, as eager
     lama = zoo.load("lama", weights="synthetic", device="cpu")
     rng = np.random.default_rng(0)

@@ -315,12 +315,15 @@ def test_implicit_gemm_metal(run_metal, shape, out_channels, kernel, stride, pad
     ((1, 9, 8, 8), 3, 7, 3, True, np.float32),  # LaMa's last, small: most taps reflected
     ((2, 5, 6, 5), 4, 3, (1, 2), False, np.float32),  # zeros, uneven padding, odd channels
     ((1, 6, 7, 4), 1, (3, 5), (1, 2), True, np.float16),
+    # 2 x 2 blocks, the last reaching past one reflection; a slice and a half of channels
+    ((1, 10, 70, 12), 3, 7, 3, True, np.float32),
 ])
 def test_few_outputs_metal(run_metal, shape, out_channels, kernel, padding, reflect, dtype):
     rng = np.random.default_rng(5)
     (kh, kw), (ph, pw) = core.pair(kernel), core.pair(padding)
     x = rng.standard_normal(shape).astype(dtype)
-    weight = rng.standard_normal((out_channels, kh, kw, shape[-1])).astype(dtype)
+    # unit-sized sums, so that float32's rounding of them is ~1e-7 whatever their length
+    weight = (rng.standard_normal((out_channels, kh, kw, shape[-1])) / np.sqrt(kh * kw * shape[-1])).astype(dtype)
     bias = rng.standard_normal(out_channels).astype(np.float32)
     (y,) = run_metal(few_outputs.conv_launch(mx.array(x), mx.array(weight), mx.array(bias), (ph, pw), reflect))
     expected = ref.conv2d_padded(x, weight, bias, (ph, pw), reflect)

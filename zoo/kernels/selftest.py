@@ -3,6 +3,7 @@
     python -m zoo.kernels.selftest              # on a GPU (Metal or CUDA); exits 2 without one
     python -m zoo.kernels.selftest --allow-cpu  # no GPU: the fallback against numpy only
     python -m zoo.kernels.selftest --torch      # also the numpy references against PyTorch
+    python -m zoo.kernels.selftest --kernels winograd,few_outputs   # those kernels' cases only
 
 Prints one row per case: PASS/FAIL for native = numpy, native = fallback and
 fallback = numpy (and numpy = torch), the largest difference, and the median time
@@ -359,6 +360,7 @@ def main(argv=None) -> int:
     parser.add_argument("--allow-cpu", action="store_true", help="without a GPU, check the fallback against numpy")
     parser.add_argument("--repeats", type=int, default=20, help="timed runs per variant (median is shown)")
     parser.add_argument("--torch", action="store_true", help="also compare the numpy references with PyTorch")
+    parser.add_argument("--kernels", help="comma list of kernels whose cases run (default: all)")
     args = parser.parse_args(argv)
 
     backend = gpu_backend() if mx.default_device().type == mx.gpu else None
@@ -381,6 +383,13 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     cases = (nms_cases(rng) + resize_cases(rng) + sppf_cases(rng) + winograd_cases(rng)
              + implicit_gemm_cases(rng) + few_outputs_cases(rng))
+    if args.kernels:
+        chosen = set(args.kernels.split(","))
+        unknown = chosen - {case.kernel for case in cases}
+        if unknown:
+            parser.error(f"--kernels: unknown {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(sorted({case.kernel for case in cases}))}")
+        cases = [case for case in cases if case.kernel in chosen]
     header = ["kernel", "case", "native=numpy", "native=fallback", "fallback=numpy"]
     if args.torch:
         header += ["numpy=torch", "torch diff"]
