@@ -225,6 +225,12 @@ def pair(v) -> tuple[int, int]:
     return (v, v) if isinstance(v, int) else tuple(v)
 
 
+def conv_output_size(x_shape, weight_shape, stride, padding) -> tuple[int, int]:
+    """(OH, OW) of the convolution of an NHWC input of ``x_shape`` with an (O, KH, KW, I) weight."""
+    (sh, sw), (ph, pw) = pair(stride), pair(padding)
+    return (x_shape[1] + 2 * ph - weight_shape[1]) // sh + 1, (x_shape[2] + 2 * pw - weight_shape[2]) // sw + 1
+
+
 def as_array(name: str, value) -> mx.array:
     """`value` as an mx.array (numpy arrays are converted), or a ZooError."""
     if isinstance(value, mx.array):

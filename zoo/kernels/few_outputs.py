@@ -30,10 +30,10 @@ from zoo.kernels import core, coverage, cpu
 MAX_OUTPUTS = 4  # sums a thread keeps in registers (per pixel)
 MAX_GROUP_BYTES = 32768  # threadgroup memory Metal guarantees (CUDA's static limit is 48 KiB)
 
-# A threadgroup computes a ROWS x (16 * PIXELS) block of one image's output, PIXELS adjacent pixels
-# a thread, so that each weight read serves PIXELS pixels and each patch row read KW taps.
-ROWS, PIXELS = 8, 4
-THREADS = ROWS * 16
+# A threadgroup computes a ROWS x (ROW_THREADS * PIXELS) block of one image's output, PIXELS adjacent
+# pixels a thread, so that each weight read serves PIXELS pixels and each patch row read KW taps.
+ROWS, ROW_THREADS, PIXELS = 8, 16, 4
+THREADS = ROWS * ROW_THREADS
 CHANNEL_SLICE = 8  # input channels a threadgroup holds at once: 14 x 70 x 8 floats (30.6 KiB) for 7x7
 
 CONV = core.Kernel(
@@ -42,9 +42,10 @@ CONV = core.Kernel(
     output_names=("y",),
     body="""
     // x: (N, H, W, C); weight: (CO, KH, KW, C); y: (N, OH, OW, CO), stride 1. Thread t of a
-    // threadgroup computes the PIXELS pixels at block row t / 16, columns (t % 16) * PIXELS + 0..
+    // threadgroup (RT threads a block row) computes the PIXELS pixels at block row t / RT, columns
+    // (t % RT) * PIXELS + 0..
     // For every slice of CS input channels the threadgroup first reads its block's input patch
-    // (ROWS + KH - 1 rows, 16 * PIXELS + KW - 1 columns) into threadgroup memory, channel-major;
+    // (ROWS + KH - 1 rows, RT * PIXELS + KW - 1 columns) into threadgroup memory, channel-major;
     // a position outside the image reads the reflected pixel (REFLECT: -1 -> 1, H -> H - 2) or 0.
     // Then each thread slides the taps of every patch row over its pixels. Float32 sums.
     const int height = sizes[0];
@@ -54,18 +55,18 @@ CONV = core.Kernel(
     const int out_w = sizes[4];
     const int tiles_x = sizes[5];
     const int tiles_y = sizes[6];
-    const int patch_w = 16 * PIXELS + KW - 1;
+    const int patch_w = RT * PIXELS + KW - 1;
     const int plane = (ROWS + KH - 1) * patch_w;
-    ZOO_SHARED float patch[CS * (ROWS + KH - 1) * (16 * PIXELS + KW - 1)];
-    const uint group = thread_pos.x / uint(ROWS * 16);
+    ZOO_SHARED float patch[CS * (ROWS + KH - 1) * (RT * PIXELS + KW - 1)];
+    const uint group = thread_pos.x / uint(ROWS * RT);
     const int t = int(local_pos.x);
     const int tx = int(group % uint(tiles_x));
     const int ty = int((group / uint(tiles_x)) % uint(tiles_y));
     const uint n = group / uint(tiles_x * tiles_y);
-    const int row = t / 16;
-    const int col0 = (t % 16) * PIXELS;
+    const int row = t / RT;
+    const int col0 = (t % RT) * PIXELS;
     const int top = ty * ROWS - PH;
-    const int left = tx * 16 * PIXELS - PW;
+    const int left = tx * RT * PIXELS - PW;
     float sums[PIXELS][CO];
     for (int p = 0; p < PIXELS; ++p) {
         for (int o = 0; o < CO; ++o) {
@@ -73,7 +74,7 @@ CONV = core.Kernel(
         }
     }
     for (int c0 = 0; c0 < channels; c0 += CS) {
-        for (int e = t; e < CS * plane; e += ROWS * 16) {
+        for (int e = t; e < CS * plane; e += ROWS * RT) {
             const int c = e % CS;
             const int at = e / CS;
             int r = top + at / patch_w;
@@ -112,7 +113,7 @@ CONV = core.Kernel(
     }
     const int oy = ty * ROWS + row;
     for (int p = 0; p < PIXELS; ++p) {
-        const int ox = tx * 16 * PIXELS + col0 + p;
+        const int ox = tx * RT * PIXELS + col0 + p;
         if (oy < out_h && ox < out_w) {
             const uint at = ((n * uint(out_h) + uint(oy)) * uint(out_w) + uint(ox)) * uint(CO);
             for (int o = 0; o < CO; ++o) {
@@ -126,7 +127,7 @@ CONV = core.Kernel(
 
 def patch_bytes(kh: int, kw: int) -> int:
     """Threadgroup memory the kernel holds for a KH x KW convolution: one slice of its block's patch."""
-    return CHANNEL_SLICE * (ROWS + kh - 1) * (16 * PIXELS + kw - 1) * 4
+    return CHANNEL_SLICE * (ROWS + kh - 1) * (ROW_THREADS * PIXELS + kw - 1) * 4
 
 
 def fits(weight_shape, stride, groups, dilation) -> bool:
@@ -160,7 +161,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, padding=
     n, h, w, _ = x.shape
     co, kh, kw, _ = weight.shape
     ph, pw = core.pair(padding)
-    out_h, out_w = h + 2 * ph - kh + 1, w + 2 * pw - kw + 1
+    out_h, out_w = core.conv_output_size(x.shape, weight.shape, 1, padding)
     if min(ph, pw) < 0 or min(out_h, out_w) < 1 or (reflect and (ph >= h or pw >= w)):
         raise ZooError(f"few_outputs conv2d: a {h}x{w} input with kernel {kh}x{kw} and padding {(ph, pw)}"
                        f"{' reflected (less than the input a side)' if reflect else ''} leaves no output")
@@ -181,13 +182,14 @@ def conv_launch(x: mx.array, weight: mx.array, bias: mx.array, padding, reflect:
     n, h, w, c = x.shape
     co, kh, kw, _ = weight.shape
     ph, pw = padding
-    out_h, out_w = h + 2 * ph - kh + 1, w + 2 * pw - kw + 1
-    tiles_x, tiles_y = -(-out_w // (16 * PIXELS)), -(-out_h // ROWS)
+    out_h, out_w = core.conv_output_size(x.shape, weight.shape, 1, padding)
+    tiles_x, tiles_y = -(-out_w // (ROW_THREADS * PIXELS)), -(-out_h // ROWS)
     return core.Launch(
         kernel=CONV,
         inputs=(x, weight, bias, core.constant((h, w, c, out_h, out_w, tiles_x, tiles_y), mx.int32)),
         template=(("T", x.dtype), ("CO", co), ("KH", kh), ("KW", kw), ("PH", ph), ("PW", pw),
-                  ("REFLECT", bool(reflect)), ("ROWS", ROWS), ("PIXELS", PIXELS), ("CS", CHANNEL_SLICE)),
+                  ("REFLECT", bool(reflect)), ("ROWS", ROWS), ("RT", ROW_THREADS), ("PIXELS", PIXELS),
+                  ("CS", CHANNEL_SLICE)),
         grid=(n * tiles_y * tiles_x * THREADS, 1, 1),
         threadgroup=(THREADS, 1, 1),
         output_shapes=((n, out_h, out_w, co),),

@@ -235,12 +235,6 @@ def tiles_for(rows: int, outputs: int) -> Tiles:
     return TILES_SMALL if wide_blocks < FEW_BLOCKS else TILES_WIDE
 
 
-def output_size(x_shape, weight_shape, stride, padding) -> tuple[int, int]:
-    """(OH, OW) of the convolution of an NHWC input of ``x_shape`` with an (O, KH, KW, I) weight."""
-    (sh, sw), (ph, pw) = core.pair(stride), core.pair(padding)
-    return (x_shape[1] + 2 * ph - weight_shape[1]) // sh + 1, (x_shape[2] + 2 * pw - weight_shape[2]) // sw + 1
-
-
 def fits(weight_shape, stride, padding, groups, dilation) -> bool:
     """A convolution this kernel computes: no groups or dilation, input and output channels
     multiples of 4 (its 4-channel vector reads and writes), any kernel size, stride and padding."""
@@ -276,7 +270,7 @@ def worth_it(x_shape, weight_shape, stride, padding) -> bool:
     n, h, w, ci = x_shape
     co, kh, kw, _ = weight_shape
     sh, sw = core.pair(stride)
-    out_h, out_w = output_size(x_shape, weight_shape, stride, padding)
+    out_h, out_w = core.conv_output_size(x_shape, weight_shape, stride, padding)
     outputs = n * out_h * out_w * co
     small_3x3 = (kh, kw) == (3, 3) and (sh, sw) == (1, 1) and min(ci, co) >= 32 \
         and 2 * n * h * w * 9 * ci * co < winograd.MIN_GFLOP * 1e9
@@ -300,7 +294,7 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     (sh, sw), (ph, pw) = core.pair(stride), core.pair(padding)
     n, h, w, _ = x.shape
     co, kh, kw, _ = weight.shape
-    out_h, out_w = output_size(x.shape, weight.shape, stride, padding)
+    out_h, out_w = core.conv_output_size(x.shape, weight.shape, stride, padding)
     if min(out_h, out_w, sh, sw) < 1 or min(ph, pw) < 0:
         raise ZooError(f"implicit_gemm conv2d: a {h}x{w} input with kernel {kh}x{kw}, stride {(sh, sw)} "
                        f"and padding {(ph, pw)} leaves no output")
@@ -320,7 +314,7 @@ def conv_launch(x: mx.array, weight: mx.array, bias: mx.array, stride, padding, 
     n, h, w, c = x.shape
     co, kh, kw, _ = weight.shape
     (sh, sw), (ph, pw) = stride, padding
-    out_h, out_w = output_size(x.shape, weight.shape, stride, padding)
+    out_h, out_w = core.conv_output_size(x.shape, weight.shape, stride, padding)
     rows = n * out_h * out_w
     t = tiles or tiles_for(rows, co)
     blocks = -(-rows // t.bm) * -(-co // t.bn)
