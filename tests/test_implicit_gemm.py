@@ -63,8 +63,20 @@ def test_worth_it_where_it_beat_cudnn():
     assert implicit_gemm.worth_it((16, 320, 320, 16), (32, 3, 3, 16), 2, 1)  # YOLOv8n b16 model.1
     assert implicit_gemm.worth_it((16, 160, 160, 16), (16, 3, 3, 16), 1, 1)  # thin: cuDNN took 2.4x longer
     assert not implicit_gemm.worth_it((16, 80, 80, 32), (32, 3, 3, 32), 1, 1)  # small stride-1 3x3
-    assert not implicit_gemm.worth_it((1, 80, 80, 64), (64, 3, 3, 64), 2, 1)  # batch 1: a grid of few tiles
+    assert not implicit_gemm.worth_it((1, 160, 160, 32), (64, 3, 3, 32), 1, 1)  # 400 tiles, small 3x3
+    # batch 1: a grid of few tiles, its K steps split in runs (no cuDNN workspace)
+    assert implicit_gemm.worth_it((1, 80, 80, 64), (64, 3, 3, 64), 2, 1)
+    assert implicit_gemm.worth_it((1, 7, 7, 512), (512, 3, 3, 512), 1, 1)  # ResNet-50's last stage
     assert not implicit_gemm.worth_it((1, 518, 518, 4), (64, 7, 7, 4), 1, 0)  # 4 channels: half a slice
+
+
+def test_few_tiles_split_their_k_steps_within_bounds():
+    small = implicit_gemm.TILES_SMALL
+    # ResNet-50 b1's 7x7 stage: 8 tiles, 576 steps -> 33 runs (264 threadgroups), 3.3 MiB of partial sums
+    assert implicit_gemm.splits_for(49, 512, 576, small) == 33
+    assert implicit_gemm.splits_for(49, 512, 40, small) == 5  # runs of at least 8 steps
+    assert implicit_gemm.splits_for(3136, 64, 72, small) == 5  # partial sums of at most 4 MiB
+    assert implicit_gemm.splits_for(200 * 64, 128, 576, small) == 1  # 400 tiles: every multiprocessor busy
 
 
 def test_tiles_follow_the_output_shape():

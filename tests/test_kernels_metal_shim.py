@@ -285,25 +285,36 @@ def test_winograd_metal(run_metal, shape, out_channels, padding, activation):
 # ---------------------------------------------------------------- implicit-GEMM convolution
 
 
-@pytest.mark.parametrize("shape, out_channels, kernel, stride, padding, activation, tiles", [
-    ((2, 7, 9, 12), 8, 3, 1, 1, None, implicit_gemm.Tiles(32, 16, 4, 4)),  # channels past a slice of 8
-    ((1, 9, 8, 8), 20, 3, 2, 1, "silu", implicit_gemm.Tiles(32, 16, 4, 4)),  # outputs past a tile
-    ((2, 6, 6, 4), 4, 1, 1, 0, "relu", implicit_gemm.Tiles(32, 16, 4, 4)),
-    ((1, 11, 10, 4), 8, 7, 2, 3, None, implicit_gemm.Tiles(64, 16, 8, 4)),  # two A vectors a thread
-    ((1, 5, 5, 16), 12, (3, 1), 1, (1, 0), "silu", implicit_gemm.Tiles(16, 32, 4, 8)),
-    ((1, 4, 6, 8), 60, 3, 1, 1, "relu", implicit_gemm.Tiles(8, 64, 4, 4)),  # fewer A vectors than threads
+T32x16 = implicit_gemm.Tiles(32, 16, 4, 4)
+
+
+@pytest.mark.parametrize("shape, out_channels, kernel, stride, padding, activation, tiles, splits", [
+    ((2, 7, 9, 12), 8, 3, 1, 1, None, T32x16, 1),  # channels past a slice of 8
+    ((1, 9, 8, 8), 20, 3, 2, 1, "silu", T32x16, 1),  # outputs past a tile
+    ((2, 6, 6, 4), 4, 1, 1, 0, "relu", T32x16, 1),
+    ((1, 11, 10, 4), 8, 7, 2, 3, None, implicit_gemm.Tiles(64, 16, 8, 4), 1),  # two A vectors a thread
+    ((1, 5, 5, 16), 12, (3, 1), 1, (1, 0), "silu", implicit_gemm.Tiles(16, 32, 4, 8), 1),
+    ((1, 4, 6, 8), 60, 3, 1, 1, "relu", implicit_gemm.Tiles(8, 64, 4, 4), 1),  # fewer A vectors than threads
+    # K steps split in runs: 18 steps in 4 runs (runs start mid-tap, at the second slice of 8 channels)
+    ((2, 7, 9, 12), 8, 3, 1, 1, "relu", T32x16, 4),
+    ((1, 11, 10, 4), 8, 7, 2, 3, "silu", implicit_gemm.Tiles(64, 16, 8, 4), 3),  # 49 taps in 3 runs
+    ((1, 6, 6, 64), 20, 3, 1, 1, None, T32x16, None),  # splits_for's choice: 72 steps, 4 tiles
 ])
-def test_implicit_gemm_metal(run_metal, shape, out_channels, kernel, stride, padding, activation, tiles):
+def test_implicit_gemm_metal(run_metal, shape, out_channels, kernel, stride, padding, activation, tiles, splits):
     # small tiles, so that a few threads cover every path of the kernel (rows and outputs past
-    # a tile, channels past a slice, several loads a thread) in shim time
+    # a tile, channels past a slice, several loads a thread, runs of K steps) in shim time
     rng = np.random.default_rng(4)
     (kh, kw), (ph, pw) = core.pair(kernel), core.pair(padding)
     x = rng.standard_normal(shape).astype(np.float32)
     weight = rng.standard_normal((out_channels, kh, kw, shape[-1])).astype(np.float32)
     bias = rng.standard_normal(out_channels).astype(np.float32)
     launch = implicit_gemm.conv_launch(mx.array(x), mx.array(weight), mx.array(bias), core.pair(stride), (ph, pw),
-                                       activation, tiles)
+                                       activation, tiles, splits)
+    runs = dict(launch.template)["SPLITS"]
+    assert runs == (splits or 9)  # the last case: min(264 / 4 tiles, 72 steps / 8, ...)
     (y,) = run_metal(launch)
+    if runs > 1:
+        y = np.asarray(implicit_gemm.added_runs(mx.array(y), mx.array(bias), activation))
     expected = ref.conv2d_activated(x, weight, bias, (ph, pw), activation, stride)
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 

@@ -35,7 +35,9 @@ CONV = core.Kernel(
     body="""
     // x: (N, H, W, C), w: (O, KH, KW, C), bias: (O,), y: (N, OH, OW, O), C and O multiples of 4.
     // Template: KH, KW, strides SH, SW, paddings PH, PW (top/left), tile BM x BN, per-thread TM x TN
-    // (multiples of 4), ACTIVATION (0 none, 1 ReLU, 2 SiLU).
+    // (multiples of 4), ACTIVATION (0 none, 1 ReLU, 2 SiLU), SPLITS: with more than one, the K steps
+    // (taps x slices of 8 channels) are split in SPLITS runs and y is (SPLITS, N, OH, OW, O), each
+    // run's sums without bias or activation (the caller adds the runs).
     constexpr int BK = 8;
     constexpr int THREADS = (BM / TM) * (BN / TN);
     constexpr int A_LOADS = (2 * BM + THREADS - 1) / THREADS;  // 4-channel vectors of a slice per thread
@@ -55,8 +57,10 @@ CONV = core.Kernel(
     const int outputs = sizes[5];
     const int rows = sizes[6];  // N * OH * OW
     const int n_blocks = (outputs + BN - 1) / BN;
+    const int tiles = ((rows + BM - 1) / BM) * n_blocks;
     const int tid = int(local_pos.x);
-    const int block = int(thread_pos.x) / THREADS;
+    const int split = int(thread_pos.x) / THREADS / tiles;
+    const int block = int(thread_pos.x) / THREADS % tiles;
     const int m0 = (block / n_blocks) * BM;
     const int n0 = (block % n_blocks) * BN;
 
@@ -83,10 +87,12 @@ CONV = core.Kernel(
     }
     float4 a_next[A_LOADS];
     float4 b_next[B_LOADS];
-    const int k_steps = KH * KW * ((channels + BK - 1) / BK);
-    int kh = 0;
-    int kw = 0;
-    int c0 = 0;
+    const int slices = (channels + BK - 1) / BK;
+    const int k_first = split * (KH * KW * slices) / SPLITS;  // this run's steps: k_first .. k_first + k_steps - 1
+    const int k_steps = (split + 1) * (KH * KW * slices) / SPLITS - k_first;
+    int kh = k_first / slices / KW;
+    int kw = k_first / slices % KW;
+    int c0 = k_first % slices * BK;
     // Step s reads slice s into registers, multiplies slice s - 1 (threadgroup buffer (s - 1) % 2),
     // then stores slice s into buffer s % 2: one barrier per step.
     for (int s = 0; s <= k_steps; ++s) {
@@ -183,16 +189,19 @@ CONV = core.Kernel(
                 }
                 float v[4];
                 for (int j = 0; j < 4; ++j) {
-                    v[j] = acc[4 * gi + i][4 * gj + j] + bias[o + j];
-                    if (ACTIVATION == 1) {
-                        v[j] = v[j] < 0.0f ? 0.0f : v[j];  // ReLU (a NaN stays NaN, as in mx.maximum)
-                    } else if (ACTIVATION == 2) {
-                        v[j] = v[j] * (1.0f / (1.0f + zoo_exp(-v[j])));  // SiLU: x * sigmoid(x)
+                    v[j] = acc[4 * gi + i][4 * gj + j];
+                    if (SPLITS == 1) {
+                        v[j] += bias[o + j];
+                        if (ACTIVATION == 1) {
+                            v[j] = v[j] < 0.0f ? 0.0f : v[j];  // ReLU (a NaN stays NaN, as in mx.maximum)
+                        } else if (ACTIVATION == 2) {
+                            v[j] = v[j] * (1.0f / (1.0f + zoo_exp(-v[j])));  // SiLU: x * sigmoid(x)
+                        }
                     }
                 }
                 float4 out;
                 out.x = v[0]; out.y = v[1]; out.z = v[2]; out.w = v[3];
-                *((ZOO_DEVICE_PTR float4*)(y + m * outputs + o)) = out;
+                *((ZOO_DEVICE_PTR float4*)(y + (split * rows + m) * outputs + o)) = out;
             }
         }
     }
@@ -235,6 +244,24 @@ def tiles_for(rows: int, outputs: int) -> Tiles:
     return TILES_SMALL if wide_blocks < FEW_BLOCKS else TILES_WIDE
 
 
+# A grid of fewer tiles than an H100's 132 multiprocessors leaves some idle (batch 1: ResNet-50's
+# 7x7 stage is 8 tiles of 64 x 64): its K steps are then split in runs, one threadgroup per tile and
+# run, up to FEW_BLOCKS threadgroups, each run at least MIN_SPLIT_STEPS steps long, and the runs'
+# partial sums, added after, at most SPLIT_BYTES (cuDNN's workspaces there were 1-10 MiB).
+SPLIT_BELOW_BLOCKS = 132
+MIN_SPLIT_STEPS = 8
+SPLIT_BYTES = 4 * 2**20
+
+
+def splits_for(rows: int, outputs: int, k_steps: int, tiles: Tiles) -> int:
+    """How many runs the K steps of a convolution with ``rows`` output pixels, ``outputs``
+    channels and ``k_steps`` steps (taps x slices of 8 input channels) are split in."""
+    blocks = -(-rows // tiles.bm) * -(-outputs // tiles.bn)
+    if blocks >= SPLIT_BELOW_BLOCKS:
+        return 1
+    return max(1, min(-(-FEW_BLOCKS // blocks), k_steps // MIN_SPLIT_STEPS, SPLIT_BYTES // (4 * rows * outputs)))
+
+
 def fits(weight_shape, stride, padding, groups, dilation) -> bool:
     """A convolution this kernel computes: no groups or dilation, input and output channels
     multiples of 4 (its 4-channel vector reads and writes), any kernel size, stride and padding."""
@@ -274,7 +301,9 @@ def worth_it(x_shape, weight_shape, stride, padding) -> bool:
     outputs = n * out_h * out_w * co
     small_3x3 = (kh, kw) == (3, 3) and (sh, sw) == (1, 1) and min(ci, co) >= 32 \
         and 2 * n * h * w * 9 * ci * co < winograd.MIN_GFLOP * 1e9
-    return ci >= K_STEP and outputs >= MIN_OUTPUT_ELEMENTS and not small_3x3
+    rows = n * out_h * out_w
+    split = splits_for(rows, co, kh * kw * -(-ci // K_STEP), tiles_for(rows, co)) > 1
+    return ci >= K_STEP and (split or (outputs >= MIN_OUTPUT_ELEMENTS and not small_3x3))
 
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
@@ -305,27 +334,36 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     coverage.note("implicit_gemm conv2d", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
     if backend is None:
         return ACTIVATIONS[activation][1](mx.conv2d(x, weight, (sh, sw), (ph, pw)) + bias)
-    (y,) = core.run(conv_launch(x, weight, bias, (sh, sw), (ph, pw), activation, tiles), backend)
-    return y
+    launch = conv_launch(x, weight, bias, (sh, sw), (ph, pw), activation, tiles)
+    (y,) = core.run(launch, backend)
+    return y if len(y.shape) == 4 else added_runs(y, bias, activation)
+
+
+def added_runs(partial: mx.array, bias: mx.array, activation: str | None) -> mx.array:
+    """The output of a launch whose K steps were split: activation(sum of the runs + bias)."""
+    return ACTIVATIONS[activation][1](partial.sum(axis=0) + bias)
 
 
 def conv_launch(x: mx.array, weight: mx.array, bias: mx.array, stride, padding, activation: str | None = None,
-                tiles: Tiles | None = None) -> core.Launch:
+                tiles: Tiles | None = None, splits: int | None = None) -> core.Launch:
+    """The kernel's launch; ``tiles`` and ``splits`` (runs of K steps) override ``tiles_for`` and
+    ``splits_for``. With splits > 1 its output is the runs' partial sums (``added_runs``)."""
     n, h, w, c = x.shape
     co, kh, kw, _ = weight.shape
     (sh, sw), (ph, pw) = stride, padding
     out_h, out_w = core.conv_output_size(x.shape, weight.shape, stride, padding)
     rows = n * out_h * out_w
     t = tiles or tiles_for(rows, co)
-    blocks = -(-rows // t.bm) * -(-co // t.bn)
+    splits = splits or splits_for(rows, co, kh * kw * -(-c // K_STEP), t)
+    blocks = -(-rows // t.bm) * -(-co // t.bn) * splits
     return core.Launch(
         kernel=CONV,
         inputs=(x, weight, bias, core.constant((h, w, c, out_h, out_w, co, rows), mx.int32)),
         template=(("KH", kh), ("KW", kw), ("SH", sh), ("SW", sw), ("PH", ph), ("PW", pw),
                   ("BM", t.bm), ("BN", t.bn), ("TM", t.tm), ("TN", t.tn),
-                  ("ACTIVATION", ACTIVATIONS[activation][0])),
+                  ("ACTIVATION", ACTIVATIONS[activation][0]), ("SPLITS", splits)),
         grid=(blocks * t.threads, 1, 1),
         threadgroup=(t.threads, 1, 1),
-        output_shapes=((n, out_h, out_w, co),),
+        output_shapes=((n, out_h, out_w, co) if splits == 1 else (splits, n, out_h, out_w, co),),
         output_dtypes=(mx.float32,),
     )

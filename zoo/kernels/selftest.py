@@ -319,6 +319,9 @@ def implicit_gemm_cases(rng) -> list[Case]:
         implicit_gemm_case(rng, (16, 80, 80, 64), 128, stride=2, timed=True),  # the wide tiles
         implicit_gemm_case(rng, (32, 56, 56, 256), 512, kernel=1, stride=2, padding=0, timed=True),  # ResNet-50
         implicit_gemm_case(rng, (1, 66, 66, 384), 128, padding=0, activation="relu", timed=True),  # the small tiles
+        # batch 1, ResNet-50: grids of 8 and 49 tiles, their K steps split in 33 and 5 runs
+        implicit_gemm_case(rng, (1, 7, 7, 512), 512, activation="relu", timed=True),
+        implicit_gemm_case(rng, (1, 56, 56, 64), 64, activation="relu", timed=True),
         implicit_gemm_case(rng, (2, 7, 9, 12), 20, stride=2),  # rows, outputs, channels past their tiles
         implicit_gemm_case(rng, (1, 11, 10, 4), 8, kernel=7, padding=3),
     ]
