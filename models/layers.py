@@ -154,9 +154,9 @@ def fusing_on_cpu() -> bool:
 def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], activation: str | None = None) -> mx.array:
     """``conv``'s convolution of x (its stride, padding, groups) with arrays a compiled forward derived
     from its weight (zoo.compiled): {weight[, bias][, winograd]}, then the activation. On CUDA in
-    float32 a large 3x3 stride-1 runs as Winograd's form (zoo.kernels.winograd), others as an
-    implicit GEMM (zoo.kernels.implicit_gemm), the activation in their last kernel; a 1x1 as a
-    matmul where zoo.kernels.cpu says."""
+    float32 a large 3x3 stride-1 runs as Winograd's form (zoo.kernels.winograd), others where
+    implicit_gemm.worth_it says (small grids, 1x1 included) as an implicit GEMM, the activation in
+    their last kernel; another 1x1 as a matmul where zoo.kernels.cpu says."""
     weight, bias = arrays["weight"], arrays.get("bias")
     if "winograd" in arrays and winograd.worth_it(x.shape, weight.shape):
         return winograd.conv3x3(x, arrays["winograd"], bias, conv.padding[0], activation)

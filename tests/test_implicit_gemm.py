@@ -51,7 +51,7 @@ def test_preferred_only_for_float32_on_cuda(monkeypatch):
     monkeypatch.setattr(core, "native_backend", lambda: "cuda")
     assert implicit_gemm.preferred(mx.float32, *args)
     assert implicit_gemm.preferred(mx.float32, (64, 1, 1, 32), 2, 0, 1, 1)  # ResNet's strided 1x1
-    assert not implicit_gemm.preferred(mx.float32, (64, 1, 1, 32), 1, 0, 1, 1)  # a matmul
+    assert implicit_gemm.preferred(mx.float32, (64, 1, 1, 32), 1, 0, 1, 1)  # a matmul: worth_it decides
     assert not implicit_gemm.preferred(mx.float16, *args)  # cuDNN's float16 engines are fast
     assert not implicit_gemm.preferred(mx.float32, (64, 3, 3, 1), 1, 1, 64, 1)  # grouped
     assert not implicit_gemm.preferred(mx.float32, (3, 7, 7, 64), 1, 0, 1, 1)  # 3 outputs
@@ -67,6 +67,8 @@ def test_worth_it_where_it_beat_cudnn():
     # batch 1: a grid of few tiles, its K steps split in runs (no cuDNN workspace)
     assert implicit_gemm.worth_it((1, 80, 80, 64), (64, 3, 3, 64), 2, 1)
     assert implicit_gemm.worth_it((1, 7, 7, 512), (512, 3, 3, 512), 1, 1)  # ResNet-50's last stage
+    assert implicit_gemm.worth_it((1, 7, 7, 2048), (512, 1, 1, 2048), 1, 0)  # its 1x1 (cuBLASLt: a workspace)
+    assert not implicit_gemm.worth_it((32, 56, 56, 64), (256, 1, 1, 64), 1, 0)  # a large 1x1: cuBLAS's GEMM
     assert not implicit_gemm.worth_it((1, 518, 518, 4), (64, 7, 7, 4), 1, 0)  # 4 channels: half a slice
 
 

@@ -298,6 +298,7 @@ T32x16 = implicit_gemm.Tiles(32, 16, 4, 4)
     # K steps split in runs: 18 steps in 4 runs (runs start mid-tap, at the second slice of 8 channels)
     ((2, 7, 9, 12), 8, 3, 1, 1, "relu", T32x16, 4),
     ((1, 11, 10, 4), 8, 7, 2, 3, "silu", implicit_gemm.Tiles(64, 16, 8, 4), 3),  # 49 taps in 3 runs
+    ((1, 5, 5, 32), 8, 1, 1, 0, "relu", T32x16, 2),  # a 1x1's 4 slices in 2 runs
     ((1, 6, 6, 64), 20, 3, 1, 1, None, T32x16, None),  # splits_for's choice: 72 steps, 4 tiles
 ])
 def test_implicit_gemm_metal(run_metal, shape, out_channels, kernel, stride, padding, activation, tiles, splits):

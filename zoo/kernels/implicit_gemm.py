@@ -277,33 +277,37 @@ def preferred(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) 
 
 
 def suits(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> bool:
-    """``fits``, in float32 (float16 keeps cuDNN, whose half-precision engines were fast), and not
-    a 1x1 stride-1 convolution (one matrix product already)."""
-    pointwise = tuple(weight_shape[1:3]) == (1, 1) and core.pair(stride) == (1, 1) and core.pair(padding) == (0, 0)
-    return dtype == mx.float32 and not pointwise and fits(weight_shape, stride, padding, groups, dilation)
+    """``fits``, in float32 (float16 keeps cuDNN, whose half-precision engines were fast)."""
+    return dtype == mx.float32 and fits(weight_shape, stride, padding, groups, dilation)
 
 
 # Where this kernel beat cuDNN (H200, 2026-11-27, float32, TF32 off, benchmarks/conv_probe.py over
 # ResNet-50 b32, YOLOv8n/s b16, LaMa 512): with at least a slice's worth of input channels (4 of 8
 # in a slice read zeros), an output of 2**20 elements or more (smaller grids leave multiprocessors
 # idle), and not the small stride-1 3x3 convolutions of 32 channels or more a side (under
-# winograd.MIN_GFLOP), where cuDNN was 0-9% faster with workspaces of at most 25 MiB.
+# winograd.MIN_GFLOP), where cuDNN was 0-9% faster with workspaces of at most 25 MiB. A large 1x1
+# stride-1 convolution is one matrix product (cuBLAS).
 MIN_OUTPUT_ELEMENTS = 2**20
+# And where its grid is small enough to split its K steps (``splits_for``), 1x1 stride-1 ones too:
+# at batch 1 (H100, 2026-11-27 14:19 UTC, float32) this took ResNet-50's peak memory under
+# zoo.compiled's cap from 32 MiB (cuDNN's workspaces and cuBLASLt's split-K ones of 2-4 MiB, held
+# to the end of each commit) to 19 MiB against PyTorch's 10, in 2.73 ms against 2.94 (speed-gpu.md).
 
 
 def worth_it(x_shape, weight_shape, stride, padding) -> bool:
     """Whether a convolution of an NHWC input of ``x_shape`` with a (O, KH, KW, I) weight is
-    one this kernel runs faster than cuDNN (see above)."""
+    one the models' compiled forwards run with this kernel (see above)."""
     n, h, w, ci = x_shape
     co, kh, kw, _ = weight_shape
     sh, sw = core.pair(stride)
     out_h, out_w = core.conv_output_size(x_shape, weight_shape, stride, padding)
-    outputs = n * out_h * out_w * co
+    rows = n * out_h * out_w
+    pointwise = (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and core.pair(padding) == (0, 0)
     small_3x3 = (kh, kw) == (3, 3) and (sh, sw) == (1, 1) and min(ci, co) >= 32 \
         and 2 * n * h * w * 9 * ci * co < winograd.MIN_GFLOP * 1e9
-    rows = n * out_h * out_w
+    large = rows * co >= MIN_OUTPUT_ELEMENTS and not small_3x3 and not pointwise
     split = splits_for(rows, co, kh * kw * -(-ci // K_STEP), tiles_for(rows, co)) > 1
-    return ci >= K_STEP and (split or (outputs >= MIN_OUTPUT_ELEMENTS and not small_3x3))
+    return ci >= K_STEP and (large or split)
 
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
