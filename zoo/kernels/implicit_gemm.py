@@ -227,6 +227,10 @@ class Tiles:
     def threads(self) -> int:
         return (self.bm // self.tm) * (self.bn // self.tn)
 
+    def count(self, rows: int, outputs: int) -> int:
+        """How many of these tiles cover a (rows x outputs) output."""
+        return -(-rows // self.bm) * -(-outputs // self.bn)
+
 
 TILES_NARROW = Tiles(128, 32, 8, 4)  # 32 outputs or fewer: no empty columns of a wide tile
 TILES_SMALL = Tiles(64, 64, 8, 8)  # for a grid of few 128 x 64 tiles: more threadgroups
@@ -240,8 +244,7 @@ FEW_BLOCKS = 264
 def tiles_for(rows: int, outputs: int) -> Tiles:
     if outputs <= TILES_NARROW.bn:
         return TILES_NARROW
-    wide_blocks = -(-rows // TILES_WIDE.bm) * -(-outputs // TILES_WIDE.bn)
-    return TILES_SMALL if wide_blocks < FEW_BLOCKS else TILES_WIDE
+    return TILES_SMALL if TILES_WIDE.count(rows, outputs) < FEW_BLOCKS else TILES_WIDE
 
 
 # A grid of fewer tiles than an H100's 132 multiprocessors leaves some idle (batch 1: ResNet-50's
@@ -253,13 +256,19 @@ MIN_SPLIT_STEPS = 8
 SPLIT_BYTES = 4 * 2**20
 
 
-def splits_for(rows: int, outputs: int, k_steps: int, tiles: Tiles) -> int:
+def k_steps(weight_shape) -> int:
+    """The kernel's K steps for an (O, KH, KW, I) weight: taps x slices of K_STEP input channels."""
+    _, kh, kw, ci = weight_shape
+    return kh * kw * -(-ci // K_STEP)
+
+
+def splits_for(rows: int, outputs: int, steps: int, tiles: Tiles) -> int:
     """How many runs the K steps of a convolution with ``rows`` output pixels, ``outputs``
-    channels and ``k_steps`` steps (taps x slices of 8 input channels) are split in."""
-    blocks = -(-rows // tiles.bm) * -(-outputs // tiles.bn)
+    channels and ``steps`` K steps (``k_steps``) are split in."""
+    blocks = tiles.count(rows, outputs)
     if blocks >= SPLIT_BELOW_BLOCKS:
         return 1
-    return max(1, min(-(-FEW_BLOCKS // blocks), k_steps // MIN_SPLIT_STEPS, SPLIT_BYTES // (4 * rows * outputs)))
+    return max(1, min(-(-FEW_BLOCKS // blocks), steps // MIN_SPLIT_STEPS, SPLIT_BYTES // (4 * rows * outputs)))
 
 
 def fits(weight_shape, stride, padding, groups, dilation) -> bool:
@@ -289,7 +298,7 @@ def suits(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> b
 # stride-1 convolution is one matrix product (cuBLAS).
 MIN_OUTPUT_ELEMENTS = 2**20
 # And where its grid is small enough to split its K steps (``splits_for``), 1x1 stride-1 ones too:
-# at batch 1 (H100, 2026-11-27 14:19 UTC, float32) this took ResNet-50's peak memory under
+# at batch 1 (H100, 2026-11-27 14:20-14:27 UTC, float32) this took ResNet-50's peak memory under
 # zoo.compiled's cap from 32 MiB (cuDNN's workspaces and cuBLASLt's split-K ones of 2-4 MiB, held
 # to the end of each commit) to 19 MiB against PyTorch's 10, in 2.73 ms against 2.94 (speed-gpu.md).
 
@@ -306,7 +315,7 @@ def worth_it(x_shape, weight_shape, stride, padding) -> bool:
     small_3x3 = (kh, kw) == (3, 3) and (sh, sw) == (1, 1) and min(ci, co) >= 32 \
         and 2 * n * h * w * 9 * ci * co < winograd.MIN_GFLOP * 1e9
     large = rows * co >= MIN_OUTPUT_ELEMENTS and not small_3x3 and not pointwise
-    split = splits_for(rows, co, kh * kw * -(-ci // K_STEP), tiles_for(rows, co)) > 1
+    split = splits_for(rows, co, k_steps(weight_shape), tiles_for(rows, co)) > 1
     return ci >= K_STEP and (large or split)
 
 
@@ -358,8 +367,8 @@ def conv_launch(x: mx.array, weight: mx.array, bias: mx.array, stride, padding, 
     out_h, out_w = core.conv_output_size(x.shape, weight.shape, stride, padding)
     rows = n * out_h * out_w
     t = tiles or tiles_for(rows, co)
-    splits = splits or splits_for(rows, co, kh * kw * -(-c // K_STEP), t)
-    blocks = -(-rows // t.bm) * -(-co // t.bn) * splits
+    splits = splits or splits_for(rows, co, k_steps(weight.shape), t)
+    blocks = t.count(rows, co) * splits
     return core.Launch(
         kernel=CONV,
         inputs=(x, weight, bias, core.constant((h, w, c, out_h, out_w, co, rows), mx.int32)),
