@@ -402,15 +402,21 @@ def test_scaled_softmax_with_bias_matches_mlx(bias_shape):
     assert mx.abs(cpu.softmax(x, 0.25, bias) - want).max().item() <= 1e-6
 
 
+@pytest.mark.parametrize("mode", ["native", "fallback"])  # fallback: the GPU's form
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("parts", [1, 2, 3])
-def test_split_heads_matches_transpose(parts, dtype):
+def test_split_heads_matches_transpose(parts, dtype, mode, monkeypatch, tmp_path):
+    monkeypatch.setenv("ZOO_KERNELS", "" if mode == "native" else "fallback")
     x = mx.random.normal((3, 11, 4 * parts * 8), key=mx.random.key(24)).astype(DTYPES[dtype])
     got = cpu.split_heads(x, 4, parts)
     want = x.reshape(3, 11, 4, parts, 8).transpose(3, 0, 2, 1, 4)
     assert len(got) == parts
     for i, part in enumerate(got):
         assert part.dtype == x.dtype and mx.array_equal(part, want[i]).item()
+    if mode == "fallback":  # views of x: no gather (nor any other op that copies) on the GPU
+        mx.export_to_dot(str(tmp_path / "graph.dot"), *cpu.split_heads(x, 4, parts))
+        ops = set(re.findall(r'label ="([^"]+)", shape=rectangle', (tmp_path / "graph.dot").read_text()))
+        assert ops <= {"Reshape", "Slice", "Squeeze", "Transpose"}, ops
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -241,8 +241,11 @@ def split_heads(x: mx.array, heads: int, parts: int = 3) -> tuple[mx.array, ...]
     host = _host(x, *outs) if lib is not None else None
     _ran("split_heads", host)
     if host is None:
-        split = x.reshape(b, n, heads, parts, d).transpose(3, 0, 2, 1, 4)
-        return tuple(split[i] for i in range(parts))
+        # Views (slice, transpose), no copy: indexing the transposed 5-D array by an int was one
+        # gather each, TinyViT's top GPU kernel in float16 (0.70 of 3.5 ms, H100, 2026-11-27);
+        # MLX's attention reads strided q, k, v.
+        split = x.reshape(b, n, heads, parts, d)
+        return tuple(split[:, :, :, i].transpose(0, 2, 1, 3) for i in range(parts))
     views = [_ptr(_view(out)) for out in outs] + [None] * (3 - parts)
     lib.zoo_split_heads_f32(_ptr(host), *views, b, n, heads, parts, d, _threads())
     return tuple(_like(out, x) for out in outs)
