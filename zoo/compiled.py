@@ -39,6 +39,7 @@ the project's own figures: docs/speed-gpu.md).
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import threading
 from collections import OrderedDict
@@ -175,25 +176,43 @@ class FoldedConvs:
         self.makers = {id(entry[0]): entry[2] for entry in entries if len(entry) > 2}
         self.arrays: dict[int, dict[str, mx.array]] = {}  # an input tree of the trace: {id: {name: array}}
         self.sources: dict[int, tuple] = {}
+        # Every call checks all entries at once (one flat list, compared by identity in C): entry by
+        # entry the checks took 250 of YOLOv8s's 830 us of host time per call (2-core CPU, 2026-11-27).
+        self.modules = [m for pair in self.pairs.values() for m in pair if m is not None]
+        self.batch_norms = [m for m in self.modules if isinstance(m, nn.BatchNorm)]
+        self.named = [(m, name) for m in self.modules for name in _SOURCE_NAMES if name in m]
+        self.known: list | None = None  # every entry's sources when last derived
+
+    def all_sources(self) -> list | None:
+        """The arrays of every entry's modules (None where one was removed since)."""
+        try:
+            return [m[name] for m, name in self.named]
+        except KeyError:
+            return None
 
     def refresh(self) -> None:
         """Derive again every entry one of whose arrays was replaced since it was derived."""
+        now = self.all_sources()
+        if now is not None and self.known is not None and all(map(operator.is_, now, self.known)):
+            return
         for key, (conv, partner) in self.pairs.items():
             sources = sources_of(conv, partner)
             if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
                 # evaluated with the first output that uses them
                 self.arrays[key] = self.makers.get(key, fold_in_conv_dtype)(conv, partner)
+        self.known = self.all_sources()
 
     def retraced(self) -> None:
         """After a trace: mx.compile put its input arrays back into the modules as new Python
         objects holding the same arrays; remember those so the next call does not derive again."""
         self.sources = {key: sources_of(conv, partner) for key, (conv, partner) in self.pairs.items()}
+        self.known = self.all_sources()
 
     def usable(self) -> bool:
         """No module in training mode, and every BatchNorm with running statistics to fold."""
-        return all(not m.training and (not isinstance(m, nn.BatchNorm) or (m.track_running_stats and "weight" in m))
-                   for pair in self.pairs.values() for m in pair if m is not None)
+        return not any(m.training for m in self.modules) \
+            and all(bn.track_running_stats and "weight" in bn for bn in self.batch_norms)
 
 
 def sources_of(*modules) -> tuple:
