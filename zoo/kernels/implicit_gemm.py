@@ -209,38 +209,6 @@ CONV = core.Kernel(
 )
 
 
-# The runs of a split launch added, with the bias and the activation, in one kernel: MLX's sum,
-# squeeze and fused add + activation were three ops, each encoded by the host on every call.
-RUNS = core.Kernel(
-    name="zoo_implicit_gemm_runs",
-    input_names=("partial", "bias", "sizes"),
-    output_names=("y",),
-    body="""
-    // partial: (SPLITS, N, OH, OW, O) run sums, bias: (O,), y: (N, OH, OW, O); 4 outputs a thread.
-    // sizes: the elements of y, O. Template SPLITS, ACTIVATION (0 none, 1 ReLU, 2 SiLU).
-    const int count = sizes[0];
-    const int i = int(thread_pos.x) * 4;
-    float4 v = *((const ZOO_DEVICE_PTR float4*)(partial + i));
-    for (int s = 1; s < SPLITS; ++s) {
-        const float4 p = *((const ZOO_DEVICE_PTR float4*)(partial + s * count + i));
-        v.x += p.x; v.y += p.y; v.z += p.z; v.w += p.w;
-    }
-    const int o = i % sizes[1];
-    float r[4] = {v.x + bias[o], v.y + bias[o + 1], v.z + bias[o + 2], v.w + bias[o + 3]};
-    for (int j = 0; j < 4; ++j) {
-        if (ACTIVATION == 1) {
-            r[j] = r[j] < 0.0f ? 0.0f : r[j];
-        } else if (ACTIVATION == 2) {
-            r[j] = r[j] * (1.0f / (1.0f + zoo_exp(-r[j])));
-        }
-    }
-    float4 out;
-    out.x = r[0]; out.y = r[1]; out.z = r[2]; out.w = r[3];
-    *((ZOO_DEVICE_PTR float4*)(y + i)) = out;
-""",
-)
-
-
 @dataclass(frozen=True)
 class Tiles:
     """A threadgroup's output tile (BM output pixels x BN output channels) and each thread's share."""
@@ -381,29 +349,12 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
         return ACTIVATIONS[activation][1](mx.conv2d(x, weight, (sh, sw), (ph, pw)) + bias)
     launch = conv_launch(x, weight, bias, (sh, sw), (ph, pw), activation, tiles)
     (y,) = core.run(launch, backend)
-    if len(y.shape) == 4:
-        return y
-    (y,) = core.run(runs_launch(y, bias, activation), backend)
-    return y
+    return y if len(y.shape) == 4 else added_runs(y, bias, activation)
 
 
 def added_runs(partial: mx.array, bias: mx.array, activation: str | None) -> mx.array:
-    """What ``runs_launch`` computes, in MLX's ops: activation(sum of the runs + bias)."""
+    """The output of a launch whose K steps were split: activation(sum of the runs + bias)."""
     return ACTIVATIONS[activation][1](partial.sum(axis=0) + bias)
-
-
-def runs_launch(partial: mx.array, bias: mx.array, activation: str | None) -> core.Launch:
-    """The launch that adds the runs of a split launch's output (``conv_launch``), its bias and activation."""
-    count = partial.size // partial.shape[0]
-    return core.Launch(
-        kernel=RUNS,
-        inputs=(partial, bias, core.constant((count, partial.shape[-1]), mx.int32)),
-        template=(("SPLITS", partial.shape[0]), ("ACTIVATION", ACTIVATIONS[activation][0])),
-        grid=(count // 4, 1, 1),
-        threadgroup=(min(256, count // 4), 1, 1),
-        output_shapes=(partial.shape[1:],),
-        output_dtypes=(mx.float32,),
-    )
 
 
 def conv_launch(x: mx.array, weight: mx.array, bias: mx.array, stride, padding, activation: str | None = None,
