@@ -41,7 +41,7 @@ from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.images import load_image, open_image
-from zoo.kernels import few_outputs
+from zoo.kernels import few_outputs, implicit_gemm
 from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, irfft2_parts,
                                reflect_pad, rfft2_parts)
 
@@ -260,6 +260,17 @@ class FFC(nn.Module):
         return out_l, out_g
 
 
+def subpixel_fold(conv: nn.ConvTranspose2d, bn: nn.BatchNorm) -> dict[str, mx.array]:
+    """An upsampling's transposed convolution with its BatchNorm folded in, as the phase kernels of
+    zoo.kernels.implicit_gemm's SUBPIXEL (which also applies the ReLU after them), where that
+    kernel runs (float32 on CUDA; nothing elsewhere: the layers run as they are)."""
+    if not implicit_gemm.subpixel_preferred(conv.weight.dtype, conv.weight.shape, conv.stride, conv.padding,
+                                            conv.output_padding, conv.dilation):
+        return {}
+    weight, bias = fold_batch_norm(conv, bn)
+    return {"phases": implicit_gemm.subpixel_weights(weight), "bias": bias}
+
+
 def merge_outputs(first: nn.Conv2d, second: nn.Conv2d) -> dict[str, mx.array]:
     """Two convolutions of one input (an FFC's local -> local and local -> global) as one weight:
     one launch where there were two (LaMa's compiled GPU forward is bound by its launches)."""
@@ -336,10 +347,18 @@ class FFCResNetGenerator(nn.Module):
         if arrays is None or not few_outputs.preferred(x.dtype, conv.weight.shape, conv.stride, conv.groups,
                                                        conv.dilation):
             return self.model(x)
-        # compiled on CUDA, float32: the reflect pad and the 7x7 convolution to 3 channels as one kernel that
-        # reads the padding in place (no padded copy, no GEMM of all taps: zoo.kernels.few_outputs)
-        for layer in body:
-            x = layer(x)
+        # compiled on CUDA, float32: each upsampling (transposed convolution, BatchNorm, ReLU) as one kernel
+        # that writes its output phases interleaved (no cuDNN workspace: zoo.kernels.implicit_gemm's
+        # SUBPIXEL); the reflect pad and the 7x7 convolution to 3 channels as one kernel that reads the
+        # padding in place (no padded copy, no GEMM of all taps: zoo.kernels.few_outputs)
+        layers = iter(body)
+        for layer in layers:
+            upsampling = folded(layer) if isinstance(layer, ConvTranspose2d) else None
+            if upsampling:
+                next(layers), next(layers)  # its BatchNorm (folded in) and ReLU (applied by the kernel)
+                x = implicit_gemm.conv_transpose2d_subpixel(x, upsampling["phases"], upsampling["bias"], "relu")
+            else:
+                x = layer(x)
         return sigmoid(few_outputs.conv2d(x, arrays["weight"], arrays["bias"], pad.pad, reflect=True))
 
 
@@ -357,7 +376,9 @@ class LaMa(nn.Module):
         alone += [(m.convl2l, None, derive) for m in modules if isinstance(m, FFC) and "convl2l" in m
                   and "convl2g" not in m]
         last = [(self.generator.last_conv, None, weight_and_bias)]
-        self.compiled = CompiledForward(self.forward, self, folds=merged + planar + alone + last)
+        steps = self.generator.model.children_in_order()
+        upsampling = [(conv, bn, subpixel_fold) for conv, bn in zip(steps, steps[1:]) if isinstance(conv, ConvTranspose2d)]
+        self.compiled = CompiledForward(self.forward, self, folds=merged + planar + alone + last + upsampling)
 
     @property
     def dtype(self) -> mx.Dtype:

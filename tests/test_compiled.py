@@ -103,6 +103,56 @@ def test_lama_compiled_equals_eager(compile_on, monkeypatch):
     assert len(lama.compiled.traces) == 1
 
 
+def test_lama_upsamplings_as_subpixel_phases_equal_eager(compile_on, monkeypatch):
+    # the compiled CUDA float32 forms, on the CPU in MLX's ops: each upsampling (transposed
+    # convolution, BatchNorm, ReLU) as SUBPIXEL's four output phases with the BatchNorm folded in
+    import zoo.models.lama as lama_module
+    from zoo.kernels import few_outputs, implicit_gemm
+
+    monkeypatch.setattr(lama_module, "DFT_MAX_SIDE", 0)
+    monkeypatch.setattr(few_outputs, "preferred", lambda *args: True)
+    monkeypatch.setattr(implicit_gemm, "subpixel_preferred", lambda *args: True)
+    calls = []
+    subpixel = implicit_gemm.conv_transpose2d_subpixel
+    monkeypatch.setattr(implicit_gemm, "conv_transpose2d_subpixel", lambda *args: calls.append(args) or subpixel(*args))
+    rng = np.random.default_rng(1)
+    image = mx.array(rng.uniform(0, 1, (1, 32, 48, 3)).astype(np.float32))
+    mask = mx.array((rng.uniform(0, 1, (1, 32, 48, 1)) > 0.7).astype(np.float32))
+    lama = zoo.load("lama", weights="synthetic", device="cpu")
+    perturbed_batch_norms(lama, seed=5)
+    got = np.array(lama(image, mask))
+    assert [a[0].shape[1:3] for a in calls] == [(4, 6), (8, 12), (16, 24)] and all(a[3] == "relu" for a in calls)
+    # against the same compiled forward with the upsamplings' own layers (transposed convolution,
+    # BatchNorm, ReLU): compiled and eager forwards differ by more, through 18 blocks of synthetic weights
+    monkeypatch.setattr(implicit_gemm, "subpixel_preferred", lambda *args: False)
+    plain = zoo.load("lama", weights="synthetic", device="cpu")
+    perturbed_batch_norms(plain, seed=5)
+    want = np.array(plain(image, mask))
+    assert len(calls) == 3
+    # rounding of the fold, grown through the last 7x7 convolution of large synthetic activations
+    # (a dropped bias or a misplaced phase moves outputs by 0.1 and more); each upsampling alone: below
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+def test_subpixel_fold_equals_an_upsamplings_layers(monkeypatch):
+    from zoo.kernels import implicit_gemm
+    from zoo.models.lama import subpixel_fold
+
+    monkeypatch.setattr(implicit_gemm, "subpixel_preferred", lambda *args: True)
+    lama = zoo.load("lama", weights="synthetic", device="cpu")
+    perturbed_batch_norms(lama, seed=6)
+    steps = lama.generator.model.children_in_order()
+    first = next(i for i, m in enumerate(steps) if isinstance(m, mx_nn.ConvTranspose2d))
+    conv, bn, relu = steps[first:first + 3]
+    x = mx.array(np.random.default_rng(7).standard_normal((2, 5, 7, conv.weight.shape[-1])).astype(np.float32))
+    with eager():
+        want = np.array(relu(bn(conv(x))))
+    arrays = subpixel_fold(conv, bn)
+    got = np.array(implicit_gemm.conv_transpose2d_subpixel(x, arrays["phases"], arrays["bias"], "relu"))
+    assert got.shape == want.shape == (2, 10, 14, conv.weight.shape[0])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
 @pytest.mark.parametrize("h, w", [(8, 8), (6, 9), (64, 64)])
 def test_spectrum_as_matrix_products_equals_numpy_fft(h, w):
     from zoo.models.lama import irfft2_planar, rfft2_planar

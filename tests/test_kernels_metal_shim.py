@@ -320,6 +320,23 @@ def test_implicit_gemm_metal(run_metal, shape, out_channels, kernel, stride, pad
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape, out_channels, activation, tiles", [
+    ((1, 5, 7, 12), 8, "relu", T32x16),  # channels past a slice of 8, rows past a tile
+    ((2, 3, 4, 4), 20, None, T32x16),  # outputs past a tile, two images
+    ((1, 4, 4, 8), 4, "silu", implicit_gemm.Tiles(64, 16, 8, 4)),
+])
+def test_implicit_gemm_subpixel_metal(run_metal, shape, out_channels, activation, tiles):
+    # LaMa's upsampling (kernel 3, stride 2, padding 1, output padding 1) as its four output phases
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal(shape).astype(np.float32)
+    weight = rng.standard_normal((out_channels, 3, 3, shape[-1])).astype(np.float32)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    (y,) = run_metal(implicit_gemm.subpixel_launch(mx.array(x), implicit_gemm.subpixel_weights(mx.array(weight)),
+                                                   mx.array(bias), activation, tiles))
+    expected = ref.conv_transpose2d_activated(x, weight, bias, 2, 1, 1, activation)
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+
+
 # ---------------------------------------------------------------- few-output convolution
 
 

@@ -123,6 +123,18 @@ def conv2d_activated(x, weight, bias=None, padding=0, activation: str | None = N
     return act(nchw).transpose(0, 2, 3, 1)
 
 
+def conv_transpose2d_activated(x, weight, bias=None, stride=1, padding=0, output_padding=0,
+                               activation: str | None = None) -> np.ndarray:
+    """activation(F.conv_transpose2d(x, weight, bias, stride, padding, output_padding)) in float64
+    for an NHWC x and an (O, KH, KW, I) weight (MLX's layouts; torch's is (I, O, KH, KW))."""
+    nchw = ops.conv_transpose2d(np.asarray(x, np.float64).transpose(0, 3, 1, 2),
+                                np.asarray(weight, np.float64).transpose(3, 0, 1, 2),
+                                None if bias is None else np.asarray(bias, np.float64), stride, padding,
+                                output_padding)
+    act = {None: lambda y: y, "relu": ops.relu, "silu": ops.silu}[activation]
+    return act(nchw).transpose(0, 2, 3, 1)
+
+
 def conv2d_padded(x, weight, bias=None, padding=0, reflect: bool = False) -> np.ndarray:
     """F.conv2d(F.pad(x), weight, bias) in float64 for an NHWC x and an (O, KH, KW, I) weight,
     stride 1; the pad ``padding`` zeros or reflected pixels (torch's ``padding_mode="reflect"``)."""

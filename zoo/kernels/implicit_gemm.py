@@ -28,11 +28,9 @@ from zoo.kernels.winograd import ACTIVATIONS
 
 K_STEP = 8  # input channels per slice of the K loop; each thread reads 4 of them at once
 
-CONV = core.Kernel(
-    name="zoo_implicit_gemm_conv",
-    input_names=("x", "w", "bias", "sizes"),
-    output_names=("y",),
-    body="""
+# The kernel's body; CONV and SUBPIXEL fill in where a threadgroup's run or phase, its weight
+# and its output rows come from.
+BODY = """
     // x: (N, H, W, C), w: (O, KH, KW, C), bias: (O,), y: (N, OH, OW, O), C and O multiples of 4.
     // Template: KH, KW, strides SH, SW, paddings PH, PW (top/left), tile BM x BN, per-thread TM x TN
     // (multiples of 4), ACTIVATION (0 none, 1 ReLU, 2 SiLU), SPLITS: with more than one, the K steps
@@ -59,8 +57,7 @@ CONV = core.Kernel(
     const int n_blocks = (outputs + BN - 1) / BN;
     const int tiles = ((rows + BM - 1) / BM) * n_blocks;
     const int tid = int(local_pos.x);
-    const int split = int(thread_pos.x) / THREADS / tiles;
-    const int block = int(thread_pos.x) / THREADS % tiles;
+@SPLIT@    const int block = int(thread_pos.x) / THREADS % tiles;
     const int m0 = (block / n_blocks) * BM;
     const int n0 = (block % n_blocks) * BN;
 
@@ -113,7 +110,7 @@ CONV = core.Kernel(
                 const int o = n0 + (f >> 1);
                 const int c = c0 + (f & 1) * 4;
                 if (f < 2 * BN && o < outputs && c < channels) {
-                    b_next[j] = *((const ZOO_DEVICE_PTR float4*)(w + ((o * KH + kh) * KW + kw) * channels + c));
+                    b_next[j] = *((const ZOO_DEVICE_PTR float4*)(@WEIGHT@ + ((o * KH + kh) * KW + kw) * channels + c));
                 } else {
                     b_next[j].x = 0.0f; b_next[j].y = 0.0f; b_next[j].z = 0.0f; b_next[j].w = 0.0f;
                 }
@@ -201,11 +198,33 @@ CONV = core.Kernel(
                 }
                 float4 out;
                 out.x = v[0]; out.y = v[1]; out.z = v[2]; out.w = v[3];
-                *((ZOO_DEVICE_PTR float4*)(y + (split * rows + m) * outputs + o)) = out;
+                *((ZOO_DEVICE_PTR float4*)(y + @ROW@ * outputs + o)) = out;
             }
         }
     }
-""",
+"""
+
+CONV = core.Kernel(
+    name="zoo_implicit_gemm_conv",
+    input_names=("x", "w", "bias", "sizes"),
+    output_names=("y",),
+    body=BODY.replace("@SPLIT@", "    const int split = int(thread_pos.x) / THREADS / tiles;\n")
+    .replace("@WEIGHT@", "w").replace("@ROW@", "(split * rows + m)"),
+)
+
+# A transposed convolution of kernel 3, stride 2, padding 1, output padding 1 (LaMa's upsamplings) as
+# its 2 x 2 output phases, each a 2x2 stride-1 convolution of the input (``subpixel_weights``): one
+# launch, threadgroups of phase p = (rh, rw) write output pixels (2 i + rh, 2 j + rw), so the output
+# is made interleaved, with no cuDNN workspace (97 MiB for LaMa 512's last upsampling in float32).
+# w: (4, O, 2, 2, C); sizes: the input's H, W, C, then H, W again (a phase's grid), O, N * H * W.
+SUBPIXEL = core.Kernel(
+    name="zoo_implicit_gemm_subpixel",
+    input_names=("x", "w", "bias", "sizes"),
+    output_names=("y",),
+    body=BODY.replace("@SPLIT@", "    const int split = 0;\n    const int phase = int(thread_pos.x) / THREADS / tiles;\n")
+    .replace("@WEIGHT@", "(w + phase * outputs * KH * KW * channels)")
+    .replace("@ROW@", "((m / out_w / out_h * 2 * out_h + 2 * (m / out_w % out_h) + phase / 2) * 2 * out_w"
+                      " + 2 * (m % out_w) + phase % 2)"),
 )
 
 
@@ -378,5 +397,86 @@ def conv_launch(x: mx.array, weight: mx.array, bias: mx.array, stride, padding, 
         grid=(blocks * t.threads, 1, 1),
         threadgroup=(t.threads, 1, 1),
         output_shapes=((n, out_h, out_w, co) if splits == 1 else (splits, n, out_h, out_w, co),),
+        output_dtypes=(mx.float32,),
+    )
+
+
+def subpixel_fits(weight_shape, stride, padding, output_padding, dilation) -> bool:
+    """A transposed convolution SUBPIXEL computes: an (O, 3, 3, I) weight (MLX's layout), stride 2,
+    padding 1, output padding 1, no dilation, input and output channels multiples of 4."""
+    o, kh, kw, i = weight_shape
+    return (kh, kw) == (3, 3) and core.pair(stride) == (2, 2) and core.pair(padding) == (1, 1) \
+        and core.pair(output_padding) == (1, 1) and core.pair(dilation) == (1, 1) and o % 4 == 0 and i % 4 == 0
+
+
+def subpixel_preferred(dtype: mx.Dtype, weight_shape, stride, padding, output_padding, dilation) -> bool:
+    """Whether the models' compiled forwards run such a transposed convolution with SUBPIXEL: in
+    float32 on MLX's CUDA backend, where cuDNN's took a workspace (33-97 MiB for LaMa 512's three);
+    float16 and Metal keep MLX's."""
+    return core.native_backend() == "cuda" and dtype == mx.float32 \
+        and subpixel_fits(weight_shape, stride, padding, output_padding, dilation)
+
+
+def subpixel_weights(weight: mx.array) -> mx.array:
+    """The (4, O, 2, 2, I) kernels of the output phases of a transposed convolution of an (O, 3, 3, I)
+    weight, stride 2, padding 1: output row 2 i + rh sums input rows i + a (a = 0, 1) times kernel
+    row rh + 1 - 2 a (none where that is -1), and so for columns; phase index 2 rh + rw."""
+    zero = mx.zeros_like(weight[:, :1, :1])
+
+    def tap(ky: int, kx: int) -> mx.array:
+        return weight[:, ky:ky + 1, kx:kx + 1] if ky >= 0 and kx >= 0 else zero
+
+    return mx.stack([mx.concatenate([mx.concatenate([tap(rh + 1 - 2 * a, rw + 1 - 2 * b) for b in (0, 1)], axis=2)
+                                     for a in (0, 1)], axis=1)
+                     for rh in (0, 1) for rw in (0, 1)])
+
+
+def conv_transpose2d_subpixel(x: mx.array, phases: mx.array, bias: mx.array, activation: str | None = None,
+                              tiles: Tiles | None = None) -> mx.array:
+    """activation(mx.conv_transpose2d(x, weight, stride=2, padding=1, output_padding=1) + bias) for a
+    float32 NHWC x, given ``subpixel_weights(weight)``: (N, H, W, C) -> (N, 2H, 2W, O)."""
+    x = core.nhwc_float_input("implicit_gemm conv_transpose2d_subpixel", x)
+    if x.dtype != mx.float32 or phases.dtype != mx.float32:
+        raise ZooError(f"implicit_gemm conv_transpose2d_subpixel: float32 only, got x {x.dtype} and weight "
+                       f"{phases.dtype}")
+    if phases.ndim != 5 or phases.shape[0] != 4 or tuple(phases.shape[2:4]) != (2, 2) or phases.shape[4] != x.shape[3] \
+            or not fits(phases.shape[1:], 1, 0, 1, 1):
+        raise ZooError(f"implicit_gemm conv_transpose2d_subpixel: phases must be subpixel_weights of an (O, 3, 3, "
+                       f"{x.shape[3]}) weight, O and the channels multiples of 4; got {tuple(phases.shape)}")
+    if activation not in ACTIVATIONS:
+        raise ZooError(f"implicit_gemm conv_transpose2d_subpixel: activation must be one of {list(ACTIVATIONS)}, "
+                       f"got {activation!r}")
+    n, h, w, _ = x.shape
+    co = phases.shape[1]
+    core.check_size("implicit_gemm conv_transpose2d_subpixel output", 4 * n * h * w * co)
+    bias = bias.astype(mx.float32)
+    backend = core.native_backend()
+    coverage.note("implicit_gemm conv_transpose2d_subpixel",
+                  coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
+    if backend is None:  # what the kernel computes, in MLX's ops: four convolutions, interleaved
+        padded = mx.pad(x, ((0, 0), (0, 1), (0, 1), (0, 0)))
+        y = mx.stack([mx.conv2d(padded, phases[p]) for p in range(4)], axis=3)  # (N, H, W, 4, O)
+        y = y.reshape(n, h, w, 2, 2, co).transpose(0, 1, 3, 2, 4, 5).reshape(n, 2 * h, 2 * w, co)
+        return ACTIVATIONS[activation][1](y + bias)
+    (y,) = core.run(subpixel_launch(x, phases, bias, activation, tiles), backend)
+    return y
+
+
+def subpixel_launch(x: mx.array, phases: mx.array, bias: mx.array, activation: str | None = None,
+                    tiles: Tiles | None = None) -> core.Launch:
+    """SUBPIXEL's launch: every phase's tiles, phase by phase."""
+    n, h, w, c = x.shape
+    co = phases.shape[1]
+    rows = n * h * w
+    t = tiles or tiles_for(4 * rows, co)
+    return core.Launch(
+        kernel=SUBPIXEL,
+        inputs=(x, phases, bias, core.constant((h, w, c, h, w, co, rows), mx.int32)),
+        template=(("KH", 2), ("KW", 2), ("SH", 1), ("SW", 1), ("PH", 0), ("PW", 0),
+                  ("BM", t.bm), ("BN", t.bn), ("TM", t.tm), ("TN", t.tn),
+                  ("ACTIVATION", ACTIVATIONS[activation][0]), ("SPLITS", 1)),
+        grid=(4 * t.count(rows, co) * t.threads, 1, 1),
+        threadgroup=(t.threads, 1, 1),
+        output_shapes=((n, 2 * h, 2 * w, co),),
         output_dtypes=(mx.float32,),
     )

@@ -324,7 +324,25 @@ def implicit_gemm_cases(rng) -> list[Case]:
         implicit_gemm_case(rng, (1, 56, 56, 64), 64, activation="relu", timed=True),
         implicit_gemm_case(rng, (2, 7, 9, 12), 20, stride=2),  # rows, outputs, channels past their tiles
         implicit_gemm_case(rng, (1, 11, 10, 4), 8, kernel=7, padding=3),
+        subpixel_case(rng, (1, 256, 256, 128), 64, timed=True),  # LaMa 512's last upsampling
+        subpixel_case(rng, (2, 5, 7, 12), 20, activation=None),
     ]
+
+
+def subpixel_case(rng, shape, out_channels, activation="relu", timed=False):
+    x = rng.standard_normal(shape).astype(np.float32)
+    weight = (rng.standard_normal((out_channels, 3, 3, shape[-1])) / np.sqrt(9 * shape[-1])).astype(np.float32)
+    bias = rng.standard_normal(out_channels).astype(np.float32)
+    phases, b = implicit_gemm.subpixel_weights(mx.array(weight)), mx.array(bias)
+    x_mx = mx.array(x)
+    return Case(
+        "implicit_gemm",
+        f"{shape} -> {out_channels}, transposed 3x3, stride 2 (4 phases), {activation}",
+        lambda: implicit_gemm.conv_transpose2d_subpixel(x_mx, phases, b, activation),
+        lambda: [ref.conv_transpose2d_activated(x, weight, bias, 2, 1, 1, activation).astype(np.float32)],
+        1e-5 * max(1.0, (4 * shape[-1] / 576) ** 0.5),  # K = 2 x 2 taps x C, as the convolution cases
+        timed,
+    )
 
 
 def few_outputs_case(rng, shape, out_channels, kernel, padding, reflect, dtype=np.float32, timed=False):
