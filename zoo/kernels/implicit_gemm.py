@@ -7,7 +7,8 @@ tap (kh, kw) and every run of 8 input channels it reads the BM patch rows (a 4-c
 each, zero outside the image) and the BN weight rows into threadgroup memory, two buffers
 deep so that the reads of the next slice overlap the products of this one, and each thread
 keeps a TM x TN block of sums in registers. The bias and the ReLU/SiLU that follows are added
-before the one write of the output.
+before the one write of the output. The same body, as SUBPIXEL, computes a transposed
+convolution of kernel 3 and stride 2 as its four output phases (``conv_transpose2d_subpixel``).
 
 Why: MLX's convolution on CUDA is cuDNN in NHWC, and in float32 without TF32 its engines
 reached 11-36% of the H100's float32 rate, some with workspaces of up to 1.4 GB that MLX holds
