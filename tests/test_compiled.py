@@ -269,6 +269,23 @@ def test_folds_follow_weights_replaced_after_tracing(compile_on):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_folds_follow_an_array_added_after_tracing(compile_on):
+    # the per-call check compares the arrays it knows and the modules' sizes: a bias added to a
+    # bias-less convolution, then replaced, is folded in each time
+    model = zoo.load("resnet50", weights="synthetic", device="cpu")
+    x = images(1, 32)
+    before = np.array(model(x))
+    conv = model.conv1
+    assert "bias" not in conv
+    for value in (0.5, -0.5):
+        conv["bias"] = mx.full((conv.weight.shape[0],), value)
+        got = np.array(model(x))
+        with eager():
+            want = np.array(model(x))
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert np.abs(got - before).max() > 0.1
+
+
 def test_training_mode_is_not_folded(resnet, compile_on):
     resnet.compiled.clear()
     resnet.train()

@@ -180,20 +180,22 @@ class FoldedConvs:
         # entry the checks took 250 of YOLOv8s's 830 us of host time per call (2-core CPU, 2026-11-27).
         self.modules = [m for pair in self.pairs.values() for m in pair if m is not None]
         self.batch_norms = [m for m in self.modules if isinstance(m, nn.BatchNorm)]
-        self.named = [(m, name) for m in self.modules for name in _SOURCE_NAMES if name in m]
-        self.known: list | None = None  # every entry's sources when last derived
+        self.named: list = []  # (module, name) of every array the entries derive from: refresh() sets it
+        self.known: list | None = None  # those arrays, and the modules' sizes, when last derived
 
     def all_sources(self) -> list | None:
-        """The arrays of every entry's modules (None where one was removed since)."""
+        """The arrays of every entry's modules, and their modules' sizes (None where an array was
+        removed since; a size tells one added)."""
         try:
-            return [m[name] for m, name in self.named]
+            return [m[name] for m, name in self.named] + [sum(map(len, self.modules))]
         except KeyError:
             return None
 
     def refresh(self) -> None:
         """Derive again every entry one of whose arrays was replaced since it was derived."""
         now = self.all_sources()
-        if now is not None and self.known is not None and all(map(operator.is_, now, self.known)):
+        if now is not None and self.known is not None and now[-1] == self.known[-1] \
+                and all(map(operator.is_, now[:-1], self.known[:-1])):
             return
         for key, (conv, partner) in self.pairs.items():
             sources = sources_of(conv, partner)
@@ -201,6 +203,7 @@ class FoldedConvs:
                 self.sources[key] = sources
                 # evaluated with the first output that uses them
                 self.arrays[key] = self.makers.get(key, fold_in_conv_dtype)(conv, partner)
+        self.named = [(m, name) for m in self.modules for name in _SOURCE_NAMES if name in m]
         self.known = self.all_sources()
 
     def retraced(self) -> None:
