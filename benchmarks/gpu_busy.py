@@ -26,7 +26,7 @@ from layer_timing import write_json  # same folder
 OP_CHAIN = 300
 
 
-def busy_row(spec: str, torch, tdev) -> dict:
+def busy_row(spec: str, tdev) -> dict:
     import mlx.core as mx
     from torch.profiler import ProfilerActivity, profile
 
@@ -147,7 +147,7 @@ def main() -> None:
     # 16:18 UTC; not separated from the host's own variation between leases)
     rows = [{"op_costs": op_costs()}] if args.op_costs else []
     for spec in args.cases.split(","):
-        rows.append(busy_row(spec, torch, tdev))
+        rows.append(busy_row(spec, tdev))
         print(json.dumps(rows[-1]), flush=True)
     write_json(args.json, rows)
 

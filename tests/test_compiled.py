@@ -103,7 +103,7 @@ def test_lama_compiled_equals_eager(compile_on, monkeypatch):
     assert len(lama.compiled.traces) == 1
 
 
-def test_lama_upsamplings_as_subpixel_phases_equal_eager(compile_on, monkeypatch):
+def test_lama_upsamplings_as_subpixel_phases_equal_their_layers_compiled(compile_on, monkeypatch):
     # the compiled CUDA float32 forms, on the CPU in MLX's ops: each upsampling (transposed
     # convolution, BatchNorm, ReLU) as SUBPIXEL's four output phases with the BatchNorm folded in
     import zoo.models.lama as lama_module

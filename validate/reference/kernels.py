@@ -113,14 +113,16 @@ def sppf_maxpool(x, k: int = 5):
     return y1, y2, max_pool2d(y2, k, 1, k // 2)
 
 
+ACTIVATIONS = {None: lambda y: y, "relu": ops.relu, "silu": ops.silu}  # the kernels' activation codes 0-2
+
+
 def conv2d_activated(x, weight, bias=None, padding=0, activation: str | None = None, stride=1) -> np.ndarray:
     """activation(F.conv2d(x, weight, bias, stride, padding)) in float64 for an NHWC x and an
     (O, KH, KW, I) weight (MLX's layouts); activation None, "relu" or "silu"."""
     nchw = ops.conv2d(np.asarray(x, np.float64).transpose(0, 3, 1, 2),
                       np.asarray(weight, np.float64).transpose(0, 3, 1, 2),
                       None if bias is None else np.asarray(bias, np.float64), stride=stride, padding=padding)
-    act = {None: lambda y: y, "relu": ops.relu, "silu": ops.silu}[activation]
-    return act(nchw).transpose(0, 2, 3, 1)
+    return ACTIVATIONS[activation](nchw).transpose(0, 2, 3, 1)
 
 
 def conv_transpose2d_activated(x, weight, bias=None, stride=1, padding=0, output_padding=0,
@@ -131,8 +133,7 @@ def conv_transpose2d_activated(x, weight, bias=None, stride=1, padding=0, output
                                 np.asarray(weight, np.float64).transpose(3, 0, 1, 2),
                                 None if bias is None else np.asarray(bias, np.float64), stride, padding,
                                 output_padding)
-    act = {None: lambda y: y, "relu": ops.relu, "silu": ops.silu}[activation]
-    return act(nchw).transpose(0, 2, 3, 1)
+    return ACTIVATIONS[activation](nchw).transpose(0, 2, 3, 1)
 
 
 def conv2d_padded(x, weight, bias=None, padding=0, reflect: bool = False) -> np.ndarray:
