@@ -8,7 +8,8 @@ For each case (zoo.bench's model:batch:dtype, synthetic weights, its inputs) the
 too: ``gpu_busy_ms`` is the union of the kernels' intervals per forward, ``wall_ms`` the median
 synchronised call (the profiler adds host time to it). A wall time well above the busy time is
 time the GPU waited for the host to encode and launch. Also the kernels and the CUDA API calls
-that took most. ``--op-costs``: MLX's host time per op on the GPU, eager chains of 300 ops of one
+that took most. ``--peer``: the PyTorch peer's forward traced the same way (its kernels beside
+MLX's). ``--op-costs``: MLX's host time per op on the GPU, eager chains of 300 ops of one
 kind (the time to build and schedule them, ``mx.async_eval``, over 300) and per op in all.
 Needs torch with CUDA (its profiler; torch is imported first, so that its cuDNN loads first).
 """
@@ -24,31 +25,21 @@ import time
 from layer_timing import write_json  # same folder
 
 OP_CHAIN = 300
+TOP = 12  # kernels listed per case
 
 
-def busy_row(spec: str, tdev) -> dict:
-    import mlx.core as mx
+def traced(run, sync) -> dict:
+    """Wall time, GPU busy time and the top kernels and API calls of ``run`` (10 calls under the
+    profiler, after 20 untimed ones), per call."""
     from torch.profiler import ProfilerActivity, profile
 
-    from zoo.bench import cases as C
-    from zoo.bench import run as R
-
-    model, batch, dtype = spec.split(":")
-    case = C.Case(model, int(batch), dtype, 512 if model == "lama" else C.IMAGE_SIZE.get(model, 1024))
-    side = C.MlxSide(model, dtype, 0)
-    embedding = None
-    if model == "mobilesam-decoder":
-        embedding = R.encoder_embedding(side, C.TorchSide(model, dtype, tdev, 0, False))
-    fn, xs, _ = side.call(case, C.case_inputs(case), embedding)
     for _ in range(20):  # traces, cuDNN plans, clocks up
-        mx.eval(fn(*xs))
-    mx.synchronize()
+        sync(run())
     walls = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
             start = time.perf_counter()
-            mx.eval(fn(*xs))
-            mx.synchronize()
+            sync(run())
             walls.append((time.perf_counter() - start) * 1e3)
     path = f"/tmp/zoo_gpu_busy_{os.getpid()}.json"
     prof.export_chrome_trace(path)
@@ -68,11 +59,42 @@ def busy_row(spec: str, tdev) -> dict:
         if e.get("cat") in ("cuda_runtime", "cuda_driver"):
             count, total = calls.get(e["name"], (0, 0.0))
             calls[e["name"]] = (count + 1, total + e["dur"])
-    return {"case": spec, "wall_ms": round(statistics.median(walls), 3), "kernels_per_forward": len(kernels) / 10,
+    return {"wall_ms": round(statistics.median(walls), 3), "kernels_per_forward": len(kernels) / 10,
             "gpu_busy_ms": round(busy / 1e4, 3),
-            "top_kernels_ms": {k: round(v / 1e4, 3) for k, v in sorted(by_name.items(), key=lambda t: -t[1])[:8]},
+            "top_kernels_ms": {k: round(v / 1e4, 3) for k, v in sorted(by_name.items(), key=lambda t: -t[1])[:TOP]},
             "top_api_calls_per_forward": {k: {"calls": c / 10, "us": round(t / 10, 1)}
                                           for k, (c, t) in sorted(calls.items(), key=lambda t: -t[1][1])[:8]}}
+
+
+def busy_row(spec: str, tdev, peer: bool) -> dict:
+    import mlx.core as mx
+    import torch
+
+    from zoo.bench import cases as C
+    from zoo.bench import run as R
+
+    model, batch, dtype = spec.split(":")
+    case = C.Case(model, int(batch), dtype, 512 if model == "lama" else C.IMAGE_SIZE.get(model, 1024))
+    inputs = C.case_inputs(case)
+    side = C.MlxSide(model, dtype, 0)
+    torch_side = C.TorchSide(model, dtype, tdev, 0, False) if peer or model == "mobilesam-decoder" else None
+    embedding = R.encoder_embedding(side, torch_side) if model == "mobilesam-decoder" else None
+    fn, xs, _ = side.call(case, inputs, embedding)
+
+    def mlx_sync(out):
+        mx.eval(out)
+        mx.synchronize()
+
+    row = {"case": spec, **traced(lambda: fn(*xs), mlx_sync)}
+    if peer:
+        tfn, txs, _ = torch_side.call(case, inputs, embedding)
+
+        def torch_call():
+            with torch.inference_mode():
+                return tfn(*txs)
+
+        row["torch"] = traced(torch_call, lambda _: torch.cuda.synchronize(tdev))
+    return row
 
 
 def op_costs() -> dict:
@@ -130,6 +152,7 @@ def main() -> None:
                     help="folder holding the peers' code (the decoder case builds MobileSAM's for its embedding)")
     ap.add_argument("--upstream-fallback", action="append", default=[], metavar="DIR")
     ap.add_argument("--op-costs", action="store_true", help="also MLX's host time per op of each kind")
+    ap.add_argument("--peer", action="store_true", help="also the PyTorch peer's forward, traced the same way")
     ap.add_argument("--json")
     args = ap.parse_args()
     args.tf32, args.torch_threads, args.device = False, 0, "gpu"
@@ -147,7 +170,7 @@ def main() -> None:
     # 16:18 UTC; not separated from the host's own variation between leases)
     rows = [{"op_costs": op_costs()}] if args.op_costs else []
     for spec in args.cases.split(","):
-        rows.append(busy_row(spec, tdev))
+        rows.append(busy_row(spec, tdev, args.peer))
         print(json.dumps(rows[-1]), flush=True)
     write_json(args.json, rows)
 

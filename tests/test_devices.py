@@ -21,6 +21,36 @@ def test_second_device_decision_is_refused(monkeypatch):
         devices.use("cpu")
 
 
+@pytest.mark.parametrize("value, keeps", [(None, True), ("keep", True), ("release", False), (" Release ", False)])
+def test_cuda_pool_kept_unless_released(monkeypatch, value, keeps):
+    calls = []
+    monkeypatch.setattr(devices, "_chosen", None)
+    monkeypatch.setattr(devices, "gpu_backend", lambda: "cuda")
+    monkeypatch.setattr(mx, "set_default_device", lambda d: None)
+    monkeypatch.setattr(devices, "keep_cuda_pool", lambda: calls.append("kept"))
+    if value is None:
+        monkeypatch.delenv(devices.POOL_VAR, raising=False)
+    else:
+        monkeypatch.setenv(devices.POOL_VAR, value)
+    assert devices.use("gpu") == "gpu"
+    assert calls == (["kept"] if keeps else [])
+
+
+def test_cuda_pool_bad_choice(monkeypatch):
+    monkeypatch.setattr(devices, "_chosen", None)
+    monkeypatch.setattr(devices, "gpu_backend", lambda: "cuda")
+    monkeypatch.setattr(mx, "set_default_device", lambda d: None)
+    monkeypatch.setenv(devices.POOL_VAR, "forever")
+    with pytest.raises(ZooError, match="ZOO_CUDA_POOL='forever': use 'keep'"):
+        devices.use("gpu")
+
+
+def test_cpu_leaves_the_cuda_pool_alone(monkeypatch):
+    monkeypatch.setattr(devices, "_chosen", None)
+    monkeypatch.setattr(devices, "keep_cuda_pool", lambda: pytest.fail("the CPU has no CUDA pool"))
+    assert devices.use("cpu") == "cpu"
+
+
 def test_gpu_request_without_backend(monkeypatch):
     monkeypatch.setattr(devices, "_chosen", None)
     monkeypatch.setattr(devices, "gpu_backend", lambda: None)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from zoo.errors import ZooError
-from zoo.kernels import core, nms, resize, sppf_maxpool
+from zoo.kernels import box_decode, core, nms, resize, sppf_maxpool
 from zoo.kernels.nms import float32_threshold
 from zoo.validate.reference import kernels as ref
 
@@ -345,3 +345,44 @@ def test_sppf_maxpool_propagates_nan(variant):
 def test_sppf_maxpool_bad_input(x, k, message):
     with pytest.raises(ZooError, match=message):
         sppf_maxpool(mx.array(x), k)
+
+
+# ---------------------------------------------------------------- box decode
+
+
+def decode_maps(rng, n=2, nc=5, sizes=((4, 6), (2, 3), (1, 2)), dtype=np.float32):
+    boxes = [(rng.standard_normal((n, h, w, 64)) * 3).astype(dtype) for h, w in sizes]
+    classes = [(rng.standard_normal((n, h, w, nc)) * 4).astype(dtype) for h, w in sizes]
+    return boxes, classes, np.arange(16, dtype=np.float32)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(np.float32, 2e-6), (np.float16, 2e-3)])
+def test_box_decode(variant, dtype, tolerance):
+    boxes, classes, bins = decode_maps(np.random.default_rng(3), dtype=dtype)
+    bins = bins[::-1].copy()  # a file's own bin values are used, not arange assumed
+    y = box_decode.decode([mx.array(b) for b in boxes], [mx.array(c) for c in classes], mx.array(bins), (8, 16, 32))
+    expected = ref.box_decode(boxes, classes, bins, (8, 16, 32))
+    assert y.dtype == mx.array(boxes[0]).dtype and y.shape == expected.shape
+    assert decode_error(np.array(y.astype(mx.float32)), expected) <= tolerance
+
+
+def decode_error(y: np.ndarray, expected: np.ndarray) -> float:
+    """Largest difference, the boxes' relative to their largest coordinate (a centre is the
+    difference of two such numbers), the scores' absolute."""
+    scale = np.ones(expected.shape[-1])
+    scale[:4] = max(1.0, float(np.abs(expected[..., :4]).max()))
+    return float((np.abs(y - expected) / scale).max())
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda b, c, s: (b[:2], c, s), "3 levels"),
+    (lambda b, c, s: ([b[0][..., :60], *b[1:]], c, s), "4 x 16"),
+    (lambda b, c, s: (b, [c[0][:, :3], *c[1:]], s), "same cells"),
+    (lambda b, c, s: (b, [c[0].astype(np.float16), *c[1:]], s), "one dtype"),
+    (lambda b, c, s: (b, c, (8, 16, 0)), "positive integers"),
+])
+def test_box_decode_bad_input(change, message):
+    boxes, classes, bins = decode_maps(np.random.default_rng(4))
+    boxes, classes, strides = change(boxes, classes, (8, 16, 32))
+    with pytest.raises(ZooError, match=message):
+        box_decode.decode([mx.array(b) for b in boxes], [mx.array(c) for c in classes], mx.array(bins), strides)

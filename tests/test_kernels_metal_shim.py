@@ -29,8 +29,10 @@ from zoo.kernels import core
 from zoo.kernels.nms import _suppression_matrix, float32_threshold, greedy_keep_launch, iou_mask_launch, score_sorted
 from zoo.kernels.resize import resize_launch, source_taps
 from zoo.kernels.sppf import sppf_launch
-from zoo.kernels import few_outputs, implicit_gemm, winograd
+from zoo.kernels import box_decode, few_outputs, implicit_gemm, winograd
 from zoo.validate.reference import kernels as ref
+
+from test_kernels import decode_error
 
 COMPILER = shutil.which("g++") or shutil.which("clang++")
 pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C++ compiler (g++ or clang++) on PATH")
@@ -258,6 +260,22 @@ def test_sppf_metal(run_metal, shape, k, dtype):
     outputs = run_metal(sppf_launch(mx.array(x), k))
     for out, expected in zip(outputs, ref.sppf_maxpool(x, k), strict=True):
         np.testing.assert_array_equal(out, expected)
+
+
+# ---------------------------------------------------------------- box decode
+
+
+@pytest.mark.parametrize("n, nc, sizes", [(2, 5, ((4, 6), (2, 3), (1, 2))), (1, 1, ((2, 2), (1, 1), (1, 1)))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_box_decode_metal(run_metal, n, nc, sizes, dtype):
+    rng = np.random.default_rng(5)
+    boxes = [(rng.standard_normal((n, h, w, 64)) * 3).astype(dtype) for h, w in sizes]
+    classes = [(rng.standard_normal((n, h, w, nc)) * 4).astype(dtype) for h, w in sizes]
+    bins = rng.uniform(0, 16, 16).astype(np.float32)
+    (y,) = run_metal(box_decode.decode_launch([mx.array(b) for b in boxes], [mx.array(c) for c in classes],
+                                              mx.array(bins), (8, 16, 32)))
+    expected = ref.box_decode(boxes, classes, bins, (8, 16, 32))
+    assert decode_error(y.astype(np.float64), expected) <= (2e-6 if dtype == np.float32 else 2e-3)
 
 
 # ---------------------------------------------------------------- Winograd 3x3 convolution

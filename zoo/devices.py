@@ -52,9 +52,51 @@ def use(device: str | None = None) -> str:
             f"this process already runs on {_chosen}; one device per process: "
             f"start a new process for {device}"
         )
+    first = _chosen is None
+    if first and device == "gpu" and gpu_backend() == "cuda" and cuda_pool_choice() == "keep":
+        keep_cuda_pool()
     mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
     _chosen = device
     return device
+
+
+# MLX's CUDA allocator takes its buffers from the device's default memory pool (cudaMallocAsync),
+# whose release threshold is 0: at every synchronisation in the process the driver hands back to
+# the system what MLX freed, and MLX maps it again on its next forward. A PyTorch model in the same
+# process paid for those releases inside its own torch.cuda.synchronize(): beside MLX's eager
+# YOLOv8 b16 float32 it ran 1.6-1.7x slower (H200, 2026-11-27 17:10 UTC, docs/speed-gpu.md). Kept
+# (PyTorch's caching allocator keeps its blocks the same way), nothing moved.
+POOL_VAR = "ZOO_CUDA_POOL"
+POOL_CHOICES = ("keep", "release")
+
+
+def cuda_pool_choice() -> str:
+    """``ZOO_CUDA_POOL``: 'keep' (default) what MLX frees in the CUDA pool, or 'release' it at each
+    synchronisation (the driver's default)."""
+    value = os.environ.get(POOL_VAR, "").strip().lower() or "keep"
+    if value not in POOL_CHOICES:
+        raise ZooError(f"{POOL_VAR}={value!r}: use 'keep' (default) or 'release'")
+    return value
+
+
+def keep_cuda_pool() -> None:
+    """Set the release threshold of the GPU's default memory pool (the one MLX allocates from) to
+    its maximum: freed memory stays in the pool for MLX's next allocations."""
+    import ctypes
+
+    driver = ctypes.CDLL("libcuda.so.1")
+    device, pool = ctypes.c_int(), ctypes.c_void_p()
+    threshold = ctypes.c_uint64(2**64 - 1)
+    release_threshold = 4  # CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+    for name, call in (("cuInit", lambda: driver.cuInit(0)),
+                       ("cuDeviceGet", lambda: driver.cuDeviceGet(ctypes.byref(device), 0)),
+                       ("cuDeviceGetDefaultMemPool", lambda: driver.cuDeviceGetDefaultMemPool(ctypes.byref(pool), device)),
+                       ("cuMemPoolSetAttribute",
+                        lambda: driver.cuMemPoolSetAttribute(pool, release_threshold, ctypes.byref(threshold)))):
+        status = call()
+        if status:
+            raise ZooError(f"keeping the CUDA memory pool: {name} returned CUDA error {status}; "
+                           f"set {POOL_VAR}=release to leave the pool as it is")
 
 
 def describe() -> str:

@@ -24,7 +24,7 @@ import mlx.nn as nn
 from zoo.compiled import CompiledForward, fold_in_conv_dtype, folded, folding
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
-from zoo.kernels import sppf_maxpool
+from zoo.kernels import box_decode, sppf_maxpool
 from zoo.models.layers import BatchNorm, Conv2d, Sequential, conv_bn, sigmoid, silu
 
 from .ops import STRIDE, resolve_classes
@@ -231,27 +231,18 @@ class Detect(nn.Module):
         self.dfl = DFL(REG_MAX)
 
     def __call__(self, *levels: mx.array) -> mx.array:
+        boxes, classes = [], []
+        for i, x in enumerate(levels):  # upstream's order: a level's box branch, then its class branch
+            boxes.append(self.cv2[str(i)](x))
+            classes.append(self.cv3[str(i)](x))
+        if folding():  # a compiled forward: one kernel reads the maps where they lie
+            return box_decode.decode(boxes, classes, self.dfl.conv.weight, STRIDES)
         n = levels[0].shape[0]
-        box, cls = [], []
-        for i, x in enumerate(levels):
-            box.append(self.cv2[str(i)](x).reshape(n, -1, 4 * REG_MAX))
-            cls.append(self.cv3[str(i)](x).reshape(n, -1, self.nc))
-        dist = self.dfl(mx.concatenate(box, axis=1).swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b
-        anchors, strides = anchor_grid([x.shape[1:3] for x in levels], dist.dtype)
-        x1y1 = anchors - dist[..., :2]
-        x2y2 = anchors + dist[..., 2:]
-        xywh = mx.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=-1) * strides
-        return mx.concatenate([xywh, sigmoid(mx.concatenate(cls, axis=1))], axis=-1)
-
-
-def anchor_grid(sizes, dtype) -> tuple[mx.array, mx.array]:
-    """Cell centres (A, 2) as x, y in grid units, and each anchor's stride (A, 1)."""
-    points, strides = [], []
-    for (h, w), stride in zip(sizes, STRIDES):
-        xs, ys = mx.meshgrid(mx.arange(w, dtype=dtype) + 0.5, mx.arange(h, dtype=dtype) + 0.5, indexing="xy")
-        points.append(mx.stack([xs, ys], axis=-1).reshape(-1, 2))
-        strides.append(mx.full((h * w, 1), stride, dtype=dtype))
-    return mx.concatenate(points), mx.concatenate(strides)
+        box = mx.concatenate([b.reshape(n, -1, 4 * REG_MAX) for b in boxes], axis=1)
+        dist = self.dfl(box.swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b
+        xywh = box_decode.boxes_from_distances(dist, [x.shape[1:3] for x in levels], STRIDES)
+        return mx.concatenate([xywh, sigmoid(mx.concatenate([c.reshape(n, -1, self.nc) for c in classes], axis=1))],
+                              axis=-1)
 
 
 class DetectionModel(nn.Module):

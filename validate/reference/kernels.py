@@ -9,7 +9,9 @@ Each function restates the upstream algorithm directly, not zoo's implementation
 - `max_pool2d`, `sppf_maxpool`: PyTorch ``max_pool2d`` (padding with -inf) and SPPF's
   three chained pools;
 - `conv2d_activated`: PyTorch ``conv2d`` then ReLU or SiLU on NHWC arrays (the Winograd
-  convolution's reference: ``ops.conv2d``, a direct convolution).
+  convolution's reference: ``ops.conv2d``, a direct convolution);
+- `box_decode`: ultralytics' ``Detect`` in inference (DFL, ``make_anchors``, ``dist2bbox``,
+  sigmoid) on the levels' NHWC box and class maps.
 """
 
 from __future__ import annotations
@@ -143,3 +145,23 @@ def conv2d_padded(x, weight, bias=None, padding=0, reflect: bool = False) -> np.
     padded = np.pad(np.asarray(x, np.float64), ((0, 0), (ph, ph), (pw, pw), (0, 0)),
                     mode="reflect" if reflect else "constant")
     return conv2d_activated(padded, weight, bias)
+
+
+def box_decode(boxes, classes, bins, strides) -> np.ndarray:
+    """ultralytics' Detect decode in float64: the levels' NHWC box maps (N, H, W, 4 * R) and class
+    maps (N, H, W, nc) -> (N, A, 4 + nc), boxes as centre x, centre y, width, height in pixels."""
+    bins = np.asarray(bins, np.float64).ravel()
+    n = boxes[0].shape[0]
+    logits = np.concatenate([np.asarray(b, np.float64).reshape(n, -1, 4, bins.size) for b in boxes], axis=1)
+    dist = ops.softmax(logits, axis=-1) @ bins  # (N, A, 4): left, top, right, bottom
+    points, steps = [], []
+    for b, stride in zip(boxes, strides):
+        h, w = b.shape[1:3]
+        gy, gx = np.meshgrid(np.arange(h) + 0.5, np.arange(w) + 0.5, indexing="ij")
+        points.append(np.stack([gx, gy], axis=-1).reshape(-1, 2))
+        steps.append(np.full((h * w, 1), float(stride)))
+    anchors = np.concatenate(points)
+    x1y1, x2y2 = anchors - dist[..., :2], anchors + dist[..., 2:]
+    xywh = np.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=-1) * np.concatenate(steps)
+    scores = ops.sigmoid(np.concatenate([np.asarray(c, np.float64).reshape(n, -1, c.shape[3]) for c in classes], axis=1))
+    return np.concatenate([xywh, scores], axis=-1)

@@ -29,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from zoo.devices import gpu_backend
-from zoo.kernels import core, few_outputs, implicit_gemm, nms, resize, sppf_maxpool, winograd
+from zoo.kernels import box_decode, core, few_outputs, implicit_gemm, nms, resize, sppf_maxpool, winograd
 from zoo.validate.reference import kernels as ref
 
 
@@ -254,6 +254,26 @@ def sppf_cases(rng) -> list[Case]:
     ]
 
 
+def box_decode_case(rng, n, nc, sizes, dtype=np.float32, timed=False):
+    boxes = [(rng.standard_normal((n, h, w, 64)) * 3).astype(dtype) for h, w in sizes]
+    classes = [(rng.standard_normal((n, h, w, nc)) * 4).astype(dtype) for h, w in sizes]
+    bins = np.arange(16, dtype=np.float32)
+    args = ([mx.array(b) for b in boxes], [mx.array(c) for c in classes], mx.array(bins), (8, 16, 32))
+    # float32: a box centre of a few pixels is the difference of coordinates up to ~500 (ulp 3e-5)
+    return Case("box_decode", f"N={n} classes={nc} levels {sizes} {np.dtype(dtype).name}",
+                lambda: box_decode.decode(*args),
+                lambda: [ref.box_decode(boxes, classes, bins, (8, 16, 32)).astype(dtype)],
+                1e-4 if dtype == np.float32 else 1e-3, timed)  # float16: one ulp (2**-10) of the rounded result
+
+
+def box_decode_cases(rng) -> list[Case]:
+    yolo_640 = ((80, 80), (40, 40), (20, 20))
+    return [box_decode_case(rng, 2, 5, ((4, 6), (2, 3), (1, 2))),
+            box_decode_case(rng, 2, 5, ((4, 6), (2, 3), (1, 2)), np.float16),
+            box_decode_case(rng, 16, 80, yolo_640, timed=True),
+            box_decode_case(rng, 16, 80, yolo_640, np.float16, timed=True)]
+
+
 def torch_conv3x3(x, weight, bias, padding):
     import torch
     import torch.nn.functional as F
@@ -403,7 +423,7 @@ def main(argv=None) -> int:
 
     rng = np.random.default_rng(0)
     cases = (nms_cases(rng) + resize_cases(rng) + sppf_cases(rng) + winograd_cases(rng)
-             + implicit_gemm_cases(rng) + few_outputs_cases(rng))
+             + implicit_gemm_cases(rng) + few_outputs_cases(rng) + box_decode_cases(rng))
     if args.kernels:
         chosen = set(args.kernels.split(","))
         unknown = chosen - {case.kernel for case in cases}
