@@ -7,7 +7,7 @@ import mlx.nn as nn
 from zoo.compiled import batch_norm_affine, fold_batch_norm, folded, kept, recording_layers
 from zoo.kernels import coverage
 from zoo.kernels import cpu as cpu_ops
-from zoo.kernels import implicit_gemm, winograd
+from zoo.kernels import depthwise, implicit_gemm, winograd
 
 
 class Sequential(nn.Module):
@@ -235,6 +235,8 @@ class Conv2d(nn.Conv2d):
         if reflect:
             x = reflect_pad(x, reflect)
         if self.groups > 1 and self.groups == cout and cin == 1 and _no_dilation(self.dilation):
+            if depthwise.preferred(x.dtype):
+                return cpu_ops.biased_activation(depthwise.conv2d(x, weight, self.stride, self.padding), bias, activation)
             return cpu_ops.depthwise_conv2d(x, weight, self.stride, self.padding, bias, activation)
         if plain and kh == kw == 1:
             y = cpu_ops.pointwise_conv2d(x, weight)

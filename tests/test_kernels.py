@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from zoo.errors import ZooError
-from zoo.kernels import box_decode, core, nms, resize, sppf_maxpool
+from zoo.kernels import box_decode, core, depthwise, nms, resize, sppf_maxpool
 from zoo.kernels.nms import float32_threshold
 from zoo.validate.reference import kernels as ref
 
@@ -386,3 +386,29 @@ def test_box_decode_bad_input(change, message):
     boxes, classes, strides = change(boxes, classes, (8, 16, 32))
     with pytest.raises(ZooError, match=message):
         box_decode.decode([mx.array(b) for b in boxes], [mx.array(c) for c in classes], mx.array(bins), strides)
+
+
+# ---------------------------------------------------------------- depthwise convolution
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding", [((2, 9, 7, 8), 3, 1, 1), ((1, 10, 11, 4), 3, 2, 1),
+                                                            ((1, 5, 6, 3), (3, 5), (2, 1), (0, 2))])
+@pytest.mark.parametrize("dtype, tolerance", [(np.float32, 1e-6), (np.float16, 2e-3)])
+def test_depthwise_conv2d(variant, shape, kernel, stride, padding, dtype, tolerance):
+    rng = np.random.default_rng(6)
+    kh, kw = core.pair(kernel)
+    x = rng.standard_normal(shape).astype(dtype)
+    weight = rng.standard_normal((shape[3], kh, kw, 1)).astype(dtype)
+    y = depthwise.conv2d(mx.array(x), mx.array(weight), stride, padding)
+    expected = ref.depthwise_conv2d(x, weight, stride, padding)
+    assert y.dtype == mx.array(x).dtype and y.shape == expected.shape
+    np.testing.assert_allclose(np.array(y.astype(mx.float32)), expected, rtol=tolerance, atol=tolerance)
+
+
+@pytest.mark.parametrize("weight_shape, dtype, padding, message", [
+    ((4, 3, 3, 2), np.float32, 1, "weight must be"), ((4, 3, 3, 1), np.float16, 1, "weight must be"),
+    ((4, 9, 9, 1), np.float32, 0, "leaves no output")])
+def test_depthwise_conv2d_bad_input(weight_shape, dtype, padding, message):
+    with pytest.raises(ZooError, match=message):
+        depthwise.conv2d(mx.zeros((1, 5, 5, 4)), mx.zeros(weight_shape, dtype=mx.array(np.zeros(1, dtype)).dtype),
+                         1, padding)

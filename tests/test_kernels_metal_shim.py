@@ -29,7 +29,7 @@ from zoo.kernels import core
 from zoo.kernels.nms import _suppression_matrix, float32_threshold, greedy_keep_launch, iou_mask_launch, score_sorted
 from zoo.kernels.resize import resize_launch, source_taps
 from zoo.kernels.sppf import sppf_launch
-from zoo.kernels import box_decode, few_outputs, implicit_gemm, winograd
+from zoo.kernels import box_decode, depthwise, few_outputs, implicit_gemm, winograd
 from zoo.validate.reference import kernels as ref
 
 from test_kernels import decode_error
@@ -276,6 +276,23 @@ def test_box_decode_metal(run_metal, n, nc, sizes, dtype):
                                               mx.array(bins), (8, 16, 32)))
     expected = ref.box_decode(boxes, classes, bins, (8, 16, 32))
     assert decode_error(y.astype(np.float64), expected) <= (2e-6 if dtype == np.float32 else 2e-3)
+
+
+# ---------------------------------------------------------------- depthwise convolution
+
+
+@pytest.mark.parametrize("shape, kernel, stride, padding", [((2, 9, 7, 8), (3, 3), (1, 1), (1, 1)),
+                                                            ((1, 10, 11, 4), (3, 3), (2, 2), (1, 1)),
+                                                            ((1, 5, 6, 3), (3, 5), (2, 1), (0, 2))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_depthwise_metal(run_metal, shape, kernel, stride, padding, dtype):
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(dtype)
+    weight = rng.standard_normal((shape[3], *kernel, 1)).astype(dtype)
+    (y,) = run_metal(depthwise.depthwise_launch(mx.array(x), mx.array(weight), stride, padding))
+    tolerance = 1e-6 if dtype == np.float32 else 2e-3
+    np.testing.assert_allclose(y.astype(np.float64), ref.depthwise_conv2d(x, weight, stride, padding),
+                               rtol=tolerance, atol=tolerance)
 
 
 # ---------------------------------------------------------------- Winograd 3x3 convolution

@@ -10,6 +10,7 @@ Each function restates the upstream algorithm directly, not zoo's implementation
   three chained pools;
 - `conv2d_activated`: PyTorch ``conv2d`` then ReLU or SiLU on NHWC arrays (the Winograd
   convolution's reference: ``ops.conv2d``, a direct convolution);
+- `depthwise_conv2d`: PyTorch ``conv2d`` with ``groups`` = channels on NHWC arrays;
 - `box_decode`: ultralytics' ``Detect`` in inference (DFL, ``make_anchors``, ``dist2bbox``,
   sigmoid) on the levels' NHWC box and class maps.
 """
@@ -145,6 +146,15 @@ def conv2d_padded(x, weight, bias=None, padding=0, reflect: bool = False) -> np.
     padded = np.pad(np.asarray(x, np.float64), ((0, 0), (ph, ph), (pw, pw), (0, 0)),
                     mode="reflect" if reflect else "constant")
     return conv2d_activated(padded, weight, bias)
+
+
+def depthwise_conv2d(x, weight, stride=1, padding=0) -> np.ndarray:
+    """F.conv2d(x, weight, stride=stride, padding=padding, groups=C) in float64 for an NHWC x and a
+    (C, KH, KW, 1) weight (MLX's layouts)."""
+    c = x.shape[3]
+    nchw = ops.conv2d(np.asarray(x, np.float64).transpose(0, 3, 1, 2),
+                      np.asarray(weight, np.float64).transpose(0, 3, 1, 2), stride=stride, padding=padding, groups=c)
+    return nchw.transpose(0, 2, 3, 1)
 
 
 def box_decode(boxes, classes, bins, strides) -> np.ndarray:

@@ -29,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from zoo.devices import gpu_backend
-from zoo.kernels import box_decode, core, few_outputs, implicit_gemm, nms, resize, sppf_maxpool, winograd
+from zoo.kernels import box_decode, core, depthwise, few_outputs, implicit_gemm, nms, resize, sppf_maxpool, winograd
 from zoo.validate.reference import kernels as ref
 
 
@@ -274,6 +274,26 @@ def box_decode_cases(rng) -> list[Case]:
             box_decode_case(rng, 16, 80, yolo_640, np.float16, timed=True)]
 
 
+def depthwise_case(rng, shape, kernel=3, stride=1, dtype=np.float32, timed=False):
+    x = rng.standard_normal(shape).astype(dtype)
+    weight = (rng.standard_normal((shape[3], kernel, kernel, 1)) / kernel).astype(dtype)
+    args = (mx.array(x), mx.array(weight), stride, kernel // 2)
+    return Case("depthwise", f"{shape} {kernel}x{kernel} stride {stride} {np.dtype(dtype).name}",
+                lambda: depthwise.conv2d(*args),
+                lambda: [ref.depthwise_conv2d(x, weight, stride, kernel // 2).astype(dtype)],
+                1e-5 if dtype == np.float32 else 2e-3, timed)
+
+
+def depthwise_cases(rng) -> list[Case]:
+    # TinyViT-5M at 1024: the first stage's MBConv (256 channels at 256 x 256), a later block's
+    # local convolution, a stride-2 patch merging
+    return [depthwise_case(rng, (1, 256, 256, 256), timed=True),
+            depthwise_case(rng, (1, 256, 256, 256), dtype=np.float16, timed=True),
+            depthwise_case(rng, (1, 64, 64, 160), timed=True),
+            depthwise_case(rng, (1, 128, 128, 128), stride=2, timed=True),
+            depthwise_case(rng, (2, 5, 7, 3), kernel=5, stride=2)]
+
+
 def torch_conv3x3(x, weight, bias, padding):
     import torch
     import torch.nn.functional as F
@@ -423,7 +443,8 @@ def main(argv=None) -> int:
 
     rng = np.random.default_rng(0)
     cases = (nms_cases(rng) + resize_cases(rng) + sppf_cases(rng) + winograd_cases(rng)
-             + implicit_gemm_cases(rng) + few_outputs_cases(rng) + box_decode_cases(rng))
+             + implicit_gemm_cases(rng) + few_outputs_cases(rng) + box_decode_cases(rng)
+             + depthwise_cases(rng))
     if args.kernels:
         chosen = set(args.kernels.split(","))
         unknown = chosen - {case.kernel for case in cases}
