@@ -257,6 +257,24 @@ def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on, monkeyp
         assert model.model["10"](mx.ones((1, 2, 2, 1))).shape == (1, 4, 4, 1)  # the eager Upsample
 
 
+@pytest.mark.parametrize("dtype, decoded", [("float16", True), ("float32", False)])
+def test_yolov8_compiled_half_precision_head_decodes_in_one_call(compile_on, dtype, decoded):
+    """zoo.kernels.box_decode (here its fallback) decodes the compiled float16 head; float32 keeps
+    the eager head's ops. Both equal the eager network."""
+    from zoo.kernels import coverage
+
+    model = zoo.load("yolov8n", weights="synthetic", dtype=dtype, device="cpu")
+    x = mx.array(np.random.default_rng(2).uniform(0, 1, (2, 64, 96, 3)).astype(np.float32)).astype(model.dtype)
+    notes = []
+    with coverage.listening(lambda op, impl: notes.append(op)):
+        got = np.array(model(x).astype(mx.float32))
+    assert ("box decode" in notes) == decoded
+    with eager():
+        want = np.array(model(x).astype(mx.float32))
+    scale = np.maximum(1.0, np.abs(want).max(axis=(0, 1)))  # boxes against their largest coordinate
+    assert float((np.abs(got - want) / scale).max()) <= (2e-2 if dtype == "float16" else 1e-4)
+
+
 def test_folds_follow_weights_replaced_after_tracing(compile_on):
     model = zoo.load("yolov8n", weights="synthetic", device="cpu")
     x = mx.array(np.random.default_rng(2).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))

@@ -233,14 +233,13 @@ class Detect(nn.Module):
     def __call__(self, *levels: mx.array) -> mx.array:
         boxes, classes = [], []
         for i, x in enumerate(levels):  # upstream's order: a level's box branch, then its class branch
-            if folding() and classes:
-                # one branch after the other: MLX orders a graph breadth-first, and the six branches
-                # of one kernel's inputs ran side by side, their float32 Winograd buffers all alive
-                # (YOLOv8n b16 float32 peak 478-608 -> 706-732 MiB, H100)
-                x = mx.depends(x, classes[-1])
             boxes.append(self.cv2[str(i)](x))
-            classes.append(self.cv3[str(i)](mx.depends(x, boxes[-1]) if folding() else x))
-        if folding():  # a compiled forward: one kernel reads the maps where they lie
+            classes.append(self.cv3[str(i)](x))
+        if folding() and x.dtype != mx.float32:
+            # a compiled half-precision forward (bound by the host's encoding): one kernel reads the
+            # maps where they lie, for some 40 ops. Not in float32: there the kernel's graph raised
+            # the b16 peak (YOLOv8s 731-825 -> 1188-1273 MiB, H100, 2026-11-27), MLX ordering the
+            # six branches feeding it side by side
             return box_decode.decode(boxes, classes, self.dfl.conv.weight, STRIDES)
         n = levels[0].shape[0]
         box = mx.concatenate([b.reshape(n, -1, 4 * REG_MAX) for b in boxes], axis=1)

@@ -5,7 +5,7 @@ outside the image), accumulated in float32. On MLX's CUDA backend ``mx.conv2d(..
 ran as cuDNN's grouped direct kernel: 2.34 ms of the MobileSAM encoder's 7.3 ms of GPU time
 per float32 forward and 0.59 of 2.84 ms in float16 (H100, 2026-11-27, benchmarks/gpu_busy.py),
 for a pass that reads each input element KH x KW times from cache. Which calls take it:
-``preferred`` (CUDA; Metal keeps MLX's convolution, nothing was measured there, its source is
+``preferred`` (CUDA, float32; Metal keeps MLX's convolution, nothing was measured there, its source is
 compiled and run by the CPU shim test); the fallback is MLX's grouped convolution.
 """
 from __future__ import annotations
@@ -52,9 +52,11 @@ DEPTHWISE = core.Kernel(
 
 
 def preferred(dtype: mx.Dtype) -> bool:
-    """Whether the models run their depthwise convolutions with this kernel: MLX's CUDA backend
-    (float32 and float16; Metal keeps MLX's convolution)."""
-    return core.native_backend() == "cuda" and dtype in (mx.float32, mx.float16)
+    """Whether the models run their depthwise convolutions with this kernel: MLX's CUDA backend in
+    float32 (the MobileSAM encoder's forward 9.7-10.2 -> 7.9 ms, H100). Not in float16, where
+    cuDNN's kernel took a third of this one's time alone (selftest, 256 x 256 x 256: 0.107 against
+    0.314 ms); Metal keeps MLX's convolution."""
+    return core.native_backend() == "cuda" and dtype == mx.float32
 
 
 def conv2d(x: mx.array, weight: mx.array, stride=1, padding=0) -> mx.array:
