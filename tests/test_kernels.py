@@ -374,13 +374,6 @@ def decode_error(y: np.ndarray, expected: np.ndarray) -> float:
     return float((np.abs(y - expected) / scale).max())
 
 
-def test_box_decode_without_classes_is_the_boxes(variant):
-    boxes, classes, bins = decode_maps(np.random.default_rng(8))
-    y = box_decode.decode([mx.array(b) for b in boxes], None, mx.array(bins), (8, 16, 32))
-    expected = ref.box_decode(boxes, classes, bins, (8, 16, 32))[..., :4]
-    assert y.shape == expected.shape and decode_error(np.array(y), expected) <= 2e-6
-
-
 @pytest.mark.parametrize("change, message", [
     (lambda b, c, s: (b[:2], c, s), "3 levels"),
     (lambda b, c, s: ([b[0][..., :60], *b[1:]], c, s), "4 x 16"),

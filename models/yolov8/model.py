@@ -235,19 +235,16 @@ class Detect(nn.Module):
         for i, x in enumerate(levels):  # upstream's order: a level's box branch, then its class branch
             boxes.append(self.cv2[str(i)](x))
             classes.append(self.cv3[str(i)](x))
-        n = levels[0].shape[0]
         if folding() and x.dtype != mx.float32:
             # a compiled half-precision forward (bound by the host's encoding): one kernel reads the
-            # box and class maps where they lie, for some 40 ops
+            # maps where they lie, for some 40 ops. Not in float32: there the kernel's graph raised
+            # the b16 peak (YOLOv8s 731-825 -> 1188-1273 MiB, H100, 2026-11-27), MLX ordering the
+            # six branches feeding it side by side
             return box_decode.decode(boxes, classes, self.dfl.conv.weight, STRIDES)
-        if folding():
-            # float32: the kernel decodes the boxes alone. With the class maps among its inputs MLX
-            # ran the six branches feeding it side by side (YOLOv8s b16 peak 731-825 -> 1188-1273 MiB)
-            xywh = box_decode.decode(boxes, None, self.dfl.conv.weight, STRIDES)
-        else:
-            box = mx.concatenate([b.reshape(n, -1, 4 * REG_MAX) for b in boxes], axis=1)
-            dist = self.dfl(box.swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b
-            xywh = box_decode.boxes_from_distances(dist, [x.shape[1:3] for x in levels], STRIDES)
+        n = levels[0].shape[0]
+        box = mx.concatenate([b.reshape(n, -1, 4 * REG_MAX) for b in boxes], axis=1)
+        dist = self.dfl(box.swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b
+        xywh = box_decode.boxes_from_distances(dist, [x.shape[1:3] for x in levels], STRIDES)
         return mx.concatenate([xywh, sigmoid(mx.concatenate([c.reshape(n, -1, self.nc) for c in classes], axis=1))],
                               axis=-1)
 

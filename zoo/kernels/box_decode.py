@@ -90,12 +90,10 @@ DECODE = core.Kernel(
 )
 
 
-def decode(boxes: Sequence[mx.array], classes: Sequence[mx.array] | None, bins: mx.array,
-           strides: Sequence[int]) -> mx.array:
+def decode(boxes: Sequence[mx.array], classes: Sequence[mx.array], bins: mx.array, strides: Sequence[int]) -> mx.array:
     """(N, A, 4 + classes): each cell's box (centre x, centre y, width, height, in pixels) and class
     scores, from the three levels' NHWC box maps (N, H, W, 4 * bins), class maps (N, H, W, classes),
-    the DFL weights ``bins`` (bins values, or the (1, 1, 1, bins) 1x1 convolution) and strides.
-    ``classes`` None: the boxes alone, (N, A, 4)."""
+    the DFL weights ``bins`` (bins values, or the (1, 1, 1, bins) 1x1 convolution) and strides."""
     boxes, classes, bins = _checked(boxes, classes, bins, strides)
     backend = core.native_backend()
     coverage.note("box decode", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
@@ -106,41 +104,36 @@ def decode(boxes: Sequence[mx.array], classes: Sequence[mx.array] | None, bins: 
 
 
 def _checked(boxes, classes, bins, strides):
-    if len(boxes) != LEVELS or (classes is not None and len(classes) != LEVELS) or len(strides) != LEVELS:
+    if len(boxes) != LEVELS or len(classes) != LEVELS or len(strides) != LEVELS:
         raise ZooError(f"box decode: give {LEVELS} levels of box maps, class maps and strides, got "
-                       f"{len(boxes)}, {'-' if classes is None else len(classes)} and {len(strides)}")
+                       f"{len(boxes)}, {len(classes)} and {len(strides)}")
     boxes = [core.nhwc_float_input("box decode", b) for b in boxes]
-    classes = None if classes is None else [core.nhwc_float_input("box decode", c) for c in classes]
+    classes = [core.nhwc_float_input("box decode", c) for c in classes]
     bins = core.as_array("bins", bins).reshape(-1)
     first = boxes[0]
-    for b, c in zip(boxes, boxes if classes is None else classes):
+    for b, c in zip(boxes, classes):
         if b.dtype != first.dtype or c.dtype != first.dtype:
             raise ZooError(f"box decode: every map must have one dtype, got {[m.dtype for m in (*boxes, *classes)]}")
         if b.shape[:3] != c.shape[:3] or b.shape[0] != first.shape[0]:
             raise ZooError(f"box decode: a level's box and class maps must cover the same cells of the same "
                            f"images, got {tuple(b.shape)} and {tuple(c.shape)}")
-        if b.shape[3] != 4 * bins.size or (classes is not None and c.shape[3] != classes[0].shape[3]):
+        if b.shape[3] != 4 * bins.size or c.shape[3] != classes[0].shape[3]:
             raise ZooError(f"box decode: box maps need 4 x {bins.size} channels and the class maps one "
                            f"count, got {tuple(b.shape)} and {tuple(c.shape)}")
     if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in strides):
         raise ZooError(f"box decode: strides must be positive integers, got {strides!r}")
     cells = sum(b.shape[1] * b.shape[2] for b in boxes)
-    core.check_size("box decode output", first.shape[0] * cells * (4 + class_count(classes)))
+    core.check_size("box decode output", first.shape[0] * cells * (4 + classes[0].shape[3]))
     return boxes, classes, bins.astype(mx.float32)
 
 
-def class_count(classes) -> int:
-    return 0 if classes is None else classes[0].shape[3]
-
-
 def decode_launch(boxes, classes, bins: mx.array, strides) -> core.Launch:
-    n, nc = boxes[0].shape[0], class_count(classes)
+    n, nc = boxes[0].shape[0], classes[0].shape[3]
     cells = sum(b.shape[1] * b.shape[2] for b in boxes)
     sizes = (n, nc, *(side for b in boxes for side in b.shape[1:3]), *strides)
     return core.Launch(
         kernel=DECODE,
-        # without class maps (0 classes) the kernel reads none: the box maps stand in for them
-        inputs=(*boxes, *(boxes if classes is None else classes), bins, core.constant(sizes, mx.int32)),
+        inputs=(*boxes, *classes, bins, core.constant(sizes, mx.int32)),
         template=(("T", boxes[0].dtype), ("BINS", bins.size)),
         grid=(n * cells * (4 + nc), 1, 1),
         threadgroup=(256, 1, 1),
@@ -174,7 +167,5 @@ def _fallback(boxes, classes, bins: mx.array, strides) -> mx.array:
     n, f32 = boxes[0].shape[0], mx.float32
     logits = mx.concatenate([b.reshape(n, -1, 4, bins.size) for b in boxes], axis=1).astype(f32)
     xywh = boxes_from_distances(mx.softmax(logits, axis=-1) @ bins, [b.shape[1:3] for b in boxes], strides)
-    if classes is None:
-        return xywh.astype(boxes[0].dtype)
     scores = mx.sigmoid(mx.concatenate([c.reshape(n, -1, c.shape[3]) for c in classes], axis=1).astype(f32))
     return mx.concatenate([xywh, scores], axis=-1).astype(boxes[0].dtype)
