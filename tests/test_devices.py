@@ -45,6 +45,17 @@ def test_cuda_pool_bad_choice(monkeypatch):
         devices.use("gpu")
 
 
+def test_cuda_pool_without_a_driver_says_how_to_go_on(monkeypatch):
+    import ctypes
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    with pytest.raises(ZooError, match="cannot load the CUDA driver.*ZOO_CUDA_POOL=release"):
+        devices.keep_cuda_pool()
+
+
 def test_cpu_leaves_the_cuda_pool_alone(monkeypatch):
     monkeypatch.setattr(devices, "_chosen", None)
     monkeypatch.setattr(devices, "keep_cuda_pool", lambda: pytest.fail("the CPU has no CUDA pool"))

@@ -64,8 +64,8 @@ def use(device: str | None = None) -> str:
 # whose release threshold is 0: at every synchronisation in the process the driver hands back to
 # the system what MLX freed, and MLX maps it again on its next forward. A PyTorch model in the same
 # process paid for those releases inside its own torch.cuda.synchronize(): beside MLX's eager
-# YOLOv8 b16 float32 it ran 1.6-1.7x slower (H200, 2026-11-27 17:10 UTC, docs/speed-gpu.md). Kept
-# (PyTorch's caching allocator keeps its blocks the same way), nothing moved.
+# YOLOv8 b16 float32 it ran 1.6-1.7x slower (H200, 2026-11-27 17:10 UTC, docs/speed-gpu.md); with
+# the pool kept, as PyTorch's caching allocator keeps its own blocks, it ran as fast as without MLX.
 POOL_VAR = "ZOO_CUDA_POOL"
 POOL_CHOICES = ("keep", "release")
 
@@ -84,7 +84,11 @@ def keep_cuda_pool() -> None:
     its maximum: freed memory stays in the pool for MLX's next allocations."""
     import ctypes
 
-    driver = ctypes.CDLL("libcuda.so.1")
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        raise ZooError(f"keeping the CUDA memory pool: cannot load the CUDA driver ({e}); "
+                       f"set {POOL_VAR}=release to leave the pool as it is") from e
     device, pool = ctypes.c_int(), ctypes.c_void_p()
     threshold = ctypes.c_uint64(2**64 - 1)
     release_threshold = 4  # CU_MEMPOOL_ATTR_RELEASE_THRESHOLD

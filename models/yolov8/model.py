@@ -235,11 +235,11 @@ class Detect(nn.Module):
         for i, x in enumerate(levels):  # upstream's order: a level's box branch, then its class branch
             boxes.append(self.cv2[str(i)](x))
             classes.append(self.cv3[str(i)](x))
-        if folding() and x.dtype != mx.float32:
-            # a compiled half-precision forward (bound by the host's encoding): one kernel reads the
-            # maps where they lie, for some 40 ops. Not in float32: there the kernel's graph raised
-            # the b16 peak (YOLOv8s 731-825 -> 1188-1273 MiB, H100, 2026-11-27), MLX ordering the
-            # six branches feeding it side by side
+        if folding() and x.dtype == mx.float16:
+            # a compiled float16 forward (bound by the host's encoding): one kernel reads the maps
+            # where they lie, for some 40 ops. Not in float32: there the kernel's graph raised the
+            # b16 peak (YOLOv8s 731-825 -> 1188-1273 MiB, H100, 2026-11-27), MLX ordering the six
+            # branches feeding it side by side; bfloat16 was not measured
             return box_decode.decode(boxes, classes, self.dfl.conv.weight, STRIDES)
         n = levels[0].shape[0]
         box = mx.concatenate([b.reshape(n, -1, 4 * REG_MAX) for b in boxes], axis=1)
