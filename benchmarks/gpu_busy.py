@@ -7,8 +7,9 @@ For each case (zoo.bench's model:batch:dtype, synthetic weights, its inputs) the
 10 times under torch.profiler, whose CUPTI trace holds every CUDA kernel of the process, MLX's
 too: ``gpu_busy_ms`` is the union of the kernels' intervals per forward, ``wall_ms`` the median
 synchronised call (the profiler adds host time to it). A wall time well above the busy time is
-time the GPU waited for the host to encode and launch. Also the kernels and the CUDA API calls
-that took most. ``--peer``: the PyTorch peer's forward traced the same way (its kernels beside
+time the GPU waited for the host to encode and launch: ``gpu_idle_ms`` sums the GPU's idle
+stretches per call (between two calls too: the host's time to the first launch),
+``top_idle_after_before`` names the kernels around those that added up to most. Also the kernels and the CUDA API calls that took most. ``--peer``: the PyTorch peer's forward traced the same way (its kernels beside
 MLX's). ``--op-costs``: MLX's host time per op on the GPU, eager chains of 300 ops of one
 kind (the time to build and schedule them, ``mx.async_eval``, over 300) and per op in all.
 Needs torch with CUDA (its profiler; torch is imported first, so that its cuDNN loads first).
@@ -48,12 +49,20 @@ def traced(run, sync) -> dict:
     os.remove(path)
     kernels = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events if e.get("cat") == "kernel")
     busy, end, by_name = 0.0, float("-inf"), {}
+    gaps, previous = [], None  # the GPU's idle stretches: (us, kernel before, kernel after)
     for s, e, name in kernels:
+        short = name.split("<")[0].split("(")[0][:48]
+        if previous is not None and s - end > 0:
+            gaps.append((s - end, previous, short))
         if e > end:
             busy += e - max(s, end)
             end = e
-        short = name.split("<")[0].split("(")[0][:48]
+            previous = short
         by_name[short] = by_name.get(short, 0.0) + (e - s)
+    by_pair = {}
+    for us, before, after in gaps:
+        count, total = by_pair.get((before, after), (0, 0.0))
+        by_pair[(before, after)] = (count + 1, total + us)
     calls = {}
     for e in events:
         if e.get("cat") in ("cuda_runtime", "cuda_driver"):
@@ -63,7 +72,10 @@ def traced(run, sync) -> dict:
             "gpu_busy_ms": round(busy / 1e4, 3),
             "top_kernels_ms": {k: round(v / 1e4, 3) for k, v in sorted(by_name.items(), key=lambda t: -t[1])[:TOP]},
             "top_api_calls_per_forward": {k: {"calls": c / 10, "us": round(t / 10, 1)}
-                                          for k, (c, t) in sorted(calls.items(), key=lambda t: -t[1][1])[:8]}}
+                                          for k, (c, t) in sorted(calls.items(), key=lambda t: -t[1][1])[:8]},
+            "gpu_idle_ms": round(sum(g[0] for g in gaps) / 1e4, 3),
+            "top_idle_after_before": [{"after": b, "before": a, "per_forward": c / 10, "us": round(t / 10, 1)}
+                                      for (b, a), (c, t) in sorted(by_pair.items(), key=lambda t: -t[1][1])[:TOP]]}
 
 
 def busy_row(spec: str, tdev, peer: bool) -> dict:
