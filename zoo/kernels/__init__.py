@@ -12,6 +12,10 @@
   one implicit-GEMM kernel with no workspace (the models' other float32 convolutions on CUDA);
 - ``few_outputs.conv2d(x, w, bias, padding, reflect)``: a stride-1 convolution to at most four
   channels, its zero or reflected padding read in place (LaMa's last convolution on CUDA).
+- ``depthwise.conv2d(x, w, stride, padding)``: a depthwise convolution (MobileSAM's TinyViT in
+  float32 on CUDA);
+- ``box_decode.decode(boxes, classes, bins, strides)``: YOLOv8's head decode from its three
+  levels' maps (the compiled float16 forward on CUDA).
 
 The native kernel runs when MLX's default device is a Metal or CUDA GPU; the
 fallback (plain MLX ops) otherwise, or always with ``ZOO_KERNELS=fallback``.
