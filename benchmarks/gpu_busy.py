@@ -9,8 +9,9 @@ too: ``gpu_busy_ms`` is the union of the kernels' intervals per forward, ``wall_
 synchronised call (the profiler adds host time to it). A wall time well above the busy time is
 time the GPU waited for the host to encode and launch: ``gpu_idle_ms`` sums the GPU's idle
 stretches per call (between two calls too: the host's time to the first launch),
-``top_idle_after_before`` names the kernels around those that added up to most. Also the kernels and the CUDA API calls that took most. ``--peer``: the PyTorch peer's forward traced the same way (its kernels beside
-MLX's). ``--op-costs``: MLX's host time per op on the GPU, eager chains of 300 ops of one
+``top_idle_after_before`` names the kernels around those that added up to most. Also the
+kernels and the CUDA API calls that took most. ``--peer``: the PyTorch peer's forward traced the
+same way (its kernels beside MLX's). ``--op-costs``: MLX's host time per op on the GPU, eager chains of 300 ops of one
 kind (the time to build and schedule them, ``mx.async_eval``, over 300) and per op in all.
 Needs torch with CUDA (its profiler; torch is imported first, so that its cuDNN loads first).
 """

@@ -115,6 +115,12 @@ def split_by_input(sizes: tuple[int, ...]):
     return make
 
 
+def dfl_bins(conv, _) -> dict[str, mx.array]:
+    """A FoldedConvs derivation: the DFL's bin values as zoo.kernels.box_decode reads them, flat and
+    float32, made once per weight change instead of reshaped and cast in every compiled forward."""
+    return {"bins": conv.weight.reshape(-1).astype(mx.float32)}
+
+
 class Upscaled(NamedTuple):
     """Upsample's output in a compiled forward: the map at half size, to be upsampled by the Conv
     that reads it (Conv.of_parts)."""
@@ -240,7 +246,7 @@ class Detect(nn.Module):
             # where they lie, for some 40 ops. Not in float32: there the kernel's graph raised the
             # b16 peak (YOLOv8s 731-825 -> 1188-1273 MiB, H100, 2026-11-27), MLX ordering the six
             # branches feeding it side by side; bfloat16 was not measured
-            return box_decode.decode(boxes, classes, self.dfl.conv.weight, STRIDES)
+            return box_decode.decode(boxes, classes, folded(self.dfl.conv)["bins"], STRIDES)
         n = levels[0].shape[0]
         box = mx.concatenate([b.reshape(n, -1, 4 * REG_MAX) for b in boxes], axis=1)
         dist = self.dfl(box.swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b
@@ -283,8 +289,8 @@ class DetectionModel(nn.Module):
         self.names = dict(names) if names is not None else {i: f"class{i}" for i in range(nc)}  # {id: name}
         self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
         after_concat = {id(self.model[str(i)].cv1): split_by_input(sizes) for i, sizes in concatenated.items()}
-        self.compiled = CompiledForward(self.forward, self, folds=[
-            (m.conv, m.bn, after_concat.get(id(m), fold_in_conv_dtype)) for m in self.modules() if isinstance(m, Conv)])
+        convs = [(m.conv, m.bn, after_concat.get(id(m), fold_in_conv_dtype)) for m in self.modules() if isinstance(m, Conv)]
+        self.compiled = CompiledForward(self.forward, self, folds=[*convs, (layers[-1].dfl.conv, None, dfl_bins)])
 
     @property
     def nc(self) -> int:

@@ -109,7 +109,8 @@ def _checked(boxes, classes, bins, strides):
                        f"{len(boxes)}, {len(classes)} and {len(strides)}")
     boxes = [core.nhwc_float_input("box decode", b) for b in boxes]
     classes = [core.nhwc_float_input("box decode", c) for c in classes]
-    bins = core.as_array("bins", bins).reshape(-1)
+    bins = core.as_array("bins", bins)
+    bins = bins if bins.ndim == 1 else bins.reshape(-1)  # no op in a trace for bins already flat
     first = boxes[0]
     for b, c in zip(boxes, classes):
         if b.dtype != first.dtype or c.dtype != first.dtype:
@@ -124,7 +125,7 @@ def _checked(boxes, classes, bins, strides):
         raise ZooError(f"box decode: strides must be positive integers, got {strides!r}")
     cells = sum(b.shape[1] * b.shape[2] for b in boxes)
     core.check_size("box decode output", first.shape[0] * cells * (4 + classes[0].shape[3]))
-    return boxes, classes, bins.astype(mx.float32)
+    return boxes, classes, bins if bins.dtype == mx.float32 else bins.astype(mx.float32)
 
 
 def decode_launch(boxes, classes, bins: mx.array, strides) -> core.Launch:
