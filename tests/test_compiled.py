@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import zoo
-from zoo.compiled import CompiledForward, eager, enabled
+from zoo.compiled import CompiledForward, Stage, eager, enabled
 from zoo.errors import ZooError
 from zoo.models.layers import conv_bn
 
@@ -73,6 +73,94 @@ def test_weights_changed_after_tracing_are_used(compile_on):
     model.fc.bias = model.fc.bias + 1.0  # a new array after the trace: a frozen constant would miss it
     after = np.array(model(x))
     np.testing.assert_allclose(after, before + 1.0, rtol=1e-5, atol=1e-4)
+
+
+def staged_pair(with_folds: bool = True):
+    """Two Linear stages and a Conv+BatchNorm stage (folded) as a staged CompiledForward, and the
+    second stage's Linear."""
+    first, second = mx_nn.Linear(3, 3), mx_nn.Linear(3, 3)
+    conv, bn = mx_nn.Conv2d(3, 3, 1), mx_nn.BatchNorm(3)
+    third = mx_nn.Sequential(conv, bn)
+    for m in (first, second, third):
+        m.eval()
+
+    def fn(x):
+        return three(*two(*one(x)))
+
+    def one(x):
+        return first(x), x  # a tuple: the next stage's two arguments
+
+    def two(y, skip):
+        return second(y) + skip, skip
+
+    def three(y, skip):
+        return conv_bn(conv, bn, (y - skip).reshape(-1, 1, 1, 3))
+
+    stages = [Stage(one, [first]), Stage(two, [second]), Stage(three, [third])]
+    return CompiledForward(fn, [first, second, third], folds=[(conv, bn)] if with_folds else (), stages=stages), second
+
+
+def test_stages_run_apart_and_equal_the_whole(compile_on, monkeypatch):
+    from zoo import compiled
+
+    forward, second = staged_pair()
+    x = mx.array(np.random.default_rng(0).standard_normal((4, 3)).astype(np.float32))
+    with eager():
+        want = np.array(forward(x))
+    scheduled = []
+    real = compiled._schedule
+    monkeypatch.setattr(compiled, "_schedule", lambda arrays: scheduled.append(arrays) or real(arrays))
+    np.testing.assert_allclose(np.array(forward(x)), want, rtol=1e-5, atol=1e-6)
+    (traced, _), = forward.traces.values()
+    assert len(traced) == 3 and scheduled == []  # no CUDA backend: the stages stay lazy
+    monkeypatch.setattr(compiled, "cuda_backend", lambda: True)
+    monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, "off")
+    np.testing.assert_allclose(np.array(forward(x)), want, rtol=1e-5, atol=1e-6)
+    assert [type(s).__name__ for s in scheduled] == ["tuple", "tuple"]  # the first two stages' outputs, early
+    second.weight = second.weight * 2  # a stage's inputs are its own modules' current arrays
+    with eager():
+        want = np.array(forward(x))
+    np.testing.assert_allclose(np.array(forward(x)), want, rtol=1e-5, atol=1e-6)
+    assert len(forward.traces) == 1
+    monkeypatch.delenv(compiled.MEMORY_FACTOR_VAR)  # capped: one limit over all stages, as for one forward
+    forward.clear()
+    limit = mx.get_memory_limit()
+    for _ in range(2):
+        scheduled.clear()
+        np.testing.assert_allclose(np.array(forward(x)), want, rtol=1e-5, atol=1e-6)
+        assert [type(s).__name__ for s in scheduled][-3:] == ["tuple", "tuple", "array"]
+    (_, least), = forward.traces.values()
+    assert least is not None and mx.get_memory_limit() == limit
+
+
+def test_a_fold_outside_every_stage_is_refused():
+    conv, bn = mx_nn.Conv2d(3, 3, 1), mx_nn.BatchNorm(3)
+    other = mx_nn.Linear(3, 3)
+    with pytest.raises(ValueError, match="in no stage"):
+        CompiledForward(lambda x: x, [other], folds=[(conv, bn)], stages=[Stage(lambda x: x, [other])])
+
+
+def test_yolov8_compiled_forward_runs_in_stages_for_big_inputs(compile_on, monkeypatch):
+    import zoo.models.yolov8.model as yolo
+
+    model = zoo.load("yolov8n", weights="synthetic", device="cpu")
+    # the convolutions' GFLOPs at 640 px: ultralytics' model summary says 8.7 for YOLOv8n
+    assert model.flop_per_pixel * 640 * 640 / 1e9 == pytest.approx(8.7, abs=0.05)
+    assert [model.staged(mx.zeros((n, 640, 640, 3))) for n in (4, 8)] == [False, True]  # float32 from 60 GFLOP
+    assert not model.staged(mx.zeros((16, 640, 640, 3), mx.float16))  # 140 GFLOP: float16 from 300
+    x = mx.array(np.random.default_rng(5).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))
+    got = {}
+    for threshold in (1e9, 0):
+        monkeypatch.setattr(yolo, "STAGED_FROM_GFLOP", {True: threshold, False: threshold})
+        model.compiled.clear()
+        got[threshold] = np.array(model(x))
+        (traced, _), = model.compiled.traces.values()
+        assert len(traced) == (1 if threshold else len(yolo.STAGE_STARTS) + 1)
+    assert sum(map(len, (arrays for _, arrays in model.compiled.stages))) == len(model.compiled.folds.pairs)
+    with eager():
+        want = np.array(model(x))
+    for out in got.values():
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
 
 
 def test_sam_decoder_compiled_equals_eager(compile_on):
@@ -406,16 +494,16 @@ def test_memory_cap_keeps_a_lower_limit_and_passes_over_tracers(monkeypatch):
         limits = []
         real = mx.async_eval
         monkeypatch.setattr(mx, "async_eval", lambda *a: limits.append(mx.get_memory_limit()) or real(*a))
-        compiled.schedule_capped(chain(x), 2**30)
+        compiled.schedule_capped(lambda schedule: chain(x), 2**30)
         assert limits == [2**20] and mx.get_memory_limit() == 2**20  # never above the user's limit
         # inside a caller's transform the outputs are tracers, which MLX does not schedule
-        g = mx.grad(lambda a: (compiled.schedule_capped(y := a * 2, 2**30), y.sum())[1])(x)
+        g = mx.grad(lambda a: compiled.schedule_capped(lambda schedule: a * 2, 2**30).sum())(x)
         np.testing.assert_array_equal(np.array(g), 2 * np.ones((64, 512)))
         seen = []
 
         def loss(a):
             y = a * 2
-            seen.append(compiled.least_memory(a, y))
+            seen.append(compiled.least_memory(a, lambda schedule: y)[1])
             return y.sum()
 
         np.testing.assert_array_equal(np.array(mx.grad(loss)(x)), 2 * np.ones((64, 512)))

@@ -43,7 +43,7 @@ import operator
 import os
 import threading
 from collections import OrderedDict
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -100,10 +100,15 @@ def memory_factor() -> float:
     return factor
 
 
+def cuda_backend() -> bool:
+    """Whether arrays are computed by MLX's CUDA backend (the default device is its GPU)."""
+    return mx.default_device() == mx.gpu and devices.gpu_backend() == "cuda"
+
+
 def capping() -> bool:
     """Whether compiled forwards run under a memory cap: MLX's CUDA backend and the factor not 'off'.
     Metal keeps MLX's own scheduling (nothing measured there), the CPU holds no in-flight buffers."""
-    return memory_factor() > 0 and mx.default_device() == mx.gpu and devices.gpu_backend() == "cuda"
+    return memory_factor() > 0 and cuda_backend()
 
 
 def _schedule(arrays) -> bool:
@@ -118,37 +123,46 @@ def _schedule(arrays) -> bool:
     return True
 
 
-def least_memory(inputs, out) -> int | None:
-    """Evaluate ``out``, a forward's first call on ``inputs`` (a tree), one commit at a time
-    (MLX's memory limit at the memory in use: each commit waits for those before it to finish
-    and free their buffers). Returns the peak above the memory in use before it (the inputs
-    evaluated first), the least this forward runs in under MLX; None for a caller's tracers.
-    MLX's peak counter is reset for it."""
+def _lazy(arrays) -> None:
+    """A stage's outputs left lazy (no CUDA backend: MLX's own scheduling, nothing measured)."""
+
+
+def least_memory(inputs, run: Callable) -> tuple:
+    """``run(schedule)``, a forward's first call on ``inputs`` (a tree), evaluated one commit at a
+    time (MLX's memory limit at the memory in use: each commit waits for those before it to finish
+    and free their buffers); ``run`` calls ``schedule`` on each stage's outputs but the last.
+    Returns (outputs, the peak above the memory in use before it: the least this forward runs in
+    under MLX), the inputs evaluated first; the peak is None for a caller's tracers. MLX's peak
+    counter is reset for it."""
     with _capping:
         if not _schedule([a for _, a in tree_flatten(inputs) if isinstance(a, mx.array)]):
-            return None
+            return run(_schedule), None
         mx.synchronize()
         before = mx.get_active_memory()
         mx.reset_peak_memory()
         previous = mx.set_memory_limit(min(mx.get_memory_limit(), before))
         try:
+            out = run(_schedule)
             scheduled = _schedule(out)
             mx.synchronize()
         finally:
             mx.set_memory_limit(previous)
-        return mx.get_peak_memory() - before if scheduled else None
+        return out, (mx.get_peak_memory() - before if scheduled else None)
 
 
-def schedule_capped(out, cap: int) -> None:
-    """Schedule ``out`` with MLX's memory limit at most ``cap`` bytes above the memory in use
-    (a lower limit the user set stays), then put the limit back. Only the encoding waits: the
-    outputs are computed asynchronously, as lazy ones would be."""
+def schedule_capped(run: Callable, cap: int):
+    """``run(schedule)`` (as for least_memory) with its outputs scheduled, with MLX's memory limit
+    at most ``cap`` bytes above the memory in use (a lower limit the user set stays), then the
+    limit put back. Only the encoding waits: the outputs are computed asynchronously, as lazy
+    ones would be."""
     with _capping:
         previous = mx.set_memory_limit(min(mx.get_memory_limit(), mx.get_active_memory() + cap))
         try:
+            out = run(_schedule)
             _schedule(out)
         finally:
             mx.set_memory_limit(previous)
+        return out
 
 
 def _signature(value):
@@ -174,7 +188,9 @@ class FoldedConvs:
     def __init__(self, entries):
         self.pairs = {id(entry[0]): entry[:2] for entry in entries}
         self.makers = {id(entry[0]): entry[2] for entry in entries if len(entry) > 2}
-        self.arrays: dict[int, dict[str, mx.array]] = {}  # an input tree of the trace: {id: {name: array}}
+        # an input tree of the trace, {id: {name: array}}; each entry's dict is refilled in place, so
+        # that a stage's part of it (within) follows
+        self.arrays: dict[int, dict[str, mx.array]] = {key: {} for key in self.pairs}
         self.sources: dict[int, tuple] = {}
         # Every call checks all entries at once (one flat list, compared by identity in C): entry by
         # entry the checks took 250 of YOLOv8s's 830 us of host time per call (2-core CPU, 2026-11-27).
@@ -202,7 +218,9 @@ class FoldedConvs:
             if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
                 # evaluated with the first output that uses them
-                self.arrays[key] = self.makers.get(key, fold_in_conv_dtype)(conv, partner)
+                derived = self.makers.get(key, fold_in_conv_dtype)(conv, partner)
+                self.arrays[key].clear()
+                self.arrays[key].update(derived)
         self.named = [(m, name) for m in self.modules for name in _SOURCE_NAMES if name in m]
         self.known = self.all_sources()
 
@@ -212,9 +230,15 @@ class FoldedConvs:
         self.sources = {key: sources_of(conv, partner) for key, (conv, partner) in self.pairs.items()}
         self.known = self.all_sources()
 
+    def within(self, modules: list) -> dict[int, dict[str, mx.array]]:
+        """The part of ``arrays`` whose convolutions are inside ``modules`` (a stage's input tree)."""
+        inside = {id(m) for module in modules for m in module.modules()}
+        return {key: self.arrays[key] for key in self.pairs if key in inside}
+
     def usable(self) -> bool:
         """No module in training mode, and every BatchNorm with running statistics to fold."""
-        return not any(m.training for m in self.modules) \
+        # _training read directly: through the property it was 40 us per call for YOLOv8n (2-core CPU)
+        return not any(map(_TRAINING, self.modules)) \
             and all(bn.track_running_stats and "weight" in bn for bn in self.batch_norms)
 
 
@@ -225,6 +249,7 @@ def sources_of(*modules) -> tuple:
 
 
 _SOURCE_NAMES = ("weight", "bias", "running_mean", "running_var")
+_TRAINING = operator.attrgetter("_training")  # mlx.nn.Module.training's attribute
 
 
 def replaced(sources: tuple, known: tuple | None) -> bool:
@@ -293,6 +318,15 @@ def folded(conv) -> dict[str, mx.array] | None:
     return None if folds is None else folds.arrays.get(id(conv))
 
 
+class Stage(NamedTuple):
+    """A part of a compiled forward: ``fn`` maps the previous stage's outputs (spread when a
+    tuple; the forward's arguments for the first stage) to its own, reading the arrays of
+    ``modules`` only."""
+
+    fn: Callable
+    modules: list
+
+
 class CompiledForward:
     """``fn`` (a forward of ``modules``) compiled once per input signature.
 
@@ -300,14 +334,30 @@ class CompiledForward:
     a tree of arrays; ``modules`` are the modules whose arrays it reads; ``folds`` the
     (conv, partner[, make]) entries whose derived arrays the compiled forward uses (``folded``). Calls with tracer
     inputs (inside a caller's own ``mx.compile``/``vmap``/``grad``) trace ``fn`` as it is.
+
+    ``stages`` (optional): ``fn`` as a chain of Stages, each compiled apart, for the signatures
+    ``staged(*args)`` accepts (default: all). On MLX's CUDA backend each stage's outputs are
+    scheduled before the next stage's graph is built, so the GPU runs one stage while the host
+    builds the next: MLX rebuilds a compiled graph on every call (about 1 ms for YOLOv8's), which
+    the GPU otherwise waits out. Each stage costs the host about 0.1 ms, so small inputs run
+    whole (docs/speed-gpu.md).
     """
 
-    def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES, folds=()):
+    def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES, folds=(), stages=(),
+                 staged: Callable[..., bool] | None = None):
         self.fn = fn
         self.modules = modules
         self.max_traces = max_traces
         self.traces: OrderedDict = OrderedDict()
         self.folds = FoldedConvs(folds)
+        self.whole = [(Stage(fn, modules), self.folds.arrays)]
+        # each stage's trace reads only its own arrays: handing every stage the whole model's cost
+        # 130 us per call and stage for YOLOv8n (2-core CPU)
+        self.stages = [(stage, self.folds.within(stage.modules)) for stage in stages] or self.whole
+        self.staged = staged or (lambda *args: True)
+        outside = set(self.folds.pairs) - {key for _, arrays in self.stages for key in arrays}
+        if outside:
+            raise ValueError(f"{len(outside)} folded convolutions are in no stage's modules")
 
     def __call__(self, *args):
         if not enabled():
@@ -321,24 +371,35 @@ class CompiledForward:
         if new:
             if len(self.traces) >= self.max_traces:
                 self.traces.popitem(last=False)  # frees that trace's compiled graph
-            # a new function object per signature: mx.compile caches by the function's identity
-            traced = mx.compile(self._tracer(folding), inputs=[self.modules, self.folds.arrays if folding else {}])
-        out = traced(*args)
-        if new and folding:
-            self.folds.retraced()
+            # new function objects per signature: mx.compile caches by the function's identity
+            parts = self.stages if self.staged(*args) else self.whole
+            traced = [mx.compile(self._tracer(stage.fn, folding), inputs=[stage.modules, arrays if folding else {}])
+                      for stage, arrays in parts]
+
+        def run(schedule):
+            out = traced[0](*args)
+            for stage in traced[1:]:
+                schedule(out)
+                out = stage(*out) if isinstance(out, tuple) else stage(out)
+            return out
+
         if capping():
             if least is None:  # the folded weights, made on this call, are inputs too: not counted
-                least = least_memory((args, self.folds.arrays if folding else {}), out)
+                out, least = least_memory((args, self.folds.arrays if folding else {}), run)
             else:
-                schedule_capped(out, int(memory_factor() * least))
+                out = schedule_capped(run, int(memory_factor() * least))
+        else:
+            out = run(_schedule if cuda_backend() else _lazy)
+        if new and folding:
+            self.folds.retraced()
         self.traces[key] = (traced, least)
         return out
 
-    def _tracer(self, folding: bool) -> Callable:
+    def _tracer(self, fn: Callable, folding: bool) -> Callable:
         def trace(*args):
             _tracing.folds = self.folds if folding else None
             try:
-                return self.fn(*args)
+                return fn(*args)
             finally:
                 _tracing.folds = None
         return trace

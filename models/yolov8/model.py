@@ -16,12 +16,13 @@ NMS on the GPU, boxes mapped back to the original image (predict.py, ops.py).
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import NamedTuple
 
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.compiled import CompiledForward, fold_in_conv_dtype, folded, folding
+from zoo.compiled import CompiledForward, Stage, fold_in_conv_dtype, folded, folding
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import box_decode, sppf_maxpool
@@ -67,6 +68,16 @@ ARCH = (
     ((15, 18, 21), 1, "Detect", ()),  # 22
 )
 STRIDES = (8, 16, 32)
+# layer -> the earlier layers whose outputs it reads besides its predecessor's
+READS = tuple(frozenset() if inputs == -1 else frozenset(j for j in inputs if j != -1) for inputs, *_ in ARCH)
+READ_LATER = frozenset().union(*READS)
+# The compiled forward's stages begin at these layers (zoo.compiled.Stage): the GPU runs one while
+# the host builds the next. Each begins after a layer whose output is a map (not Upscaled or Parts).
+STAGE_STARTS = (3, 7, 13, 19)
+# Stages pay where the GPU's work outlasts the host's building of the next stage's graph: on an
+# H100 from about 60 GFLOP a call in float32 (YOLOv8s b4, YOLOv8n b8 at 640) and 300 in float16
+# (YOLOv8s b16); below that each stage's ~0.1 ms of host time is lost (docs/speed-gpu.md).
+STAGED_FROM_GFLOP = {True: 60.0, False: 300.0}  # keyed by "float32"
 REG_MAX = 16  # DFL bins per box side
 
 
@@ -98,6 +109,20 @@ class Conv(nn.Module):
         for y in half:
             full = (full.reshape(n, h // 2, 2, w // 2, 2, c) + y[:, :, None, :, None, :]).reshape(n, h, w, c)
         return silu(full + fold["bias"])
+
+
+def conv_flop_per_pixel(layers: list[nn.Module]) -> float:
+    """The convolutions' FLOPs (two per multiply-add) per input pixel: each layer's at its output's
+    stride, the Detect head's branches at their levels'."""
+    strides, total = [], 0.0
+    for (inputs, _, kind, args), layer in zip(ARCH, layers):
+        before = strides[inputs if inputs == -1 else inputs[0]] if strides else 1
+        stride = before * args[2] if kind == "Conv" else before // 2 if kind == "Upsample" else before
+        strides.append(stride)
+        parts = [(b[str(i)], s) for i, s in enumerate(STRIDES) for b in (layer.cv2, layer.cv3)] \
+            if kind == "Detect" else [(layer, stride)]
+        total += sum(2 * c.weight.size / s**2 for part, s in parts for c in part.modules() if isinstance(c, nn.Conv2d))
+    return total
 
 
 def split_by_input(sizes: tuple[int, ...]):
@@ -290,7 +315,11 @@ class DetectionModel(nn.Module):
         self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
         after_concat = {id(self.model[str(i)].cv1): split_by_input(sizes) for i, sizes in concatenated.items()}
         convs = [(m.conv, m.bn, after_concat.get(id(m), fold_in_conv_dtype)) for m in self.modules() if isinstance(m, Conv)]
-        self.compiled = CompiledForward(self.forward, self, folds=[*convs, (layers[-1].dfl.conv, None, dfl_bins)])
+        bounds = (0, *STAGE_STARTS, len(ARCH))
+        stages = [Stage(partial(self.layers, start, stop), layers[start:stop]) for start, stop in zip(bounds, bounds[1:])]
+        self.flop_per_pixel = conv_flop_per_pixel(layers)
+        self.compiled = CompiledForward(self.forward, self, folds=[*convs, (layers[-1].dfl.conv, None, dfl_bins)],
+                                        stages=stages, staged=self.staged)
 
     @property
     def nc(self) -> int:
@@ -313,15 +342,27 @@ class DetectionModel(nn.Module):
                            f"{STRIDE}; letterbox the image (det.predict does)")
         return self.compiled(x)
 
+    def staged(self, x: mx.array) -> bool:
+        """Whether the compiled forward runs ``x`` in stages (STAGED_FROM_GFLOP)."""
+        n, h, w, _ = x.shape
+        return self.flop_per_pixel * n * h * w / 1e9 >= STAGED_FROM_GFLOP[x.dtype == mx.float32]
+
     def forward(self, x: mx.array) -> mx.array:
-        outputs = []
-        for (inputs, *_), layer in zip(ARCH, self.model.children_in_order()):
-            if inputs != -1:
-                x = layer(*(x if j == -1 else outputs[j] for j in inputs))
-            else:
-                x = layer(x)
-            outputs.append(x)
-        return x
+        return self.layers(0, len(ARCH), x)
+
+    def layers(self, start: int, stop: int, x: mx.array, saved: dict[int, mx.array] | None = None):
+        """Layers start..stop-1 on ``x`` (the output of layer start-1), ``saved`` the earlier
+        outputs they read -> the output of the last layer, and until the network's end also the
+        outputs later layers read (a compiled stage's outputs, the next stage's arguments)."""
+        saved = dict(saved or {})
+        for i in range(start, stop):
+            inputs, layer = ARCH[i][0], self.model[str(i)]
+            x = layer(x) if inputs == -1 else layer(*(x if j == -1 else saved[j] for j in inputs))
+            if i in READ_LATER:
+                saved[i] = x
+        if stop == len(ARCH):
+            return x
+        return x, {j: a for j, a in saved.items() if any(j in read for read in READS[stop:])}
 
     def class_ids(self, classes) -> list[int] | None:
         """Class filter from names and/or ids (a list, or one comma-separated string) -> ids."""
