@@ -32,6 +32,9 @@ the project's own figures: docs/speed-gpu.md).
   (``mx.async_eval``) under ``mx.set_memory_limit(in use + FACTOR x that least memory)``, past
   which MLX's eval waits for committed work to finish before encoding more. Without CUDA graphs
   (zoo/__init__) such a wait costs little: docs/speed-gpu.md has the trade measured.
+- Stages (``CompiledForward(stages=...)``; YOLOv8's big inputs): a forward compiled as a chain of
+  traces, each stage's outputs scheduled on MLX's CUDA backend before the next stage's graph is
+  built, so that the GPU computes while the host builds; one memory cap spans them.
 - The validator records every layer with eager modules: inside ``eager()`` every
   ``CompiledForward`` is a plain call of the eager network (separate BatchNorms, the
   upstream layer names), as is any ``mx.compile``'d function.
