@@ -130,31 +130,30 @@ def _lazy(arrays) -> None:
     """A stage's outputs left lazy (no CUDA backend: MLX's own scheduling, nothing measured)."""
 
 
-def least_memory(inputs, run: Callable) -> tuple:
-    """``run(schedule)``, a forward's first call on ``inputs`` (a tree), evaluated one commit at a
-    time (MLX's memory limit at the memory in use: each commit waits for those before it to finish
-    and free their buffers); ``run`` calls ``schedule`` on each stage's outputs but the last.
-    Returns (outputs, the peak above the memory in use before it: the least this forward runs in
-    under MLX), the inputs evaluated first; the peak is None for a caller's tracers. MLX's peak
-    counter is reset for it."""
+def least_memory(inputs, out) -> int | None:
+    """Evaluate ``out``, a forward's first call on ``inputs`` (a tree), one commit at a time
+    (MLX's memory limit at the memory in use: each commit waits for those before it to finish
+    and free their buffers). Returns the peak above the memory in use before it (the inputs
+    evaluated first), the least this forward runs in under MLX; None for a caller's tracers.
+    MLX's peak counter is reset for it."""
     with _capping:
         if not _schedule([a for _, a in tree_flatten(inputs) if isinstance(a, mx.array)]):
-            return run(_schedule), None
+            return None
         mx.synchronize()
         before = mx.get_active_memory()
         mx.reset_peak_memory()
         previous = mx.set_memory_limit(min(mx.get_memory_limit(), before))
         try:
-            out = run(_schedule)
             scheduled = _schedule(out)
             mx.synchronize()
         finally:
             mx.set_memory_limit(previous)
-        return out, (mx.get_peak_memory() - before if scheduled else None)
+        return mx.get_peak_memory() - before if scheduled else None
 
 
 def schedule_capped(run: Callable, cap: int):
-    """``run(schedule)`` (as for least_memory) with its outputs scheduled, with MLX's memory limit
+    """``run(schedule)``, a forward that calls ``schedule`` on each stage's outputs but the last,
+    with its outputs scheduled, with MLX's memory limit
     at most ``cap`` bytes above the memory in use (a lower limit the user set stays), then the
     limit put back. Only the encoding waits: the outputs are computed asynchronously, as lazy
     ones would be."""
@@ -386,11 +385,13 @@ class CompiledForward:
                 out = stage(*out) if isinstance(out, tuple) else stage(out)
             return out
 
-        if capping():
-            if least is None:  # the folded weights, made on this call, are inputs too: not counted
-                out, least = least_memory((args, self.folds.arrays if folding else {}), run)
-            else:
-                out = schedule_capped(run, int(memory_factor() * least))
+        if capping() and least is None:
+            # traced first: the arrays a trace makes (constants it holds) are not the forward's
+            # memory, nor are the folded weights made on this call (inputs, evaluated first)
+            out = run(_lazy)
+            least = least_memory((args, self.folds.arrays if folding else {}), out)
+        elif capping():
+            out = schedule_capped(run, int(memory_factor() * least))
         else:
             out = run(_schedule if cuda_backend() else _lazy)
         if new and folding:
