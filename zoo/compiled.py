@@ -152,11 +152,10 @@ def least_memory(inputs, out) -> int | None:
 
 
 def schedule_capped(run: Callable, cap: int):
-    """``run(schedule)``, a forward that calls ``schedule`` on each stage's outputs but the last,
-    with its outputs scheduled, with MLX's memory limit
-    at most ``cap`` bytes above the memory in use (a lower limit the user set stays), then the
-    limit put back. Only the encoding waits: the outputs are computed asynchronously, as lazy
-    ones would be."""
+    """``run(schedule)`` (a forward that calls ``schedule`` on each stage's outputs but the last)
+    and its outputs scheduled under MLX's memory limit at most ``cap`` bytes above the memory in
+    use (a lower limit the user set stays), then the limit put back. Only the encoding waits: the
+    outputs are computed asynchronously, as lazy ones would be."""
     with _capping:
         previous = mx.set_memory_limit(min(mx.get_memory_limit(), mx.get_active_memory() + cap))
         try:
