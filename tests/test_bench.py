@@ -85,3 +85,17 @@ def test_the_json_report_is_standard_json():
     parsed = json.loads(text, parse_constant=lambda token: pytest.fail(f"non-standard token {token}"))
     assert parsed == {"sanity_rel_err": {"user": "inf", "eager": "nan"}, "ratio": 0.5,
                       "rows": [{"p50": "-inf"}, [1.0, 2]]}
+
+
+@pytest.mark.parametrize("rotate, first_of_each_round", [(False, "aaaa"), (True, "abca")])
+def test_rounds_run_each_variant_first_in_turn_when_rotating(rotate, first_of_each_round):
+    from types import SimpleNamespace
+
+    from zoo.bench.measure import Variant, run_rounds
+
+    calls = []
+    variants = [Variant(name, lambda name=name: calls.append(name), "torch") for name in "abc"]
+    assert run_rounds(variants, SimpleNamespace(type="cpu"), 0.0, 0.0, 4, 4, rotate=rotate) == 4
+    timed = calls[-12:]  # after the first calls and the peak call
+    assert "".join(timed[i * 3] for i in range(4)) == first_of_each_round
+    assert all(len(v.times_ms) == 4 for v in variants)

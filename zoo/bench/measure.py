@@ -91,8 +91,10 @@ def peak_memory(v: Variant, device) -> None:
 
 
 def run_rounds(variants: list[Variant], device, seconds: float, warmup_seconds: float, min_rounds: int,
-               max_rounds: int) -> int:
-    """Fill each variant's times; a variant that raises is recorded and left out. Returns the rounds run."""
+               max_rounds: int, rotate: bool = False) -> int:
+    """Fill each variant's times; a variant that raises is recorded and left out. Returns the rounds run.
+    ``rotate``: each round starts with the next variant (the call after another framework's ran
+    slower on an H100: benchmarks/stages_ab.py)."""
     for v in variants:
         start = time.perf_counter()
         try:
@@ -115,7 +117,8 @@ def run_rounds(variants: list[Variant], device, seconds: float, warmup_seconds: 
     try:
         start = time.perf_counter()
         while live and rounds < max_rounds and (rounds < min_rounds or time.perf_counter() - start < seconds):
-            for v in live:
+            first = rounds % len(live) if rotate else 0
+            for v in live[first:] + live[:first]:
                 t = time.perf_counter()
                 v.run()
                 v.times_ms.append((time.perf_counter() - t) * 1e3)
