@@ -30,18 +30,18 @@ OP_CHAIN = 300
 TOP = 12  # kernels listed per case
 
 
-def traced(run, sync) -> dict:
-    """Wall time, GPU busy time and the top kernels and API calls of ``run`` (10 calls under the
-    profiler, after 20 untimed ones), per call."""
+def traced(run) -> dict:
+    """Wall time, GPU busy time and the top kernels and API calls of ``run`` (a synchronised call:
+    zoo.bench.measure's runners; 10 calls under the profiler, after 20 untimed ones), per call."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(20):  # traces, cuDNN plans, clocks up
-        sync(run())
+        run()
     walls = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         for _ in range(10):
             start = time.perf_counter()
-            sync(run())
+            run()
             walls.append((time.perf_counter() - start) * 1e3)
     path = f"/tmp/zoo_gpu_busy_{os.getpid()}.json"
     prof.export_chrome_trace(path)
@@ -80,10 +80,8 @@ def traced(run, sync) -> dict:
 
 
 def busy_row(spec: str, tdev, peer: bool) -> dict:
-    import mlx.core as mx
-    import torch
-
     from zoo.bench import cases as C
+    from zoo.bench import measure as M
     from zoo.bench import run as R
 
     model, batch, dtype = spec.split(":")
@@ -94,19 +92,10 @@ def busy_row(spec: str, tdev, peer: bool) -> dict:
     embedding = R.encoder_embedding(side, torch_side) if model == "mobilesam-decoder" else None
     fn, xs, _ = side.call(case, inputs, embedding)
 
-    def mlx_sync(out):
-        mx.eval(out)
-        mx.synchronize()
-
-    row = {"case": spec, **traced(lambda: fn(*xs), mlx_sync)}
+    row = {"case": spec, **traced(M.mlx_runner(fn, xs, eager=False))}
     if peer:
         tfn, txs, _ = torch_side.call(case, inputs, embedding)
-
-        def torch_call():
-            with torch.inference_mode():
-                return tfn(*txs)
-
-        row["torch"] = traced(torch_call, lambda _: torch.cuda.synchronize(tdev))
+        row["torch"] = traced(M.torch_runner(tfn, txs, tdev))
     return row
 
 
