@@ -177,6 +177,30 @@ def test_sam_decoder_compiled_equals_eager(compile_on):
     assert len(sam.decode_prompt.traces) == 2
 
 
+def test_sam_decoder_rederives_its_merged_arrays_when_weights_change(compile_on):
+    # the compiled decoder's derived arrays (Sam.decoder_folds) follow every weight they come from:
+    # the positional encoding's matrix (in the dense PE and the image projections' addends), a
+    # projection merged with others, a hypernetwork layer stacked with the others
+    sam = zoo.load("mobilesam", weights="synthetic", device="cpu")
+    rng = np.random.default_rng(1)
+    features = mx.array(rng.standard_normal((1, 64, 64, 256)).astype(np.float32))
+    points = (mx.array([[[100.0, 200.0], [700.0, 50.0]]]), mx.array([[1, 0]], dtype=mx.int32))
+    sam.decode_prompt(features, points, None, None, True)
+    decoder = sam.mask_decoder
+    pe_layer = sam.prompt_encoder.pe_layer
+    for module, name in ((pe_layer, "positional_encoding_gaussian_matrix"),
+                         (decoder.transformer.layers[1].cross_attn_image_to_token.q_proj, "weight"),
+                         (decoder.transformer.final_attn_token_to_image.v_proj, "bias"),
+                         (decoder.transformer.layers[0].self_attn.k_proj, "weight"),
+                         (decoder.output_hypernetworks_mlps[2].layers[1], "weight")):
+        module[name] = mx.array(rng.standard_normal(module[name].shape).astype(np.float32))
+        got = sam.decode_prompt(features, points, None, None, True)
+        with eager():
+            want = sam.decode_prompt(features, points, None, None, True)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-4, err_msg=name)
+
+
 def test_lama_compiled_equals_eager(compile_on, monkeypatch):
     import zoo.models.lama as lama_module
 

@@ -184,7 +184,8 @@ class FoldedConvs:
     sqrt(running_var + eps), shift = beta - mean * scale, computed in float32 and stored in the
     convolution's dtype. An entry's third element, ``make(conv, partner) -> {name: array}``,
     derives other arrays (another layout of the fold, two convolutions merged); its partner may be
-    None (arrays derived from the convolution alone)."""
+    None (arrays derived from the convolution alone) or a tuple of modules (arrays derived from
+    several layers' weights: MobileSAM's merged projections)."""
 
     def __init__(self, entries):
         self.pairs = {id(entry[0]): entry[:2] for entry in entries}
@@ -195,7 +196,7 @@ class FoldedConvs:
         self.sources: dict[int, tuple] = {}
         # Every call checks all entries at once (one flat list, compared by identity in C): entry by
         # entry the checks took 250 of YOLOv8s's 830 us of host time per call (2-core CPU, 2026-11-27).
-        self.modules = [m for pair in self.pairs.values() for m in pair if m is not None]
+        self.modules = [m for conv, partner in self.pairs.values() for m in members(conv, partner)]
         self.batch_norms = [m for m in self.modules if isinstance(m, nn.BatchNorm)]
         self.named: list = []  # (module, name) of every array the entries derive from: refresh() sets it
         self.known: list | None = None  # those arrays, and the modules' sizes, when last derived
@@ -215,20 +216,20 @@ class FoldedConvs:
                 and all(map(operator.is_, now[:-1], self.known[:-1])):
             return
         for key, (conv, partner) in self.pairs.items():
-            sources = sources_of(conv, partner)
+            sources = sources_of(*members(conv, partner))
             if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
                 # evaluated with the first output that uses them
                 derived = self.makers.get(key, fold_in_conv_dtype)(conv, partner)
                 self.arrays[key].clear()
                 self.arrays[key].update(derived)
-        self.named = [(m, name) for m in self.modules for name in _SOURCE_NAMES if name in m]
+        self.named = [(m, name) for m in self.modules for name, value in m.items() if isinstance(value, mx.array)]
         self.known = self.all_sources()
 
     def retraced(self) -> None:
         """After a trace: mx.compile put its input arrays back into the modules as new Python
         objects holding the same arrays; remember those so the next call does not derive again."""
-        self.sources = {key: sources_of(conv, partner) for key, (conv, partner) in self.pairs.items()}
+        self.sources = {key: sources_of(*members(conv, partner)) for key, (conv, partner) in self.pairs.items()}
         self.known = self.all_sources()
 
     def within(self, modules: list) -> dict[int, dict[str, mx.array]]:
@@ -243,20 +244,28 @@ class FoldedConvs:
             and all(bn.track_running_stats and "weight" in bn for bn in self.batch_norms)
 
 
+def members(conv, partner) -> tuple:
+    """A FoldedConvs entry's modules: the convolution and its partner (none, one, or a tuple)."""
+    if partner is None:
+        return (conv,)
+    return (conv, *partner) if isinstance(partner, tuple) else (conv, partner)
+
+
 def sources_of(*modules) -> tuple:
-    """The arrays that arrays derived from ``modules`` (a conv's, a BatchNorm's) depend on; read by
-    name, not through parameters(): this runs for every derivation on every call."""
-    return tuple(m.get(name) for m in modules if m is not None for name in _SOURCE_NAMES)
+    """The arrays that arrays derived from ``modules`` (a conv's, a BatchNorm's) depend on: each
+    module's own arrays (not its submodules'), read from its dict, not through parameters(): this
+    runs for every derivation on every call."""
+    return tuple(v for m in modules if m is not None for v in m.values() if isinstance(v, mx.array))
 
 
-_SOURCE_NAMES = ("weight", "bias", "running_mean", "running_var")
 _TRAINING = operator.attrgetter("_training")  # mlx.nn.Module.training's attribute
 
 
 def replaced(sources: tuple, known: tuple | None) -> bool:
     """Whether arrays derived from ``known`` must be made again from ``sources``: a first time, or
-    one of them is another object (weights loaded or cast since; MLX arrays are never changed in place)."""
-    return known is None or any(a is not b for a, b in zip(sources, known))
+    one of them is another object (weights loaded or cast since; MLX arrays are never changed in
+    place), or one was added or removed."""
+    return known is None or len(sources) != len(known) or any(a is not b for a, b in zip(sources, known))
 
 
 def kept(owner, name: str, modules: tuple, make: Callable):

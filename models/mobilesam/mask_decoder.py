@@ -11,6 +11,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+from zoo.compiled import folded
 from zoo.models.layers import GELU, ConvTranspose2d, Linear, Sequential, attention
 
 
@@ -56,7 +57,15 @@ class Attention(nn.Module):
         return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(0, 2, 1, 3)
 
     def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
-        q, k, v = self._heads(self.q_proj(q)), self._heads(self.k_proj(k)), self._heads(self.v_proj(v))
+        merged = folded(self.q_proj)  # compiled self-attention: q and k of one input as one product
+        if merged is not None and q is k:
+            q, k = mx.split(mx.addmm(merged["bias"], q, merged["weight"]), 2, axis=-1)
+            return self.attend(q, k, self.v_proj(v))
+        return self.attend(self.q_proj(q), self.k_proj(k), self.v_proj(v))
+
+    def attend(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+        """The attention of projected q, k and v (B, N, internal), through out_proj."""
+        q, k, v = self._heads(q), self._heads(k), self._heads(v)
         if q.shape[0] != k.shape[0]:  # one image side for many prompt sets (MaskDecoder): broadcast
             batch = max(q.shape[0], k.shape[0])
             q, k, v = (mx.broadcast_to(a, (batch, *a.shape[1:])) for a in (q, k, v))
@@ -83,7 +92,14 @@ class TwoWayAttentionBlock(nn.Module):
     def shortcut(self, x: mx.array) -> mx.array:
         return x
 
+    def image_projections(self) -> tuple[Linear, ...]:
+        """The projections of the image tokens (keys) in this block: the token-to-image attention's
+        k and v, the image-to-token attention's q."""
+        return (self.cross_attn_token_to_image.k_proj, self.cross_attn_token_to_image.v_proj,
+                self.cross_attn_image_to_token.q_proj)
+
     def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array):
+        to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
         if self.skip_first_layer_pe:  # the first layer replaces the queries (no residual, no PE)
             queries = self.self_attn(queries, queries, queries)
         else:
@@ -91,12 +107,25 @@ class TwoWayAttentionBlock(nn.Module):
             queries = self.shortcut(queries) + self.self_attn(q, q, queries)
         queries = self.norm1(queries)
 
-        q, k = queries + query_pe, keys + key_pe
-        queries = self.norm2(self.shortcut(queries) + self.cross_attn_token_to_image(q, k, keys))
+        # compiled: the keys' three projections as one product, the positional encoding's share
+        # derived once (image_projections_with_pe)
+        projected = folded(to_image.k_proj)
+        q = queries + query_pe
+        if projected is None:
+            k = keys + key_pe
+            attended = to_image(q, k, keys)
+        else:
+            image_k, image_v, image_q = mx.split(mx.addmm(projected["addend"], keys, projected["weight"]), 3, axis=-1)
+            attended = to_image.attend(to_image.q_proj(q), image_k, image_v)
+        queries = self.norm2(self.shortcut(queries) + attended)
         queries = self.norm3(self.shortcut(queries) + self.mlp(queries))
 
-        q, k = queries + query_pe, keys + key_pe
-        keys = self.norm4(self.shortcut(keys) + self.cross_attn_image_to_token(k, q, queries))
+        q = queries + query_pe
+        if projected is None:
+            attended = to_token(k, q, queries)
+        else:
+            attended = to_token.attend(image_q, to_token.k_proj(q), to_token.v_proj(queries))
+        keys = self.norm4(self.shortcut(keys) + attended)
         return queries, keys
 
 
@@ -115,9 +144,23 @@ class TwoWayTransformer(nn.Module):
         queries = point_embedding
         for layer in self.layers:
             queries, keys = layer(queries, keys, point_embedding, key_pe)
-        q, k = queries + point_embedding, keys + key_pe
-        queries = self.norm_final_attn(queries + self.final_attn_token_to_image(q, k, keys))
+        final = self.final_attn_token_to_image
+        q = queries + point_embedding
+        projected = folded(final.k_proj)  # compiled: as in the blocks, k and v of the keys as one product
+        if projected is None:
+            attended = final(q, keys + key_pe, keys)
+        else:
+            k, v = mx.split(mx.addmm(projected["addend"], keys, projected["weight"]), 2, axis=-1)
+            attended = final.attend(final.q_proj(q), k, v)
+        queries = self.norm_final_attn(queries + attended)
         return queries, keys
+
+    def image_projections(self) -> list[tuple[tuple[Linear, ...], tuple[bool, ...]]]:
+        """Each group of projections of the same image tokens, and which of them add the positional
+        encoding to their input first (k and q do, v does not)."""
+        groups = [(layer.image_projections(), (True, False, True)) for layer in self.layers]
+        final = self.final_attn_token_to_image
+        return groups + [((final.k_proj, final.v_proj), (True, False))]
 
 
 class MaskDecoder(nn.Module):
@@ -167,8 +210,74 @@ class MaskDecoder(nn.Module):
         mask_tokens_out = hs[:, 1 : 1 + self.num_mask_tokens]
 
         upscaled = self.output_upscaling(src.reshape(batch, h, w, c))
-        hyper_in = mx.stack([mlp(mask_tokens_out[:, i]) for i, mlp in enumerate(self.output_hypernetworks_mlps)],
-                            axis=1)  # (B, tokens, C')
+        stacked = folded(self.iou_prediction_head.layers[0])
+        if stacked is None:
+            hyper_in = mx.stack([mlp(mask_tokens_out[:, i]) for i, mlp in enumerate(self.output_hypernetworks_mlps)],
+                                axis=1)  # (B, tokens, C')
+            iou_pred = self.iou_prediction_head(iou_token_out)
+        else:
+            hyper_in, iou_pred = self.heads_stacked(hs[:, : 1 + self.num_mask_tokens], stacked)
         b, uh, uw, uc = upscaled.shape
         masks = (upscaled.reshape(b, uh * uw, uc) @ hyper_in.transpose(0, 2, 1)).reshape(b, uh, uw, -1)
-        return masks, self.iou_prediction_head(iou_token_out)
+        return masks, iou_pred
+
+    def head_layers(self) -> list[Linear]:
+        """The IoU head's layers, then each hypernetwork MLP's, in order (stack_heads' order)."""
+        return [layer for mlp in (self.iou_prediction_head, *self.output_hypernetworks_mlps) for layer in mlp.layers]
+
+    @staticmethod
+    def heads_stacked(tokens: mx.array, stacked: dict[str, mx.array]) -> tuple[mx.array, mx.array]:
+        """The IoU head and the hypernetwork MLPs at once (compiled; stack_heads): tokens (B, 5, C),
+        the IoU token then the mask tokens -> (hypernetwork outputs (B, 4, C'), IoU predictions (B, 4))."""
+        x = tokens.transpose(1, 0, 2)  # (5, B, C): one MLP per token
+        for i in range(2):
+            x = nn.relu(mx.addmm(stacked[f"bias{i}"], x, stacked[f"weight{i}"]))
+        hyper_in = mx.addmm(stacked["hyper_bias"], x[1:], stacked["hyper_weight"]).transpose(1, 0, 2)
+        # slices, not x[0]: an integer index is a gather
+        return hyper_in, mx.addmm(stacked["iou_bias"], x[:1], stacked["iou_weight"]).squeeze(0)
+
+
+# Arrays the compiled decoder derives from its weights (zoo.compiled.FoldedConvs makers): fewer,
+# larger products. Batch 1 is bound by the host's time per kernel (docs/speed-gpu.md).
+
+def merged_projections(first: Linear, others: tuple[Linear, ...]) -> dict[str, mx.array]:
+    """Linears of one input as one product: {weight (in, sum of outs), bias}."""
+    linears = (first, *others)
+    weight = mx.concatenate([l.weight for l in linears], axis=0).T
+    return {"weight": mx.contiguous(weight), "bias": mx.concatenate([l.bias for l in linears])}
+
+
+def image_projections_with_pe(first: Linear, partner: tuple, with_pe: tuple[bool, ...], grid: tuple[int, int]):
+    """Projections of the same image tokens as one product plus an addend: for the projections of
+    keys + key_pe (with_pe), key_pe's product is derived here once, since the positional encoding of
+    the image grid is fixed. ``partner``: the other projections, then the prompt encoder's
+    PositionEmbeddingRandom -> {weight (in, sum of outs), addend (1, tokens, sum of outs)}."""
+    *others, pe_layer = partner
+    linears = (first, *others)
+    dtype = first.weight.dtype
+    f32 = mx.float32
+    # the grid's encoding in the model's dtype, as upstream's get_dense_pe gives it
+    key_pe = pe_layer.grid(*grid).astype(dtype).astype(f32)
+    key_pe = key_pe.reshape(1, -1, key_pe.shape[-1])
+    addend = [(key_pe @ l.weight.astype(f32).T if pe else mx.zeros((1, 1, l.weight.shape[0]), f32))
+              + l.bias.astype(f32) for l, pe in zip(linears, with_pe)]
+    addend = mx.concatenate([mx.broadcast_to(a, (1, key_pe.shape[1], a.shape[-1])) for a in addend], axis=-1)
+    return {"weight": merged_projections(first, tuple(others))["weight"], "addend": addend.astype(dtype)}
+
+
+def stack_heads(first: Linear, others: tuple[Linear, ...]) -> dict[str, mx.array]:
+    """The IoU head and the hypernetwork MLPs (MaskDecoder.head_layers' order) for heads_stacked:
+    their first two layers (all 256 -> 256) stacked (5, in, out), the last layers apart (the
+    hypernetworks' stacked, the IoU head's alone)."""
+    layers = (first, *others)
+    mlps = [layers[i: i + 3] for i in range(0, len(layers), 3)]
+
+    def stack(ls):
+        return mx.stack([l.weight.T for l in ls]), mx.stack([l.bias[None] for l in ls])
+
+    arrays = {}
+    for i in range(2):
+        arrays[f"weight{i}"], arrays[f"bias{i}"] = stack([mlp[i] for mlp in mlps])
+    arrays["hyper_weight"], arrays["hyper_bias"] = stack([mlp[2] for mlp in mlps[1:]])
+    iou_last = mlps[0][2]
+    return {**arrays, "iou_weight": mx.contiguous(iou_last.weight.T), "iou_bias": iou_last.bias}

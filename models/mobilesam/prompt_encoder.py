@@ -11,6 +11,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+from zoo.compiled import folded
 from zoo.devices import as_model_input
 from zoo.models.layers import GELU, Sequential
 
@@ -74,7 +75,16 @@ class PromptEncoder(nn.Module):
 
     def get_dense_pe(self) -> mx.array:
         """Positional encoding of the image embedding grid: (1, 64, 64, C), NHWC."""
+        derived = folded(self.pe_layer)  # compiled: made once per weights (dense_pe)
+        if derived is not None:
+            return derived["dense_pe"]
         return self.pe_layer.grid(*self.image_embedding_size)[None].astype(self.dtype)
+
+    def dense_pe(self, pe_layer: PositionEmbeddingRandom, no_mask_embed: nn.Embedding) -> dict[str, mx.array]:
+        """get_dense_pe's array, as a compiled forward derives it once (zoo.compiled.FoldedConvs:
+        ``(pe_layer, no_mask_embed, prompt_encoder.dense_pe)``; the embedding gives the dtype)."""
+        grid = pe_layer.grid(*self.image_embedding_size)[None]
+        return {"dense_pe": grid.astype(no_mask_embed.weight.dtype)}
 
     def _embed_points(self, coords: mx.array, labels: mx.array, pad: bool) -> mx.array:
         coords = coords.astype(mx.float32) + 0.5  # pixel centres

@@ -1,6 +1,8 @@
 """MobileSAM: TinyViT image encoder + SAM prompt encoder + SAM mask decoder (upstream ``build_sam_vit_t``)."""
 from __future__ import annotations
 
+from functools import partial
+
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
@@ -9,7 +11,7 @@ from zoo.compiled import CompiledForward
 from zoo.kernels import resize
 
 from .automatic_mask_generator import SamAutomaticMaskGenerator
-from .mask_decoder import MaskDecoder
+from .mask_decoder import MaskDecoder, image_projections_with_pe, merged_projections, stack_heads
 from .predictor import SamPredictor
 from .prompt_encoder import PromptEncoder
 from .tiny_vit import TinyViT
@@ -33,11 +35,29 @@ class Sam(nn.Module):
         # the user paths, compiled per input signature (zoo.compiled): set_image's encoder and
         # predict's prompt encoder + mask decoder (one trace per prompt kind and point count)
         self.encode_image = CompiledForward(self.image_encoder, self.image_encoder)
-        self.decode_prompt = CompiledForward(self.prompt_and_decode, [self.prompt_encoder, self.mask_decoder])
+        self.decode_prompt = CompiledForward(self.prompt_and_decode, [self.prompt_encoder, self.mask_decoder],
+                                             folds=self.decoder_folds())
 
     @property
     def dtype(self) -> mx.Dtype:
         return self.image_encoder.dtype
+
+    def decoder_folds(self) -> list[tuple]:
+        """The arrays decode_prompt's compiled forward derives from the weights (zoo.compiled.FoldedConvs),
+        so that it runs fewer, larger products: the dense positional encoding; each group of
+        projections of the image tokens as one (its positional encoding's share derived, valid since
+        prompt_and_decode passes get_dense_pe as the image PE); each self-attention's q and k; the
+        IoU head with the hypernetwork MLPs."""
+        encoder, decoder = self.prompt_encoder, self.mask_decoder
+        pe_layer = encoder.pe_layer
+        folds = [(pe_layer, encoder.no_mask_embed, encoder.dense_pe)]
+        for (first, *others), with_pe in decoder.transformer.image_projections():
+            folds.append((first, (*others, pe_layer),
+                          partial(image_projections_with_pe, with_pe=with_pe, grid=encoder.image_embedding_size)))
+        for layer in decoder.transformer.layers:
+            folds.append((layer.self_attn.q_proj, (layer.self_attn.k_proj,), merged_projections))
+        first, *others = decoder.head_layers()
+        return folds + [(first, tuple(others), stack_heads)]
 
     def prompt_and_decode(self, features: mx.array, points, boxes, masks, multimask_output: bool):
         """Image embedding (B, 64, 64, 256) + one prompt -> (low-res mask logits (B, 256, 256, C), IoU (B, C))."""
