@@ -175,6 +175,15 @@ def test_sam_decoder_compiled_equals_eager(compile_on):
         np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-4)
     sam.decode_prompt(features, points, None, None, False)  # a constant argument is part of the signature
     assert len(sam.decode_prompt.traces) == 2
+    # several prompt sets on one image: the image side (its merged projections) is shared until the
+    # first image-to-token attention, then one per set
+    boxes = mx.array([[10.0, 20.0, 300.0, 400.0], [500.0, 100.0, 900.0, 800.0], [0.0, 0.0, 1023.0, 1023.0]])
+    got = sam.decode_prompt(features, None, boxes, None, True)
+    with eager():
+        want = sam.decode_prompt(features, None, boxes, None, True)
+    assert got[0].shape == (3, 256, 256, 3)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-4)
 
 
 def test_sam_decoder_rederives_its_merged_arrays_when_weights_change(compile_on):
