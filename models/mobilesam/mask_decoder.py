@@ -92,11 +92,12 @@ class TwoWayAttentionBlock(nn.Module):
     def shortcut(self, x: mx.array) -> mx.array:
         return x
 
-    def image_projections(self) -> tuple[Linear, ...]:
-        """The projections of the image tokens (keys) in this block: the token-to-image attention's
-        k and v, the image-to-token attention's q."""
-        return (self.cross_attn_token_to_image.k_proj, self.cross_attn_token_to_image.v_proj,
-                self.cross_attn_image_to_token.q_proj)
+    def image_projections(self) -> tuple[tuple[Linear, ...], tuple[bool, ...]]:
+        """The projections of the image tokens (keys) in this block, in the order __call__ splits
+        their merged product: the token-to-image attention's k and v, the image-to-token attention's
+        q; and which of them add the positional encoding to their input first (k and q)."""
+        return ((self.cross_attn_token_to_image.k_proj, self.cross_attn_token_to_image.v_proj,
+                 self.cross_attn_image_to_token.q_proj), (True, False, True))
 
     def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array):
         to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
@@ -157,10 +158,10 @@ class TwoWayTransformer(nn.Module):
 
     def image_projections(self) -> list[tuple[tuple[Linear, ...], tuple[bool, ...]]]:
         """Each group of projections of the same image tokens, and which of them add the positional
-        encoding to their input first (k and q do, v does not)."""
-        groups = [(layer.image_projections(), (True, False, True)) for layer in self.layers]
+        encoding to their input first: each block's (TwoWayAttentionBlock.image_projections), then
+        the final attention's k (with it) and v."""
         final = self.final_attn_token_to_image
-        return groups + [((final.k_proj, final.v_proj), (True, False))]
+        return [layer.image_projections() for layer in self.layers] + [((final.k_proj, final.v_proj), (True, False))]
 
 
 class MaskDecoder(nn.Module):
