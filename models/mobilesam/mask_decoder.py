@@ -59,7 +59,7 @@ class Attention(nn.Module):
     def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
         merged = folded(self.q_proj)  # compiled self-attention: q and k of one input as one product
         if merged is not None and q is k:
-            q, k = mx.split(mx.addmm(merged["bias"], q, merged["weight"]), 2, axis=-1)
+            q, k = merged_product(q, merged, 2)
             return self.attend(q, k, self.v_proj(v))
         return self.attend(self.q_proj(q), self.k_proj(k), self.v_proj(v))
 
@@ -116,7 +116,7 @@ class TwoWayAttentionBlock(nn.Module):
             k = keys + key_pe
             attended = to_image(q, k, keys)
         else:
-            image_k, image_v, image_q = mx.split(mx.addmm(projected["addend"], keys, projected["weight"]), 3, axis=-1)
+            image_k, image_v, image_q = merged_product(keys, projected, 3)
             attended = to_image.attend(to_image.q_proj(q), image_k, image_v)
         queries = self.norm2(self.shortcut(queries) + attended)
         queries = self.norm3(self.shortcut(queries) + self.mlp(queries))
@@ -151,7 +151,7 @@ class TwoWayTransformer(nn.Module):
         if projected is None:
             attended = final(q, keys + key_pe, keys)
         else:
-            k, v = mx.split(mx.addmm(projected["addend"], keys, projected["weight"]), 2, axis=-1)
+            k, v = merged_product(keys, projected, 2)
             attended = final.attend(final.q_proj(q), k, v)
         queries = self.norm_final_attn(queries + attended)
         return queries, keys
@@ -241,6 +241,12 @@ class MaskDecoder(nn.Module):
 # Arrays the compiled decoder derives from its weights (zoo.compiled.FoldedConvs makers): fewer,
 # larger products. Batch 1 is bound by the host's time per kernel (docs/speed-gpu.md).
 
+def merged_product(x: mx.array, merged: dict[str, mx.array], parts: int) -> tuple[mx.array, ...]:
+    """The merged projections of ``x`` (merged_projections or image_projections_with_pe), split
+    into each projection's output."""
+    return tuple(mx.split(mx.addmm(merged["bias"], x, merged["weight"]), parts, axis=-1))
+
+
 def merged_projections(first: Linear, others: tuple[Linear, ...]) -> dict[str, mx.array]:
     """Linears of one input as one product: {weight (in, sum of outs), bias}."""
     linears = (first, *others)
@@ -249,21 +255,23 @@ def merged_projections(first: Linear, others: tuple[Linear, ...]) -> dict[str, m
 
 
 def image_projections_with_pe(first: Linear, partner: tuple, with_pe: tuple[bool, ...], grid: tuple[int, int]):
-    """Projections of the same image tokens as one product plus an addend: for the projections of
-    keys + key_pe (with_pe), key_pe's product is derived here once, since the positional encoding of
+    """merged_projections of the same image tokens whose bias also holds, for the projections of
+    keys + key_pe (with_pe), key_pe's product, derived here once since the positional encoding of
     the image grid is fixed. ``partner``: the other projections, then the prompt encoder's
-    PositionEmbeddingRandom -> {weight (in, sum of outs), addend (1, tokens, sum of outs)}."""
+    PositionEmbeddingRandom -> {weight (in, sum of outs), bias (1, tokens, sum of outs)}."""
     *others, pe_layer = partner
     linears = (first, *others)
+    merged = merged_projections(first, tuple(others))
     dtype = first.weight.dtype
     f32 = mx.float32
     # the grid's encoding in the model's dtype, as upstream's get_dense_pe gives it
     key_pe = pe_layer.grid(*grid).astype(dtype).astype(f32)
     key_pe = key_pe.reshape(1, -1, key_pe.shape[-1])
-    addend = [(key_pe @ l.weight.astype(f32).T if pe else mx.zeros((1, 1, l.weight.shape[0]), f32))
-              + l.bias.astype(f32) for l, pe in zip(linears, with_pe)]
-    addend = mx.concatenate([mx.broadcast_to(a, (1, key_pe.shape[1], a.shape[-1])) for a in addend], axis=-1)
-    return {"weight": merged_projections(first, tuple(others))["weight"], "addend": addend.astype(dtype)}
+    tokens = key_pe.shape[1]
+    pe_share = mx.concatenate([key_pe @ l.weight.astype(f32).T if pe else mx.zeros((1, tokens, l.weight.shape[0]), f32)
+                               for l, pe in zip(linears, with_pe)], axis=-1)
+    merged["bias"] = (pe_share + merged["bias"].astype(f32)).astype(dtype)
+    return merged
 
 
 def stack_heads(first: Linear, others: tuple[Linear, ...]) -> dict[str, mx.array]:
