@@ -6,17 +6,17 @@ This is the one place where a process uses two devices on purpose: the reference
 ``mx.stream(mx.cpu)`` and the model under test inside ``mx.stream(device)``, whatever the
 process's device is.
 
-* Reference pass (once): every module call is recorded on the host, keyed by module path and
-  call (``path``; ``path#k`` for a module called several times); its output in float64, its
-  inputs (isolated mode) in float32. Each module's own floating arrays are cast to the
-  reference dtype only while it runs and put back after, so the reference holds one module's
-  float64 copy at a time and the user's arrays are never replaced for good. A module whose
-  float64 run raises (MLX's CPU has no float64 grouped, depthwise or dilated convolution, no
-  float64 strided transposed convolution or quantized matmul) runs again in float32, with its
-  submodules, and its rows say so; a reference value that comes out in another float dtype
+* Reference pass (once): the model's floating parameters are cast to float64 for the pass (the
+  original arrays put back after: the model is left as it was); every module call is recorded
+  on the host, keyed by module path and call (``path``; ``path#k`` for a module called several
+  times): its output in float64, its inputs (isolated mode) in float32. A module whose float64
+  run raises (MLX 0.32's CPU has no float64 grouped, depthwise or dilated convolution, strided
+  transposed convolution, quantized matmul or Hadamard transform) runs again in float32, with
+  its submodules, and its rows say so; a reference value that comes out in another float dtype
   (MLX's FFTs compute in complex64) is said in its row too.
 * Test pass (per dtype and mode): the model's floating parameters are cast to the dtype for the
-  pass (the originals put back after); each module call is evaluated, copied to the host and
+  pass (arrays read outside their module's call, such as tied embeddings, too; the originals put
+  back after); each module call is evaluated, copied to the host and
   judged against its reference as it completes, so no output stays on the device beyond the
   forward's own lifetime and nothing of the pass is kept but its figures.
   end-to-end: the model runs on its own activations. isolated: every module call gets the
@@ -144,25 +144,6 @@ def rebuild(value, fn, path: str = "", in_place: bool = True):
 
 
 @contextlib.contextmanager
-def own_arrays_as(module: nn.Module, dtype: mx.Dtype):
-    """The module's own floating arrays (not its submodules') as ``dtype`` inside the block; the
-    original arrays are put back on exit."""
-    originals = {}
-    for key, value in module.items():
-        if isinstance(value, (mx.array, list, tuple, dict)) and not isinstance(value, nn.Module) and not any(
-                isinstance(v, nn.Module) for _, v in tree_leaves(value)):
-            leaves = arrays(value)
-            if any(_floating(a) and a.dtype != dtype for a in leaves):
-                originals[key] = value
-                module[key] = tree_map(lambda a: a.astype(dtype) if _floating(a) else a, value)
-    try:
-        yield
-    finally:
-        for key, value in originals.items():
-            module[key] = value
-
-
-@contextlib.contextmanager
 def parameters_as(model: nn.Module, dtype: mx.Dtype):
     """Every floating parameter of the model as ``dtype`` inside the block (arrays read outside
     their module's call, such as tied embeddings, too); the original arrays are put back on exit."""
@@ -194,21 +175,28 @@ def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs
     """The model on the CPU in ``dtype`` (float64 or float32), every module call recorded on the host."""
     reference = Reference()
     fallback = [0]  # > 0: inside a float32 rerun, whose calls are neither cast nor recorded
+    # each module's own parameters: after its call its float64 copies are dropped for new, lazy
+    # casts (their dtype still reads float64), so one module's copies exist at a time, not the model's
+    own = {id(m): {k: m[k] for k in m.parameters() if k not in m.children()}
+           for m in (model, *(m for _, m in submodules(model)))}
 
-    def run(call: Call, args, kwargs, as_dtype):
-        with own_arrays_as(call.module, as_dtype):
-            out = call.run(*args, **kwargs)
-            mx.eval(arrays(out))
+    def release(module):
+        for key, original in own[id(module)].items():
+            module[key] = tree_map(lambda a: a.astype(dtype) if _floating(a) else a, original)
+
+    def run(call: Call, args, kwargs):
+        out = call.run(*args, **kwargs)
+        mx.eval(arrays(out))
         return out
 
     def on_call(call: Call, args, kwargs):
         if fallback[0]:
-            return run(call, args, kwargs, mx.float32)
+            return run(call, args, kwargs)
         entry = ReferenceCall({})
         if keep_inputs:
             entry.inputs = {p: host(v, np.float32) for p, v in tree_leaves((args, kwargs)) if isinstance(v, mx.array)}
         try:
-            out = run(call, args, kwargs, dtype)
+            out = run(call, args, kwargs)
         except ZooError:
             raise
         except Exception as error:
@@ -216,7 +204,8 @@ def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs
                 raise raised(f"{call.name} ({call.class_name})", args, kwargs, error) from error
             fallback[0] += 1
             try:
-                out = run(call, cast(args, mx.float32), cast(kwargs, mx.float32), mx.float32)
+                with parameters_as(call.module, mx.float32):
+                    out = run(call, cast(args, mx.float32), cast(kwargs, mx.float32))
             except Exception:
                 raise raised(f"{call.name} ({call.class_name})", args, kwargs, error) from error
             finally:
@@ -227,9 +216,10 @@ def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs
         else:
             record(entry, out, dtype)
         reference.calls.setdefault(call.name, []).append(entry)
+        release(call.module)
         return out
 
-    with mx.stream(mx.cpu), eager(), intercepting(model, on_call), own_arrays_as(model, dtype):
+    with mx.stream(mx.cpu), eager(), parameters_as(model, dtype), intercepting(model, on_call):
         try:
             out = model(*cast(inputs, dtype))
             mx.eval(arrays(out))
