@@ -143,7 +143,7 @@ def compare(model, *inputs, device: str | None = None, dtype="float32", referenc
                    for one in dtypes for m in modes]
     head = engine.header(name or type(model).__name__, "the model's own", dtypes[0] if len(dtypes) == 1 else "all")
     head.update(reference=f"{reference} (the same MLX model)", inject=inject, input=modules.describe_inputs(inputs),
-                rtol=rtol, atol=atol)
+                rtol=rtol, atol=atol, reference_float32_precision=_float32_precision(reference))
     return Report(head, results)
 
 
@@ -201,9 +201,17 @@ def compare_torch(mlx_model, torch_model, *inputs, name_map=None, layout="auto",
                 result.layers += torch_port.unpaired_rows(unpaired)
                 results.append(result)
     head = engine.header(name or type(mlx_model).__name__, "the model's own", dtypes[0] if len(dtypes) == 1 else "all")
-    head.update(reference=f"{reference} (PyTorch {type(torch_model).__name__})", inject=inject,
+    head.update(reference=f"{reference} (PyTorch {type(torch_model).__name__})", reference_float32_precision=[],
+                inject=inject,
                 input=modules.describe_inputs(inputs), rtol=rtol, atol=atol, layout=str(layout))
     return Report(head, results)
+
+
+def _float32_precision(reference: str) -> list[str]:
+    """The ops whose float64 the reference computes in float32 precision (modules.float32_precision_ops)."""
+    from zoo.validate.modules import float32_precision_ops
+
+    return float32_precision_ops() if reference == "cpu-float64" else []
 
 
 def _assert_passed(report):

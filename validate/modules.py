@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import mlx.core as mx
@@ -238,6 +239,57 @@ def record(entry: ReferenceCall, out, dtype: mx.Dtype) -> None:
                     if isinstance(v, mx.array) and mx.issubdtype(v.dtype, mx.inexact) and v.dtype != dtype})
     if other and not entry.notes:
         entry.notes.append(f"reference computed in {', '.join(other)} here")
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf)(x)
+
+
+def _conv(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """A valid 3x3 NHWC convolution, (1, 6, 6, C) x (O, 3, 3, C) -> (1, 4, 4, O)."""
+    return np.stack([np.einsum("hwc,ohwc->o", x[0, i:i + 3, j:j + 3], w) for i in range(4) for j in range(4)]
+                    ).reshape(1, 4, 4, -1)
+
+
+def _normed(x: np.ndarray, centred: bool) -> np.ndarray:
+    y = x - x.mean(-1, keepdims=True) if centred else x
+    return y / np.sqrt((y * y).mean(-1, keepdims=True) + 1e-5)
+
+
+# (MLX op, its float64 numpy equivalent) on x (1, 6, 6, 4) and w (3, 3, 3, 4)
+PRECISION_PROBES = {
+    "convolution": (lambda x, w: mx.conv2d(x, w), lambda x, w: _conv(x, w)),
+    "matmul": (lambda x, w: x.reshape(6, 24) @ w.reshape(3, 36)[:, :24].T, lambda x, w: x.reshape(6, 24) @ w.reshape(3, 36)[:, :24].T),
+    "layer_norm": (lambda x, w: mx.fast.layer_norm(x, None, None, 1e-5), lambda x, w: _normed(x, True)),
+    "rms_norm": (lambda x, w: mx.fast.rms_norm(x, None, 1e-5), lambda x, w: _normed(x, False)),
+    "softmax": (lambda x, w: mx.softmax(x, -1), lambda x, w: np.exp(x) / np.exp(x).sum(-1, keepdims=True)),
+    "exp": (lambda x, w: mx.exp(x), lambda x, w: np.exp(x)),
+    "erf": (lambda x, w: mx.erf(x), lambda x, w: _erf(x)),
+    "sin": (lambda x, w: mx.sin(x), lambda x, w: np.sin(x)),
+    "tanh": (lambda x, w: mx.tanh(x), lambda x, w: np.tanh(x)),
+    "sigmoid": (lambda x, w: mx.sigmoid(x), lambda x, w: 1 / (1 + np.exp(-x))),
+}
+EXACT = 1e-12  # a float64 op's relative error is ~1e-16; a float32 computation's ~1e-7
+
+
+def float32_precision_ops() -> list[str]:
+    """The probed ops that this MLX's CPU computes in float32 precision when given float64 (MLX
+    0.32.4: convolutions, mx.fast's norms, exp, erf, sin): the float64 reference's own error there
+    is float32's roundoff, ~1e-7 relative, against float32's bound of 1e-4."""
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((1, 6, 6, 4)), rng.standard_normal((3, 3, 3, 4))
+    found = []
+    with mx.stream(mx.cpu):
+        for name, (op, exact) in PRECISION_PROBES.items():
+            want = exact(x, w)
+            try:
+                got = np.array(op(mx.array(x, dtype=mx.float64), mx.array(w, dtype=mx.float64)))
+            except Exception:
+                found.append(name)
+                continue
+            if got.dtype != np.float64 or np.abs(got - want).max() > EXACT * np.abs(want).max():
+                found.append(name)
+    return found
 
 
 def same(ref: np.ndarray, shape: tuple, name: str) -> tuple[np.ndarray, str | None]:

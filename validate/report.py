@@ -220,6 +220,8 @@ def render_html(report: Report) -> str:
         "dtype": ", ".join(report.dtypes), "TF32": "on" if head.get("tf32") else "off", "MLX": head.get("mlx"),
         "numpy": head.get("numpy"), "python": head.get("python"), "input": head.get("input"),
         "injected fault": head.get("inject") or "none",
+        "ops the float64 reference computes in float32 precision": ", ".join(head.get("reference_float32_precision") or [])
+        or None,
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     env_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"

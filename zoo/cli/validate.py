@@ -90,6 +90,10 @@ def print_report(report, args, title: str) -> int:
           f"tf32={'on' if head['tf32'] else 'off'}  mlx={head['mlx']}" + (f"  inject={args.inject}" if args.inject else ""))
     if head["tf32"]:
         print("note: TF32 is on for float32 matmul/conv; set MLX_ENABLE_TF32=0 for float32 parity", file=sys.stderr)
+    if head.get("reference_float32_precision"):
+        print(f"note: this MLX's CPU computes {', '.join(head['reference_float32_precision'])} in float32 precision "
+              "when given float64: the reference's own error there is ~1e-7 relative (docs/validate-any-model.md)",
+              file=sys.stderr)
     several = len(report.dtypes) > 1
     for mode_report in report.modes:
         print_table(mode_report, args.show, several)
