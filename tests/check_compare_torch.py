@@ -1,7 +1,7 @@
 """compare_torch against a real PyTorch model: the hook recording, which the test suite (no torch)
-cannot run. Run by hand where torch is installed (docs/validate-any-model.md):
+cannot run. Run by hand with a Python that has torch and this checkout's zoo (docs/validate-any-model.md):
 
-    PYTHONPATH=. /path/to/python-with-torch tests/check_compare_torch.py
+    python tests/check_compare_torch.py
 
 A small PyTorch conv net and its MLX port, the weights carried over by zoo.weights.convert with a
 name map: the port passes; the same port with a wrong BatchNorm eps is named at that layer, and a

@@ -109,7 +109,7 @@ def test_bad_input_is_one_error_naming_the_fix():
     model, x = any_models.conv_net(), any_models.inputs("conv_net")
     with pytest.raises(UsageError, match="takes an mlx.nn.Module, got function"):
         zoo.validate.compare(lambda v: v, *x)
-    with pytest.raises(UsageError, match=r"stem \(Conv2d\) raised ValueError.*argument 0 \(1, 3, 8, 8\).*NHWC"):
+    with pytest.raises(UsageError, match=r"stem \(Conv2d\), in the reference pass, raised ValueError.*argument 0 \(1, 3, 8, 8\).*NHWC"):
         zoo.validate.compare(model, np.zeros((1, 3, 8, 8), np.float32))
     with pytest.raises(UsageError, match=r"raised.*argument 0 \(8, 8, 3\)"):
         zoo.validate.compare(model, np.zeros((8, 8, 3), np.float32))  # rank 3 where 4 is taken

@@ -202,13 +202,13 @@ def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs
             raise
         except Exception as error:
             if dtype == mx.float32:
-                raise raised(f"{call.name} ({call.class_name})", args, kwargs, error) from error
+                raise raised(f"{call.name} ({call.class_name}), in the reference pass,", args, kwargs, error) from error
             fallback[0] += 1
             try:
                 with parameters_as(call.module, mx.float32):
                     out = run(call, cast(args, mx.float32), cast(kwargs, mx.float32))
             except Exception:
-                raise raised(f"{call.name} ({call.class_name})", args, kwargs, error) from error
+                raise raised(f"{call.name} ({call.class_name}), in the reference pass,", args, kwargs, error) from error
             finally:
                 fallback[0] -= 1
             entry.notes.append(f"reference in float32: float64 raised ({' '.join(str(error).split())})")
@@ -227,7 +227,7 @@ def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs
         except ZooError:
             raise
         except Exception as error:
-            raise raised(f"the model ({type(model).__name__})", inputs, {}, error) from error
+            raise raised(f"the model ({type(model).__name__}), in the reference pass,", inputs, {}, error) from error
         reference.output = ReferenceCall({})
         record(reference.output, out, dtype)
     return reference
