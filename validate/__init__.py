@@ -20,6 +20,7 @@ MLX is imported on the first call, not by ``import zoo.validate``.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -118,32 +119,16 @@ def compare(model, *inputs, device: str | None = None, dtype="float32", referenc
     the model's return value. The model is run in eval mode and its parameters and training flags
     are as they were afterwards. Bad arguments raise zoo.errors.UsageError before anything runs.
     """
-    import mlx.core as mx
-
-    from zoo import devices
-    from zoo.cli import usage_errors
-    from zoo.validate import engine, modules
-    from zoo.validate.capture import check_fault, parse_fault, submodules
+    from zoo.validate import modules
     from zoo.validate.report import Report
 
-    modules.check_model(model)
-    with usage_errors():
-        dtypes = _dtypes(dtype)
-        modes = _modes(mode)
-        fault = parse_fault(inject)
-        check_fault(submodules(model), fault)
-        reference_dtype = _reference(reference)
-        rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol) or 0.0
-        modules.check_inputs(inputs)
-    target = mx.gpu if devices.use(device) == "gpu" else mx.cpu
-    host_inputs = modules.inputs_on_host(inputs)
+    run_ = _comparison(model, inputs, device, dtype, reference, mode, inject, rtol, atol)
     with modules.evaluation_mode(model):
-        expected = modules.reference_pass(model, host_inputs, reference_dtype, keep_inputs="isolated" in modes)
-        results = [modules.test_pass(model, host_inputs, expected, target, one, m, fault, rtol, atol)
-                   for one in dtypes for m in modes]
-    head = engine.header(name or type(model).__name__, "the model's own", dtypes[0] if len(dtypes) == 1 else "all")
-    head.update(reference=f"{reference} (the same MLX model)", inject=inject, input=modules.describe_inputs(inputs),
-                rtol=rtol, atol=atol, reference_float32_precision=_float32_precision(reference))
+        expected = modules.reference_pass(model, run_.inputs, run_.reference, keep_inputs="isolated" in run_.modes)
+        results = [modules.test_pass(model, run_.inputs, expected, run_.device, one, m, run_.fault, run_.rtol, run_.atol)
+                   for one in run_.dtypes for m in run_.modes]
+    head = run_.header(name or type(model).__name__, f"{reference} (the same MLX model)")
+    head["reference_float32_precision"] = modules.float32_precision_ops() if reference == "cpu-float64" else []
     return Report(head, results)
 
 
@@ -169,49 +154,70 @@ def compare_torch(mlx_model, torch_model, *inputs, name_map=None, layout="auto",
     as NCHW unless ``layout="same"``. Weight layouts (Conv, ConvTranspose) are converted as
     zoo.weights.convert does. torch is imported here only.
     """
+    from zoo.validate import modules, torch_port
+    from zoo.validate.capture import submodules
+    from zoo.validate.report import Report
+
+    align, rename = torch_port.aligner(layout), torch_port.renamer(name_map)
+    run_ = _comparison(mlx_model, inputs, device, dtype, reference, mode, inject, rtol, atol)
+    recorded = torch_port.record_torch(torch_model, torch_port.torch_inputs(run_.inputs, layout), run_.reference,
+                                       keep_inputs="isolated" in run_.modes)
+    expected, unpaired = torch_port.pair(recorded, [n for n, _ in submodules(mlx_model)], rename)
+    results = [torch_port.parameter_report(recorded.parameters, mlx_model, rename, run_.dtypes[0])]
+    with modules.evaluation_mode(mlx_model):
+        for one in run_.dtypes:
+            for m in run_.modes:
+                result = modules.test_pass(mlx_model, run_.inputs, expected, run_.device, one, m, run_.fault, run_.rtol,
+                                           run_.atol, align)
+                result.layers += torch_port.unpaired_rows(unpaired)
+                results.append(result)
+    head = run_.header(name or type(mlx_model).__name__, f"{reference} (PyTorch {type(torch_model).__name__})")
+    head["layout"] = str(layout)
+    return Report(head, results)
+
+
+@dataclasses.dataclass
+class _Comparison:
+    """compare's and compare_torch's checked arguments; ``inputs`` on the host (modules.inputs_on_host)."""
+
+    dtypes: list
+    modes: tuple
+    fault: tuple | None
+    reference: object  # the reference's mx.Dtype
+    rtol: float | None
+    atol: float
+    device: object  # the mx.Device under test
+    inputs: tuple
+    inject: str | None
+    described: str
+
+    def header(self, model: str, reference: str) -> dict:
+        from zoo.validate import engine
+
+        head = engine.header(model, "the model's own", self.dtypes[0] if len(self.dtypes) == 1 else "all")
+        head.update(reference=reference, inject=self.inject, input=self.described, rtol=self.rtol, atol=self.atol)
+        return head
+
+
+def _comparison(model, inputs, device, dtype, reference, mode, inject, rtol, atol) -> _Comparison:
+    """The arguments checked (UsageError before anything runs), the device chosen, the inputs copied."""
     import mlx.core as mx
 
     from zoo import devices
     from zoo.cli import usage_errors
-    from zoo.validate import engine, modules, torch_port
+    from zoo.validate import modules
     from zoo.validate.capture import check_fault, parse_fault, submodules
-    from zoo.validate.report import Report
 
-    modules.check_model(mlx_model)
+    modules.check_model(model)
     with usage_errors():
-        dtypes = _dtypes(dtype)
-        modes = _modes(mode)
-        fault = parse_fault(inject)
-        check_fault(submodules(mlx_model), fault)
+        dtypes, modes, fault = _dtypes(dtype), _modes(mode), parse_fault(inject)
+        check_fault(submodules(model), fault)
         reference_dtype = _reference(reference)
         rtol, atol = _tolerance("rtol", rtol), _tolerance("atol", atol) or 0.0
         modules.check_inputs(inputs)
-        align = torch_port.aligner(layout)
-        rename = torch_port.renamer(name_map)
     target = mx.gpu if devices.use(device) == "gpu" else mx.cpu
-    host_inputs = modules.inputs_on_host(inputs)
-    recorded = torch_port.record_torch(torch_model, torch_port.torch_inputs(host_inputs, layout), reference_dtype,
-                                       keep_inputs="isolated" in modes)
-    expected, unpaired = torch_port.pair(recorded, [n for n, _ in submodules(mlx_model)], rename)
-    results = [torch_port.parameter_report(recorded.parameters, mlx_model, rename, dtypes[0])]
-    with modules.evaluation_mode(mlx_model):
-        for one in dtypes:
-            for m in modes:
-                result = modules.test_pass(mlx_model, host_inputs, expected, target, one, m, fault, rtol, atol, align)
-                result.layers += torch_port.unpaired_rows(unpaired)
-                results.append(result)
-    head = engine.header(name or type(mlx_model).__name__, "the model's own", dtypes[0] if len(dtypes) == 1 else "all")
-    head.update(reference=f"{reference} (PyTorch {type(torch_model).__name__})", reference_float32_precision=[],
-                inject=inject,
-                input=modules.describe_inputs(inputs), rtol=rtol, atol=atol, layout=str(layout))
-    return Report(head, results)
-
-
-def _float32_precision(reference: str) -> list[str]:
-    """The ops whose float64 the reference computes in float32 precision (modules.float32_precision_ops)."""
-    from zoo.validate.modules import float32_precision_ops
-
-    return float32_precision_ops() if reference == "cpu-float64" else []
+    return _Comparison(dtypes, modes, fault, reference_dtype, rtol, atol, target, modules.inputs_on_host(inputs),
+                       inject, modules.describe_inputs(inputs))
 
 
 def _assert_passed(report):

@@ -87,6 +87,18 @@ def _argument(path: str) -> str:
     return "/".join([f"argument {first}" if group == "0" else first, *rest])
 
 
+def evaluated(fn, args, kwargs, where: str):
+    """``fn(*args, **kwargs)``, evaluated; what it raises (not a ZooError) as ``raised``'s error."""
+    try:
+        out = fn(*args, **kwargs)
+        mx.eval(arrays(out))
+    except ZooError:
+        raise
+    except Exception as error:
+        raise raised(where, args, kwargs, error) from error
+    return out
+
+
 def host(a: mx.array, dtype=np.float64) -> np.ndarray:
     """An MLX array on the host: floating values as ``dtype``, complex ones as (real, imag) pairs
     on a last axis of 2, others as they are."""
@@ -221,13 +233,7 @@ def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs
         return out
 
     with mx.stream(mx.cpu), eager(), parameters_as(model, dtype), intercepting(model, on_call):
-        try:
-            out = model(*cast(inputs, dtype))
-            mx.eval(arrays(out))
-        except ZooError:
-            raise
-        except Exception as error:
-            raise raised(f"the model ({type(model).__name__}), in the reference pass,", inputs, {}, error) from error
+        out = evaluated(model, cast(inputs, dtype), {}, f"the model ({type(model).__name__}), in the reference pass,")
         reference.output = ReferenceCall({})
         record(reference.output, out, dtype)
     return reference
@@ -349,26 +355,14 @@ def test_pass(model: nn.Module, inputs: tuple, reference: Reference, device: mx.
                 notes.append("not fed")
             else:
                 args, kwargs = fed
-        try:
-            out = call.run(*args, **kwargs)
-            mx.eval(arrays(out))
-        except ZooError:
-            raise
-        except Exception as error:
-            raise raised(f"{call.name} ({call.class_name})", args, kwargs, error) from error
+        out = evaluated(call.run, args, kwargs, f"{call.name} ({call.class_name})")
         judge(key, out, entry, notes)
         judged.add((call.name, call.index))
         records[key] = Record(None, None, call.ops, call.class_name)
         return out
 
     with mx.stream(device), eager(), parameters_as(model, mx_dtype), intercepting(model, on_call, fault):
-        try:
-            out = model(*cast(inputs, mx_dtype))
-            mx.eval(arrays(out))
-        except ZooError:
-            raise
-        except Exception as error:
-            raise raised(f"the model ({type(model).__name__})", inputs, {}, error) from error
+        out = evaluated(model, cast(inputs, mx_dtype), {}, f"the model ({type(model).__name__})")
         judge(OUTPUT, out, reference.output, [])
     del out
     for name, calls in reference.calls.items():

@@ -106,7 +106,10 @@ def record_torch(torch_model, inputs: list, dtype: mx.Dtype, keep_inputs: bool) 
     eval mode, every named module's calls recorded with hooks: output, and inputs if ``keep_inputs``."""
     import copy
 
-    import torch
+    try:
+        import torch
+    except ImportError:
+        raise UsageError("compare_torch needs PyTorch: pip install torch (zoo itself does not)") from None
 
     if not isinstance(torch_model, torch.nn.Module):
         raise UsageError(f"compare_torch's second argument must be a torch.nn.Module, got {type(torch_model).__name__}")
