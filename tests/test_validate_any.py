@@ -132,6 +132,8 @@ def test_command_line(tmp_path, capsys):
     assert json.loads(out.read_text())["passed"]
     assert validate_main([*argv, "--mode", "isolated", "--inject", "up.conv2=noise"]) == 1
     assert "first failing layer: up.conv2" in capsys.readouterr().out
+    assert validate_main(["--module", "any_models:kernel_net", "--input", "1,8,8,3", "--mode", "isolated"]) == 0
+    assert "isolated: PASS 5/5" in capsys.readouterr().out
     assert validate_main(["--module", "tests/any_models.py:nothing", "--input", "1,8,8,3"]) == 2
     assert validate_main(["--module", "tests/any_models.py:conv_net", "--input", "1,8,x"]) == 2
     errors = capsys.readouterr().err.splitlines()

@@ -119,6 +119,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] in (["-h"], ["--help"]):
         print("python -m zoo.validate ops [--device gpu|cpu] [--dtype LIST] [--json PATH]: every op the models "
               "run against the numpy reference (ops --help)\n")
+        print("python -m zoo.validate --module PKG.MOD:FACTORY --input SHAPE [--input ...]: any MLX model against "
+              "itself on the CPU in float64 (--module X --help)\n")
     spec = registry.get_spec(model_name_from(argv, "python -m zoo.validate"))
     case = engine.case_module(spec.family)
     parser = ArgumentParser(prog="python -m zoo.validate", description=__doc__)
@@ -143,7 +145,7 @@ def main(argv: list[str]) -> int:
 
 def module_main(argv: list[str]) -> int:
     """python -m zoo.validate --module pkg.mod:factory --input SHAPE ...: zoo.validate.compare."""
-    parser = ArgumentParser(prog="python -m zoo.validate --module",
+    parser = ArgumentParser(prog="python -m zoo.validate",
                             description="Any MLX model layer by layer: on --device in --dtype against itself on the "
                                         "CPU in float64 (docs/validate-any-model.md).")
     parser.add_argument("--module", required=True, metavar="PKG.MOD:FACTORY",
@@ -210,10 +212,12 @@ def load_model(spec: str):
         if where.endswith(".py"):
             if not Path(where).is_file():
                 raise UsageError(f"--module {spec}: no file {where}: pass an existing .py file or a module name")
-            loaded = importlib.util.spec_from_file_location(Path(where).stem, where)
-            source = importlib.util.module_from_spec(loaded)
-            sys.modules[loaded.name] = source  # dataclasses and pickling look modules up by name
-            loaded.loader.exec_module(source)
+            source = sys.modules.get(Path(where).stem)
+            if Path(getattr(source, "__file__", None) or "").resolve() != Path(where).resolve():  # not imported yet
+                loaded = importlib.util.spec_from_file_location(Path(where).stem, where)
+                source = importlib.util.module_from_spec(loaded)
+                sys.modules[loaded.name] = source  # dataclasses look their module up by name
+                loaded.loader.exec_module(source)
         else:
             source = importlib.import_module(where)
     except UsageError:
