@@ -6,8 +6,7 @@ import importlib
 import sys
 
 from zoo import devices, registry
-from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
-from zoo.errors import UsageError
+from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint
 
 
 @guarded
@@ -31,8 +30,8 @@ def main(argv: list[str]) -> int:
     code = task.check_arguments(args)  # bad inputs fail before weights are read
     if code is not None:  # the task found nothing to do (e.g. every output already written)
         return code
-    if checkpoint is not None and args.weights is not None:
-        raise UsageError(f"{name} is already the checkpoint: drop --weights {args.weights}")
+    if checkpoint is not None:
+        refuse_second_checkpoint(name, args.weights)
     model = (registry.build(spec, checkpoint, args.dtype) if checkpoint is not None else
              registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device))
     return task.run(args, model)
