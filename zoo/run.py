@@ -1,11 +1,12 @@
-"""python -m zoo.run MODEL INPUT... [options]: run a model on images."""
+"""python -m zoo.run MODEL INPUT... [options]: run a model on images. MODEL may be a checkpoint file
+(``python -m zoo.run best.pt images/``): the file says which model and task it holds."""
 from __future__ import annotations
 
 import importlib
 import sys
 
 from zoo import devices, registry
-from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
+from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint
 
 
 @guarded
@@ -13,7 +14,10 @@ def main(argv: list[str]) -> int:
     name = model_name_from(argv, "python -m zoo.run")
     if name == "annotate":  # detect-then-segment: a workflow over two models, not a model name
         return importlib.import_module("zoo.cli.annotate").main(argv)
-    spec = registry.get_spec(name)
+    if registry.is_weights_file(name):  # read once, before the options: the file decides the task
+        spec, checkpoint = registry.identify(name)
+    else:
+        spec, checkpoint = registry.get_spec(name), None
     if "--ray" in argv:  # Ray Data in place of the in-process loop: options of its own (zoo/cli/ray_run.py)
         return importlib.import_module("zoo.cli.ray_run").main(spec, argv)
     task = importlib.import_module(f"zoo.cli.{spec.task}")
@@ -26,7 +30,10 @@ def main(argv: list[str]) -> int:
     code = task.check_arguments(args)  # bad inputs fail before weights are read
     if code is not None:  # the task found nothing to do (e.g. every output already written)
         return code
-    model = registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device)
+    if checkpoint is not None:
+        refuse_second_checkpoint(name, args.weights)
+    model = (registry.build(spec, checkpoint, args.dtype) if checkpoint is not None else
+             registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device))
     return task.run(args, model)
 
 
