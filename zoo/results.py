@@ -58,84 +58,208 @@ def check_new(path: Path, overwrite: bool, image_path: str | None) -> Path:
     return check_new_file(path, "output", overwrite, "overwrite=True (--exist-ok on the command line)")
 
 
-class Boxes:
-    """Detection boxes of one image: ``data`` (N, 6) float32 rows x1, y1, x2, y2, conf, cls in pixels.
+# torch's Tensor.to() devices: the values stay in host memory whichever is named (MLX computes on
+# memory the host reads), so a script written for a GPU runs unchanged
+DEVICE_NAMES = ("cpu", "cuda", "mps", "gpu")
 
-    ``len()``, iteration (one Boxes per box) and indexing (int, slice, mask, index array) as ultralytics.
+
+class TensorArray(np.ndarray):
+    """A numpy array that also answers torch Tensor's methods, so code written for ultralytics' Results
+    runs without torch: ``.cpu() .numpy() .int() .long() .float() .half() .double() .to() .cuda() .clone()
+    .detach() .numel() .dim()``, and ``int()``/``float()`` of any one-element value (a box's ``cls`` has
+    shape (1,), as upstream). Indexing one element gives a 0-d TensorArray, as torch gives a 0-d tensor.
+    ``.numpy()`` returns a plain ndarray (a view). Everything else is numpy's (``.view``, ``.size``).
     """
 
-    def __init__(self, data: np.ndarray, orig_shape: tuple[int, int]):
-        data = np.asarray(data, dtype=np.float32)
-        if data.ndim == 1:
-            data = data[None, :]
-        if data.ndim != 2 or data.shape[1] != 6:
-            raise ZooError(f"boxes have shape {data.shape}: expected (N, 6) rows x1, y1, x2, y2, conf, cls")
-        self.data = data
-        self.orig_shape = tuple(orig_shape[:2])  # (height, width)
+    def __int__(self) -> int:
+        return int(self.item())  # numpy >= 2.4 refuses int() of a (1,) array; torch accepts any one-element tensor
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.item(), spec) if self.size == 1 else super().__format__(spec)
+
+    def __getitem__(self, index):
+        value = super().__getitem__(index)
+        return np.asarray(value).view(TensorArray) if isinstance(value, np.generic) else value
+
+    def cpu(self) -> TensorArray:
+        return self
+
+    def cuda(self, device=None) -> TensorArray:
+        """The same values: they stay in host memory (DEVICE_NAMES)."""
+        return self
+
+    def detach(self) -> TensorArray:
+        return self
+
+    def numpy(self) -> np.ndarray:
+        return self.view(np.ndarray)
+
+    def clone(self) -> TensorArray:
+        return self.copy()
+
+    def int(self) -> TensorArray:
+        return self.astype(np.int32)
+
+    def long(self) -> TensorArray:
+        return self.astype(np.int64)
+
+    def float(self) -> TensorArray:
+        return self.astype(np.float32)
+
+    def half(self) -> TensorArray:
+        return self.astype(np.float16)
+
+    def double(self) -> TensorArray:
+        return self.astype(np.float64)
+
+    def numel(self) -> int:
+        return self.size
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def to(self, *args, device=None, dtype=None, non_blocking: bool = False, copy: bool = False) -> TensorArray:
+        """torch's ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(other)``: a dtype converts
+        (numpy's names, torch's ``torch.float16`` by name); a device is checked and the values stay here."""
+        for arg in args:
+            if isinstance(arg, np.ndarray):
+                dtype = arg.dtype
+            elif is_device(arg):
+                device = arg
+            else:
+                dtype = arg
+        if device is not None and not is_device(device):
+            raise ZooError(f"to(device={device!r}): not a device; use one of {', '.join(DEVICE_NAMES)}")
+        out = self if dtype is None else self.astype(numpy_dtype(dtype))
+        return out.copy() if copy and out is self else out
+
+
+def is_device(value) -> bool:
+    """A device as torch names it: 'cpu', 'cuda:0', 'mps', an index, a torch.device (by its name)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True
+    name = str(getattr(value, "type", value)) if type(value).__name__ == "device" else value
+    return isinstance(name, str) and name.split(":")[0].lower() in DEVICE_NAMES
+
+
+def numpy_dtype(dtype) -> np.dtype:
+    try:
+        return np.dtype(str(dtype).removeprefix("torch.") if not isinstance(dtype, (type, np.dtype)) else dtype)
+    except TypeError:
+        raise ZooError(f"to({dtype!r}): numpy has no such dtype; use float32, float16, float64 or an integer type") from None
+
+
+def as_tensor(data) -> TensorArray:
+    """``data`` (an array, list, mx.array) as a TensorArray; integers become float32 as ultralytics' boxes are."""
+    data = np.asarray(data)
+    return (data if np.issubdtype(data.dtype, np.floating) else data.astype(np.float32)).view(TensorArray)
+
+
+class BaseTensor:
+    """ultralytics' BaseTensor: ``data`` (a TensorArray) of one image whose size is ``orig_shape`` (height, width);
+    ``len()``, indexing (int, slice, mask, index array: the same class over the rows selected), iteration,
+    ``shape``, and ``cpu() numpy() cuda() to()`` returning the same class. Boxes, and the masks and keypoints of
+    the other tasks, derive from it."""
+
+    def __init__(self, data, orig_shape: tuple[int, int]):
+        self.data = as_tensor(data)
+        self.orig_shape = tuple(orig_shape[:2]) if orig_shape is not None else None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index):
+        return self.__class__(self.data[index], self.orig_shape)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self
+
+    def cuda(self, device=None):
+        return self
+
+    def to(self, *args, **kwargs):
+        return self.__class__(self.data.to(*args, **kwargs), self.orig_shape)
+
+
+class Boxes(BaseTensor):
+    """Detection boxes of one image: ``data`` (N, 6) rows x1, y1, x2, y2, conf, cls in pixels.
+
+    Every value is a TensorArray: ``r.boxes.xyxy.cpu().numpy()``, ``r.boxes.cls.int().tolist()``,
+    ``for b in r.boxes: int(b.cls), float(b.conf)`` as with ultralytics.
+    """
+
+    def __init__(self, data, orig_shape: tuple[int, int]):
+        super().__init__(data, orig_shape)
+        if self.data.ndim == 1:
+            self.data = self.data[None, :]
+        if self.data.ndim != 2 or self.data.shape[1] != 6:
+            raise ZooError(f"boxes have shape {self.data.shape}: expected (N, 6) rows x1, y1, x2, y2, conf, cls")
 
     is_track = False
     id = None
 
     @property
-    def shape(self) -> tuple[int, int]:
-        return self.data.shape
-
-    @property
-    def xyxy(self) -> np.ndarray:
+    def xyxy(self) -> TensorArray:
         return self.data[:, :4]
 
     @property
-    def conf(self) -> np.ndarray:
+    def conf(self) -> TensorArray:
         return self.data[:, 4]
 
     @property
-    def cls(self) -> np.ndarray:
-        """Class ids as float32, as ultralytics keeps them (``int(b.cls)`` or ``.astype(int)`` for indexing)."""
+    def cls(self) -> TensorArray:
+        """Class ids as floats, as ultralytics keeps them (``int(b.cls)``, ``.int()`` for indexing)."""
         return self.data[:, 5]
 
     @property
-    def xywh(self) -> np.ndarray:
+    def xywh(self) -> TensorArray:
         """Box centre x, y, width, height in pixels."""
         x1, y1, x2, y2 = self.xyxy.T
         return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1)
 
     @property
-    def xyxyn(self) -> np.ndarray:
+    def xyxyn(self) -> TensorArray:
         return self.xyxy / self._scale
 
     @property
-    def xywhn(self) -> np.ndarray:
+    def xywhn(self) -> TensorArray:
         return self.xywh / self._scale
 
     @property
     def _scale(self) -> np.ndarray:
         h, w = self.orig_shape
-        return np.array([w, h, w, h], np.float32)
-
-    def numpy(self) -> Boxes:
-        return self
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, index) -> Boxes:
-        return Boxes(self.data[index], self.orig_shape)
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
+        return np.array([w, h, w, h], self.data.dtype)
 
     def __repr__(self) -> str:
         return f"Boxes({len(self)} boxes, orig_shape={self.orig_shape})"
 
 
 class Results:
-    """One image's detections, as ultralytics' Results for the detect task.
+    """One image's results, as ultralytics' Results: ``boxes`` for detection; ``masks``, ``probs``,
+    ``keypoints``, ``obb`` are None where the task has none, as upstream.
 
     ``orig_img``: the image as (H, W, 3) uint8 BGR; ``path``: where it came from (a file, ``video.mp4``,
-    ``image0`` for an in-memory image); ``names``: {id: name}; ``boxes``: Boxes;
-    ``speed``: milliseconds per image for preprocess, inference and postprocess;
-    ``frame``: the frame number for a video frame, else None.
+    ``image0.jpg`` for an in-memory image, as ultralytics names them); ``names``: {id: name}; ``boxes``: Boxes
+    (None when not given); ``speed``: milliseconds per image for preprocess, inference and postprocess;
+    ``frame``: the frame number for a video frame, else None. ``cpu() numpy() cuda() to()`` and indexing
+    return a new Results over the same image with each of those attributes converted or indexed.
     """
+
+    # the per-object attributes, in ultralytics' order: len() is the first one present's
+    KEYS = ("boxes", "masks", "probs", "keypoints", "obb")
 
     def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None,
                  speed: dict | None = None, frame: int | None = None):
@@ -143,26 +267,56 @@ class Results:
         self.orig_shape = tuple(orig_img.shape[:2])
         self.path = path
         self.names = names
-        self.boxes = Boxes(np.zeros((0, 6), np.float32) if boxes is None else boxes, self.orig_shape)
+        self.boxes = None if boxes is None else Boxes(boxes, self.orig_shape)
+        self.masks = None  # segmentation and pose models fill masks / keypoints; probs is classification's
+        self.probs = None
+        self.keypoints = None
+        self.obb = None  # no oriented-box model here
         self.speed = dict(speed or {"preprocess": None, "inference": None, "postprocess": None})
         self.frame = frame
         self.save_dir = None
 
     def __len__(self) -> int:
-        return len(self.boxes)
+        present = [getattr(self, key) for key in self.KEYS if getattr(self, key) is not None]
+        return len(present[0]) if present else 0
 
     def __getitem__(self, index) -> Results:
-        """The same image with only the boxes ``index`` selects."""
-        return Results(self.orig_img, self.path, self.names, self.boxes.data[index], self.speed, self.frame)
+        """The same image with only the objects ``index`` selects."""
+        return self._apply("__getitem__", index)
 
     def __repr__(self) -> str:
-        return f"Results(path={self.path!r}, {len(self)} boxes, orig_shape={self.orig_shape})"
+        return f"Results(path={self.path!r}, {len(self)} objects, orig_shape={self.orig_shape})"
 
     def new(self) -> Results:
-        return Results(self.orig_img, self.path, self.names, None, self.speed, self.frame)
+        """The same image, path, names, speed and frame, without results."""
+        result = Results(self.orig_img, self.path, self.names, None, self.speed, self.frame)
+        result.save_dir = self.save_dir
+        return result
+
+    @property
+    def box_rows(self) -> Boxes:
+        """boxes, or no boxes when there are none: what the text and drawing methods read."""
+        return self.boxes if self.boxes is not None else Boxes(np.zeros((0, 6), np.float32), self.orig_shape)
+
+    def _apply(self, method: str, *args, **kwargs) -> Results:
+        result = self.new()
+        for key in self.KEYS:
+            if (value := getattr(self, key)) is not None:
+                setattr(result, key, getattr(value, method)(*args, **kwargs))
+        return result
+
+    def cpu(self) -> Results:
+        return self._apply("cpu")
 
     def numpy(self) -> Results:
-        return self
+        return self._apply("numpy")
+
+    def cuda(self, device=None) -> Results:
+        return self._apply("cuda", device)
+
+    def to(self, *args, **kwargs) -> Results:
+        """Each value converted by TensorArray.to (a dtype converts; a device is checked, values stay in memory)."""
+        return self._apply("to", *args, **kwargs)
 
     # -- text ------------------------------------------------------------------------------------
 
@@ -170,14 +324,14 @@ class Results:
         """ultralytics' log string: '2 persons, 1 bus, ' (classes in id order), or '(no detections), '."""
         if not len(self):
             return "(no detections), "
-        counts = Counter(int(c) for c in self.boxes.cls)
+        counts = Counter(int(c) for c in self.box_rows.cls)
         return "".join(f"{n} {self.names[c]}{'s' * (n > 1)}, " for c, n in sorted(counts.items()))
 
     def summary(self, normalize: bool = False, decimals: int = 5) -> list[dict]:
         """One dict per box: name, class, confidence, box {x1, y1, x2, y2} (pixels, or 0-1 with ``normalize``)."""
         h, w = self.orig_shape if normalize else (1, 1)
         rows = []
-        for (x1, y1, x2, y2, conf, cls) in self.boxes.data.tolist():
+        for (x1, y1, x2, y2, conf, cls) in self.box_rows.data.tolist():
             rows.append({"name": self.names[int(cls)], "class": int(cls), "confidence": round(conf, decimals),
                          "box": {"x1": round(x1 / w, decimals), "y1": round(y1 / h, decimals),
                                  "x2": round(x2 / w, decimals), "y2": round(y2 / h, decimals)}})
@@ -192,14 +346,14 @@ class Results:
         return [
             {"bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)],
              "category_id": int(c), "category_name": self.names[int(c)], "score": round(s, 5)}
-            for x1, y1, x2, y2, s, c in self.boxes.data.tolist()
+            for x1, y1, x2, y2, s, c in self.box_rows.data.tolist()
         ]
 
     def label_lines(self, save_conf: bool = False) -> list[str]:
         """YOLO label format, one box a line: class x_centre y_centre width height (0-1) [confidence]."""
         lines = []
-        for (xc, yc, bw, bh), conf, cls in zip(self.boxes.xywhn.tolist(), self.boxes.conf.tolist(),
-                                               self.boxes.cls.tolist()):
+        for (xc, yc, bw, bh), conf, cls in zip(self.box_rows.xywhn.tolist(), self.box_rows.conf.tolist(),
+                                               self.box_rows.cls.tolist()):
             values = (int(cls), xc, yc, bw, bh) + ((conf,) if save_conf else ())
             lines.append(" ".join(f"{v:g}" for v in values))
         return lines
@@ -221,18 +375,19 @@ class Results:
         line = max(1, round(line_width)) if line_width else max(2, round((h + w) / 2 * 0.003))
         font = ImageFont.load_default(size=max(1, round(font_size)) if font_size else max(12, round((h + w) / 2 * 0.025)))
         # boxes first, then labels, so no line crosses a label; lowest score first, so the most confident end on top
-        order = np.argsort(self.boxes.conf, kind="stable")
+        rows = self.box_rows.data.tolist()
+        order = sorted(range(len(rows)), key=lambda i: rows[i][4])
         corners = {}
         for i in order:
             # corners in order: a box from untrained (e.g. synthetic) weights may have x2 < x1
-            (x1, x2), (y1, y2) = sorted(self.boxes.xyxy[i, [0, 2]].tolist()), sorted(self.boxes.xyxy[i, [1, 3]].tolist())
+            (x1, x2), (y1, y2) = sorted(rows[i][0:3:2]), sorted(rows[i][1:4:2])
             corners[i] = (x1, y1)
             if boxes:
-                draw.rectangle((x1, y1, x2, y2), outline=class_colour(int(self.boxes.cls[i])), width=line)
+                draw.rectangle((x1, y1, x2, y2), outline=class_colour(int(rows[i][5])), width=line)
         for i in order if labels else ():
             x1, y1 = corners[i]
-            cls = int(self.boxes.cls[i])
-            label = f"{self.names[cls]} {self.boxes.conf[i]:.2f}" if conf else self.names[cls]
+            cls = int(rows[i][5])
+            label = f"{self.names[cls]} {rows[i][4]:.2f}" if conf else self.names[cls]
             left, top, right, bottom = draw.textbbox((0, 0), label, font=font)
             tw, th = right - left + 2 * line, bottom - top + 2 * line
             # above the box when there is room, else just inside its top edge
@@ -265,7 +420,7 @@ class Results:
         """Each box's crop of orig_img (BGR), as ultralytics' save_one_box: the box 2% larger plus 10 px, clipped."""
         h, w = self.orig_shape
         out = []
-        for xc, yc, bw, bh in self.boxes.xywh.tolist():
+        for xc, yc, bw, bh in self.box_rows.xywh.tolist():
             bw, bh = bw * CROP_GAIN + CROP_PAD, bh * CROP_GAIN + CROP_PAD
             x1, x2 = (int(np.clip(v, 0, w)) for v in (xc - bw / 2, xc + bw / 2))
             y1, y2 = (int(np.clip(v, 0, h)) for v in (yc - bh / 2, yc + bh / 2))
@@ -276,7 +431,7 @@ class Results:
         """Each box's crop as ``save_dir/<class name>/<file_name stem>.jpg``; a name already taken gets
         2, 3 ... appended (ultralytics' increment_path), so nothing is replaced."""
         written = []
-        for crop, cls in zip(self.crops(), self.boxes.cls.tolist()):
+        for crop, cls in zip(self.crops(), self.box_rows.cls.tolist()):
             if crop.size == 0:
                 continue
             folder = Path(save_dir) / self.names[int(cls)]
