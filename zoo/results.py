@@ -1,19 +1,25 @@
-"""Detection results shaped like ultralytics' (``engine/results.py``): ``Results`` per image, its ``Boxes``.
+"""Results shaped like ultralytics' (``engine/results.py``): ``Results`` per image, its ``Boxes``.
 
     r = det.predict("bus.jpg")[0]
     r.boxes.xyxy, r.boxes.xywh, r.boxes.xyxyn, r.boxes.xywhn, r.boxes.conf, r.boxes.cls, r.boxes.data
+    r.boxes.xyxy.cpu().numpy(), r.boxes.cls.int().tolist(), [(int(b.cls), float(b.conf)) for b in r.boxes]
     r.names                    # {0: 'person', ...}: the checkpoint's own classes
     r.plot()                   # (H, W, 3) BGR uint8, as ultralytics (cv2's order)
     r.save("out.jpg"); r.save_txt("out.txt", save_conf=True); r.save_crop("crops")
-    r.summary(), r.to_json()   # [{"name", "class", "confidence", "box": {"x1", "y1", "x2", "y2"}}]
+    r.summary(), r.to_json(), r.to_csv(), r.to_df()   # rows {"name", "class", "confidence", "box": {x1 y1 x2 y2}}
 
-Everything is numpy (no tensors, no devices). ``orig_img`` is BGR as in ultralytics; images given
-as paths or PIL images are RGB, numpy arrays BGR (ultralytics' convention). Files are written
-whole (temporary name, then renamed) and never replace an existing file unless ``overwrite=True``.
+Values are TensorArrays: numpy arrays that answer torch Tensor's methods, so scripts written for
+ultralytics run without torch. ``orig_img`` is BGR as in ultralytics; images given as paths or PIL
+images are RGB, numpy arrays BGR (ultralytics' convention). Files are written whole (temporary name,
+then renamed). As ultralytics: ``save(filename)`` and ``plot(save=True, filename=...)`` replace the file
+they name, ``save_txt`` appends to it; but never the image the result came from, and the default
+``results_<name>`` replaces nothing unless ``overwrite=True``.
 """
 from __future__ import annotations
 
 import colorsys
+import csv
+import io
 import json
 from collections import Counter
 from pathlib import Path
@@ -22,7 +28,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import check_new_file, image_format, refuse_inputs, write_atomic
+from zoo.files import check_new_file, image_format, make_output_folder, refuse_inputs, writable_format, write_atomic
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
 PALETTE = [
@@ -53,9 +59,12 @@ def text_colour(background: tuple[int, int, int]) -> tuple[int, int, int]:
 
 
 def check_new(path: Path, overwrite: bool, image_path: str | None) -> Path:
-    """The file a save writes: never the image the result came from, an existing file only with ``overwrite``."""
+    """The file a save writes, its folder made: never the image the result came from, an existing file
+    only with ``overwrite``."""
     refuse_inputs(path, [image_path], "output")
-    return check_new_file(path, "output", overwrite, "overwrite=True (--exist-ok on the command line)")
+    check_new_file(path, "output", overwrite, "overwrite=True")
+    make_output_folder(path.parent, f"output {path}: its folder")
+    return path
 
 
 # torch's Tensor.to() devices: the values stay in host memory whichever is named (MLX computes on
@@ -67,8 +76,9 @@ class TensorArray(np.ndarray):
     """A numpy array that also answers torch Tensor's methods, so code written for ultralytics' Results
     runs without torch: ``.cpu() .numpy() .int() .long() .float() .half() .double() .to() .cuda() .clone()
     .detach() .numel() .dim()``, and ``int()``/``float()`` of any one-element value (a box's ``cls`` has
-    shape (1,), as upstream). Indexing one element gives a 0-d TensorArray, as torch gives a 0-d tensor.
-    ``.numpy()`` returns a plain ndarray (a view). Everything else is numpy's (``.view``, ``.size``).
+    shape (1,), as upstream). One element indexed or iterated is a numpy scalar (hashable, so ``names[c]``
+    works; torch gives a 0-d tensor): ``.item()``, ``int()``, ``float()`` as torch's. ``.numpy()`` returns a
+    plain ndarray (a view). Everything else is numpy's (``.view``, ``.size``).
     """
 
     def __int__(self) -> int:
@@ -79,10 +89,6 @@ class TensorArray(np.ndarray):
 
     def __format__(self, spec: str) -> str:
         return format(self.item(), spec) if self.size == 1 else super().__format__(spec)
-
-    def __getitem__(self, index):
-        value = super().__getitem__(index)
-        return np.asarray(value).view(TensorArray) if isinstance(value, np.generic) else value
 
     def cpu(self) -> TensorArray:
         return self
@@ -228,7 +234,7 @@ class Boxes(BaseTensor):
     def xywh(self) -> TensorArray:
         """Box centre x, y, width, height in pixels."""
         x1, y1, x2, y2 = self.xyxy.T
-        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1)
+        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1).view(TensorArray)
 
     @property
     def xyxyn(self) -> TensorArray:
@@ -338,14 +344,36 @@ class Results:
         return rows
 
     def to_json(self, normalize: bool = False, decimals: int = 5) -> str:
-        """summary() as a JSON list."""
-        return json.dumps(self.summary(normalize, decimals))
+        """summary() as a JSON list (compact, as ultralytics writes it)."""
+        return json.dumps(self.summary(normalize, decimals), separators=(",", ":"))
 
-    def to_coco(self) -> list[dict]:
-        """COCO-style detections: bbox [x, y, width, height] in pixels, category_id = the model's class id."""
+    def to_df(self, normalize: bool = False, decimals: int = 5):
+        """summary() as a pandas DataFrame, one row per box (columns name, class, confidence, box).
+        ultralytics 8.4 returns a polars DataFrame of the same rows: ``polars.from_pandas(r.to_df())``."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ZooError("to_df() needs pandas: pip install pandas (or use summary(), to_csv(), to_json())") from None
+        return pd.DataFrame(self.summary(normalize, decimals))
+
+    def to_csv(self, normalize: bool = False, decimals: int = 5) -> str:
+        """summary() as CSV text, as ultralytics writes it: a header, one row per box, the box as its dict's repr."""
+        rows = self.summary(normalize, decimals)
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        if rows:
+            writer.writerow(rows[0])
+        writer.writerows([repr(v) if isinstance(v, dict) else v for v in row.values()] for row in rows)
+        return text.getvalue() or "\n"
+
+    def to_coco(self, image_id: int, category_ids: list[int] | None = None) -> list[dict]:
+        """The boxes as COCO detection records, as ultralytics' save_json writes them: image_id, file_name,
+        category_id (``category_ids[class]``, default class + 1), bbox [x, y, width, height] in pixels, score."""
+        name = Path(self.path).name if self.path else None
         return [
-            {"bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)],
-             "category_id": int(c), "category_name": self.names[int(c)], "score": round(s, 5)}
+            {"image_id": image_id, "file_name": name,
+             "category_id": category_ids[int(c)] if category_ids is not None else int(c) + 1,
+             "bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)], "score": round(s, 5)}
             for x1, y1, x2, y2, s, c in self.box_rows.data.tolist()
         ]
 
@@ -360,14 +388,17 @@ class Results:
 
     # -- drawing ---------------------------------------------------------------------------------
 
-    def plot(self, conf: bool = True, line_width: float | None = None, font_size: float | None = None,
-             labels: bool = True, boxes: bool = True, pil: bool = False, img: np.ndarray | None = None):
+    def plot(self, conf: bool = True, line_width: float | None = None, font_size: float | None = None, *,
+             labels: bool = True, boxes: bool = True, pil: bool = False, img: np.ndarray | None = None,
+             save: bool = False, filename: str | Path | None = None):
         """The image with each box, its class name and score drawn in the class's colour.
 
         Returns (H, W, 3) BGR uint8 as ultralytics does (a PIL image, RGB, with ``pil=True``). ``img``: a BGR
         image to draw on instead of ``orig_img``; ``line_width``/``font_size``: pixels (default: from the
-        image size); ``conf``/``labels``/``boxes``: draw scores / labels / boxes.
+        image size); ``conf``/``labels``/``boxes``: draw scores / labels / boxes; ``save``: also write it to
+        ``filename`` (default ``results_<image name>``) as save() does.
         """
+        target = self.save_path(filename, None) if save else None  # checked before drawing
         base = self.orig_img if img is None else img
         canvas = Image.fromarray(np.ascontiguousarray(base[..., 2::-1]))  # BGR -> RGB for Pillow
         draw = ImageDraw.Draw(canvas)
@@ -395,25 +426,36 @@ class Results:
             tx = min(x1, max(0.0, w - tw))
             draw.rectangle((tx, ty, tx + tw, ty + th), fill=class_colour(cls))
             draw.text((tx + line - left, ty + line - top), label, fill=text_colour(class_colour(cls)), font=font)
+        if target is not None:
+            write_atomic(target, lambda tmp: canvas.save(tmp, format=image_format(target)))
         return canvas if pil else np.asarray(canvas)[..., ::-1].copy()
 
-    def save(self, filename: str | Path | None = None, overwrite: bool = False, **plot_options) -> str:
-        """Write plot() to ``filename`` (default ``results_<image name>``); the format follows its suffix."""
-        path = Path(filename or f"results_{Path(self.path or 'image.jpg').name}")
-        fmt = image_format(path)  # before drawing: a bad suffix fails at once, in one line
-        check_new(path, overwrite, self.path)
+    def save_path(self, filename: str | Path | None, overwrite: bool | None) -> Path:
+        """Where save() writes: ``filename``, else ``results_<image name>`` beside the working folder, its
+        folder made. ``overwrite`` None: replace the file only when ``filename`` names it (ultralytics
+        replaces any); never the image the result came from."""
+        path = Path(filename or f"results_{Path(self.path or 'image0.jpg').name}")
+        image_format(path)  # a bad suffix fails at once, in one line
+        return check_new(path, bool(filename) if overwrite is None else overwrite, self.path)
+
+    def save(self, filename: str | Path | None = None, *, overwrite: bool | None = None, **plot_options) -> str:
+        """Write plot() to ``filename`` (default ``results_<image name>``, e.g. ``results_image0.jpg`` for an
+        in-memory image), making its folder; the format follows its suffix. Returns the file's name."""
+        path = self.save_path(filename, overwrite)
         annotated = self.plot(pil=True, **plot_options)
-        write_atomic(path, lambda tmp: annotated.save(tmp, format=fmt))
+        write_atomic(path, lambda tmp: annotated.save(tmp, format=image_format(path)))
         return str(path)
 
-    def save_txt(self, txt_file: str | Path, save_conf: bool = False, overwrite: bool = False) -> str:
-        """Write the boxes in the YOLO label format (label_lines); no file when there are no boxes, as ultralytics."""
+    def save_txt(self, txt_file: str | Path, save_conf: bool = False, *, overwrite: bool | None = None) -> str:
+        """Write the boxes in the YOLO label format (label_lines), making the folder; no file when there are no
+        boxes. As ultralytics, an existing file is appended to (a video's frames into one file);
+        ``overwrite=True`` replaces it, ``overwrite=False`` refuses it."""
         path = Path(txt_file)
         lines = self.label_lines(save_conf)
         if lines:
-            check_new(path, overwrite, self.path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, lambda tmp: tmp.write_text("".join(f"{s}\n" for s in lines)))
+            check_new(path, overwrite is not False, self.path)
+            before = path.read_text() if overwrite is None and path.exists() else ""
+            write_atomic(path, lambda tmp: tmp.write_text(before + "".join(f"{s}\n" for s in lines)))
         return str(path)
 
     def crops(self) -> list[np.ndarray]:
@@ -445,3 +487,66 @@ class Results:
             write_atomic(path, lambda tmp: image.save(tmp, format="JPEG", quality=95, subsampling=0))
             written.append(str(path))
         return written
+
+
+DEFAULT_FPS = 30.0  # a camera or stream that does not say its rate
+
+
+def output_name(path: str | Path, name: str) -> str:
+    """An image's annotated file in a run folder: its unique name with the input's suffix, or .png when
+    Pillow cannot write that suffix (or there is none)."""
+    return name + (Path(path).suffix if writable_format(path) else ".png")
+
+
+class ResultFiles:
+    """What ultralytics' predictor writes in a run folder ``out`` for each result, as results come:
+
+        <name>.<suffix>            the annotated image (``save``)   <video stem>.mp4   a video's annotated frames
+        labels/<name>.txt          ``save_txt`` (YOLO format; ``save_conf`` adds the score)
+        crops/<class>/<name>.jpg   ``save_crop``
+
+    ``<name>`` is the item's unique name (zoo.sources), ``<stem>_<frame>`` for a video frame. ``overwrite``:
+    replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
+    ultralytics). ``close()`` finishes the video being written (an interrupted one is dropped).
+    """
+
+    def __init__(self, out: str | Path, save: bool = True, save_txt: bool = False, save_conf: bool = False,
+                 save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1):
+        self.out = Path(out)
+        self.save, self.save_txt, self.save_conf, self.save_crop = save, save_txt, save_conf, save_crop
+        self.overwrite, self.labels, self.vid_stride = overwrite, labels, vid_stride
+        self.writer = None  # the video being written
+        self.item = None  # its last frame: its video's total says whether the video was finished
+
+    def write(self, result: Results, item) -> None:
+        result.save_dir = str(self.out)
+        if self.save and item.frame is None:
+            result.save(self.out / output_name(item.path, item.name), overwrite=self.overwrite)
+        elif self.save:
+            self.write_frame(item, result.plot()[..., ::-1])
+        if self.save_txt:
+            result.save_txt(self.out / "labels" / f"{item.name}.txt", self.save_conf, overwrite=self.labels)
+        if self.save_crop:
+            result.save_crop(self.out / "crops", f"{item.name}.jpg")
+
+    def write_frame(self, item, rgb: np.ndarray) -> None:
+        from zoo.sources import VideoWriter
+
+        if self.writer is not None and self.item.stem != item.stem:
+            self.close(complete=True)
+        if self.writer is None:
+            make_output_folder(self.out, "output folder")
+            self.writer = VideoWriter(self.out / f"{item.stem}.mp4", item.fps or DEFAULT_FPS, overwrite=self.overwrite)
+        self.writer.write(rgb)
+        self.item = item
+
+    def close(self, complete: bool = True) -> None:
+        """Finish the video; an interrupted one (frames left unread) is dropped, not left half-written."""
+        if self.writer is None:
+            return
+        expected = self.item.frames // self.vid_stride if self.item.frames else None
+        if complete or self.writer.count == expected:
+            self.writer.close()
+        else:
+            self.writer.abort()
+        self.writer = None
