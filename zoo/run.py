@@ -26,7 +26,8 @@ def main(argv: list[str]) -> int:
     code = task.check_arguments(args)  # bad inputs fail before weights are read
     if code is not None:  # the task found nothing to do (e.g. every output already written)
         return code
-    model = registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device)
+    options = task.model_options(args) if hasattr(task, "model_options") else {}
+    model = registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device, **options)
     return task.run(args, model)
 
 
