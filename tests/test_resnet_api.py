@@ -13,6 +13,7 @@ from zoo.models import resnet
 from zoo.validate.engine import TOLERANCES
 from zoo.validate.reference import resnet as reference
 from zoo.validate.reference.trace import Trace
+from conftest import cli_error
 
 TOL = TOLERANCES["float32"]["end-to-end"]  # the validator's float32 parity bound: 1e-4 relative
 
@@ -299,3 +300,13 @@ def test_a_head_that_contradicts_the_model_is_an_error(tmp_path, capsys):
     import json
     expected = model.predict(str(image), top_k=2)
     assert [t["index"] for t in json.loads((tmp_path / "top.json").read_text())[str(image)]] == [i for i, _, _ in expected]
+
+
+def test_num_classes_on_both_command_lines(capsys):
+    from zoo.cli import classify, ray_run
+
+    args = ray_run.parser_for(registry.get_spec("resnet18")).parse_args(
+        ["resnet18", "photos/", "--ray", "--num-classes", "10"])
+    assert classify.model_options(args) == {"num_classes": 10}
+    assert "--num-classes 0: give the number of classes of the checkpoint's head, 1 or more" in cli_error(
+        ["resnet18", "photos/", "--num-classes", "0", "--weights", "synthetic"], capsys)
