@@ -94,17 +94,27 @@ def is_model(name: str) -> bool:
     return base in REGISTRY or base in ALIASES
 
 
-def get_spec(name: str) -> ModelSpec:
+def without_tag(name: str) -> str:
+    """timm's tagged name of a registered model (``resnet50.tv_in1k``) -> the model's name; a tag other
+    than its default weights' is an error (they are not the weights it would load)."""
     base, dot, tag = name.partition(".")
     spec = REGISTRY.get(ALIASES.get(base, base))
-    if spec is None:
-        raise UsageError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
-    if dot and tag != spec.tag:
+    if not dot or spec is None:
+        return name
+    if tag != spec.tag:
         have, use = (f"the {spec.tag} weights of {base} only", f"{base}.{spec.tag} (or {base})") if spec.tag \
             else (f"no tagged weights of {base}", base)
         raise UsageError(f"{name}: mlx-zoo has {have}: use {use}, or pass weights=PATH with the checkpoint you want")
+    return base
+
+
+def get_spec(name: str) -> ModelSpec:
+    name = without_tag(name)
+    spec = REGISTRY.get(ALIASES.get(name, name))
+    if spec is None:
+        raise UsageError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
     # the family's own name keeps its name: the variant then comes from the weights (checkpoint_spec)
-    return replace(spec, name=base) if base == spec.family and base not in REGISTRY else spec
+    return replace(spec, name=name) if name == spec.family and name not in REGISTRY else spec
 
 
 def family(spec: ModelSpec):
