@@ -263,7 +263,7 @@ class ResNet(nn.Module):
     def stage_maps(self, x: mx.array, last: int = 4) -> tuple[list[mx.array], mx.array]:
         """The stem's map and each stage's up to index ``last`` (0: stem, 4: layer4), NHWC, and the map
         the next stage would take (the max-pooled stem when ``last`` is 0)."""
-        if last >= STAGES or (last and f"layer{last}" not in self):
+        if last and f"layer{last}" not in self:
             raise UsageError(f"feature map {last} is not built: this features_only model stops at index "
                              f"{max(self.out_indices)}; load it with the out_indices you need")
         maps = [self.stem(x)]

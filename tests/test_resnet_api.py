@@ -201,6 +201,9 @@ def test_feature_extraction_as_timm(name):
         assert model.feature_info.channels() == [TIMM_STAGES[name][i][0][0] for i in maps]
         assert model.feature_info.reduction() == [TIMM_STAGES[name][i][1] for i in maps]
         assert model.feature_info.out_indices == kept and len(model.feature_info) == 5
+    cut = resnet.build(spec, features_only=True, out_indices=(0, -2))  # layer4 is not built
+    with pytest.raises(UsageError, match="feature map 4 is not built: this features_only model stops at index 3"):
+        cut.forward_intermediates(x, indices=[-1])
     full = resnet.build(spec, num_classes=0, global_pool="")
     assert full.feature_info.channels() == [c for (c, _, _), _ in TIMM_STAGES[name]]
     assert full.feature_info.reduction() == [r for _, r in TIMM_STAGES[name]]
