@@ -12,6 +12,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
 
 from zoo.compiled import CompiledForward
 from zoo.concurrency import serialized
@@ -403,8 +404,9 @@ def fit_checkpoint(model: ResNet, state_dict: dict[str, np.ndarray]) -> tuple[di
     head = state_dict.get("fc.weight")
     found = None if head is None else tuple(head.shape)
     wanted = (model.num_classes, model.head_hidden_size) if model.num_classes else None
-    if found == wanted or (found is not None and found[1] not in (model.num_features, model.head_hidden_size)):
-        return weights, set()  # fits, or a checkpoint of another variant: the strict load names every mismatch
+    body = {name for name, _ in tree_flatten(model.parameters()) if not name.startswith("fc.")}
+    if found == wanted or not body <= state_dict.keys():
+        return weights, set()  # fits, or the checkpoint of another model: the strict load names every mismatch
     if not model.num_classes_given:
         pool = model.global_pool.pool_type
         where = f"the model has {describe_head(wanted)}" + ("" if pool == "avg" else f" (global_pool={pool!r})")
