@@ -146,12 +146,12 @@ def test_segment_outputs_need_overwrite(work, capsys):
 def test_inpaint_keeps_existing_outputs_without_overwrite(work, capsys):
     inputs = file_tree(work)
     (work / "out").mkdir()
-    (work / "out" / "r2.jpg").write_bytes(b"an earlier result")
+    (work / "out" / "r2.png").write_bytes(b"an earlier result")  # JPEG inputs are written as PNG in a folder
     args = ["lama", "r2.jpg", "real.jpg", "--mask", "mask.png", "--out", "out", *SYNTHETIC]
     assert main(args) == 0
-    assert (work / "out" / "r2.jpg").read_bytes() == b"an earlier result" and (work / "out" / "real.jpg").exists()
+    assert (work / "out" / "r2.png").read_bytes() == b"an earlier result" and (work / "out" / "real.png").exists()
     assert main([*args, "--overwrite"]) == 0
-    assert (work / "out" / "r2.jpg").read_bytes() != b"an earlier result"
+    assert (work / "out" / "r2.png").read_bytes() != b"an earlier result"
     assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 

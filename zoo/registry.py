@@ -38,6 +38,12 @@ class ModelSpec:
     preprocess: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # architecture read from the weights (checkpoint_spec)
 
+    @property
+    def tag(self) -> str:
+        """timm's pretrained tag of the default weights ('tv_in1k' of timm/resnet50.tv_in1k), '' if none."""
+        arch, dot, tag = self.hub_repo.rpartition("/")[2].partition(".")
+        return tag if dot and arch == self.variant else ""
+
 
 def _resnet(depth: int) -> ModelSpec:
     return ModelSpec(
@@ -73,15 +79,41 @@ ALIASES = {"yolov8": "yolov8n", "yolo11": "yolo11n", "big-lama": "lama", "mobile
 SCALE_FROM_WEIGHTS = frozenset({"yolov8", "yolo11"})
 
 
-def list_models(filter: str | list[str] = "", task: str | None = None) -> list[str]:
-    """Registered names, as timm's: ``filter`` is a wildcard pattern or a list of them ("resnet*")."""
-    patterns = [filter] if isinstance(filter, str) else list(filter)
-    return [name for name, spec in REGISTRY.items()
+def list_models(filter: str | list[str] = "", task: str | None = None, pretrained: bool = False) -> list[str]:
+    """Registered names, as timm's: ``filter`` is a wildcard pattern or a list of them ("resnet*");
+    ``pretrained``: the names with the tag of their default weights ("resnet50.tv_in1k") where they
+    have one, a pattern without a tag matching any tag."""
+    patterns = [p for p in ([filter] if isinstance(filter, str) else filter) if p]
+    if pretrained:
+        patterns += [f"{p}.*" for p in patterns if "." not in p]
+    names = [(f"{name}.{spec.tag}" if pretrained and spec.tag else name, spec) for name, spec in REGISTRY.items()]
+    return [name for name, spec in names
             if (task is None or spec.task == task)
-            and (not any(patterns) or any(fnmatch.fnmatchcase(name, p) for p in patterns if p))]
+            and (not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns))]
+
+
+def is_model(name: str) -> bool:
+    """timm's: whether ``name`` is a registered model (or alias), its pretrained tag ignored."""
+    base = name.partition(".")[0]
+    return base in REGISTRY or base in ALIASES
+
+
+def without_tag(name: str) -> str:
+    """timm's tagged name of a registered model (``resnet50.tv_in1k``) -> the model's name; a tag other
+    than its default weights' is an error (they are not the weights it would load)."""
+    base, dot, tag = name.partition(".")
+    spec = REGISTRY.get(ALIASES.get(base, base))
+    if not dot or spec is None:
+        return name
+    if tag != spec.tag:
+        have, use = (f"the {spec.tag} weights of {base} only", f"{base}.{spec.tag} (or {base})") if spec.tag \
+            else (f"no tagged weights of {base}", base)
+        raise UsageError(f"{name}: mlx-zoo has {have}: use {use}, or pass weights=PATH with the checkpoint you want")
+    return base
 
 
 def get_spec(name: str) -> ModelSpec:
+    name = without_tag(name)
     spec = REGISTRY.get(ALIASES.get(name, name))
     if spec is None:
         raise UsageError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
@@ -162,13 +194,16 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
 
 
 def load(name: str, weights: str | Path | None = None, dtype: str = "float32", device: str | None = None,
-         **options) -> nn.Module:
+         pretrained: bool = True, **options) -> nn.Module:
     """Build a registered model with its weights, on the process's device, in eval mode.
 
     ``weights``: None (default Hub weights), a .safetensors/.pt/.pth/.ckpt path,
     or ``"synthetic[:SEED]"`` (random weights in the checkpoint's layout).
-    ``options``: the family's build options, e.g. ResNet's ``num_classes``,
-    ``features_only`` and ``out_indices`` (timm's).
+    ``pretrained`` (timm's create_model): False without ``weights`` gives random weights
+    (synthetic:0) instead of the Hub's; ``weights`` given are always the ones loaded.
+    ``options``: the family's build options, e.g. ResNet's ``num_classes``, ``global_pool``,
+    ``features_only`` and ``out_indices`` (timm's). ``name`` may carry the default weights' tag
+    (``resnet50.tv_in1k``).
     """
     devices.use(device)
     devices.parse_dtype(dtype)  # fail on a bad dtype before any download
@@ -178,6 +213,8 @@ def load(name: str, weights: str | Path | None = None, dtype: str = "float32", d
         return build(spec, read, dtype, **options)
     spec = get_spec(name)
     check_options(spec, options)
+    if weights is None and not pretrained:
+        weights = "synthetic:0"
     return build(spec, read_weights(spec, weights), dtype, **options)
 
 

@@ -32,8 +32,9 @@ def main(argv: list[str]) -> int:
         return code
     if checkpoint is not None:
         refuse_second_checkpoint(name, args.weights)
-    model = (registry.build(spec, checkpoint, args.dtype) if checkpoint is not None else
-             registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device))
+    options = task.model_options(args) if hasattr(task, "model_options") else {}
+    model = (registry.build(spec, checkpoint, args.dtype, **options) if checkpoint is not None else
+             registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device, **options))
     return task.run(args, model)
 
 

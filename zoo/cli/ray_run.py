@@ -46,6 +46,10 @@ def parser_for(spec) -> ArgumentParser:
     parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
                         help="replace a predictions file that exists (inputs are never replaced)")
+    if spec.task == "classify":
+        from zoo.cli.classify import add_model_options
+
+        add_model_options(parser)
     if spec.task == "detect":
         parser.add_argument("--conf", type=float, default=0.25)
         parser.add_argument("--iou", type=float, default=0.7)
@@ -86,6 +90,10 @@ def main(spec, argv: list[str]) -> int:
     path = check_output_file(out / f"predictions.{args.format}", "output",
                              Inputs([] if uri else [*args.images, *inputs, args.weights]), args.overwrite)
     options = {"batch": args.batch}
+    if spec.task == "classify":
+        from zoo.cli.classify import model_options
+
+        options.update(model_options(args))
     if spec.task == "detect":
         from zoo.models.yolov8 import check_imgsz, check_thresholds
 
