@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, CheckpointInfo, checkpoint_spec, class_names, describe,
                          holds, parse_names, sanitize)
-from .model import ARCH, REG_MAX, SCALES, STRIDES, DetectionModel
+from .model import ARCHITECTURES, REG_MAX, STRIDES, YOLO11, YOLOV8, Architecture, DetectionModel
 from .ops import (MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thresholds, letterbox, letterbox_batch,
                   non_max_suppression, resize_linear, resolve_classes, scale_boxes)
 
@@ -21,4 +21,10 @@ def build(spec) -> DetectionModel:
     """The network for ``spec`` as checkpoint_spec fitted it to a file (its nc and names), else COCO's 80."""
     nc = spec.config.get("nc", 80)
     names = spec.config.get("names") or parse_names(None, nc, spec.name)
-    return DetectionModel(spec.variant.removeprefix("yolov8"), nc, spec.preprocess.get("imgsz", 640), names)
+    arch, scale = split_variant(spec.variant)
+    return DetectionModel(scale, nc, spec.preprocess.get("imgsz", 640), names, arch)
+
+
+def split_variant(variant: str) -> tuple[Architecture, str]:
+    """"yolo11s" -> (YOLO11, "s")."""
+    return ARCHITECTURES[variant[:-1]], variant[-1]

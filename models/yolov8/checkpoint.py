@@ -10,7 +10,9 @@ from pathlib import Path
 
 from zoo.errors import ZooError
 
-from .model import SCALES
+from .model import YOLOV8
+
+SCALES = YOLOV8.scales
 
 CLASS_NAMES = Path(__file__).parent.parent / "data" / "coco_classes.txt"
 
