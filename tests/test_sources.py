@@ -110,7 +110,7 @@ def test_arrays_rgb_and_bgr():
     bgr[..., 0] = 255  # blue in OpenCV's order
     pil = Image.new("L", (3, 2), 7)
     rgb_items = list(open_source([bgr, pil]))
-    assert [i.path for i in rgb_items] == ["image0", "image1"]
+    assert [i.path for i in rgb_items] == ["image0.jpg", "image1.jpg"]  # as ultralytics names in-memory images
     assert rgb_items[0].load()[0, 0].tolist() == [255, 0, 0]
     assert rgb_items[1].load().shape == (2, 3, 3)
     as_bgr = list(Arrays([bgr, pil], bgr=True))

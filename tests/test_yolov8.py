@@ -334,7 +334,7 @@ def test_predict_mixed_inputs(yolov8n, tmp_path):
     pil = Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8))
     array = rng.uniform(0, 1, (30, 60, 3)).astype(np.float32)
     results = yolov8n.predict([str(path), pil, array], conf=0.05, imgsz=64, classes="remote,bird")
-    assert len(results) == 3 and results[0].path == str(path) and results[1].path == "image0"
+    assert len(results) == 3 and results[0].path == str(path) and results[1].path == "image0.jpg"
     for r, (h, w) in zip(results, [(50, 70), (40, 40), (30, 60)]):
         labels = {r.names[int(c)] for c in r.boxes.cls}
         assert len(r) > 0 and labels <= {"remote", "bird"} and r.orig_shape == (h, w)
@@ -365,8 +365,11 @@ def test_results_text_forms_and_save(tmp_path):
     assert r.summary()[0] == {"name": "person", "class": 0, "confidence": 0.9,
                               "box": {"x1": 10.0, "y1": 20.0, "x2": 50.0, "y2": 80.0}}
     assert json.loads(r.to_json(normalize=True))[0]["box"] == {"x1": 0.08333, "y1": 0.2, "x2": 0.41667, "y2": 0.8}
-    assert r.to_coco()[0] == {"bbox": [10.0, 20.0, 40.0, 60.0], "category_id": 0, "category_name": "person",
-                              "score": 0.9}
+    assert r.to_coco(7)[0] == {"image_id": 7, "file_name": "x.jpg", "category_id": 1,
+                               "bbox": [10.0, 20.0, 40.0, 60.0], "score": 0.9}
+    # COCO's own category ids for COCO's 80 classes (bus: class 5, COCO id 6; toothbrush: 79 -> 90); else class + 1
+    assert [d["category_id"] for d in r.to_coco(7, yolov8.coco_category_ids(names))] == [1, 6, 1]
+    assert yolov8.coco_category_ids(names)[79] == 90 and yolov8.coco_category_ids({0: "a", 1: "b"}) == [1, 2]
     saved = r.save(tmp_path / "out.jpg")
     with Image.open(saved) as im:
         assert im.size == (120, 100)

@@ -294,9 +294,11 @@ class Arrays(Source):
         return rgb
 
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        """Paths as ultralytics gives them: a PIL image's file, else ``image<i>.jpg``; names ``image<i>``."""
         for i, obj in enumerate(self.objects):
             name = names(f"image{i}")
-            yield Item(f"image{i}", start + i, name, name, _load=lambda obj=obj, n=name: self.load(obj, n))
+            path = getattr(obj, "filename", "") or f"image{i}.jpg"
+            yield Item(path, start + i, name, name, _load=lambda obj=obj, n=name: self.load(obj, n))
 
 
 # -- videos and cameras ---------------------------------------------------------------------------
@@ -696,16 +698,25 @@ class JsonlWriter:
         self.written = 0
         if self.path.exists():
             if resume:
-                self.records = [r for r in read_jsonl(self.path) if keep is None or keep(r)]
+                self.records = [r for r in self.read(self.path) if keep is None or keep(r)]
             elif not overwrite:
                 raise ZooError(f"{self.path} exists: pass --resume to continue it or --overwrite to replace it")
         self.tmp = temporary_path(self.path)
         try:
             self.file = open(self.tmp, "w", encoding="utf-8")
-            for record in self.records:
-                self.file.write(json.dumps(record) + "\n")
+            for n, record in enumerate(self.records):
+                self.put(record, n)
         except OSError as e:
             raise ZooError(f"cannot write {self.path}: {e.strerror or e}") from None
+
+    read = staticmethod(read_jsonl)
+
+    def put(self, record: dict, n: int) -> None:
+        """Write the file's ``n``-th record (from 0)."""
+        self.file.write(json.dumps(record) + "\n")
+
+    def finish(self) -> None:
+        """What the file ends with after its last record."""
 
     @property
     def count(self) -> int:
@@ -713,12 +724,13 @@ class JsonlWriter:
         return len(self.records) + self.written
 
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
+        self.put(record, self.count)
         self.file.flush()
         self.written += 1
 
     def close(self) -> Path:
         if not self.file.closed:
+            self.finish()
             self.file.close()
             os.replace(self.tmp, self.path)
         return self.path
@@ -733,3 +745,24 @@ class JsonlWriter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class JsonListWriter(JsonlWriter):
+    """A JSON list, one record a line (``[``, records, ``]``), written as JsonlWriter writes: flushed as it
+    comes under a temporary name, which ``close()`` completes and renames (on an interrupt too)."""
+
+    @staticmethod
+    def read(path: Path) -> list[dict]:
+        try:
+            records = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            records = None
+        if not isinstance(records, list):
+            raise ZooError(f"{path} is not a JSON list: pass --overwrite to replace it")
+        return records
+
+    def put(self, record: dict, n: int) -> None:
+        self.file.write(("[\n  " if n == 0 else ",\n  ") + json.dumps(record))
+
+    def finish(self) -> None:
+        self.file.write("\n]\n" if self.count else "[]\n")

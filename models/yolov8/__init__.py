@@ -9,8 +9,8 @@ task, scale, classes, names, training size).
 """
 from __future__ import annotations
 
-from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, CheckpointInfo, checkpoint_spec, class_names, describe,
-                         holds, parse_names, sanitize)
+from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, COCO91_IDS, CheckpointInfo, checkpoint_spec, class_names,
+                         coco_category_ids, describe, holds, parse_names, sanitize)
 from .model import ARCHITECTURES, REG_MAX, STRIDES, YOLO11, YOLOV8, Architecture, DetectionModel
 from .ops import (MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thresholds, letterbox, letterbox_batch,
                   non_max_suppression, resize_linear, resolve_classes, scale_boxes)

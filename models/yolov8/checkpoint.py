@@ -21,6 +21,20 @@ def class_names() -> list[str]:
     return CLASS_NAMES.read_text().splitlines()
 
 
+# COCO's category ids (1-90, with gaps: 91 ids were defined, 80 annotated) of the 80 classes, in class order
+COCO91_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 27, 28, 31, 32,
+              33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59,
+              60, 61, 62, 63, 64, 65, 67, 70, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90)
+
+
+def coco_category_ids(names: dict[int, str]) -> list[int]:
+    """The category_id of each class in COCO JSON, as ultralytics' save_json: COCO's own ids for a model
+    whose classes are COCO's 80, else class + 1."""
+    if [names[i] for i in sorted(names)] == class_names():
+        return list(COCO91_IDS)
+    return [i + 1 for i in range(len(names))]
+
+
 # lmz/candle-yolo-v8 (tinygrad's naming) -> ultralytics: docs/weights.md has the table.
 CANDLE_PREFIXES = {
     "net.b1.0.": "model.0.", "net.b1.1.": "model.1.", "net.b2.0.": "model.2.", "net.b2.1.": "model.3.",

@@ -9,7 +9,8 @@ scale, as ultralytics' parse_model does; YOLO11's blocks (C3k2, C3k, C2PSA with 
 Attention, the head's depthwise class branch) reuse YOLOv8's Conv, Bottleneck, C2f, SPPF,
 Detect and DFL.
 
-Raw call: ``det(x)`` with x (N, H, W, 3) RGB in [0, 1], H and W multiples of 32
+``det(source, **options)`` is ``det.predict`` (ultralytics' ``model("bus.jpg")``).
+Raw call: ``det(x)`` with x an mx.array (N, H, W, 3) RGB in [0, 1], H and W multiples of 32
 -> (N, A, 4 + 80): box centre x, y, width, height in input pixels, then the 80
 class scores; anchors ordered P3 (stride 8), P4 (16), P5 (32), each row-major.
 Upstream returns the transpose, (N, 84, A).
@@ -34,7 +35,7 @@ from zoo.kernels import box_decode, sppf_maxpool
 from zoo.models.layers import BatchNorm, Conv2d, Sequential, attention, conv_bn, sigmoid, silu
 
 from .ops import STRIDE, resolve_classes
-from .predict import predict
+from .predict import PREDICT_OPTIONS, predict
 
 @dataclass(frozen=True)
 class Architecture:
@@ -525,11 +526,16 @@ class DetectionModel(nn.Module):
     def dtype(self) -> mx.Dtype:
         return self.model["0"].conv.weight.dtype
 
-    def __call__(self, x) -> mx.array:
-        """x: (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc).
-
-        Compiled per input shape, BatchNorms folded into their convolutions (zoo.compiled);
-        ``forward`` is the same network, eager."""
+    def __call__(self, x, **options):
+        """``x`` an mx.array (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc): the
+        network, compiled per input shape, BatchNorms folded into their convolutions (zoo.compiled);
+        ``forward`` is the same network, eager. Anything else (paths, numpy or PIL images, lists,
+        videos ...) is ``predict(x, **options)``, as ultralytics' ``model(source)``."""
+        if not isinstance(x, mx.array):
+            return self.predict(x, **options)
+        if options:
+            raise ZooError(f"the network called on an mx.array takes no options ({', '.join(options)}): "
+                           "pass an image, a path or a list of them to predict")
         x = as_model_input(x, self.dtype)
         if x.ndim != 4 or x.shape[-1] != 3:
             raise ZooError(f"input has shape {tuple(x.shape)}: expected (N, H, W, 3) RGB")
@@ -566,4 +572,8 @@ class DetectionModel(nn.Module):
 
     def predict(self, source, stream: bool = False, **options):
         """ultralytics' model.predict: one Results per image or frame (predict.py has the options)."""
+        unknown = [key for key in options if key not in PREDICT_OPTIONS]
+        if unknown:
+            raise ZooError(f"predict() got an unknown keyword argument {unknown[0]}=: it takes "
+                           f"{', '.join(PREDICT_OPTIONS)}")
         return predict(self, source, stream=stream, **options)

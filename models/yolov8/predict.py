@@ -5,9 +5,15 @@
 are BGR as in ultralytics. ``stream=True`` returns a generator that holds one batch at a
 time (memory stays flat over any number of video frames); otherwise a list.
 ``predict_batch`` is the step both use, and the CLI's pipeline calls it directly.
+
+The keywords are ultralytics' predict arguments with their meaning (PREDICT_OPTIONS); others are an
+error naming the ones accepted. Outputs (``save``, ``save_txt``, ``save_conf``, ``save_crop``) go to
+``project/name`` (default runs/detect/predict, predict2, ... as ultralytics), written as results come.
 """
 from __future__ import annotations
 
+import inspect
+import sys
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -15,9 +21,11 @@ from typing import Iterable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from zoo import devices
 from zoo.concurrency import serialized
 from zoo.errors import ZooError
-from zoo.results import Results
+from zoo.files import increment_path
+from zoo.results import ResultFiles, Results
 from zoo.sources import Chain, Item, Source, open_source
 
 from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, scale_boxes
@@ -25,7 +33,9 @@ from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppres
 
 def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float = 0.7, classes=None,
             agnostic_nms: bool = False, max_det: int = 300, imgsz=None, batch: int | None = None,
-            vid_stride: int = 1):
+            vid_stride: int = 1, verbose: bool = False, save: bool = False, save_txt: bool = False,
+            save_conf: bool = False, save_crop: bool = False, project=None, name=None, exist_ok: bool = False,
+            device=None, half: bool = False):
     """Detect objects in ``source``; a list of Results, or a generator of them with ``stream=True``.
 
     As ultralytics' predict: scores strictly above ``conf``; class-aware NMS at ``iou``
@@ -34,16 +44,73 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     are letterboxed to the smallest multiple of 32 around ``imgsz`` when they share one
     size, to ``imgsz`` x ``imgsz`` when sizes differ. ``batch``: images per forward
     pass (default: a list given in memory is one batch, other sources go one at a time);
-    ``vid_stride``: keep every n-th video frame.
+    ``vid_stride``: keep every n-th video frame. ``verbose``: one line per image on stderr
+    (ultralytics prints by default; here it is asked for). ``save``/``save_txt``/``save_conf``/
+    ``save_crop``: write as ``yolo predict`` does into ``project/name`` (ResultFiles; ``exist_ok``
+    reuses the folder and replaces what is there); each Results' ``save_dir`` says where.
+    ``device``: the process's device (zoo.devices: one per process; 'cuda', 'cuda:0', 0, 'mps' mean
+    its GPU). ``half``: the model's dtype decides (zoo.load(..., dtype='float16')); half=True on a
+    float32 model says so in one line and computes in float32, as ultralytics does on a CPU.
     """
     options = prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise ZooError(f"batch {batch!r} must be a positive integer: use e.g. 8")
+        raise ZooError(f"batch={batch!r} must be a positive integer, e.g. batch=8")
+    check_device(device)
+    if half and model.dtype == mx.float32:
+        print("note: half=True: this model computes in float32; load it with zoo.load(..., dtype='float16') "
+              "for half precision", file=sys.stderr)
     opened = open_inputs(source, vid_stride)
     size = batch or (opened.total if isinstance(source, (list, tuple)) else 1)
-    results = (r for items in batched(opened, size)
-               for r in predict_batch(model, [item.load() for item in items], items, **options))
+    files = None
+    if save or save_txt or save_crop:
+        out = increment_path(Path(project or "runs/detect") / (name or "predict"), exist_ok=exist_ok)
+        files = ResultFiles(out, save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop,
+                            overwrite=exist_ok, vid_stride=vid_stride)
+    results = predictions(model, opened, size, options, files, verbose)
     return results if stream else list(results)
+
+
+# predict's keyword arguments besides source, ultralytics' names
+PREDICT_OPTIONS = tuple(inspect.signature(predict).parameters)[2:]
+
+
+def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool):
+    """The Results of ``opened``'s items, ``size`` a forward pass, written and logged as they come."""
+    complete = False
+    try:
+        for items in batched(opened, size):
+            for item, r in zip(items, predict_batch(model, [item.load() for item in items], items, **options)):
+                if files is not None:
+                    files.write(r, item)
+                if verbose:
+                    print(log_line(item, r), file=sys.stderr)
+                yield r
+        complete = True
+    finally:
+        if files is not None:
+            files.close(complete)
+
+
+def log_line(item: Item, result: Results) -> str:
+    """One result as ``yolo predict`` logs it: where it came from, what was found, how long it took."""
+    where = Path(item.path).name if item.frame is None else (
+        f"{Path(item.path).name} frame {item.frame}" + (f"/{item.frames}" if item.frames else ""))
+    return f"{where}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)"
+
+
+# ultralytics' device names for the one GPU MLX uses ("0": the first CUDA device)
+GPU_NAMES = ("gpu", "cuda", "cuda:0", "0", "mps", "mps:0")
+
+
+def check_device(device) -> None:
+    """``device`` as ultralytics names them, which must be the process's one device (zoo.devices.use)."""
+    if device is None:
+        return
+    name = str(device).strip().lower()
+    if name not in ("cpu", *GPU_NAMES):
+        raise ZooError(f"device={device!r}: MLX runs on one device, device='cpu' or device='gpu' "
+                       "('cuda', 'cuda:0', 0 and 'mps' name the GPU)")
+    devices.use("cpu" if name == "cpu" else "gpu")
 
 
 def open_inputs(source, vid_stride: int) -> Source:
