@@ -147,7 +147,7 @@ def test_scale_from_tensor_shapes_alone(tmp_path, scale):
     sd = torch_state_dict(5, scale)
     save_file(sd, str(tmp_path / "w.safetensors"))
     model = zoo.load("yolov8", weights=tmp_path / "w.safetensors", device="cpu")
-    assert model.model["0"].conv.weight.shape[0] == yolov8.checkpoint.first_width(scale) and model.nc == 5
+    assert model.model["0"].conv.weight.shape[0] == yolov8.checkpoint.first_width(yolov8.YOLOV8, scale) and model.nc == 5
 
 
 @pytest.mark.parametrize("model_class, task", [
@@ -156,7 +156,7 @@ def test_other_tasks_are_refused_by_name(tmp_path, model_class, task):
     path = write_torch_zip(tmp_path / "best.pt", {"model": module(f"ultralytics.nn.tasks.{model_class}",
                                                                   {"w": tensor([1])}, args={"task": task})})
     with pytest.raises(ZooError, match=rf"best.pt holds a YOLO {task} model \(ultralytics.nn.tasks.{model_class}\): "
-                                       "only detection checkpoints load as yolov8"):
+                                       "the YOLO tasks that load are detect; pass such a checkpoint"):
         zoo.load(str(path), device="cpu")
 
 
@@ -178,8 +178,11 @@ def test_inconsistent_files_are_one_line(tmp_path, two_class):
         ({"scale": "s"}, sd, "its metadata says scale 's' but its tensors are yolov8n's"),
         ({}, {**sd, "model.0.conv.weight": np.zeros((24, 3, 3, 3), np.float32)},
          "its first conv has 24 channels, none of YOLOv8's scales"),
-        ({}, {"model.23.dfl.conv.weight": np.zeros((1, 16, 1, 1), np.float32), **sd},
-         "holds a detection model whose head is model.23, not YOLOv8's model.22"),
+        ({}, {k.replace("model.22.dfl", "model.24.dfl"): v for k, v in sd.items()},
+         "holds a detection model whose head is model.24, not YOLOv8's model.22 or YOLO11's model.23: "
+         "only YOLOv8 and YOLO11 checkpoints load"),
+        ({}, {**sd, "model.23.dfl.conv.weight": sd["model.22.dfl.conv.weight"]},
+         "holds a detection model whose head is model.22, model.23, not YOLOv8's model.22 or YOLO11's model.23"),
     ]
     for i, (meta, weights, message) in enumerate(cases):
         path = tmp_path / f"bad{i}.safetensors"

@@ -48,10 +48,11 @@ def _resnet(depth: int) -> ModelSpec:
     )
 
 
-def _yolov8(size: str) -> ModelSpec:
+def _yolo(generation: str, hub_repo: str, size: str) -> ModelSpec:
+    """A YOLO detector of models/yolov8 (the family folder of YOLOv8 and YOLO11), Ultralytics' Hub file."""
     return ModelSpec(
-        f"yolov8{size}", "yolov8", f"yolov8{size}", "detect",
-        "Ultralytics/YOLOv8", f"yolov8{size}.pt", "AGPL-3.0 (Ultralytics)", {"imgsz": 640},
+        f"{generation}{size}", "yolov8", f"{generation}{size}", "detect",
+        hub_repo, f"{generation}{size}.pt", "AGPL-3.0 (Ultralytics)", {"imgsz": 640},
     )
 
 
@@ -59,14 +60,17 @@ REGISTRY: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
         *(_resnet(d) for d in (18, 34, 50, 101, 152)),
-        *(_yolov8(s) for s in "nsmlx"),
+        *(_yolo("yolov8", "Ultralytics/YOLOv8", s) for s in "nsmlx"),
+        *(_yolo("yolo11", "Ultralytics/YOLO11", s) for s in "nsmlx"),
         ModelSpec("mobilesam", "mobilesam", "mobilesam", "segment",
                   "lmz/candle-sam", "mobile_sam-tiny-vitt.safetensors", "Apache-2.0", {"image_size": 1024}),
         ModelSpec("lama", "lama", "lama", "inpaint",
                   "anyisalin/big-lama", "big-lama.safetensors", "Apache-2.0", {"pad_multiple": 8}),
     ]
 }
-ALIASES = {"yolov8": "yolov8n", "big-lama": "lama", "mobile_sam": "mobilesam"}
+ALIASES = {"yolov8": "yolov8n", "yolo11": "yolo11n", "big-lama": "lama", "mobile_sam": "mobilesam"}
+# names that stand for every scale of a model: the scale comes from the weights (checkpoint_spec)
+SCALE_FROM_WEIGHTS = frozenset({"yolov8", "yolo11"})
 
 
 def list_models(filter: str | list[str] = "", task: str | None = None) -> list[str]:
@@ -81,8 +85,8 @@ def get_spec(name: str) -> ModelSpec:
     spec = REGISTRY.get(ALIASES.get(name, name))
     if spec is None:
         raise UsageError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
-    # the family's own name keeps its name: the variant then comes from the weights (checkpoint_spec)
-    return replace(spec, name=name) if name == spec.family and name not in REGISTRY else spec
+    # such a name stays the spec's name: the variant then comes from the weights (checkpoint_spec)
+    return replace(spec, name=name) if name in SCALE_FROM_WEIGHTS else spec
 
 
 def family(spec: ModelSpec):

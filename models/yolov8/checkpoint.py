@@ -1,18 +1,16 @@
-"""What a YOLOv8 checkpoint says about itself: other namings mapped to ultralytics' (Candle/tinygrad);
-its task, scale, classes, names and training size, from its metadata and tensor shapes."""
+"""What a YOLO checkpoint says about itself: other namings mapped to ultralytics' (Candle/tinygrad);
+its task, generation (YOLOv8, YOLO11), scale, classes, names and training size, from its metadata
+and tensor shapes."""
 from __future__ import annotations
 
 import ast
-import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zoo.errors import ZooError
 
-from .model import YOLOV8
-
-SCALES = YOLOV8.scales
+from .model import ARCHITECTURES, Architecture, scaled_channels
 
 CLASS_NAMES = Path(__file__).parent.parent / "data" / "coco_classes.txt"
 
@@ -59,29 +57,40 @@ def sanitize(state_dict: dict, meta: dict) -> dict:
     return out
 
 
-# ultralytics' model classes by task: only DetectionModel's head is YOLOv8's Detect
+# ultralytics' model classes by task
 MODEL_TASKS = {"DetectionModel": "detect", "SegmentationModel": "segment", "PoseModel": "pose",
                "ClassificationModel": "classify", "OBBModel": "obb", "WorldModel": "world",
                "YOLOEModel": "yoloe", "RTDETRDetectionModel": "rtdetr"}
 TASKS = ("detect", "segment", "pose", "classify", "obb")
-HEAD = "model.22"  # yolov8.yaml's Detect layer
+SUPPORTED_TASKS = ("detect",)  # the tasks whose checkpoints load
 FIRST_CONV = "model.0.conv.weight"  # (64 x width, 3, 3, 3): its output channels give the scale
-CLASS_CONV = f"{HEAD}.cv3.0.2.weight"  # (nc, c3, 1, 1): the class branch's last conv
+DFL_CONV = re.compile(r"model\.(\d+)\.dfl\.conv\.weight")  # in every detection head: its index names the generation
+THIRD_BRANCH = re.compile(r"model\.\d+\.cv4\.0\.2\.weight")  # Pose's keypoints, OBB's angle
+# A key only the generation's own layout has, where another generation's head sits at the same index
+# (YOLOv9 and YOLOv10 at 23): YOLO11's C2PSA attention.
+MARKERS = {"yolo11": "model.10.m.0.attn.qkv.conv.weight"}
 
 
 @dataclass(frozen=True)
 class CheckpointInfo:
-    """What a detection checkpoint holds: the scale, the classes and the size it was trained at."""
+    """What a detection checkpoint holds: the generation, scale, classes and the size it was trained at."""
 
+    arch: Architecture
     scale: str  # n s m l x
     nc: int
     names: dict[int, str]
     imgsz: int | tuple[int, int] | None  # training size, the default predict size (as ultralytics)
 
+    @property
+    def variant(self) -> str:
+        return self.arch.name + self.scale
 
-def describe(state_dict: dict, meta: dict, source: str, default_scale: str = "n") -> CheckpointInfo:
-    """Read the scale from the first conv's width (checked against the file's yaml), nc from the class
-    branch, names and imgsz from the metadata; refuse other tasks' heads and other YOLO layouts by name.
+
+def describe(state_dict: dict, meta: dict, source: str, default: str = "yolov8n") -> CheckpointInfo:
+    """Read the generation from the head's index, the scale from the first conv's width (and, where two
+    scales share it, layer 2's block count), checked against the file's yaml; nc from the class branch,
+    names and imgsz from the metadata; refuse other tasks and other YOLO layouts by name. ``default``:
+    the variant a state dict without those tensors is taken as.
 
     ``state_dict`` in ultralytics' naming (after ``sanitize``); ``meta`` as zoo.weights reads it: a
     pickle's top-level plain values, ``module_class`` and ``module_attributes`` (yaml, args, names,
@@ -90,39 +99,72 @@ def describe(state_dict: dict, meta: dict, source: str, default_scale: str = "n"
     attributes = meta.get("module_attributes") or {}
     yaml = attributes.get("yaml") if isinstance(attributes.get("yaml"), dict) else {}
     task = checkpoint_task(state_dict, meta, attributes)
-    if task != "detect":
-        raise ZooError(f"{source} holds a YOLO {task} model ({meta.get('module_class', 'its head')}): "
-                       "only detection checkpoints load as yolov8; pass a detection best.pt")
-    other_head = next((k for k in state_dict if k.endswith(".dfl.conv.weight") and not k.startswith(HEAD + ".")),
-                      None)
-    if other_head is not None:
-        made_from = f" (built from {yaml['yaml_file']})" if yaml.get("yaml_file") else ""
-        raise ZooError(f"{source} holds a detection model whose head is {other_head.rsplit('.dfl', 1)[0]}"
-                       f"{made_from}, not YOLOv8's {HEAD}: only YOLOv8 checkpoints load as yolov8")
-    scale = default_scale
-    if FIRST_CONV in state_dict:
-        widths = {first_width(s): s for s in SCALES}
-        channels = int(state_dict[FIRST_CONV].shape[0])
-        if channels not in widths:
-            raise ZooError(f"{source}: its first conv has {channels} channels, none of YOLOv8's scales "
-                           f"({', '.join(f'{s} {w}' for w, s in widths.items())}): pass a YOLOv8 n/s/m/l/x checkpoint")
-        scale = widths[channels]
+    if task not in SUPPORTED_TASKS:
+        raise ZooError(f"{source} holds a YOLO {task} model ({meta.get('module_class', 'its head')}): the YOLO "
+                       f"tasks that load are {', '.join(SUPPORTED_TASKS)}; pass such a checkpoint")
+    arch = generation(state_dict, yaml, source, ARCHITECTURES[default[:-1]])
+    scale = checkpoint_scale(state_dict, arch, source, default[-1])
     said = yaml.get("scale") or meta.get("scale")
-    if said in SCALES and said != scale:
-        raise ZooError(f"{source}: its metadata says scale '{said}' but its tensors are yolov8{scale}'s: "
+    if said in arch.scales and said != scale:
+        raise ZooError(f"{source}: its metadata says scale '{said}' but its tensors are {arch.name}{scale}'s: "
                        "the file is inconsistent; re-export it")
-    nc = int(state_dict[CLASS_CONV].shape[0]) if CLASS_CONV in state_dict else 80
+    class_conv = f"model.{arch.head}.cv3.0.2.weight"  # (nc, c3, 1, 1): the class branch's last conv
+    nc = int(state_dict[class_conv].shape[0]) if class_conv in state_dict else 80
     for what, value in (("yaml nc", yaml.get("nc")), ("model nc", attributes.get("nc"))):
         if isinstance(value, int) and value != nc:
             raise ZooError(f"{source}: its {what} is {value} but its detection head has {nc} classes: "
                            "the file is inconsistent; re-export it")
-    return CheckpointInfo(scale, nc, parse_names(meta.get("names"), nc, source), training_imgsz(meta, attributes))
+    return CheckpointInfo(arch, scale, nc, parse_names(meta.get("names"), nc, source),
+                          training_imgsz(meta, attributes))
 
 
-def first_width(scale: str) -> int:
+def head_indexes(state_dict: dict) -> list[int]:
+    return sorted(int(m.group(1)) for m in map(DFL_CONV.fullmatch, state_dict) if m)
+
+
+def generation(state_dict: dict, yaml: dict, source: str, default: Architecture) -> Architecture:
+    """The YOLO generation whose head sits where the file's does (``default`` where it has no head tensors)."""
+    heads = head_indexes(state_dict)
+    if not heads:
+        return default
+    arch = next((a for a in ARCHITECTURES.values() if [a.head] == heads), None)
+    marker = MARKERS.get(arch.name) if arch else None
+    if arch is None or (marker and marker not in state_dict):
+        made_from = f" (built from {yaml['yaml_file']})" if yaml.get("yaml_file") else ""
+        titles = " and ".join(a.title for a in ARCHITECTURES.values())
+        unlike = (f"but not {arch.title}'s layers (no {marker})" if arch else
+                  "not " + " or ".join(f"{a.title}'s model.{a.head}" for a in ARCHITECTURES.values()))
+        raise ZooError(f"{source} holds a detection model whose head is {', '.join(f'model.{h}' for h in heads)}"
+                       f"{made_from}, {unlike}: only {titles} checkpoints load")
+    return arch
+
+
+def checkpoint_scale(state_dict: dict, arch: Architecture, source: str, default: str) -> str:
+    """The scale whose first conv width (and layer 2 block count, where widths coincide) the file has."""
+    if FIRST_CONV not in state_dict:
+        return default
+    channels = int(state_dict[FIRST_CONV].shape[0])
+    scales = [s for s in arch.scales if first_width(arch, s) == channels]
+    if len(scales) > 1:  # YOLO11 m and l: the same widths, l twice the blocks
+        blocks = len({k.split(".")[3] for k in state_dict if k.startswith("model.2.m.")})
+        scales = [s for s in scales if layer_blocks(arch, s, 2) == blocks]
+    if len(scales) != 1:
+        shown = ", ".join(f"{s} {first_width(arch, s)}" for s in arch.scales)
+        raise ZooError(f"{source}: its first conv has {channels} channels, none of {arch.title}'s scales "
+                       f"({shown}): pass a {arch.title} n/s/m/l/x checkpoint")
+    return scales[0]
+
+
+def first_width(arch: Architecture, scale: str) -> int:
     """Output channels of layer 0 at a scale: 64 x width, capped, rounded up to a multiple of 8."""
-    _, width, max_channels = SCALES[scale]
-    return math.ceil(min(64, max_channels) * width / 8) * 8
+    _, width, max_channels = arch.scales[scale]
+    return scaled_channels(arch.layers[0][3][0], width, max_channels)
+
+
+def layer_blocks(arch: Architecture, scale: str, layer: int) -> int:
+    """The blocks of a repeated layer at a scale (parse_model's depth gain)."""
+    repeats = arch.layers[layer][1]
+    return max(round(repeats * arch.scales[scale][0]), 1) if repeats > 1 else repeats
 
 
 def checkpoint_task(state_dict: dict, meta: dict, attributes: dict) -> str:
@@ -138,7 +180,7 @@ def checkpoint_task(state_dict: dict, meta: dict, attributes: dict) -> str:
         return "segment"
     if any(k.endswith(".linear.weight") for k in state_dict):
         return "classify"
-    extra = state_dict.get(f"{HEAD}.cv4.0.2.weight")
+    extra = next((v for k, v in state_dict.items() if THIRD_BRANCH.fullmatch(k)), None)
     if extra is not None:
         return "obb" if extra.shape[0] == 1 else "pose"
     return "detect"
@@ -186,15 +228,20 @@ def holds(state_dict: dict, meta: dict) -> bool:
 
 
 def checkpoint_spec(spec, weights):
-    """The registry's spec fitted to the file: scale, nc, names and training imgsz as the file holds them.
+    """The registry's spec fitted to the file: generation, scale, nc, names and training imgsz as the
+    file holds them.
 
-    ``yolov8`` (the family's name) takes any scale; ``yolov8s`` and the like must match the file.
+    ``yolov8`` (the family's name) takes any generation and scale, ``yolo11`` any YOLO11 scale;
+    ``yolov8s``, ``yolo11m`` and the like must match the file.
     """
-    info = describe(weights.state_dict, weights.meta, weights.source, spec.variant.removeprefix("yolov8"))
-    variant = f"yolov8{info.scale}"
-    if spec.name != spec.family and spec.variant != variant:
+    info = describe(weights.state_dict, weights.meta, weights.source, spec.variant)
+    named_arch = spec.variant[:-1]
+    fits = (spec.name == spec.family or (info.arch.name == named_arch and spec.name != spec.variant)
+            or info.variant == spec.variant)
+    if not fits:
         shown = ", ".join(list(info.names.values())[:5]) + (", ..." if info.nc > 5 else "")
-        raise ZooError(f"{weights.source} holds a {variant} with {info.nc} classes ({shown}), not a {spec.variant}: "
-                       f"load it as 'yolov8' (the scale from the file) or '{variant}'")
+        asked = spec.variant if spec.name == spec.variant else spec.name
+        raise ZooError(f"{weights.source} holds a {info.variant} with {info.nc} classes ({shown}), not a {asked}: "
+                       f"load it as '{info.arch.name}' (the scale from the file) or '{info.variant}'")
     preprocess = {**spec.preprocess, **({"imgsz": info.imgsz} if info.imgsz else {})}
-    return replace(spec, variant=variant, preprocess=preprocess, config={"nc": info.nc, "names": info.names})
+    return replace(spec, variant=info.variant, preprocess=preprocess, config={"nc": info.nc, "names": info.names})

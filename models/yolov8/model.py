@@ -45,6 +45,7 @@ class Architecture:
     head (Segment, Pose) replaces it (``with_head``)."""
 
     name: str  # the registry's prefix: yolov8, yolo11
+    title: str  # as ultralytics writes it: YOLOv8, YOLO11
     scales: dict[str, tuple[float, float, int]]
     layers: tuple
     # The compiled forward's stages begin at these layers (zoo.compiled.Stage): the GPU runs one
@@ -70,7 +71,7 @@ class Architecture:
 
 
 YOLOV8 = Architecture(
-    "yolov8",
+    "yolov8", "YOLOv8",
     # yolov8.yaml
     {"n": (0.33, 0.25, 1024), "s": (0.33, 0.50, 1024), "m": (0.67, 0.75, 768), "l": (1.00, 1.00, 512),
      "x": (1.00, 1.25, 512)},
@@ -103,7 +104,7 @@ YOLOV8 = Architecture(
 )
 
 YOLO11 = Architecture(
-    "yolo11",
+    "yolo11", "YOLO11",
     # yolo11.yaml
     {"n": (0.50, 0.25, 1024), "s": (0.50, 0.50, 1024), "m": (0.50, 1.00, 512), "l": (1.00, 1.00, 512),
      "x": (1.00, 1.50, 512)},
