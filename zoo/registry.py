@@ -153,8 +153,7 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
 
     fam = family(spec)
     check_options(spec, options)
-    if hasattr(fam, "checkpoint_spec"):
-        spec = fam.checkpoint_spec(spec, weights)
+    spec = fitted_spec(spec, weights)
     model = fam.build(spec, **options)
     state_dict, kept = weights.state_dict, set()
     if hasattr(fam, "fit_checkpoint"):
@@ -164,6 +163,13 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
         fam.apply_metadata(model, weights.meta)
     model.eval()
     return model
+
+
+def fitted_spec(spec: ModelSpec, weights: Weights) -> ModelSpec:
+    """``spec`` as the family's ``checkpoint_spec`` fits it to what ``weights`` hold (e.g. a YOLO file's
+    scale, task and classes); the spec itself for families without one."""
+    fam = family(spec)
+    return fam.checkpoint_spec(spec, weights) if hasattr(fam, "checkpoint_spec") else spec
 
 
 def load(name: str, weights: str | Path | None = None, dtype: str = "float32", device: str | None = None,

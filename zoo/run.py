@@ -5,7 +5,8 @@ import importlib
 import sys
 
 from zoo import devices, registry
-from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
+from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, task_module
+from zoo.errors import UsageError
 
 
 @guarded
@@ -13,20 +14,30 @@ def main(argv: list[str]) -> int:
     name = model_name_from(argv, "python -m zoo.run")
     if name == "annotate":  # detect-then-segment: a workflow over two models, not a model name
         return importlib.import_module("zoo.cli.annotate").main(argv)
-    spec = registry.get_spec(name)
+    weights = None
+    if registry.is_weights_file(name):  # python -m zoo.run best.pt ...: the file says what it holds
+        spec, weights = registry.identify(name)
+        spec = registry.fitted_spec(spec, weights)
+    else:
+        spec = registry.get_spec(name)
     if "--ray" in argv:  # Ray Data in place of the in-process loop: options of its own (zoo/cli/ray_run.py)
         return importlib.import_module("zoo.cli.ray_run").main(spec, argv)
-    task = importlib.import_module(f"zoo.cli.{spec.task}")
+    task = task_module(spec.task)
     parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}")
     parser.add_argument("model", help=", ".join(registry.list_models()))
     add_model_arguments(parser)
     task.add_arguments(parser)
     args = parser.parse_args(argv)
+    if weights is not None:
+        if args.weights is not None:
+            raise UsageError(f"{name} is a checkpoint and --weights names another: pass one of them")
+        args.weights = name  # the task's checks read the file's classes, and never write over it
     devices.use(args.device)  # the checks may size work for the device (LaMa's memory bound)
     code = task.check_arguments(args)  # bad inputs fail before weights are read
     if code is not None:  # the task found nothing to do (e.g. every output already written)
         return code
-    model = registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device)
+    model = (registry.build(spec, weights, args.dtype) if weights is not None else
+             registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device))
     return task.run(args, model)
 
 
