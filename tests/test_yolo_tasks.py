@@ -200,12 +200,3 @@ def test_cli_runs_a_checkpoint_and_bad_files_are_one_line(tmp_path, checkpoints,
     assert main([str(truncated), str(images), "--out", str(tmp_path / "o2")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "best.pt" in err[0]
-
-
-@pytest.mark.parametrize("model_class, task", [("OBBModel", "obb"), ("ClassificationModel", "classify")])
-def test_obb_and_classify_are_refused_with_the_tasks_that_load(model_class, task):
-    from zoo.models.yolov8 import describe
-
-    with pytest.raises(ZooError, match=rf"holds a YOLO {task} model .*: the YOLO tasks that load are detect, "
-                                       "segment, pose"):
-        describe({}, {"module_class": f"ultralytics.nn.tasks.{model_class}"}, "best.pt")
