@@ -12,7 +12,7 @@ from safetensors.numpy import save_file
 
 import zoo
 from conftest import FIXTURES
-from torch_writer import Glob, New, module, tensor, write_torch_zip
+from torch_writer import Glob, New, module, module_tree, tensor, write_torch_zip
 from zoo.errors import ZooError
 from zoo.models import yolov8
 
@@ -77,26 +77,6 @@ def torch_state_dict(nc: int, scale: str = "n", seed: int = 0) -> dict[str, np.n
         sd[name] = np.ascontiguousarray(array, np.float32)
     sd["model.22.dfl.conv.weight"] = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
     return sd
-
-
-def module_tree(state_dict: dict, cls: str, **attributes) -> New:
-    """A pickled nn.Module tree holding ``state_dict`` (running statistics as buffers)."""
-    nested: dict = {}
-    for key, value in state_dict.items():
-        *path, leaf = key.split(".")
-        node = nested
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-
-    def build(node: dict, cls: str, **attributes) -> New:
-        stats = ("running_mean", "running_var")
-        return module(cls, {k: tensor(v) for k, v in node.items() if isinstance(v, np.ndarray) and k not in stats},
-                      {k: tensor(v) for k, v in node.items() if k in stats},
-                      {k: build(v, "torch.nn.modules.module.Module") for k, v in node.items() if isinstance(v, dict)},
-                      **attributes)
-
-    return build(nested, cls, **attributes)
 
 
 @pytest.fixture(scope="module")

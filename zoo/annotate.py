@@ -5,7 +5,7 @@
 
     python -m zoo.run annotate photos/ --det yolov8s --sam mobilesam --out labels/ --save-masks --save-overlay
 
-Per image: the detector's boxes (any checkpoint the YOLOv8 loader takes: a name, a ``.pt``
+Per image: the detector's boxes (any checkpoint the YOLO loader takes: a name, a ``.pt``
 path such as a trained ``best.pt``, or a loaded model), then ONE batched SAM decoder call
 with every box as a prompt (one mask per box, ``multimask_output=False`` as ultralytics),
 then one label file ``<out>/<name>.txt``, one line per detection, ultralytics' format::
@@ -245,13 +245,14 @@ def load_model(given, weights, dtype: str, role: str, family: str, label: str, m
 
 
 def load_detector(det_model, weights=None, dtype: str = "float32"):
-    """A YOLOv8 detector from a registered name, a checkpoint path (a trained best.pt) or a loaded model."""
+    """A YOLO detector (YOLOv8, YOLO11) from a registered name, a checkpoint path (a trained best.pt) or a
+    loaded model."""
     from zoo import registry
     from zoo.models.yolov8 import DetectionModel
 
-    return load_model(det_model, weights, dtype, "detector", "yolov8", "YOLOv8", DetectionModel,
-                      f"a YOLOv8 detector ({', '.join(registry.list_models(task='detect'))})",
-                      "a YOLOv8 detection checkpoint (yolov8n.pt, a trained best.pt)")
+    return load_model(det_model, weights, dtype, "detector", "yolov8", "YOLO", DetectionModel,
+                      f"a YOLO detector ({', '.join(registry.list_models(task='detect'))})",
+                      "a YOLO detection checkpoint (yolo11n.pt, yolov8n.pt, a trained best.pt)")
 
 
 def load_sam(sam_model, weights=None, dtype: str = "float32"):

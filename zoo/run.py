@@ -1,4 +1,5 @@
-"""python -m zoo.run MODEL INPUT... [options]: run a model on images."""
+"""python -m zoo.run MODEL INPUT... [options]: run a model on images. MODEL may be a checkpoint file
+(``python -m zoo.run best.pt images/``): the file says which model and task it holds."""
 from __future__ import annotations
 
 import importlib
@@ -14,12 +15,11 @@ def main(argv: list[str]) -> int:
     name = model_name_from(argv, "python -m zoo.run")
     if name == "annotate":  # detect-then-segment: a workflow over two models, not a model name
         return importlib.import_module("zoo.cli.annotate").main(argv)
-    weights = None
-    if registry.is_weights_file(name):  # python -m zoo.run best.pt ...: the file says what it holds
-        spec, weights = registry.identify(name)
-        spec = registry.fitted_spec(spec, weights)
+    if registry.is_weights_file(name):  # read once, before the options: the file decides the task
+        spec, checkpoint = registry.identify(name)
+        spec = registry.fitted_spec(spec, checkpoint)
     else:
-        spec = registry.get_spec(name)
+        spec, checkpoint = registry.get_spec(name), None
     if "--ray" in argv:  # Ray Data in place of the in-process loop: options of its own (zoo/cli/ray_run.py)
         return importlib.import_module("zoo.cli.ray_run").main(spec, argv)
     task = task_module(spec.task)
@@ -28,15 +28,15 @@ def main(argv: list[str]) -> int:
     add_model_arguments(parser)
     task.add_arguments(parser)
     args = parser.parse_args(argv)
-    if weights is not None:
+    if checkpoint is not None:
         if args.weights is not None:
-            raise UsageError(f"{name} is a checkpoint and --weights names another: pass one of them")
+            raise UsageError(f"{name} is already the checkpoint: drop --weights {args.weights}")
         args.weights = name  # the task's checks read the file's classes, and never write over it
     devices.use(args.device)  # the checks may size work for the device (LaMa's memory bound)
     code = task.check_arguments(args)  # bad inputs fail before weights are read
     if code is not None:  # the task found nothing to do (e.g. every output already written)
         return code
-    model = (registry.build(spec, weights, args.dtype) if weights is not None else
+    model = (registry.build(spec, checkpoint, args.dtype) if checkpoint is not None else
              registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device))
     return task.run(args, model)
 

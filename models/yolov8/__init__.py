@@ -1,11 +1,11 @@
-"""YOLOv8 and YOLO11 n/s/m/l/x detection, segmentation and pose (ultralytics layout) in MLX.
+"""The YOLO family in MLX (ultralytics layout): YOLOv8 and YOLO11 n/s/m/l/x detection, segmentation and pose.
 
-    det = zoo.load("yolov8n")                    # or zoo.load("yolov8", weights="best.pt")
+    det = zoo.load("yolo11n")                    # or zoo.load("best.pt"): the generation and scale from the file
     results = det.predict(["bus.jpg"])
 
-model.py holds the network (ultralytics' DetectionModel), ops.py the pre- and
-post-processing, checkpoint.py what a checkpoint says about itself (namings,
-task, scale, classes, names, training size).
+model.py holds the network (ultralytics' DetectionModel, built from a generation's layer
+table), ops.py the pre- and post-processing, checkpoint.py what a checkpoint says about itself
+(namings, task, generation, scale, classes, names, training size).
 """
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from .heads import Pose, Proto, Segment, task_architecture
 from .model import ARCHITECTURES, REG_MAX, STRIDES, YOLO11, YOLOV8, Architecture, DetectionModel
 from .ops import (MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thresholds, letterbox, letterbox_batch,
                   non_max_suppression, resize_linear, resolve_classes, scale_boxes)
-
 
 
 def build(spec) -> DetectionModel:

@@ -2,8 +2,8 @@
 
   model               input (upstream layout)                    MLX user path                  PyTorch peer
   resnet50            (B, 3, 224, 224) standard normal           model(x)                        torchvision resnet50
-  yolov8n, yolov8s    (B, 3, 640, 640) uniform [0, 1]            model(x): decoded (B, A, 84)    ultralytics DetectionModel
-                                                                                                 (eval: decoded, no NMS)
+  yolov8n, yolov8s,   (B, 3, 640, 640) uniform [0, 1]            model(x): decoded (B, A, 84)    ultralytics DetectionModel
+  yolo11n, yolo11s                                                                               (eval: decoded, no NMS)
   mobilesam-encoder   (1, 3, 1024, 1024) standard normal         sam.encode_image(x)             build_sam_vit_t().image_encoder
   mobilesam-decoder   the encoder's embedding, 2 points          sam.decode_prompt(...)          prompt_encoder + mask_decoder
                       (labels 1, 0), three masks                 (what predict runs)             (what predict_torch runs)
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-MODELS = ("resnet50", "yolov8n", "yolov8s", "mobilesam-encoder", "mobilesam-decoder", "lama")
-BATCHED = {"resnet50": (1, 32), "yolov8n": (1, 16), "yolov8s": (1, 16)}  # others: batch 1 only
-IMAGE_SIZE = {"resnet50": 224, "yolov8n": 640, "yolov8s": 640, "mobilesam-encoder": 1024}
+YOLO = ("yolov8n", "yolov8s", "yolo11n", "yolo11s")  # detectors: the same inputs, outputs and peer
+MODELS = ("resnet50", *YOLO, "mobilesam-encoder", "mobilesam-decoder", "lama")
+BATCHED = {"resnet50": (1, 32), **{m: (1, 16) for m in YOLO}}  # others: batch 1 only
+IMAGE_SIZE = {"resnet50": 224, **{m: 640 for m in YOLO}, "mobilesam-encoder": 1024}
 DECODER_POINTS = ((512.0, 384.0), (200.0, 700.0))  # in the 1024 frame, as predict hands them on
 DECODER_LABELS = (1, 0)
 # configs/training/big-lama.yaml's generator arguments (the MLX model hard-codes the same network)
@@ -63,7 +64,7 @@ def case_inputs(case: Case) -> dict[str, np.ndarray]:
         return {"image": image, "mask": mask}
     if case.model == "mobilesam-decoder":
         return {"coords": np.array([DECODER_POINTS], np.float32), "labels": np.array([DECODER_LABELS], np.int32)}
-    if case.model.startswith("yolov8"):
+    if case.model in YOLO:
         return {"x": rng.uniform(0, 1, (case.batch, 3, s, s)).astype(np.float32)}
     return {"x": rng.standard_normal((case.batch, 3, s, s)).astype(np.float32)}
 
@@ -107,7 +108,7 @@ class MlxSide:
         def one(o):
             return np.array(o.astype(mx.float32))
 
-        if case.model in ("resnet50", "yolov8n", "yolov8s"):
+        if case.model == "resnet50" or case.model in YOLO:
             out = (lambda o: [one(o)]) if case.model == "resnet50" else (lambda o: [one(o).transpose(0, 2, 1)])
             return m, (image(inputs["x"]),), out
         if case.model == "mobilesam-encoder":
@@ -145,7 +146,7 @@ def build_peer(model: str, seed: int):
         tv = _import("torchvision", "pip install torchvision")
         module = tv.models.resnet50(weights=None, num_classes=1000)
         what = f"torchvision {tv.__version__} resnet50"
-    elif model.startswith("yolov8"):
+    elif model in YOLO:
         tasks = _import("ultralytics.nn.tasks", "pip install 'mlx-zoo[bench]' (ultralytics), or --upstream DIR holding ultralytics/")
         module = tasks.DetectionModel(f"{model}.yaml", ch=3, nc=80, verbose=False)
         what = f"ultralytics {importlib.import_module('ultralytics').__version__} DetectionModel('{model}.yaml')"
@@ -168,7 +169,7 @@ class TorchSide:
         import torch
 
         module, self.what = build_peer(model, seed)
-        if yolo_fused and model.startswith("yolov8"):
+        if yolo_fused and model in YOLO:
             module.fuse(verbose=False)
             self.what += ", fused (model.fuse(), as predict runs it)"
         self.torch_dtype = getattr(torch, dtype)
@@ -191,7 +192,7 @@ class TorchSide:
         def one(t):
             return t.detach().float().cpu().numpy()
 
-        if case.model in ("resnet50", "yolov8n", "yolov8s"):
+        if case.model == "resnet50" or case.model in YOLO:
             first = (lambda o: [one(o)]) if case.model == "resnet50" else (lambda o: [one(o[0])])
             return m, (self.tensor(inputs["x"]),), first
         if case.model == "mobilesam-encoder":
