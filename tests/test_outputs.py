@@ -167,7 +167,7 @@ def test_validate_json_needs_overwrite(work, capsys):
     assert "never-read.safetensors" in capsys.readouterr().err
 
 
-def test_results_save_never_replaces_its_image_and_needs_overwrite(work):
+def test_results_save_never_replaces_its_image_nor_a_file_not_named(work):
     from zoo.results import Results
 
     image = np.asarray(Image.open(work / "real.jpg"))[..., ::-1]
@@ -178,10 +178,13 @@ def test_results_save_never_replaces_its_image_and_needs_overwrite(work):
             result.save(work / "real.jpg", overwrite=overwrite)
     (work / "old.png").write_bytes(b"x")
     with pytest.raises(ZooError, match="old.png exists: pass overwrite=True"):
-        result.save(work / "old.png")
+        result.save(work / "old.png", overwrite=False)
     assert file_tree(work) == {**before, "old.png": hashlib.sha256(b"x").hexdigest()}
-    result.save(work / "old.png", overwrite=True)
+    result.save(work / "old.png")  # named: replaced, as ultralytics does
     assert (work / "old.png").read_bytes() != b"x"
+    (work / "results_real.jpg").write_bytes(b"x")
+    with pytest.raises(ZooError, match="results_real.jpg exists: pass overwrite=True"):
+        result.save()  # the default name is not the user's: nothing replaced
 
 
 def test_increment_path_as_ultralytics(tmp_path):

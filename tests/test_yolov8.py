@@ -386,3 +386,28 @@ def test_class_names_ship_with_the_package():
     assert len(names) == 80 and names[0] == "person" and names[79] == "toothbrush"
     assert re.fullmatch(r"[a-z ]+", "".join(names))
     assert Path(yolov8.CLASS_NAMES).parent.name == "data"
+
+
+def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    image = np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)
+    called = yolov8n(image, conf=0.05, imgsz=64, verbose=True, save=True, save_txt=True, device="cpu")
+    predicted = yolov8n.predict(image, conf=0.05, imgsz=64)
+    assert len(called) == 1 and np.array_equal(called[0].boxes.data, predicted[0].boxes.data) and len(predicted[0])
+    r = called[0]
+    assert r.path == "image0.jpg" and r.save_dir == str(Path("runs/detect/predict"))
+    assert Path("runs/detect/predict/image0.jpg").is_file()
+    assert len(Path("runs/detect/predict/labels/image0.txt").read_text().splitlines()) == len(r)
+    assert capsys.readouterr().err.startswith(f"image0.jpg: {r.verbose()[:-2]} (")
+    # a second run gets its own folder, as ultralytics' predict2; half=True on a float32 model says so
+    again = list(yolov8n(image, stream=True, conf=0.05, imgsz=64, save=True, half=True))
+    assert again[0].save_dir == str(Path("runs/detect/predict2")) and Path("runs/detect/predict2/image0.jpg").is_file()
+    assert "note: half=True: this model computes in float32" in capsys.readouterr().err
+    with pytest.raises(ZooError, match=r"unknown keyword argument show=: it takes stream, conf, iou, "):
+        yolov8n(image, show=True)
+    with pytest.raises(ZooError, match=r"device='cuda:1': MLX runs on one device"):
+        yolov8n.predict(image, device="cuda:1")
+    with pytest.raises(ZooError, match=r"batch=0 must be a positive integer"):
+        yolov8n.predict(image, batch=0)
+    with pytest.raises(ZooError, match="takes no options"):
+        yolov8n(mx.zeros((1, 64, 64, 3)), conf=0.5)

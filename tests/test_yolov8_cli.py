@@ -150,15 +150,20 @@ def test_save_refuses_a_suffix_pillow_only_reads(tmp_path):
 
 
 def test_resume_does_only_the_images_not_annotated_yet(images, tmp_path, capsys):
-    argv = [str(images), "--save-txt", "--conf", "0.05", "--jsonl", str(tmp_path / "d.jsonl")]
+    argv = [str(images), "--save-txt", "--conf", "0.05", "--jsonl", str(tmp_path / "d.jsonl"), "--save-json"]
     assert detect(argv, tmp_path) == 0
     out = tmp_path / "out"
     first = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    predictions = json.loads(first["predictions.json"])
+    assert {r["file_name"] for r in predictions} == {"street.png", "tall.jpg"}
     (out / "tall.jpg").unlink()  # as if the run had been interrupted before it
     capsys.readouterr()
     assert detect([*argv, "--resume"], tmp_path) == 0
     err = capsys.readouterr().err
     assert "1 image processed, 1 skipped (done before)" in err
+    # the skipped image's detections kept, the other's made again: the same records, none twice
+    again = json.loads((out / "predictions.json").read_text())
+    assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, predictions))
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix == ".txt"} == {
         k: v for k, v in first.items() if k.endswith(".txt")}
     assert [r["path"] for r in read_jsonl(tmp_path / "d.jsonl")] == [str(images / "street.png"), str(images / "tall.jpg")]

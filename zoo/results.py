@@ -125,7 +125,8 @@ class TensorArray(np.ndarray):
         return float(self.item())
 
     def __format__(self, spec: str) -> str:
-        return format(self.item(), spec) if self.size == 1 else super().__format__(spec)
+        """f"{box.conf:.2f}" formats the one value (numpy refuses a format for a (1,) array)."""
+        return format(self.item(), spec) if spec and self.size == 1 else super().__format__(spec)
 
     def cpu(self) -> TensorArray:
         return self
@@ -361,8 +362,8 @@ class Results:
     # the per-object attributes, in ultralytics' order: len() is the first one present's
     KEYS = ("boxes", "masks", "probs", "keypoints", "obb")
 
-    def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None,
-                 speed: dict | None = None, frame: int | None = None, *, masks=None, keypoints=None):
+    def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None, masks=None, *,
+                 keypoints=None, speed: dict | None = None, frame: int | None = None):
         self.orig_img = orig_img
         self.orig_shape = tuple(orig_img.shape[:2])
         self.path = path
@@ -389,7 +390,7 @@ class Results:
 
     def new(self) -> Results:
         """The same image, path, names, speed and frame, without results."""
-        result = Results(self.orig_img, self.path, self.names, None, self.speed, self.frame)
+        result = Results(self.orig_img, self.path, self.names, speed=self.speed, frame=self.frame)
         result.save_dir = self.save_dir
         return result
 
