@@ -132,8 +132,9 @@ def test_cli_runs_a_best_pt_by_its_path(best_pt, image, tmp_path, capsys):
     assert line.startswith("yard.png: ") and any(name in line for name in NAMES.values())
     with Image.open(out / "yard.png") as annotated:
         assert annotated.size == (80, 60)
-    assert cli_error([str(best_pt), str(image), "--weights", "synthetic", "--out", str(tmp_path / "again")], capsys) == \
-        f"error: {best_pt} is already the checkpoint: drop --weights synthetic"
+    for ray in ([], ["--ray"]):
+        assert cli_error([str(best_pt), str(image), "--weights", "synthetic", "--out", str(tmp_path / "again"), *ray],
+                         capsys) == f"error: {best_pt} is already the checkpoint: drop --weights synthetic"
 
 
 @pytest.mark.parametrize("model_class, task", [("OBBModel", "obb"), ("ClassificationModel", "classify")])

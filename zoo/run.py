@@ -6,8 +6,8 @@ import importlib
 import sys
 
 from zoo import devices, registry
-from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, task_module
-from zoo.errors import UsageError
+from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint,
+                     task_module)
 
 
 @guarded
@@ -29,8 +29,7 @@ def main(argv: list[str]) -> int:
     task.add_arguments(parser)
     args = parser.parse_args(argv)
     if checkpoint is not None:
-        if args.weights is not None:
-            raise UsageError(f"{name} is already the checkpoint: drop --weights {args.weights}")
+        refuse_second_checkpoint(name, args.weights)
         args.weights = name  # the task's checks read the file's classes, and never write over it
     devices.use(args.device)  # the checks may size work for the device (LaMa's memory bound)
     code = task.check_arguments(args)  # bad inputs fail before weights are read

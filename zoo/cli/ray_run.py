@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 from zoo import ray as zoo_ray
-from zoo.cli import ArgumentParser, add_model_arguments, usage_errors
+from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, check_output_file, increment_path, write_atomic
+from zoo.registry import is_weights_file
 
 TASKS = ("classify", "detect")
 
@@ -74,6 +75,9 @@ def main(spec, argv: list[str]) -> int:
                          f"({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
                          "in Python (docs/ray.md)")
     args = parser_for(spec).parse_args(argv)
+    if is_weights_file(args.model):  # python -m zoo.run best.pt ... --ray: the family's name, the file as weights
+        refuse_second_checkpoint(args.model, args.weights)
+        args.model, args.weights = spec.name, args.model
     if args.actors is not None and args.actors < 1:
         raise UsageError(f"--actors {args.actors} must be 1 or more")
     if args.batch < 1:
