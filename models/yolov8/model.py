@@ -535,16 +535,17 @@ class DetectionModel(nn.Module):
     def dtype(self) -> mx.Dtype:
         return self.model["0"].conv.weight.dtype
 
-    def __call__(self, x, **options):
-        """``x`` an mx.array (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc): the
+    def __call__(self, source=None, **options):
+        """``source`` an mx.array (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc): the
         network, compiled per input shape, BatchNorms folded into their convolutions (zoo.compiled);
         ``forward`` is the same network, eager. Anything else (paths, numpy or PIL images, lists,
-        videos ...) is ``predict(x, **options)``, as ultralytics' ``model(source)``."""
-        if not isinstance(x, mx.array):
-            return self.predict(x, **options)
+        videos ...) is ``predict(source, **options)``, as ultralytics' ``model(source)``."""
+        if not isinstance(source, mx.array):
+            return self.predict(source, **options)
         if options:
             raise ZooError(f"the network called on an mx.array takes no options ({', '.join(options)}): "
                            "pass an image, a path or a list of them to predict")
+        x = source
         x = as_model_input(x, self.dtype)
         if x.ndim != 4 or x.shape[-1] != 3:
             raise ZooError(f"input has shape {tuple(x.shape)}: expected (N, H, W, 3) RGB")
