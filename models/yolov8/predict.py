@@ -8,7 +8,8 @@ time (memory stays flat over any number of video frames); otherwise a list.
 
 The keywords are ultralytics' predict arguments with their meaning (PREDICT_OPTIONS); others are an
 error naming the ones accepted. Outputs (``save``, ``save_txt``, ``save_conf``, ``save_crop``) go to
-``project/name`` (default runs/detect/predict, predict2, ... as ultralytics), written as results come.
+``project/name`` (default runs/<task>/predict, predict2, ... as ultralytics: runs/detect, runs/segment,
+runs/pose), written as results come.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     size = batch or (opened.total if isinstance(source, (list, tuple)) else 1)
     files = None
     if save or save_txt or save_crop:
-        out = increment_path(Path(project or "runs/detect") / (name or "predict"), exist_ok=exist_ok)
+        out = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
         files = ResultFiles(out, save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop,
                             overwrite=exist_ok, vid_stride=vid_stride)
     results = predictions(model, opened, size, options, files, verbose)
