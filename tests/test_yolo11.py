@@ -144,7 +144,7 @@ def test_obb_and_classify_checkpoints_are_refused_by_name(tmp_path, image, capsy
         yaml={"yaml_file": f"yolo11n-{task.replace('classify', 'cls')}.yaml"})})
     assert cli_error([str(path), str(image), "--device", "cpu"], capsys) == (
         f"error: {path} holds a YOLO {task} model (ultralytics.nn.tasks.{model_class}): "
-        "the YOLO tasks that load are detect; pass such a checkpoint")
+        "the YOLO tasks that load are detect, segment, pose; pass such a checkpoint")
 
 
 def test_a_truncated_pt_is_one_error_line(best_pt, tmp_path, image, capsys):

@@ -75,6 +75,7 @@ def run(model: str, weights=None, *, device: str | None = None, dtype="float32",
 
     devices.use(device)
     checkpoint = registry.read_weights(spec, weights, offline_fallback=True)
+    spec = registry.fitted_spec(spec, checkpoint)  # what the file holds (e.g. a pose model's kpt_shape)
     if calibrate_bn:
         state_dict, fewest = engine.calibrate_batch_norms(spec, case, checkpoint.state_dict, inputs)
         if fewest is not None and fewest < CALIBRATION_VALUES:

@@ -31,7 +31,7 @@ class ModelSpec:
     name: str
     family: str  # module under zoo.models
     variant: str
-    task: str  # classify | detect | segment | inpaint
+    task: str  # classify | detect | instance-segment | pose | segment (promptable) | inpaint
     hub_repo: str
     hub_file: str
     licence: str
@@ -54,12 +54,15 @@ def _resnet(depth: int) -> ModelSpec:
     )
 
 
-def _yolo(generation: str, hub_repo: str, size: str) -> ModelSpec:
-    """A YOLO detector of models/yolov8 (the family folder of YOLOv8 and YOLO11), Ultralytics' Hub file."""
-    return ModelSpec(
-        f"{generation}{size}", "yolov8", f"{generation}{size}", "detect",
-        hub_repo, f"{generation}{size}.pt", "AGPL-3.0 (Ultralytics)", {"imgsz": 640},
-    )
+def _yolo(generation: str, hub_repo: str, size: str, suffix: str = "", task: str = "detect") -> ModelSpec:
+    """A YOLO model of models/yolov8 (the family folder of YOLOv8 and YOLO11): a detector, or with
+    ``suffix`` -seg / -pose its instance-segmentation / pose model; Ultralytics' Hub file."""
+    name = f"{generation}{size}{suffix}"
+    return ModelSpec(name, "yolov8", name, task, hub_repo, f"{name}.pt", "AGPL-3.0 (Ultralytics)", {"imgsz": 640})
+
+
+# YOLO tasks besides detection: the variant's suffix (ultralytics' file names) and the registry's task
+YOLO_TASKS = (("-seg", "instance-segment"), ("-pose", "pose"))
 
 
 REGISTRY: dict[str, ModelSpec] = {
@@ -68,6 +71,8 @@ REGISTRY: dict[str, ModelSpec] = {
         *(_resnet(d) for d in (18, 34, 50, 101, 152)),
         *(_yolo("yolov8", "Ultralytics/YOLOv8", s) for s in "nsmlx"),
         *(_yolo("yolo11", "Ultralytics/YOLO11", s) for s in "nsmlx"),
+        *(_yolo(generation, repo, s, suffix, task) for suffix, task in YOLO_TASKS
+          for generation, repo in (("yolov8", "Ultralytics/YOLOv8"), ("yolo11", "Ultralytics/YOLO11")) for s in "nsmlx"),
         ModelSpec("mobilesam", "mobilesam", "mobilesam", "segment",
                   "lmz/candle-sam", "mobile_sam-tiny-vitt.safetensors", "Apache-2.0", {"image_size": 1024}),
         ModelSpec("lama", "lama", "lama", "inpaint",
@@ -180,8 +185,7 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
 
     fam = family(spec)
     check_options(spec, options)
-    if hasattr(fam, "checkpoint_spec"):
-        spec = fam.checkpoint_spec(spec, weights)
+    spec = fitted_spec(spec, weights)
     model = fam.build(spec, **options)
     state_dict, kept = weights.state_dict, set()
     if hasattr(fam, "fit_checkpoint"):
@@ -191,6 +195,13 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
         fam.apply_metadata(model, weights.meta)
     model.eval()
     return model
+
+
+def fitted_spec(spec: ModelSpec, weights: Weights) -> ModelSpec:
+    """``spec`` as the family's ``checkpoint_spec`` fits it to what ``weights`` hold (e.g. a YOLO file's
+    scale, task and classes); the spec itself for families without one."""
+    fam = family(spec)
+    return fam.checkpoint_spec(spec, weights) if hasattr(fam, "checkpoint_spec") else spec
 
 
 def load(name: str, weights: str | Path | None = None, dtype: str = "float32", device: str | None = None,

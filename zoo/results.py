@@ -21,7 +21,9 @@ import colorsys
 import csv
 import io
 import json
+import math
 from collections import Counter
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
 from zoo.files import check_new_file, image_format, make_output_folder, refuse_inputs, writable_format, write_atomic
+from zoo.instances import masks2segments, scale_coords, scale_masks
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
 PALETTE = [
@@ -50,6 +53,40 @@ def blend_masks(rgb: np.ndarray, masks, colours) -> np.ndarray:
     for mask, colour in zip(masks, colours):
         out[mask] = (1 - MASK_ALPHA) * out[mask] + MASK_ALPHA * np.array(colour, np.float32)
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+
+
+# COCO's person keypoints: 0-4 head (nose, eyes, ears), 5-10 arms (shoulders, elbows, wrists), 11-16 legs
+# (hips, knees, ankles); the skeleton's limbs as pairs of keypoint indexes, coloured by body part
+COCO_KEYPOINTS = 17
+SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7), (6, 8), (7, 9),
+            (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
+PART_COLOURS = {"head": (0, 200, 0), "arms": (255, 140, 0), "legs": (50, 140, 255), "torso": (230, 60, 230)}
+KEYPOINT_PARTS = ("head",) * 5 + ("arms",) * 6 + ("legs",) * 6
+KEYPOINT_CONF = 0.25  # ultralytics draws the keypoints scoring at least this
+
+
+def limb_colour(a: int, b: int) -> tuple[int, int, int]:
+    part = KEYPOINT_PARTS[a] if KEYPOINT_PARTS[a] == KEYPOINT_PARTS[b] else "torso"
+    return PART_COLOURS[part]
+
+
+def draw_keypoints(draw: ImageDraw.ImageDraw, points: np.ndarray, shape: tuple[int, int], radius: int,
+                   limb_width: int) -> None:
+    """One detection's (K, 2 or 3) keypoints: the skeleton's limbs (17 keypoints, ``limb_width`` > 0), then a
+    dot per keypoint; as ultralytics, a keypoint scoring under 0.25 or lying on the image's left or top edge
+    (where scale_coords clips what falls outside) is left out."""
+    h, w = shape
+    shown = [(p[2] >= KEYPOINT_CONF if len(p) == 3 else True) and 0 < p[0] < w and 0 < p[1] < h
+             for p in points.tolist()]
+    if limb_width and len(points) == COCO_KEYPOINTS:
+        for a, b in SKELETON:
+            if shown[a] and shown[b]:
+                draw.line([tuple(points[a, :2].tolist()), tuple(points[b, :2].tolist())], fill=limb_colour(a, b),
+                          width=limb_width)
+    for i, (x, y) in enumerate(points[:, :2].tolist()):
+        if shown[i]:
+            colour = PART_COLOURS[KEYPOINT_PARTS[i]] if len(points) == COCO_KEYPOINTS else class_colour(i)
+            draw.ellipse((x - radius, y - radius, x + radius, y + radius), fill=colour)
 
 
 def text_colour(background: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -254,6 +291,63 @@ class Boxes(BaseTensor):
         return f"Boxes({len(self)} boxes, orig_shape={self.orig_shape})"
 
 
+class Masks(BaseTensor):
+    """Instance masks of one image, as ultralytics': ``data`` (N, H, W) uint8 0/1, at the letterboxed
+    input's size (predict's default) or the image's (``retina_masks=True``); ``xy`` / ``xyn``: each mask's
+    polygon (K, 2) in the image's pixels / 0-1 (zoo.instances.masks2segments, then scale_coords)."""
+
+    def __init__(self, data, orig_shape: tuple[int, int]):
+        data = np.asarray(data)
+        self.data = (data[None] if data.ndim == 2 else data).astype(np.uint8, copy=False).view(TensorArray)
+        self.orig_shape = tuple(orig_shape[:2])
+
+    @cached_property
+    def xy(self) -> list[np.ndarray]:
+        return [scale_coords(self.data.shape[1:], p, self.orig_shape) for p in masks2segments(self.data)]
+
+    @cached_property
+    def xyn(self) -> list[np.ndarray]:
+        return [scale_coords(self.data.shape[1:], p, self.orig_shape, normalize=True)
+                for p in masks2segments(self.data)]
+
+    def in_image(self) -> np.ndarray:
+        """(N, H, W) bool at the image's size: the masks themselves, or scaled to it (drawing)."""
+        if self.data.shape[1:] == self.orig_shape:
+            return self.data.astype(bool)
+        return np.stack([scale_masks(m[None].astype(np.float32), self.orig_shape)[0] > 0.5 for m in self.data]) \
+            if len(self.data) else np.zeros((0, *self.orig_shape), bool)
+
+    def __repr__(self) -> str:
+        return f"Masks({len(self)} masks of {self.data.shape[1]}x{self.data.shape[2]}, orig_shape={self.orig_shape})"
+
+
+class Keypoints(BaseTensor):
+    """Keypoints of one image's detections, as ultralytics': ``data`` (N, K, 2 or 3) x, y in the image's
+    pixels [, visibility score]; ``xy``, ``xyn`` (0-1), ``conf`` (N, K) (None without visibility)."""
+
+    def __init__(self, data, orig_shape: tuple[int, int]):
+        super().__init__(data, orig_shape)
+        if self.data.ndim == 2:
+            self.data = self.data[None]
+        self.has_visible = self.data.shape[-1] == 3
+
+    @property
+    def xy(self) -> TensorArray:
+        return self.data[..., :2]
+
+    @property
+    def xyn(self) -> TensorArray:
+        h, w = self.orig_shape
+        return self.xy / np.array([w, h], self.data.dtype)
+
+    @property
+    def conf(self) -> TensorArray | None:
+        return self.data[..., 2] if self.has_visible else None
+
+    def __repr__(self) -> str:
+        return f"Keypoints({len(self)} x {self.data.shape[1]} keypoints, orig_shape={self.orig_shape})"
+
+
 class Results:
     """One image's results, as ultralytics' Results: ``boxes`` for detection; ``masks``, ``probs``,
     ``keypoints``, ``obb`` are None where the task has none, as upstream.
@@ -268,16 +362,16 @@ class Results:
     # the per-object attributes, in ultralytics' order: len() is the first one present's
     KEYS = ("boxes", "masks", "probs", "keypoints", "obb")
 
-    def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None, *,
-                 speed: dict | None = None, frame: int | None = None):
+    def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None, masks=None, *,
+                 keypoints=None, speed: dict | None = None, frame: int | None = None):
         self.orig_img = orig_img
         self.orig_shape = tuple(orig_img.shape[:2])
         self.path = path
         self.names = names
         self.boxes = None if boxes is None else Boxes(boxes, self.orig_shape)
-        self.masks = None  # segmentation and pose models fill masks / keypoints; probs is classification's
-        self.probs = None
-        self.keypoints = None
+        self.masks = None if masks is None else Masks(masks, self.orig_shape)  # segmentation models'
+        self.probs = None  # classification's
+        self.keypoints = None if keypoints is None else Keypoints(keypoints, self.orig_shape)  # pose models'
         self.obb = None  # no oriented-box model here
         self.speed = dict(speed or {"preprocess": None, "inference": None, "postprocess": None})
         self.frame = frame
@@ -335,13 +429,25 @@ class Results:
         return "".join(f"{n} {self.names[c]}{'s' * (n > 1)}, " for c, n in sorted(counts.items()))
 
     def summary(self, normalize: bool = False, decimals: int = 5) -> list[dict]:
-        """One dict per box: name, class, confidence, box {x1, y1, x2, y2} (pixels, or 0-1 with ``normalize``)."""
+        """One dict per box: name, class, confidence, box {x1, y1, x2, y2} (pixels, or 0-1 with ``normalize``);
+        with masks its polygon's "segments" {x: [...], y: [...]}, with keypoints their "keypoints" {x, y[, visible]}."""
         h, w = self.orig_shape if normalize else (1, 1)
         rows = []
-        for (x1, y1, x2, y2, conf, cls) in self.box_rows.data.tolist():
-            rows.append({"name": self.names[int(cls)], "class": int(cls), "confidence": round(conf, decimals),
-                         "box": {"x1": round(x1 / w, decimals), "y1": round(y1 / h, decimals),
-                                 "x2": round(x2 / w, decimals), "y2": round(y2 / h, decimals)}})
+        for i, (x1, y1, x2, y2, conf, cls) in enumerate(self.box_rows.data.tolist()):
+            row = {"name": self.names[int(cls)], "class": int(cls), "confidence": round(conf, decimals),
+                   "box": {"x1": round(x1 / w, decimals), "y1": round(y1 / h, decimals),
+                           "x2": round(x2 / w, decimals), "y2": round(y2 / h, decimals)}}
+            if self.masks is not None:
+                polygon = self.masks.xy[i]
+                row["segments"] = {"x": (polygon[:, 0] / w).round(decimals).tolist(),
+                                   "y": (polygon[:, 1] / h).round(decimals).tolist()}
+            if self.keypoints is not None:
+                points = np.asarray(self.keypoints.data[i], np.float64)
+                row["keypoints"] = {"x": (points[:, 0] / w).round(decimals).tolist(),
+                                    "y": (points[:, 1] / h).round(decimals).tolist(),
+                                    **({"visible": points[:, 2].round(decimals).tolist()}
+                                       if self.keypoints.has_visible else {})}
+            rows.append(row)
         return rows
 
     def to_json(self, normalize: bool = False, decimals: int = 5) -> str:
@@ -379,29 +485,43 @@ class Results:
         ]
 
     def label_lines(self, save_conf: bool = False) -> list[str]:
-        """YOLO label format, one box a line: class x_centre y_centre width height (0-1) [confidence]."""
+        """YOLO label format, one object a line, values 0-1, as ultralytics' save_txt: detection
+        ``class xc yc w h``, segmentation ``class x1 y1 x2 y2 ...`` (the mask's polygon), pose
+        ``class xc yc w h`` then each keypoint's ``x y [visibility]``; ``save_conf`` appends the score."""
         lines = []
-        for (xc, yc, bw, bh), conf, cls in zip(self.box_rows.xywhn.tolist(), self.box_rows.conf.tolist(),
-                                               self.box_rows.cls.tolist()):
-            values = (int(cls), xc, yc, bw, bh) + ((conf,) if save_conf else ())
+        boxes = self.box_rows
+        for i, (xywhn, conf, cls) in enumerate(zip(boxes.xywhn.tolist(), boxes.conf.tolist(), boxes.cls.tolist())):
+            values = [int(cls), *(self.masks.xyn[i].reshape(-1).tolist() if self.masks is not None else xywhn)]
+            if self.keypoints is not None:
+                points = self.keypoints.xyn[i]
+                if self.keypoints.has_visible:
+                    points = np.concatenate([points, self.keypoints.conf[i][:, None]], axis=1)
+                values += points.reshape(-1).tolist()
+            values += [conf] if save_conf else []
             lines.append(" ".join(f"{v:g}" for v in values))
         return lines
 
     # -- drawing ---------------------------------------------------------------------------------
 
     def plot(self, conf: bool = True, line_width: float | None = None, font_size: float | None = None, *,
-             labels: bool = True, boxes: bool = True, pil: bool = False, img: np.ndarray | None = None,
-             save: bool = False, filename: str | Path | None = None):
-        """The image with each box, its class name and score drawn in the class's colour.
+             labels: bool = True, boxes: bool = True, masks: bool = True, kpt_radius: int = 5, kpt_line: bool = True,
+             pil: bool = False, img: np.ndarray | None = None, save: bool = False, filename: str | Path | None = None):
+        """The image with each box, its class name and score drawn in the class's colour; each mask
+        blended in its box's colour; each detection's keypoints (those scoring 0.25 or more) as dots,
+        joined by COCO's skeleton for 17 keypoints.
 
         Returns (H, W, 3) BGR uint8 as ultralytics does (a PIL image, RGB, with ``pil=True``). ``img``: a BGR
         image to draw on instead of ``orig_img``; ``line_width``/``font_size``: pixels (default: from the
-        image size); ``conf``/``labels``/``boxes``: draw scores / labels / boxes; ``save``: also write it to
+        image size); ``conf``/``labels``/``boxes``/``masks``: draw scores / labels / boxes / masks;
+        ``kpt_radius``: the dots' radius, ``kpt_line``: draw the skeleton; ``save``: also write it to
         ``filename`` (default ``results_<image name>``) as save() does.
         """
         target = self.save_path(filename, None) if save else None  # checked before drawing
         base = self.orig_img if img is None else img
-        canvas = Image.fromarray(np.ascontiguousarray(base[..., 2::-1]))  # BGR -> RGB for Pillow
+        rgb = np.ascontiguousarray(base[..., 2::-1])  # BGR -> RGB for Pillow
+        if masks and self.masks is not None and len(self.masks):
+            rgb = blend_masks(rgb, self.masks.in_image(), [class_colour(int(c)) for c in self.box_rows.cls])
+        canvas = Image.fromarray(rgb)
         draw = ImageDraw.Draw(canvas)
         h, w = base.shape[:2]
         line = max(1, round(line_width)) if line_width else max(2, round((h + w) / 2 * 0.003))
@@ -427,6 +547,8 @@ class Results:
             tx = min(x1, max(0.0, w - tw))
             draw.rectangle((tx, ty, tx + tw, ty + th), fill=class_colour(cls))
             draw.text((tx + line - left, ty + line - top), label, fill=text_colour(class_colour(cls)), font=font)
+        for points in self.keypoints.data if self.keypoints is not None else ():
+            draw_keypoints(draw, points, (h, w), kpt_radius, max(1, math.ceil(line / 2)) if kpt_line else 0)
         if target is not None:
             write_atomic(target, lambda tmp: canvas.save(tmp, format=image_format(target)))
         return canvas if pil else np.asarray(canvas)[..., ::-1].copy()

@@ -1,4 +1,4 @@
-"""The YOLO family in MLX (ultralytics layout): YOLOv8 and YOLO11 n/s/m/l/x detection.
+"""The YOLO family in MLX (ultralytics layout): YOLOv8 and YOLO11 n/s/m/l/x detection, segmentation and pose.
 
     det = zoo.load("yolo11n")                    # or zoo.load("best.pt"): the generation and scale from the file
     results = det.predict(["bus.jpg"])
@@ -9,8 +9,10 @@ table), ops.py the pre- and post-processing, checkpoint.py what a checkpoint say
 """
 from __future__ import annotations
 
-from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, COCO91_IDS, CheckpointInfo, checkpoint_spec, class_names,
-                         coco_category_ids, describe, holds, parse_names, sanitize)
+from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, COCO91_IDS, REGISTRY_TASKS, TASK_SUFFIXES, CheckpointInfo,
+                         checkpoint_spec, class_names, coco_category_ids, describe, holds, parse_names, sanitize,
+                         split_variant)
+from .heads import Pose, Proto, Segment, task_architecture
 from .model import ARCHITECTURES, REG_MAX, STRIDES, YOLO11, YOLOV8, Architecture, DetectionModel
 from .ops import (MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thresholds, letterbox, letterbox_batch,
                   non_max_suppression, resize_linear, resolve_classes, scale_boxes)
@@ -20,10 +22,6 @@ def build(spec) -> DetectionModel:
     """The network for ``spec`` as checkpoint_spec fitted it to a file (its nc and names), else COCO's 80."""
     nc = spec.config.get("nc", 80)
     names = spec.config.get("names") or parse_names(None, nc, spec.name)
-    arch, scale = split_variant(spec.variant)
+    arch, scale, task = split_variant(spec.variant)
+    arch = task_architecture(arch, scale, task, spec.config.get("kpt_shape"))
     return DetectionModel(scale, nc, spec.preprocess.get("imgsz", 640), names, arch)
-
-
-def split_variant(variant: str) -> tuple[Architecture, str]:
-    """The generation and scale of a registry variant: "yolo11s" -> (YOLO11, "s")."""
-    return ARCHITECTURES[variant[:-1]], variant[-1]

@@ -62,7 +62,12 @@ MODEL_TASKS = {"DetectionModel": "detect", "SegmentationModel": "segment", "Pose
                "ClassificationModel": "classify", "OBBModel": "obb", "WorldModel": "world",
                "YOLOEModel": "yoloe", "RTDETRDetectionModel": "rtdetr"}
 TASKS = ("detect", "segment", "pose", "classify", "obb")
-SUPPORTED_TASKS = ("detect",)  # the tasks whose checkpoints load
+SUPPORTED_TASKS = ("detect", "segment", "pose")  # the tasks whose checkpoints load
+# a variant's name per task, as ultralytics names its files: yolov8n, yolov8n-seg, yolo11s-pose
+TASK_SUFFIXES = {"detect": "", "segment": "-seg", "pose": "-pose"}
+# the registry's task names (zoo.registry.ModelSpec.task): "segment" there is MobileSAM's promptable kind
+REGISTRY_TASKS = {"detect": "detect", "segment": "instance-segment", "pose": "pose"}
+COCO_KPT_SHAPE = (17, 3)  # a pose head of 51 values in a file that does not say its keypoint shape
 FIRST_CONV = "model.0.conv.weight"  # (64 x width, 3, 3, 3): its output channels give the scale
 DFL_CONV = re.compile(r"model\.(\d+)\.dfl\.conv\.weight")  # in every detection head: its index names the generation
 THIRD_BRANCH = re.compile(r"model\.\d+\.cv4\.0\.2\.weight")  # Pose's keypoints, OBB's angle
@@ -80,10 +85,19 @@ class CheckpointInfo:
     nc: int
     names: dict[int, str]
     imgsz: int | tuple[int, int] | None  # training size, the default predict size (as ultralytics)
+    task: str = "detect"  # detect, segment, pose
+    kpt_shape: tuple[int, int] | None = None  # pose: keypoints, values per keypoint (2: x y, 3: x y visibility)
 
     @property
     def variant(self) -> str:
-        return self.arch.name + self.scale
+        return self.arch.name + self.scale + TASK_SUFFIXES[self.task]
+
+
+def split_variant(variant: str) -> tuple[Architecture, str, str]:
+    """"yolo11s" -> (YOLO11, "s", "detect"); "yolov8n-seg" -> (YOLOV8, "n", "segment")."""
+    base, dash, suffix = variant.partition("-")
+    task = next(t for t, s in TASK_SUFFIXES.items() if s == dash + suffix)
+    return ARCHITECTURES[base[:-1]], base[-1], task
 
 
 def describe(state_dict: dict, meta: dict, source: str, default: str = "yolov8n") -> CheckpointInfo:
@@ -102,8 +116,9 @@ def describe(state_dict: dict, meta: dict, source: str, default: str = "yolov8n"
     if task not in SUPPORTED_TASKS:
         raise ZooError(f"{source} holds a YOLO {task} model ({meta.get('module_class', 'its head')}): the YOLO "
                        f"tasks that load are {', '.join(SUPPORTED_TASKS)}; pass such a checkpoint")
-    arch = generation(state_dict, yaml, source, ARCHITECTURES[default[:-1]])
-    scale = checkpoint_scale(state_dict, arch, source, default[-1])
+    default_arch, default_scale, _ = split_variant(default)
+    arch = generation(state_dict, yaml, source, default_arch)
+    scale = checkpoint_scale(state_dict, arch, source, default_scale)
     said = yaml.get("scale") or meta.get("scale")
     if said in arch.scales and said != scale:
         raise ZooError(f"{source}: its metadata says scale '{said}' but its tensors are {arch.name}{scale}'s: "
@@ -114,8 +129,34 @@ def describe(state_dict: dict, meta: dict, source: str, default: str = "yolov8n"
         if isinstance(value, int) and value != nc:
             raise ZooError(f"{source}: its {what} is {value} but its detection head has {nc} classes: "
                            "the file is inconsistent; re-export it")
+    kpt_shape = keypoint_shape(state_dict, meta, attributes, yaml, arch, source) if task == "pose" else None
     return CheckpointInfo(arch, scale, nc, parse_names(meta.get("names"), nc, source),
-                          training_imgsz(meta, attributes))
+                          training_imgsz(meta, attributes), task, kpt_shape)
+
+
+def keypoint_shape(state_dict: dict, meta: dict, attributes: dict, yaml: dict, arch: Architecture,
+                   source: str) -> tuple[int, int]:
+    """A pose checkpoint's (keypoints, values per keypoint): what its yaml, model or metadata says,
+    checked against the keypoint branch's output channels; 51 values unsaid are COCO's 17 x 3."""
+    branch = state_dict.get(f"model.{arch.head}.cv4.0.2.weight")
+    values = int(branch.shape[0]) if branch is not None else None
+    said = next((v for v in (yaml.get("kpt_shape"), attributes.get("kpt_shape"), meta.get("kpt_shape"))
+                 if v is not None), None)
+    if said is None:
+        if values in (None, COCO_KPT_SHAPE[0] * COCO_KPT_SHAPE[1]):
+            return COCO_KPT_SHAPE
+        raise ZooError(f"{source}: its pose head has {values} keypoint values but the file does not say its "
+                       "kpt_shape: save kpt_shape (e.g. [17, 3]) in the checkpoint's metadata")
+    try:
+        shape = tuple(int(v) for v in (ast.literal_eval(said) if isinstance(said, str) else said))
+    except (ValueError, SyntaxError, TypeError):
+        shape = ()
+    if len(shape) != 2 or shape[0] < 1 or shape[1] not in (2, 3):
+        raise ZooError(f"{source}: its kpt_shape {said!r} is not [keypoints, 2 or 3]: fix it in the checkpoint")
+    if values is not None and shape[0] * shape[1] != values:
+        raise ZooError(f"{source}: its kpt_shape {list(shape)} means {shape[0] * shape[1]} keypoint values but its "
+                       f"pose head has {values}: the file is inconsistent; re-export it")
+    return shape
 
 
 def head_indexes(state_dict: dict) -> list[int]:
@@ -235,7 +276,7 @@ def checkpoint_spec(spec, weights):
     ``yolov8s``, ``yolo11m`` and the like must match the file.
     """
     info = describe(weights.state_dict, weights.meta, weights.source, spec.variant)
-    named_arch = spec.variant[:-1]
+    named_arch = split_variant(spec.variant)[0].name
     fits = (spec.name == spec.family or (info.arch.name == named_arch and spec.name != spec.variant)
             or info.variant == spec.variant)
     if not fits:
@@ -244,4 +285,5 @@ def checkpoint_spec(spec, weights):
         raise ZooError(f"{weights.source} holds a {info.variant} with {info.nc} classes ({shown}), not a {asked}: "
                        f"load it as '{info.arch.name}' (the scale from the file) or '{info.variant}'")
     preprocess = {**spec.preprocess, **({"imgsz": info.imgsz} if info.imgsz else {})}
-    return replace(spec, variant=info.variant, preprocess=preprocess, config={"nc": info.nc, "names": info.names})
+    return replace(spec, variant=info.variant, task=REGISTRY_TASKS[info.task], preprocess=preprocess,
+                   config={"nc": info.nc, "names": info.names, "kpt_shape": info.kpt_shape})

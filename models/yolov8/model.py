@@ -418,6 +418,8 @@ class Detect(nn.Module):
     """Per level: box branch (cv2: 4 x 16 DFL logits) and class branch (cv3: nc logits); then decode.
     ``legacy``: YOLOv8's class branch; else YOLO11's depthwise one (Architecture.legacy_head)."""
 
+    task = "detect"  # ultralytics' task name; the heads of heads.py name theirs
+
     def __init__(self, nc: int, ch: tuple[int, ...], legacy: bool = True):
         super().__init__()
         self.nc = nc
@@ -457,6 +459,8 @@ def make_layer(kind: str, c_in: list[int], n: int, args: tuple, arch: Architectu
                nc: int) -> tuple[nn.Module, int]:
     """One row of ``arch``'s table at ``scale`` as ultralytics' parse_model builds it: ``c_in`` the
     channels of its inputs, ``n`` its repeats after the depth multiple -> the module, its output channels."""
+    if kind in HEADS:
+        return HEADS[kind](nc, tuple(c_in), arch.legacy_head, *args), 0  # nothing reads a head's channels
     _, width, max_channels = arch.scales[scale]
     c1 = c_in[0]
     c2 = scaled_channels(args[0], width, max_channels) if args else c1
@@ -474,8 +478,7 @@ def make_layer(kind: str, c_in: list[int], n: int, args: tuple, arch: Architectu
         return Upsample(), c1
     if kind == "Concat":
         return Concat(), sum(c_in)
-    head = HEADS[kind](nc, tuple(c_in), arch.legacy_head, *args)
-    return head, 0  # nothing reads a head's channels
+    raise ValueError(f"no layer kind {kind!r}")
 
 
 class DetectionModel(nn.Module):
@@ -522,6 +525,11 @@ class DetectionModel(nn.Module):
     @property
     def nc(self) -> int:
         return self.head.nc
+
+    @property
+    def task(self) -> str:
+        """detect, segment or pose: what the head computes (ultralytics' names)."""
+        return self.head.task
 
     @property
     def dtype(self) -> mx.Dtype:

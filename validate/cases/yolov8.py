@@ -2,7 +2,8 @@
 or ``--image``: a photo letterboxed to ``--imgsz`` as ultralytics' predictor does (grey 114 padding).
 
 Upstream returns (N, 4 + nc, A); the MLX model returns (N, A, 4 + nc), so the
-reference output is compared transposed.
+reference output is compared transposed; segmentation models add their prototypes (output/1), pose
+models their keypoints to each anchor's row.
 """
 import mlx.core as mx
 import numpy as np
@@ -39,6 +40,10 @@ def run_mlx(model, inputs):
 
 
 def run_reference(spec, state_dict, inputs, trace):
+    """The reference's output as the MLX model gives it: (N, A, C), and a segmentation model's protos."""
     reference = yolo11 if "model.23.dfl.conv.weight" in state_dict else yolov8
-    y, _ = reference.forward(state_dict, inputs["x"], trace)
+    y, _ = reference.forward(state_dict, inputs["x"], trace, spec.config.get("kpt_shape"))
+    if isinstance(y, tuple):
+        y, protos = y
+        return y.transpose(0, 2, 1), protos
     return y.transpose(0, 2, 1)

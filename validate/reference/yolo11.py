@@ -84,6 +84,8 @@ BLOCKS = {"C3k2": lambda t, sd, name, v, i: c2f(t, sd, name, v, c3k2_block),
           "C2PSA": lambda t, sd, name, v, i: c2psa(t, sd, name, v)}
 
 
-def forward(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None = None):
-    """x: (N, 3, H, W) RGB in [0, 1] -> (y (N, 4 + nc, A), [P3, P4, P5] raw head maps)."""
-    return run_layers(sd, x, trace, KINDS, INPUTS, BLOCKS)
+def forward(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None = None,
+            kpt_shape: tuple[int, int] | None = None):
+    """x: (N, 3, H, W) RGB in [0, 1] -> (y (N, 4 + nc, A), [P3, P4, P5] raw head maps); segmentation and
+    pose checkpoints as yolov8.forward's."""
+    return run_layers(sd, x, trace, KINDS, INPUTS, BLOCKS, kpt_shape)

@@ -1,8 +1,9 @@
-"""YOLOv8 DetectionModel forward in numpy over an ultralytics-named checkpoint (NCHW, OIHW), float64.
+"""YOLOv8 DetectionModel (and SegmentationModel, PoseModel) forward in numpy over an ultralytics-named checkpoint (NCHW, OIHW), float64.
 
 Module names are ultralytics': model.0 ... model.21 (layers), model.K.conv / model.K.bn
 (Conv), model.K.cv1 / cv2 / m.J (C2f, SPPF, Bottleneck), model.22.cv2.I / cv3.I (box and
-class branches of level I, children .0 .1 .2), model.22.dfl and model.22.dfl.conv.
+class branches of level I, children .0 .1 .2), model.22.dfl and model.22.dfl.conv; Segment's
+model.22.proto (cv1, upsample, cv2, cv3) and model.22.cv4.I (mask coefficients), Pose's model.22.cv4.I.
 Widths, groups and bottleneck counts are read off the checkpoint; the wiring below is
 ultralytics/cfg/models/v8/yolov8.yaml's. ``run_layers`` and the blocks serve YOLO11 too (yolo11.py).
 """
@@ -110,23 +111,79 @@ def detect(t: Trace, sd, head: str, levels):
     x_cat = np.concatenate([m.reshape(b, no, -1) for m in maps], axis=2)
     box, cls = x_cat[:, : 4 * REG_MAX], x_cat[:, 4 * REG_MAX :]
     dist = dfl(t, sd, head, box)
+    anchors, strides = make_anchors(maps)
+    lt, rb = dist[:, :2], dist[:, 2:]
+    x1y1, x2y2 = anchors[None] - lt, anchors[None] + rb
+    dbox = np.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=1) * strides
+    return np.concatenate([dbox, ops.sigmoid(cls)], axis=1), maps
+
+
+def make_anchors(maps):
+    """Upstream's make_anchors over the levels' maps: (2, A) cell centres x, y (in cells, + 0.5) and (A,) strides."""
     points, strides = [], []
     for m, stride in zip(maps, STRIDES):
         h, w = m.shape[2:]
         gy, gx = np.meshgrid(np.arange(h) + 0.5, np.arange(w) + 0.5, indexing="ij")
         points.append(np.stack([gx, gy], axis=-1).reshape(-1, 2))
         strides.append(np.full(h * w, float(stride)))
-    anchors = np.concatenate(points).T[None]  # (1, 2, A)
-    lt, rb = dist[:, :2], dist[:, 2:]
-    x1y1, x2y2 = anchors - lt, anchors + rb
-    dbox = np.concatenate([(x1y1 + x2y2) / 2, x2y2 - x1y1], axis=1) * np.concatenate(strides)
-    return np.concatenate([dbox, ops.sigmoid(cls)], axis=1), maps
+    return np.concatenate(points).T, np.concatenate(strides)
 
 
-def run_layers(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None, kinds, inputs, blocks):
+def proto(t: Trace, sd, name: str, x):
+    """Segment's Proto: Conv 3x3, ConvTranspose2d 2x2 stride 2 (with bias), Conv 3x3, Conv 1x1."""
+    def block(v):
+        w, b = sd[f"{name}.upsample.weight"], sd[f"{name}.upsample.bias"]
+        v = t(f"{name}.upsample", lambda u: ops.conv_transpose2d(u, w, b, stride=2), conv(t, sd, f"{name}.cv1", v))
+        return conv(t, sd, f"{name}.cv3", conv(t, sd, f"{name}.cv2", v))
+
+    return t(name, block, x)
+
+
+def third_branch(t: Trace, sd, head: str, levels):
+    """Segment's and Pose's cv4 over the levels: (B, C, A), anchors in Detect's order."""
+    outs = [branch(t, sd, f"{head}.cv4.{i}", x) for i, x in enumerate(levels)]
+    return np.concatenate([o.reshape(o.shape[0], o.shape[1], -1) for o in outs], axis=2)
+
+
+def segment(t: Trace, sd, head: str, levels):
+    """Upstream's Segment in eval mode: ((y (B, 4 + nc + 32, A) with the raw mask coefficients last,
+    protos (B, 32, H/4, W/4)), the Detect maps)."""
+    protos = proto(t, sd, f"{head}.proto", levels[0])
+    coefficients = third_branch(t, sd, head, levels)
+    y, maps = detect(t, sd, head, levels)
+    return (np.concatenate([y, coefficients], axis=1), protos), maps
+
+
+def pose(t: Trace, sd, head: str, levels, kpt_shape: tuple[int, int]):
+    """Upstream's Pose in eval mode: (y (B, 4 + nc + K * D, A), the Detect maps); its kpts_decode: each
+    keypoint's x, y = (raw * 2 + anchor - 0.5) * stride, a third value through a sigmoid."""
+    raw = third_branch(t, sd, head, levels)
+    y, maps = detect(t, sd, head, levels)
+    anchors, strides = make_anchors(maps)
+    d = kpt_shape[1]
+    keypoints = raw.copy()
+    if d == 3:
+        keypoints[:, 2::d] = ops.sigmoid(raw[:, 2::d])
+    keypoints[:, 0::d] = (raw[:, 0::d] * 2.0 + (anchors[0] - 0.5)) * strides
+    keypoints[:, 1::d] = (raw[:, 1::d] * 2.0 + (anchors[1] - 0.5)) * strides
+    return np.concatenate([y, keypoints], axis=1), maps
+
+
+def head_forward(t: Trace, sd, head: str, levels, kpt_shape):
+    """The checkpoint's head: Segment where it has a Proto, Pose where it has a keypoint branch, else Detect."""
+    if f"{head}.proto.cv1.conv.weight" in sd:
+        return segment(t, sd, head, levels)
+    if f"{head}.cv4.0.2.weight" in sd:
+        return pose(t, sd, head, levels, tuple(kpt_shape or (17, 3)))
+    return detect(t, sd, head, levels)
+
+
+def run_layers(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None, kinds, inputs, blocks,
+               kpt_shape: tuple[int, int] | None = None):
     """A yaml's layers in order: ``kinds`` per index, ``inputs`` for those not reading only the
     previous layer, ``blocks`` kind -> fn(t, sd, name, x, index) for the kinds beyond Conv (the
-    top-level ones stride 2), Upsample and Concat. The last layer is the Detect head."""
+    top-level ones stride 2), Upsample and Concat. The last layer is the head: Detect, or the
+    checkpoint's Segment or Pose (``kpt_shape``: the file's, COCO's 17 x 3 by default)."""
     t = trace or Trace()
     sd = {k: v.astype(np.float64, copy=False) for k, v in sd.items() if not k.endswith("num_batches_tracked")}
     outputs = []
@@ -142,11 +199,13 @@ def run_layers(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None, ki
             x = blocks[kind](t, sd, name, x, i)
         outputs.append(x)
     last = len(kinds) - 1
-    return detect(t, sd, f"model.{last}", [outputs[j] for j in inputs[last]])
+    return head_forward(t, sd, f"model.{last}", [outputs[j] for j in inputs[last]], kpt_shape)
 
 
-def forward(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None = None):
-    """x: (N, 3, H, W) RGB in [0, 1] -> (y (N, 4 + nc, A), [P3, P4, P5] raw head maps)."""
+def forward(sd: dict[str, np.ndarray], x: np.ndarray, trace: Trace | None = None,
+            kpt_shape: tuple[int, int] | None = None):
+    """x: (N, 3, H, W) RGB in [0, 1] -> (y (N, 4 + nc, A), [P3, P4, P5] raw head maps); a segmentation
+    checkpoint's y is (y (N, 4 + nc + 32, A), protos (N, 32, H/4, W/4)), a pose one's (N, 4 + nc + K * D, A)."""
     blocks = {"C2f": lambda t, sd, name, v, i: c2f(t, sd, name, v, lambda *a: bottleneck(*a, i in BACKBONE_C2F)),
               "SPPF": lambda t, sd, name, v, i: sppf(t, sd, name, v)}
-    return run_layers(sd, x, trace, KINDS, INPUTS, blocks)
+    return run_layers(sd, x, trace, KINDS, INPUTS, blocks, kpt_shape)

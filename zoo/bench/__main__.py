@@ -31,7 +31,8 @@ def parse_args(argv):
                     help="comma list of %(default)s (mobilesam = both SAM cases)")
     ap.add_argument("--dtypes", default="float16,float32", help="comma list of float16, float32, bfloat16")
     ap.add_argument("--batches", help="batch sizes of resnet50 and the YOLO models, e.g. 1,8 "
-                                      "(default: resnet50 1,32; yolov8n/s and yolo11n/s 1,16); the others run batch 1")
+                                      "(default: resnet50 1,32; yolov8n/s, yolo11n/s, yolov8n-seg, yolo11n-pose 1,16); "
+                                      "the others run batch 1")
     ap.add_argument("--device", choices=("gpu", "cpu"), help="default: the GPU when MLX has one (torch: cuda/cpu)")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 for float32 on both sides (default: strict)")
     ap.add_argument("--upstream", action="append", default=[], metavar="DIR",

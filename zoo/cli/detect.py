@@ -43,6 +43,8 @@ def add_arguments(parser):
     parser.add_argument("--classes", help="only these classes: comma-separated names or ids, e.g. person,car")
     parser.add_argument("--agnostic-nms", action="store_true", help="NMS across classes instead of per class")
     parser.add_argument("--max-det", type=int, default=300, help="at most this many boxes per image (default 300)")
+    parser.add_argument("--retina-masks", action="store_true", help="segmentation models: masks at the image's "
+                        "size (default: the letterboxed input's, as ultralytics)")
     parser.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                         help="inference size: one value or height width, rounded up to multiples of 32 "
                              "(default: the size the checkpoint was trained at, 640 for the official ones)")
@@ -147,7 +149,7 @@ def run(args, model) -> int:
     from zoo.models.yolov8.predict import log_line, predict_batch, prediction_options
 
     options = prediction_options(model, args.conf, args.iou, args.classes, args.agnostic_nms, args.max_det,
-                                 args.imgsz)
+                                 args.imgsz, args.retina_masks)
     out = Path(args.out)
     counts, speed = Counter(), Counter()
     replace = args.overwrite or args.resume  # outputs checked above: only a resumed item's own are there

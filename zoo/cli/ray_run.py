@@ -72,6 +72,8 @@ def schema_for(task: str):
 
 
 def main(spec, argv: list[str]) -> int:
+    if spec.task not in zoo_ray.CLASSES:
+        raise UsageError(f"{spec.name} ({spec.task}) does not run on Ray yet: run it without --ray")
     if spec.task not in TASKS:
         raise UsageError(f"--ray runs classify and detect models from the command line; {spec.name} "
                          f"({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
