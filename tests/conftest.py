@@ -91,6 +91,18 @@ def cli_error(argv: list[str], capsys) -> str:
     return last
 
 
+@pytest.fixture
+def small_mobilesam(monkeypatch):
+    """MobileSAM registered with a 128 px encoder input instead of 1024: the command line's
+    behaviour, at a 64th of the encoder's work."""
+    import dataclasses
+
+    from zoo import registry
+
+    spec = registry.get_spec("mobilesam")
+    monkeypatch.setitem(registry.REGISTRY, "mobilesam", dataclasses.replace(spec, preprocess={"image_size": 128}))
+
+
 @pytest.fixture(autouse=True)
 def offline_hub(monkeypatch, tmp_path_factory):
     """No test may reach the network or a user's Hub cache."""
