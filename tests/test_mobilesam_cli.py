@@ -3,7 +3,6 @@
 The registry entry is pointed at a 128x128 MobileSAM (same code and weights, 1/64 of the
 1024 encoder's work): the CLI's behaviour does not depend on the input size.
 """
-import dataclasses
 import json
 
 import mlx.core as mx
@@ -16,13 +15,8 @@ from zoo.models.mobilesam.tiny_vit import TinyViT
 from zoo.run import main
 
 # pycocotools 2.0 decodes through numpy's old __array__ protocol
-pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
-
-
-@pytest.fixture(autouse=True)
-def small_mobilesam(monkeypatch):
-    spec = registry.get_spec("mobilesam")
-    monkeypatch.setitem(registry.REGISTRY, "mobilesam", dataclasses.replace(spec, preprocess={"image_size": 128}))
+pytestmark = [pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning"),
+              pytest.mark.usefixtures("small_mobilesam")]
 
 
 @pytest.fixture(scope="module")

@@ -129,7 +129,7 @@ def test_detect_run_folders_increment_and_outputs_need_exist_ok(work, capsys):
     assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
-def test_segment_outputs_need_overwrite(work, capsys):
+def test_segment_outputs_need_overwrite(work, capsys, small_mobilesam):
     inputs = file_tree(work)
     args = ["mobilesam", "real.jpg", "--box", "5,5,40,30", *SYNTHETIC]
     assert main(args) == 0

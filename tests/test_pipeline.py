@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import PEAK_RSS_KB
 from zoo.errors import ZooError
 from zoo.pipeline import EXIT_INTERRUPTED, Pipeline
 from zoo.run import main
@@ -205,8 +206,8 @@ def test_detect_video_keeps_count_rate_labels_and_crops(tmp_path, capsys):
     assert "clip.mp4 exists" in capsys.readouterr().err
 
 
-RSS_PROBE = """
-import resource, sys
+RSS_PROBE = PEAK_RSS_KB + """
+import sys
 import numpy as np
 import zoo
 from zoo.models.yolov8.predict import predict
@@ -214,7 +215,7 @@ model = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
 n = 0
 for result in predict(model, sys.argv[1], stream=True, imgsz=64, conf=0.5, batch=int(sys.argv[2])):
     n += 1
-print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(n, peak_rss_kb())
 """
 
 
