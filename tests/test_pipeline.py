@@ -141,13 +141,13 @@ def wait_for_lines(path: Path, n: int, proc, timeout: float = 300) -> None:
 
 
 def test_ctrl_c_keeps_finished_results_and_resume_does_only_the_rest(folder, tmp_path):
-    """A real SIGINT to `python -m zoo.run`: exit 130, every finished record kept (the file renamed, whole),
+    """A real SIGINT to `python -m zoo.run`: exit 130, every finished record kept,
     then --resume classifies only the rest; the records equal an uninterrupted run's."""
     jsonl = tmp_path / "run.jsonl"
     command = [sys.executable, "-m", "zoo.run", "resnet18", str(folder), "--weights", "synthetic:0", "--device", "cpu",
                "--top-k", "2", "--batch", "2", "--jsonl", str(jsonl), "--json", str(tmp_path / "run.json")]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for_lines(tmp_path / ".run.jsonl.part", 2, proc)
+    wait_for_lines(jsonl, 3, proc)  # the header and two records
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err

@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from .errors import UsageError
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
-                    save_png, write_atomic)
+                    save_png, write_text)
 from .sources import Item, open_source, planned_names
 
 
@@ -196,7 +196,7 @@ class Outputs:
         if self.save_overlay:
             written.append(save_png(overlay(rgb, annotation, names), self.overlay(name)))
         text = "".join(line + "\n" for line in annotation.label_lines())
-        written.append(write_atomic(self.label(name), lambda tmp: tmp.write_text(text, encoding="utf-8")))
+        written.append(write_text(self.label(name), text))
         return written
 
 

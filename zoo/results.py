@@ -22,7 +22,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import check_new_file, image_format, refuse_inputs, write_atomic
+from zoo.files import check_new_file, image_format, refuse_inputs, write_atomic, write_text
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
 PALETTE = [
@@ -248,7 +248,7 @@ class Results:
         fmt = image_format(path)  # before drawing: a bad suffix fails at once, in one line
         check_new(path, overwrite, self.path)
         annotated = self.plot(pil=True, **plot_options)
-        write_atomic(path, lambda tmp: annotated.save(tmp, format=fmt))
+        write_atomic(path, lambda file: annotated.save(file, format=fmt), replace=overwrite)
         return str(path)
 
     def save_txt(self, txt_file: str | Path, save_conf: bool = False, overwrite: bool = False) -> str:
@@ -258,7 +258,7 @@ class Results:
         if lines:
             check_new(path, overwrite, self.path)
             path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, lambda tmp: tmp.write_text("".join(f"{s}\n" for s in lines)))
+            write_text(path, "".join(f"{s}\n" for s in lines), replace=overwrite)
         return str(path)
 
     def crops(self) -> list[np.ndarray]:
@@ -287,6 +287,7 @@ class Results:
                 n += 1
                 path = folder / f"{stem}{n}.jpg"
             image = Image.fromarray(np.ascontiguousarray(crop[..., 2::-1]))
-            write_atomic(path, lambda tmp: image.save(tmp, format="JPEG", quality=95, subsampling=0))
+            write_atomic(path, lambda file: image.save(file, format="JPEG", quality=95, subsampling=0),
+                         replace=False)
             written.append(str(path))
         return written

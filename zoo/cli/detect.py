@@ -25,7 +25,7 @@ from tqdm import tqdm
 from zoo import pipeline
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
-                       refuse_inputs, write_atomic, writable_format)
+                       refuse_inputs, writable_format, write_text)
 from zoo.sources import Files, FrameSource, JsonlWriter, UniqueNames, VideoWriter, input_paths, open_source
 from zoo.weights.synthetic import parse_synthetic
 
@@ -175,7 +175,7 @@ def run(args, model) -> int:
             if args.save_crop:
                 result.save_crop(out / "crops", f"{item.name}.jpg")
             if args.save_json:
-                write_atomic(out / f"{item.name}.json", lambda tmp: tmp.write_text(coco_json(result)))
+                write_text(out / f"{item.name}.json", coco_json(result))
             if jsonl is not None:
                 jsonl.write({**item.meta, "detections": result.summary(), "speed": result.speed})
             counts.update(result.names[int(c)] for c in result.boxes.cls)

@@ -33,7 +33,7 @@ from tqdm import tqdm
 from zoo.cli import usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
-                       refuse_inputs, save_mask, save_png, write_atomic)
+                       refuse_inputs, save_mask, save_png, write_text)
 from zoo.images import IMAGE_SUFFIXES, image_size, load_image
 from zoo.models.mobilesam.automatic_mask_generator import SamAutomaticMaskGenerator
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
@@ -226,7 +226,7 @@ def segment_prompts(model, rgb: np.ndarray, item, prompts: list[dict], multimask
     summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "objects": records}
     json_path = out / f"{stem}_masks.json"
-    write_atomic(json_path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    write_text(json_path, json.dumps(summary, indent=2))
     # after the JSON, not before the run: until the new JSON is in place, the old one's files all exist
     remove_stale_masks(out, stem, {entry["file"] for record in records for entry in record["masks"]})
 
@@ -268,7 +268,7 @@ def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path
     summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "mode": "everything", "parameters": params, "masks": entries}
     json_path = out / f"{item.name}_masks.json"
-    write_atomic(json_path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    write_text(json_path, json.dumps(summary, indent=2))
     remove_stale_masks(out, item.name, {entry["file"] for entry in entries})
     tqdm.write(f"{item.path}: {width}x{height}, {len(entries)} masks -> {out / (item.name + '_everything*.png')}\n"
                f"overlay: {overlay_path}\njson: {json_path}")
