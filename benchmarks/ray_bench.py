@@ -87,7 +87,7 @@ def lines_in(paths: list[Path]) -> int:
     """Records written so far: the temporary .part file while running, the file once renamed."""
     total = 0
     for path in paths:
-        for candidate in (path.with_name(f".{path.name}.part"), path):
+        for candidate in (*path.parent.glob(f".{path.name}.*.part"), path):
             try:
                 total += candidate.read_bytes().count(b"\n")
                 break

@@ -163,6 +163,15 @@ class Outputs:
         pattern = re.compile(rf"{re.escape(name)}_\d+\.png")
         return [p for p in self.masks.iterdir() if pattern.fullmatch(p.name)]
 
+    def masks_of_earlier_run(self, name: str) -> set[Path]:
+        """The masks an earlier run wrote for ``name``: one per line of its label file (a mask file that
+        no label line accounts for is not ours, and is never deleted)."""
+        try:
+            lines = self.label(name).read_bytes().count(b"\n")
+        except OSError:
+            return set()
+        return {self.mask(name, i) for i in range(lines)} & set(self.existing_masks(name))
+
     def check(self, names: list[str] | None, inputs: Inputs) -> None:
         """Fail before any work: a folder that is an input or a file; an output that is an input; an
         existing output without ``overwrite``. ``names`` None (video frames): the folders only."""
@@ -189,9 +198,10 @@ class Outputs:
             check_new_file(path, "output", self.overwrite)
         written = []
         if self.save_masks:
+            earlier = self.masks_of_earlier_run(name)
             for i, mask in enumerate(annotation.masks):
                 written.append(save_mask(mask, self.mask(name, i)))
-            for stale in set(self.existing_masks(name)) - set(written):  # an earlier run's extra masks
+            for stale in earlier - set(written):  # an earlier run's extra masks
                 stale.unlink(missing_ok=True)
         if self.save_overlay:
             written.append(save_png(overlay(rgb, annotation, names), self.overlay(name)))

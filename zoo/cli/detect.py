@@ -22,11 +22,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from zoo import pipeline
+from zoo import pipeline, registry
 from zoo.errors import UsageError, ZooError
-from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
+from zoo.files import (Inputs, check_distinct, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, writable_format, write_text)
-from zoo.sources import Files, FrameSource, JsonlWriter, UniqueNames, VideoWriter, input_paths, open_source
+from zoo.sources import (Files, FrameSource, JsonlWriter, UniqueNames, VideoWriter, input_paths, open_source, read_records,
+                         records_header)
 from zoo.weights.synthetic import parse_synthetic
 
 RUNS = "runs/detect/predict"
@@ -81,14 +82,25 @@ def check_arguments(args):
     if args.out is None:
         args.out = latest_run(RUNS) if args.resume else increment_path(RUNS, exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
-    args.skip, args.done = set(), set()  # --resume: names and inputs of those whose annotated output exists
+    if args.jsonl:
+        check_distinct({"--out": out, "--jsonl": args.jsonl})
+    spec = registry.get_spec(args.model)
+    args.header = records_header(spec.task, spec.name)
+    recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
+    if args.resume and args.jsonl and Path(args.jsonl).exists():
+        # a damaged or foreign record file: refused before the model loads
+        recorded = {key[0] for key in pipeline.resume_keys(read_records(args.jsonl, args.header).records)}
+    args.skip, args.done = set(), set()  # --resume: names and inputs (resolved) of those done before
     for given, path, name, is_video in fixed_outputs(args.source, out):
         refuse_inputs(path, inputs, "output")
         if args.resume and path.exists():
-            args.skip.add(name)
-            args.done.add(given)
-            continue
-        check_new_file(path, "output", args.overwrite)
+            if recorded is None or pipeline.input_identity(given) in recorded:
+                args.skip.add(name)
+                args.done.add(pipeline.input_identity(given))
+                continue
+            # written, but the run was killed before its record: done again, its own outputs replaced
+        else:
+            check_new_file(path, "output", args.overwrite)
         for extra in item_files(out, name, is_video, args):
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
     if args.jsonl:
@@ -150,8 +162,9 @@ def run(args, model) -> int:
     counts, speed = Counter(), Counter()
     videos = Videos(out, args)
     # --resume keeps the records of the images and videos it skips; the others are done again
-    jsonl = JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite,
-                        keep=lambda r: "error" not in r and r.get("path") in args.done) if args.jsonl else None
+    jsonl = JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite, header=args.header,
+                        keep=lambda r: "error" not in r and pipeline.input_identity(r["path"]) in args.done
+                        ) if args.jsonl else None
 
     def skip(item) -> bool:
         return (item.stem if item.frame is not None else item.name) in args.skip
@@ -167,7 +180,7 @@ def run(args, model) -> int:
         for ready, result in zip(batch, results):
             item = ready.item
             if item.frame is None:
-                result.save(out / output_name(item.path, item.name), overwrite=args.overwrite)
+                result.save(out / output_name(item.path, item.name), overwrite=replace)
             else:
                 videos.write(item, result.plot()[..., ::-1])
             if args.save_txt:
@@ -183,6 +196,8 @@ def run(args, model) -> int:
             where = Path(item.path).name if item.frame is None else (
                 f"{Path(item.path).name} frame {item.frame}" + (f"/{item.frames}" if item.frames else ""))
             tqdm.write(f"{where}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)")
+        if jsonl is not None:
+            jsonl.sync()  # the batch's records on disk: a killed run loses at most the next batch
 
     run = pipeline.Pipeline(args.source, batch=args.batch, workers=args.workers, skip=skip if args.skip else None,
                             on_error=failed, desc="detect")
@@ -191,7 +206,7 @@ def run(args, model) -> int:
     finally:
         videos.close(complete=not run.interrupted)
         if jsonl is not None:
-            jsonl.close() if jsonl.count else jsonl.abort()
+            jsonl.close()
     if run.done == 0 and run.failed and not run.skipped:
         raise ZooError(f"none of the {run.failed} images could be read: pass image files Pillow can open")
     print(run_summary(run, counts, speed, out, args), file=sys.stderr)

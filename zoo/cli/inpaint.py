@@ -170,7 +170,7 @@ def output_paths(args, images: list[Path]) -> list[Path]:
         if not args.single:
             raise UsageError("several images need an output folder: pass --out DIR")
         return [images[0].with_name(f"{images[0].stem}_inpainted.png")]
-    check_output_folder(out, "--out", args.images)
+    check_output_folder(out, "--out", [*args.images, args.mask])  # nor the mask folder
     ext = f".{args.ext.lstrip('.')}" if args.ext else None
     return [out / f"{image.stem}{ext or image.suffix}" for image in images]
 
