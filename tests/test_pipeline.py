@@ -184,7 +184,7 @@ def test_kill_9_at_any_moment_then_resume_gives_every_input_once(folder, tmp_pat
     jsonl = tmp_path / "k.jsonl"
     command = [sys.executable, "-m", "zoo.run", "resnet18", str(folder), "--weights", "synthetic:0", "--device", "cpu",
                "--top-k", "2", "--batch", "2", "--jsonl", str(jsonl)]
-    for more in (1, 3, 4):  # killed once the header is written, then after a few more records each time
+    for more in (1, 4):  # killed once the header is written, then after a few more records
         target = line_count(jsonl) + more
         proc = subprocess.Popen(command + ["--resume"] * jsonl.exists(), cwd=ROOT, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)

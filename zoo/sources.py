@@ -720,6 +720,9 @@ def parse_records(data: bytes, path: Path, header: dict | None = None) -> Record
         if found.header is None:
             raise ZooError(f"{path} has no header line: it is not a record file this program wrote (or an older "
                            f"version's): {NOT_OURS}")
+        if found.header.get(HEADER_KEY) != header[HEADER_KEY]:
+            raise ZooError(f"{path} is a record file of another version of this program (format "
+                           f"{found.header.get(HEADER_KEY)!r}, this one writes {header[HEADER_KEY]}): {NOT_OURS}")
         theirs = (found.header.get("task"), found.header.get("model"))
         if theirs != (header["task"], header["model"]):
             raise ZooError(f"{path} holds {theirs[1]} ({theirs[0]}) records, not {header['model']} "
