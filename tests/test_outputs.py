@@ -269,7 +269,7 @@ def test_a_temporary_file_replaced_meanwhile_is_not_deleted(work):
     out = OutputFile(work / "out.txt")
     out.tmp.unlink()
     out.tmp.write_text("someone else's file, since")
-    out.discard()
+    out.abort()
     assert out.tmp.read_text() == "someone else's file, since" and not (work / "out.txt").exists()
 
 
@@ -277,9 +277,9 @@ def test_two_writers_of_one_output(work):
     first, second = OutputFile(work / "out.txt"), OutputFile(work / "out.txt", replace=False)
     first.file.write(b"first")
     second.file.write(b"second")
-    first.commit()
+    first.close()
     with pytest.raises(ZooError, match="it appeared while this run was writing it"):
-        second.commit()  # a new file is never written over one that appeared after the checks
+        second.close()  # a new file is never written over one that appeared after the checks
     assert (work / "out.txt").read_text() == "first" and not list(work.glob(".out.txt*"))
 
 

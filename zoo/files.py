@@ -85,9 +85,22 @@ def cannot_write(path: Path, error: OSError) -> ZooError:
     return ZooError(f"cannot write {path}: {error.strerror or error}; check the folder exists and is writable")
 
 
-class OutputFile:
+class ClosedOnExit:
+    """A writer as a context manager: ``close()`` when the block ends, ``abort()`` when an exception leaves it."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class OutputFile(ClosedOnExit):
     """One output written whole: an exclusively created temporary file beside ``path`` (create_temporary),
-    renamed into place by ``commit()`` after its bytes reach the disk; ``discard()`` (or leaving the
+    renamed into place by ``close()`` after its bytes reach the disk; ``abort()`` (or leaving the
     ``with`` block by an exception) removes it, and only it. ``replace`` False: an existing ``path`` is
     never replaced, even one that appeared after the run's checks. ``file`` is binary, or text
     (UTF-8) with ``text=True``. OSErrors are one-line ZooErrors naming ``path``."""
@@ -101,7 +114,7 @@ class OutputFile:
         self.identity = file_identity(fd)
         self.file = os.fdopen(fd, "w", encoding="utf-8", newline=newline) if text else os.fdopen(fd, "wb")
 
-    def commit(self) -> Path:
+    def close(self) -> Path:
         try:
             self.file.flush()
             os.fsync(self.file.fileno())
@@ -110,25 +123,17 @@ class OutputFile:
         except OSError as e:
             raise cannot_write(self.path, e) from None
         finally:
-            self.discard()
+            self.abort()
         return self.path
 
-    def discard(self) -> None:
-        """Close and remove the temporary file (a no-op once committed)."""
+    def abort(self) -> None:
+        """Close and remove the temporary file (a no-op once closed)."""
         try:
             self.file.close()
         except (OSError, ValueError):
             pass  # its bytes are dropped with it
         remove_own(self.tmp, self.identity)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, trace):
-        if kind is None:
-            self.commit()
-        else:
-            self.discard()
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], replace: bool = True) -> Path:

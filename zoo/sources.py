@@ -77,8 +77,8 @@ import numpy as np
 from PIL import Image
 
 from .errors import ZooError
-from .files import (OutputFile, cannot_write, create_exclusive, create_temporary, file_identity, place,
-                    remove_own)
+from .files import (ClosedOnExit, OutputFile, cannot_write, create_exclusive, create_temporary, file_identity,
+                    place, remove_own)
 from .images import IMAGE_SUFFIXES, load_image
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
@@ -578,7 +578,7 @@ VIDEO_FORMATS = {".mp4": ("mp4", "h264"), ".m4v": ("mp4", "h264"), ".mov": ("mov
                  ".mkv": ("matroska", "h264"), ".avi": ("avi", "mpeg4"), ".webm": ("webm", "libvpx-vp9")}
 
 
-class VideoWriter:
+class VideoWriter(ClosedOnExit):
     """Frames to a video file at a given rate, through a temporary name renamed by ``close()``.
 
     ``with VideoWriter("out.mp4", fps=source.fps) as video: video.write(rgb)`` -- leaving
@@ -638,7 +638,7 @@ class VideoWriter:
             self.container.mux(self.stream.encode(None))
             self.container.close()
             self.container = None
-            self.output.commit()
+            self.output.close()
         except OSError as e:
             raise ZooError(f"cannot write {self.path}: {e}") from None
         finally:
@@ -654,16 +654,7 @@ class VideoWriter:
                 pass
             self.container = None
         if self.output is not None:
-            self.output.discard()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, kind, error, trace):
-        if kind is None:
-            self.close()
-        else:
-            self.abort()
+            self.output.abort()
 
 
 # -- records (JSONL) -----------------------------------------------------------------------------

@@ -122,7 +122,7 @@ class Outputs:
             self.jsonl.close()
         for writer in (self.json, self.csv):
             if writer is not None:
-                writer.close() if writer.count else writer.output.discard()
+                writer.close() if writer.count else writer.output.abort()
 
 
 def key_of(record: dict) -> str:
@@ -144,7 +144,7 @@ class StreamedFile:
     def close(self) -> None:
         if not self.file.closed:
             self.finish()
-            self.output.commit()
+            self.output.close()
 
 
 class JsonObjectWriter(StreamedFile):
