@@ -383,3 +383,13 @@ def test_a_damaged_or_foreign_jsonl_is_refused_before_the_model_loads(work, caps
     (work / "r.jsonl").write_bytes(content)
     out = ["--out", "res"] if model == "yolov8n" else []
     refused([model, "imgs", "--jsonl", "r.jsonl", "--resume", *out, "--weights", MISSING_WEIGHTS], work, capsys, message)
+
+
+def test_a_jsonl_that_is_no_regular_file_is_refused_before_the_model_loads(tmp_path, capsys):
+    from conftest import cli_error
+
+    save_image(tmp_path / "a.jpg")
+    os.mkfifo(tmp_path / "fifo.jsonl")  # reading it would wait for a writer for ever
+    assert "fifo.jsonl is not a regular file" in cli_error(
+        ["resnet18", str(tmp_path / "a.jpg"), "--jsonl", str(tmp_path / "fifo.jsonl"), "--resume", "--weights",
+         MISSING_WEIGHTS], capsys)

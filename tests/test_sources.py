@@ -290,6 +290,9 @@ def test_jsonl_writer_refuses_what_is_no_regular_file(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ZooError, match="is not a regular file"):
         JsonlWriter(fifo, resume=True, header=HEADER)
+    with JsonlWriter(fifo, overwrite=True, header=HEADER) as writer:  # replaced, never opened for reading
+        writer.write({"path": "a"})
+    assert lines_of(fifo) == [HEADER, {"path": "a"}]
     (tmp_path / "secret.txt").write_text("keep")
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "secret.txt")
     with pytest.raises(ZooError, match="cannot write .*link.jsonl"):  # never written through a link

@@ -725,9 +725,9 @@ def read_records(path: str | Path, header: dict | None = None) -> RecordFile:
     """parse_records of the file at ``path`` (a regular file: not a folder, a FIFO or a device)."""
     path = Path(path)
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
+            raise ZooError(f"{path} is not a regular file: pass a file path for the results")
         with open(path, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise ZooError(f"{path} is not a regular file: pass a file path for the results")
             return parse_records(f.read(), path, header)
     except OSError as e:
         raise ZooError(f"cannot read {path}: {e.strerror or e}") from None
@@ -833,7 +833,8 @@ class JsonlWriter:
 
     def _replace(self) -> None:
         try:
-            old = os.open(self.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+            old = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)  # a FIFO: no wait
+                          | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             old = None  # a link or unreadable: it is replaced, not read
         if old is not None:
