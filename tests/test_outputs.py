@@ -334,7 +334,7 @@ def records_of(path: Path) -> list[dict]:
 
 def test_resume_keys_inputs_by_resolved_path(work, capsys):
     assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", *SYNTHETIC]) == 0
-    for spelling in (str(work / "imgs"), "./imgs/", "imgs/../imgs"):
+    for spelling in (str(work / "imgs"), "./imgs/../imgs/"):
         assert main(["resnet18", spelling, "--jsonl", "r.jsonl", "--resume", *SYNTHETIC]) == 0
         assert "0 images classified, 2 skipped (done before)" in capsys.readouterr().err
     records = records_of(work / "r.jsonl")
