@@ -74,8 +74,8 @@ def place(tmp: Path, path: Path, replace: bool) -> None:
         if os.path.lexists(path):
             raise FileExistsError(errno.EEXIST, "exists", str(path)) from None
         os.replace(tmp, path)
-    else:
-        os.unlink(tmp)
+        return
+    os.unlink(tmp)
 
 
 def cannot_write(path: Path, error: OSError) -> ZooError:
@@ -135,13 +135,15 @@ class OutputFile(ClosedOnExit):
         remove_own(self.tmp, self.identity)
 
 
-
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], replace: bool = True) -> Path:
     """``write(file)`` into an OutputFile, then rename it to ``path``: a failure or an interrupted run
     never leaves half a file under the real name, nor the temporary file; an OSError becomes a
     one-line ZooError naming ``path``. ``replace`` False: never over an existing file."""
     with OutputFile(path, replace) as out:
-        write(out.file)
+        try:
+            write(out.file)
+        except OSError as e:  # a full disk, a lost network share
+            raise cannot_write(out.path, e) from None
     return Path(path)
 
 
