@@ -188,7 +188,7 @@ def run(args, model) -> int:
             if args.save_crop:
                 result.save_crop(out / "crops", f"{item.name}.jpg")
             if args.save_json:
-                write_text(out / f"{item.name}.json", coco_json(result))
+                write_text(out / f"{item.name}.json", coco_json(result), replace=replace)
             if jsonl is not None:
                 jsonl.write({**item.meta, "detections": result.summary(), "speed": result.speed})
             counts.update(result.names[int(c)] for c in result.boxes.cls)
