@@ -284,14 +284,14 @@ def test_two_writers_of_one_output(work):
 
 
 def test_an_input_at_the_old_temporary_name_survives(work, capsys):
-    """The mask is named like the output's old temporary file: before issue 35 the write went into
-    the mask, and the rename took it away."""
-    mask = work / ".out.png.part"
-    mask.write_bytes((work / "mask.png").read_bytes())
+    """The image is named like --json's old temporary file: before issue 35 the results went into
+    the image, and the rename took it away."""
+    (work / ".r.json.part").write_bytes((work / "r2.jpg").read_bytes())
     before = file_tree(work)
-    assert main(["lama", "r2.jpg", "--mask", str(mask), "--out", "out.png", *SYNTHETIC]) == 0
+    assert main(["resnet18", ".r.json.part", "--json", "r.json", *SYNTHETIC]) == 0
     assert "internal error" not in capsys.readouterr().err
-    assert {k: v for k, v in file_tree(work).items() if k != "out.png"} == before
+    assert {k: v for k, v in file_tree(work).items() if k != "r.json"} == before
+    assert list(json.loads((work / "r.json").read_text())) == [".r.json.part"]
 
 
 def test_ray_out_rules_are_checked_before_ray(work, capsys, monkeypatch):
