@@ -196,9 +196,9 @@ def test_cli_writes_labels_and_refuses_to_replace_them(photos, tmp_path, capsys)
 
 
 @pytest.mark.parametrize("args, code, message", [
-    (["--det", "resnet18"], 2, "detector resnet18 is a classify model: pass a YOLOv8 detector"),
-    (["--det", "{seg}"], 1, "holds a YOLO segment model"),
-    (["--det", "{resnet}"], 2, "holds no YOLOv8 model: pass a YOLOv8 detection checkpoint"),
+    (["--det", "resnet18"], 2, "detector resnet18 is a classify model: pass a YOLO detector"),
+    (["--det", "{seg}"], 1, "holds a YOLO instance-segment model"),
+    (["--det", "{resnet}"], 2, "holds no YOLO model: pass a YOLO detection checkpoint"),
     (["--det", DETECTOR, "--conf", "1.5"], 2, "conf 1.5 is outside [0, 1]"),
     (["--det", DETECTOR, "--classes", "zebra"], 2, "unknown classes 'zebra'"),
     (["--det", DETECTOR, "--out", "{photos}"], 2, "is the input folder"),

@@ -160,12 +160,12 @@ def test_segment_outputs_need_overwrite(work, capsys):
 def test_inpaint_keeps_existing_outputs_without_overwrite(work, capsys):
     inputs = file_tree(work)
     (work / "out").mkdir()
-    (work / "out" / "r2.jpg").write_bytes(b"an earlier result")
+    (work / "out" / "r2.png").write_bytes(b"an earlier result")  # JPEG inputs are written as PNG in a folder
     args = ["lama", "r2.jpg", "real.jpg", "--mask", "mask.png", "--out", "out", *SYNTHETIC]
     assert main(args) == 0
-    assert (work / "out" / "r2.jpg").read_bytes() == b"an earlier result" and (work / "out" / "real.jpg").exists()
+    assert (work / "out" / "r2.png").read_bytes() == b"an earlier result" and (work / "out" / "real.png").exists()
     assert main([*args, "--overwrite"]) == 0
-    assert (work / "out" / "r2.jpg").read_bytes() != b"an earlier result"
+    assert (work / "out" / "r2.png").read_bytes() != b"an earlier result"
     assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
@@ -181,7 +181,7 @@ def test_validate_json_needs_overwrite(work, capsys):
     assert "never-read.safetensors" in capsys.readouterr().err
 
 
-def test_results_save_never_replaces_its_image_and_needs_overwrite(work):
+def test_results_save_never_replaces_its_image_nor_a_file_not_named(work):
     from zoo.results import Results
 
     image = np.asarray(Image.open(work / "real.jpg"))[..., ::-1]
@@ -192,10 +192,13 @@ def test_results_save_never_replaces_its_image_and_needs_overwrite(work):
             result.save(work / "real.jpg", overwrite=overwrite)
     (work / "old.png").write_bytes(b"x")
     with pytest.raises(ZooError, match="old.png exists: pass overwrite=True"):
-        result.save(work / "old.png")
+        result.save(work / "old.png", overwrite=False)
     assert file_tree(work) == {**before, "old.png": hashlib.sha256(b"x").hexdigest()}
-    result.save(work / "old.png", overwrite=True)
+    result.save(work / "old.png")  # named: replaced, as ultralytics does
     assert (work / "old.png").read_bytes() != b"x"
+    (work / "results_real.jpg").write_bytes(b"x")
+    with pytest.raises(ZooError, match="results_real.jpg exists: pass overwrite=True"):
+        result.save()  # the default name is not the user's: nothing replaced
 
 
 def test_increment_path_as_ultralytics(tmp_path):

@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from zoo.errors import ZooError
-from zoo.sources import (Arrays, Camera, Chain, Files, Folder, Glob, JsonlWriter, PathList, Video, VideoWriter,
-                         open_source, read_jsonl)
+from zoo.sources import (Arrays, Camera, Chain, Files, Folder, Glob, JsonListWriter, JsonlWriter, PathList, Video,
+                         VideoWriter, open_source, read_jsonl)
 
 av = pytest.importorskip("av")  # the `video` extra, part of `test`
 
@@ -112,7 +112,7 @@ def test_arrays_rgb_and_bgr():
     bgr[..., 0] = 255  # blue in OpenCV's order
     pil = Image.new("L", (3, 2), 7)
     rgb_items = list(open_source([bgr, pil]))
-    assert [i.path for i in rgb_items] == ["image0", "image1"]
+    assert [i.path for i in rgb_items] == ["image0.jpg", "image1.jpg"]  # as ultralytics names in-memory images
     assert rgb_items[0].load()[0, 0].tolist() == [255, 0, 0]
     assert rgb_items[1].load().shape == (2, 3, 3)
     as_bgr = list(Arrays([bgr, pil], bgr=True))
@@ -250,6 +250,28 @@ def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
     assert lines_of(path) == [HEADER, {"path": "z"}]
     JsonlWriter(tmp_path / "none.jsonl", header=HEADER).close()  # no record: no file left behind
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
+
+
+def test_json_list_is_written_whole_and_never_over_a_file_that_appeared(tmp_path):
+    path = tmp_path / "predictions.json"
+    writer = JsonListWriter(path)
+    writer.write({"image_id": 1})
+    assert not path.exists()  # streamed under a temporary name until close
+    writer.close()
+    with JsonListWriter(path, resume=True, keep=lambda r: r["image_id"] == 1) as writer:
+        writer.write({"image_id": 2})
+    assert json.loads(path.read_text()) == [{"image_id": 1}, {"image_id": 2}]
+    with pytest.raises(ZooError, match="exists: pass --resume"):
+        JsonListWriter(path)
+    late = JsonListWriter(tmp_path / "late.json")
+    (tmp_path / "late.json").write_text("a user's file")  # appeared after the checks
+    with pytest.raises(ZooError, match="appeared while this run was writing it"):
+        late.close()
+    assert (tmp_path / "late.json").read_text() == "a user's file"
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ZooError, match="is not a JSON list: pass --overwrite"):
+        JsonListWriter(tmp_path / "bad.json", resume=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "late.json", "predictions.json"]
 
 
 def test_jsonl_resume_drops_what_keep_refuses_and_a_missing_header_is_written(tmp_path):

@@ -5,7 +5,7 @@
 
     python -m zoo.run annotate photos/ --det yolov8s --sam mobilesam --out labels/ --save-masks --save-overlay
 
-Per image: the detector's boxes (any checkpoint the YOLOv8 loader takes: a name, a ``.pt``
+Per image: the detector's boxes (any checkpoint the YOLO loader takes: a name, a ``.pt``
 path such as a trained ``best.pt``, or a loaded model), then ONE batched SAM decoder call
 with every box as a prompt (one mask per box, ``multimask_output=False`` as ultralytics),
 then one label file ``<out>/<name>.txt``, one line per detection, ultralytics' format::
@@ -34,9 +34,10 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from .errors import UsageError
+from .errors import UsageError, ZooError
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
                     save_png, write_text)
+from .instances import outer_contours
 from .sources import Item, open_source, planned_names
 
 
@@ -76,18 +77,22 @@ class Annotation:
 def mask_polygon(mask: np.ndarray) -> np.ndarray | None:
     """(H, W) bool -> its largest outer contour as (K, 2) x, y in [0, 1] (x / W, y / H), K >= 3; the rectangle
     around its pixels when that contour is a line or a point; None for an empty mask."""
-    import cv2
-
     height, width = mask.shape
-    contours = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)[0]
+    contours = outer_contours(mask)
     if not contours:
         return None
-    largest = max(contours, key=lambda c: (cv2.contourArea(c), len(c))).reshape(-1, 2).astype(np.float64)
+    largest = max(contours, key=lambda c: (polygon_area(c), len(c))).astype(np.float64)
     if len(largest) < 3:  # a line or a pixel: its pixels' edges, so the polygon has an inside
         x0, y0 = largest.min(0)
         x1, y1 = largest.max(0) + 1
         largest = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
     return largest / np.array([width, height])
+
+
+def polygon_area(points: np.ndarray) -> float:
+    """The area a closed (K, 2) polygon encloses (the shoelace formula, as OpenCV's contourArea)."""
+    x, y = points[:, 0].astype(np.float64), points[:, 1].astype(np.float64)
+    return abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))) / 2
 
 
 def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -251,17 +256,21 @@ def load_model(given, weights, dtype: str, role: str, family: str, label: str, m
     holds = getattr(registry.family(spec), "holds", None)  # other tasks' YOLOv8 heads are refused when built
     if holds is not None and not holds(read.state_dict, read.meta):
         raise UsageError(f"{role} {weights} holds no {label} model: pass {files}")
+    fitted = registry.fitted_spec(spec, read)
+    if fitted.task != spec.task:  # e.g. a YOLO segmentation or pose checkpoint where a detector goes
+        raise ZooError(f"{role} {weights or given} holds a YOLO {fitted.task} model ({fitted.variant}): pass {files}")
     return registry.build(spec, read, dtype)
 
 
 def load_detector(det_model, weights=None, dtype: str = "float32"):
-    """A YOLOv8 detector from a registered name, a checkpoint path (a trained best.pt) or a loaded model."""
+    """A YOLO detector (YOLOv8, YOLO11) from a registered name, a checkpoint path (a trained best.pt) or a
+    loaded model."""
     from zoo import registry
     from zoo.models.yolov8 import DetectionModel
 
-    return load_model(det_model, weights, dtype, "detector", "yolov8", "YOLOv8", DetectionModel,
-                      f"a YOLOv8 detector ({', '.join(registry.list_models(task='detect'))})",
-                      "a YOLOv8 detection checkpoint (yolov8n.pt, a trained best.pt)")
+    return load_model(det_model, weights, dtype, "detector", "yolov8", "YOLO", DetectionModel,
+                      f"a YOLO detector ({', '.join(registry.list_models(task='detect'))})",
+                      "a YOLO detection checkpoint (yolo11n.pt, yolov8n.pt, a trained best.pt)")
 
 
 def load_sam(sam_model, weights=None, dtype: str = "float32"):

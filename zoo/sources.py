@@ -297,9 +297,11 @@ class Arrays(Source):
         return rgb
 
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        """Paths as ultralytics gives them: a PIL image's file, else ``image<i>.jpg``; names ``image<i>``."""
         for i, obj in enumerate(self.objects):
             name = names(f"image{i}")
-            yield Item(f"image{i}", start + i, name, name, _load=lambda obj=obj, n=name: self.load(obj, n))
+            path = getattr(obj, "filename", "") or f"image{i}.jpg"
+            yield Item(path, start + i, name, name, _load=lambda obj=obj, n=name: self.load(obj, n))
 
 
 # -- videos and cameras ---------------------------------------------------------------------------
@@ -889,3 +891,70 @@ class JsonlWriter:
 def data_ends_a_line(fd: int, whole: int) -> bool:
     """Whether the file's kept bytes end with a newline (or are none): new lines can follow them."""
     return whole == 0 or os.pread(fd, 1, whole - 1) == b"\n"
+
+
+def read_json_list(path: str | Path) -> list:
+    """The list a JSON file holds (a regular file: not a folder, a FIFO or a device); one-line ZooError otherwise."""
+    path = Path(path)
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
+            raise ZooError(f"{path} is not a regular file: pass --overwrite to replace it")
+        records = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        records = None
+    if not isinstance(records, list):
+        raise ZooError(f"{path} is not a JSON list: pass --overwrite to replace it")
+    return records
+
+
+class JsonListWriter(ClosedOnExit):
+    """A JSON list, one record a line (``[``, records, ``]``). A whole file, so written as every whole
+    output is (files.OutputFile): records stream into a temporary file created exclusively beside
+    ``path``, which ``close()`` completes and renames into place (the CLIs call it on an interrupt
+    too: the records so far are kept); ``abort()`` drops it. ``resume=True`` starts with the existing
+    list's records that ``keep(record)`` accepts (``self.records``); with ``resume`` or ``overwrite``
+    the rename replaces the old file, without either an existing ``path`` is an error and one that
+    appeared after the checks is kept (the rename fails in one line)."""
+
+    def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False,
+                 keep: Callable[[dict], bool] | None = None):
+        self.path = Path(path)
+        self.records: list[dict] = []
+        self.written = 0
+        if os.path.lexists(self.path):
+            if resume:
+                self.records = [r for r in read_json_list(self.path) if keep is None or keep(r)]
+            elif not overwrite:
+                raise ZooError(f"{self.path} exists: pass --resume to continue it or --overwrite to replace it")
+        self.output = OutputFile(self.path, replace=resume or overwrite, text=True)
+        for n, record in enumerate(self.records):
+            self._record(record, n)
+
+    @property
+    def count(self) -> int:
+        """Records in the list: those kept from an earlier run and those written since."""
+        return len(self.records) + self.written
+
+    def _put(self, text: str) -> None:
+        try:
+            self.output.file.write(text)
+        except OSError as e:  # a full disk
+            raise cannot_write(self.path, e) from None
+
+    def _record(self, record: dict, n: int) -> None:
+        """The list's ``n``-th record (from 0)."""
+        self._put(("[\n  " if n == 0 else ",\n  ") + json.dumps(record))
+
+    def write(self, record: dict) -> None:
+        self._record(record, self.count)
+        self.written += 1
+
+    def close(self) -> Path:
+        """The closing bracket, then the file renamed into place (a no-op once closed)."""
+        if not self.output.file.closed:
+            self._put("\n]\n" if self.count else "[]\n")
+            self.output.close()
+        return self.path
+
+    def abort(self) -> None:
+        self.output.abort()

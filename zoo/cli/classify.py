@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from zoo import pipeline, registry
+from zoo import pipeline
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, OutputFile, check_distinct, check_new_file, make_output_folder, refuse_inputs
 from zoo.sources import JsonlWriter, input_paths, open_source, read_records, records_header
@@ -26,6 +26,7 @@ from zoo.sources import JsonlWriter, input_paths, open_source, read_records, rec
 def add_arguments(parser):
     parser.add_argument("images", nargs="+", help="image files, folders, globs, .txt/.csv lists of paths, videos")
     parser.add_argument("--top-k", type=int, default=5)
+    add_model_options(parser)
     parser.add_argument("--jsonl", metavar="PATH", help="write one JSON record per image as results come "
                         "(errors as {\"path\", \"error\"} records); --resume continues it")
     parser.add_argument("--json", metavar="PATH", help="also write the results as one JSON object {path: top-k}")
@@ -40,6 +41,7 @@ def add_arguments(parser):
 def check_arguments(args):
     if args.top_k < 1 or args.top_k > 1000:
         raise UsageError(f"--top-k {args.top_k} is out of range: use 1 to 1000")
+    model_options(args)
     pipeline.check_arguments(args)
     if args.resume and not args.jsonl:
         raise UsageError("--resume continues the records of --jsonl: pass --jsonl PATH (the file of the first run)")
@@ -52,10 +54,24 @@ def check_arguments(args):
         # --resume continues the JSONL and writes --json/--csv again from all its records
         check_new_file(path, option, args.overwrite or args.resume)
         make_output_folder(Path(path).parent, f"{option} {path}: its folder")
-    spec = registry.get_spec(args.model)
-    args.header = records_header(spec.task, spec.name)
+    args.header = records_header(args.spec.task, args.spec.name)
     if args.resume and Path(args.jsonl).exists():
         read_records(args.jsonl, args.header)  # a damaged or foreign record file: refused before the model loads
+
+
+def add_model_options(parser) -> None:
+    """The options of zoo.load a classify command line sets (in-process and --ray)."""
+    parser.add_argument("--num-classes", type=int, metavar="N", help="classes of the --weights checkpoint's head, "
+                        "when not ImageNet's 1000 (a fine-tuned model; labels are then the class indices)")
+
+
+def model_options(args) -> dict:
+    """zoo.load's options from the command line (add_model_options)."""
+    if args.num_classes is None:
+        return {}
+    if args.num_classes < 1:
+        raise UsageError(f"--num-classes {args.num_classes}: give the number of classes of the checkpoint's head, 1 or more")
+    return {"num_classes": args.num_classes}
 
 
 def run(args, model) -> int:

@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 from zoo import ray as zoo_ray
-from zoo.cli import ArgumentParser, add_model_arguments, usage_errors
+from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, check_output_file, check_output_folder, increment_path, write_atomic
+from zoo.registry import is_weights_file
 
 TASKS = ("classify", "detect")
 
@@ -45,6 +46,10 @@ def parser_for(spec) -> ArgumentParser:
     parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
                         help="replace a predictions file that exists (inputs are never replaced)")
+    if spec.task == "classify":
+        from zoo.cli.classify import add_model_options
+
+        add_model_options(parser)
     if spec.task == "detect":
         parser.add_argument("--conf", type=float, default=0.25)
         parser.add_argument("--iou", type=float, default=0.7)
@@ -67,11 +72,16 @@ def schema_for(task: str):
 
 
 def main(spec, argv: list[str]) -> int:
+    if spec.task not in zoo_ray.CLASSES:
+        raise UsageError(f"{spec.name} ({spec.task}) does not run on Ray yet: run it without --ray")
     if spec.task not in TASKS:
         raise UsageError(f"--ray runs classify and detect models from the command line; {spec.name} "
                          f"({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
                          "in Python (docs/ray.md)")
     args = parser_for(spec).parse_args(argv)
+    if is_weights_file(args.model):  # python -m zoo.run best.pt ... --ray: the family's name, the file as weights
+        refuse_second_checkpoint(args.model, args.weights)
+        args.model, args.weights = spec.name, args.model
     if args.actors is not None and args.actors < 1:
         raise UsageError(f"--actors {args.actors} must be 1 or more")
     if args.batch < 1:
@@ -83,6 +93,10 @@ def main(spec, argv: list[str]) -> int:
     path = check_output_file(check_output_folder(out, "--out", given) / f"predictions.{args.format}", "output",
                              given, args.overwrite)
     options = {"batch": args.batch}
+    if spec.task == "classify":
+        from zoo.cli.classify import model_options
+
+        options.update(model_options(args))
     if spec.task == "detect":
         from zoo.models.yolov8 import check_imgsz, check_thresholds
 
