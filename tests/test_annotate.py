@@ -187,9 +187,11 @@ def test_cli_writes_labels_and_refuses_to_replace_them(photos, tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: output ") and "exists: pass --overwrite" in err[-1]
     assert (out / "a.txt").read_bytes() == before
-    (out / "masks" / "a_7.png").write_bytes(b"an earlier run's mask")
+    (out / "masks" / "a_7.png").write_bytes(b"a user's file, named like a mask")
     assert run_cli(*common, "--save-masks", "--max-det", "1", "--overwrite") == 0
-    assert sorted(p.name for p in (out / "masks").iterdir()) == ["a_0.png", "b_0.png"]  # stale ones removed
+    # the earlier run's second masks removed; a file no label line accounts for is not ours: kept
+    assert sorted(p.name for p in (out / "masks").iterdir()) == ["a_0.png", "a_7.png", "b_0.png"]
+    assert (out / "masks" / "a_7.png").read_bytes() == b"a user's file, named like a mask"
     assert len(parse_labels(out / "a.txt", 3)) == 1
 
 

@@ -167,3 +167,10 @@ def test_resume_does_only_the_images_not_annotated_yet(images, tmp_path, capsys)
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix == ".txt"} == {
         k: v for k, v in first.items() if k.endswith(".txt")}
     assert [r["path"] for r in read_jsonl(tmp_path / "d.jsonl")] == [str(images / "street.png"), str(images / "tall.jpg")]
+    # killed after tall.jpg was written but before its record: it is done again (its outputs replaced),
+    # and the folder spelled another way is the same inputs: each recorded once
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("".join(jsonl.read_text().splitlines(keepends=True)[:-1]))
+    assert detect([*argv[1:], "--resume", f"{images}/../{images.name}/"], tmp_path) == 0
+    assert "1 image processed, 1 skipped (done before)" in capsys.readouterr().err
+    assert sorted(Path(r["path"]).resolve() for r in read_jsonl(jsonl)) == [images / "street.png", images / "tall.jpg"]

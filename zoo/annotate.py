@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from .errors import UsageError, ZooError
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
-                    save_png, write_atomic)
+                    save_png, write_text)
 from .instances import outer_contours
 from .sources import Item, open_source, planned_names
 
@@ -168,6 +168,15 @@ class Outputs:
         pattern = re.compile(rf"{re.escape(name)}_\d+\.png")
         return [p for p in self.masks.iterdir() if pattern.fullmatch(p.name)]
 
+    def masks_of_earlier_run(self, name: str) -> set[Path]:
+        """The masks an earlier run wrote for ``name``: one per line of its label file (a mask file that
+        no label line accounts for is not ours, and is never deleted)."""
+        try:
+            lines = self.label(name).read_bytes().count(b"\n")
+        except OSError:
+            return set()
+        return {self.mask(name, i) for i in range(lines)} & set(self.existing_masks(name))
+
     def check(self, names: list[str] | None, inputs: Inputs) -> None:
         """Fail before any work: a folder that is an input or a file; an output that is an input; an
         existing output without ``overwrite``. ``names`` None (video frames): the folders only."""
@@ -194,14 +203,15 @@ class Outputs:
             check_new_file(path, "output", self.overwrite)
         written = []
         if self.save_masks:
+            earlier = self.masks_of_earlier_run(name)
             for i, mask in enumerate(annotation.masks):
                 written.append(save_mask(mask, self.mask(name, i)))
-            for stale in set(self.existing_masks(name)) - set(written):  # an earlier run's extra masks
+            for stale in earlier - set(written):  # an earlier run's extra masks
                 stale.unlink(missing_ok=True)
         if self.save_overlay:
             written.append(save_png(overlay(rgb, annotation, names), self.overlay(name)))
         text = "".join(line + "\n" for line in annotation.label_lines())
-        written.append(write_atomic(self.label(name), lambda tmp: tmp.write_text(text, encoding="utf-8")))
+        written.append(write_text(self.label(name), text))
         return written
 
 

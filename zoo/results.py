@@ -30,7 +30,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import check_new_file, image_format, make_output_folder, refuse_inputs, writable_format, write_atomic
+from zoo.files import (check_new_file, image_format, make_output_folder, refuse_inputs, writable_format, write_atomic,
+                       write_text)
 from zoo.instances import masks2segments, scale_coords, scale_masks
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
@@ -516,7 +517,7 @@ class Results:
         ``kpt_radius``: the dots' radius, ``kpt_line``: draw the skeleton; ``save``: also write it to
         ``filename`` (default ``results_<image name>``) as save() does.
         """
-        target = self.save_path(filename, None) if save else None  # checked before drawing
+        target, replace = self.save_path(filename, None) if save else (None, False)  # checked before drawing
         base = self.orig_img if img is None else img
         rgb = np.ascontiguousarray(base[..., 2::-1])  # BGR -> RGB for Pillow
         if masks and self.masks is not None and len(self.masks):
@@ -550,23 +551,24 @@ class Results:
         for points in self.keypoints.data if self.keypoints is not None else ():
             draw_keypoints(draw, points, (h, w), kpt_radius, max(1, math.ceil(line / 2)) if kpt_line else 0)
         if target is not None:
-            write_atomic(target, lambda tmp: canvas.save(tmp, format=image_format(target)))
+            write_atomic(target, lambda file: canvas.save(file, format=image_format(target)), replace=replace)
         return canvas if pil else np.asarray(canvas)[..., ::-1].copy()
 
-    def save_path(self, filename: str | Path | None, overwrite: bool | None) -> Path:
-        """Where save() writes: ``filename``, else ``results_<image name>`` beside the working folder, its
-        folder made. ``overwrite`` None: replace the file only when ``filename`` names it (ultralytics
-        replaces any); never the image the result came from."""
+    def save_path(self, filename: str | Path | None, overwrite: bool | None) -> tuple[Path, bool]:
+        """Where save() writes and whether it may replace a file there: ``filename``, else
+        ``results_<image name>`` beside the working folder, its folder made. ``overwrite`` None: replace the
+        file only when ``filename`` names it (ultralytics replaces any); never the image the result came from."""
         path = Path(filename or f"results_{Path(self.path or 'image0.jpg').name}")
         image_format(path)  # a bad suffix fails at once, in one line
-        return check_new(path, bool(filename) if overwrite is None else overwrite, self.path)
+        replace = bool(filename) if overwrite is None else overwrite
+        return check_new(path, replace, self.path), replace
 
     def save(self, filename: str | Path | None = None, *, overwrite: bool | None = None, **plot_options) -> str:
         """Write plot() to ``filename`` (default ``results_<image name>``, e.g. ``results_image0.jpg`` for an
         in-memory image), making its folder; the format follows its suffix. Returns the file's name."""
-        path = self.save_path(filename, overwrite)
+        path, replace = self.save_path(filename, overwrite)
         annotated = self.plot(pil=True, **plot_options)
-        write_atomic(path, lambda tmp: annotated.save(tmp, format=image_format(path)))
+        write_atomic(path, lambda file: annotated.save(file, format=image_format(path)), replace=replace)
         return str(path)
 
     def save_txt(self, txt_file: str | Path, save_conf: bool = False, *, overwrite: bool | None = None) -> str:
@@ -577,8 +579,10 @@ class Results:
         lines = self.label_lines(save_conf)
         if lines:
             check_new(path, overwrite is not False, self.path)
-            before = path.read_text() if overwrite is None and path.exists() else ""
-            write_atomic(path, lambda tmp: tmp.write_text(before + "".join(f"{s}\n" for s in lines)))
+            appended = overwrite is None and path.exists()
+            before = path.read_text(encoding="utf-8") if appended else ""
+            # the file read is replaced by itself and the new lines; one that appeared since is kept
+            write_text(path, before + "".join(f"{s}\n" for s in lines), replace=bool(overwrite) or appended)
         return str(path)
 
     def crops(self) -> list[np.ndarray]:
@@ -607,7 +611,8 @@ class Results:
                 n += 1
                 path = folder / f"{stem}{n}.jpg"
             image = Image.fromarray(np.ascontiguousarray(crop[..., 2::-1]))
-            write_atomic(path, lambda tmp: image.save(tmp, format="JPEG", quality=95, subsampling=0))
+            write_atomic(path, lambda file: image.save(file, format="JPEG", quality=95, subsampling=0),
+                         replace=False)
             written.append(str(path))
         return written
 

@@ -31,6 +31,7 @@ def main(argv: list[str]) -> int:
     if checkpoint is not None:
         refuse_second_checkpoint(name, args.weights)
         args.weights = name  # the task's checks read the file's classes, and never write over it
+    args.spec = spec  # what the checks name the model by (a --jsonl header): the file's for a checkpoint
     devices.use(args.device)  # the checks may size work for the device (LaMa's memory bound)
     code = task.check_arguments(args)  # bad inputs fail before weights are read
     if code is not None:  # the task found nothing to do (e.g. every output already written)

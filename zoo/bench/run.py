@@ -17,7 +17,7 @@ from tqdm import tqdm
 from zoo import devices
 from zoo.bench import cases as C
 from zoo.bench import measure as M
-from zoo.files import write_atomic
+from zoo.files import write_text
 
 
 def case_list(args) -> list[C.Case]:
@@ -246,7 +246,7 @@ def run(args, device, torch, tdev, notes) -> int:
     print(f"\nwrote {json_path}")
     if args.rows:
         rows = [row_of(r, env, args.compile_modes) for r in report["results"] if "error" not in r]
-        write_atomic(args.rows, lambda tmp: tmp.write_text(strict_json(rows) + "\n"))
+        write_text(args.rows, strict_json(rows) + "\n")
         print(f"wrote {args.rows}")
     return 0 if all("error" not in r for r in report["results"]) else 1
 
@@ -266,7 +266,7 @@ def release(mlx_sides: dict, torch_sides: dict, torch) -> None:
 
 
 def write_report(path: str, report: dict) -> None:
-    write_atomic(path, lambda tmp: tmp.write_text(strict_json(report)))
+    write_text(path, strict_json(report))
 
 
 def strict_json(value) -> str:

@@ -25,10 +25,11 @@ from tqdm import tqdm
 
 from zoo import pipeline
 from zoo.errors import UsageError, ZooError
-from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
+from zoo.files import (Inputs, check_distinct, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs)
 from zoo.results import ResultFiles, output_name
-from zoo.sources import Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths, open_source
+from zoo.sources import (Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths, open_source,
+                         read_records, records_header)
 from zoo.weights.synthetic import parse_synthetic
 
 RUNS = "runs/detect/predict"
@@ -87,16 +88,28 @@ def check_arguments(args):
     if args.out is None:
         args.out = latest_run(RUNS) if args.resume else increment_path(RUNS, exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
-    args.skip, args.done = set(), set()  # --resume: names and inputs of those whose annotated output exists
+    check_distinct({"--out": out, **({"--jsonl": args.jsonl} if args.jsonl else {}),
+                    **({"--save-json": out / PREDICTIONS} if args.save_json else {})})
+    args.header = records_header(args.spec.task, args.spec.name)
+    recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
+    if args.resume and args.jsonl and Path(args.jsonl).exists():
+        # a damaged or foreign record file: refused before the model loads
+        recorded = {key[0] for key in pipeline.resume_keys(read_records(args.jsonl, args.header).records)}
+    # --resume: names, inputs (resolved) and input file names of those done before
+    args.skip, args.done, args.done_files = set(), set(), set()
     outputs = list(fixed_outputs(args.source, out))
     args.image_ids = CocoImageIds([name for _, _, name, is_video in outputs if not is_video])
     for given, path, name, is_video in outputs:
         refuse_inputs(path, inputs, "output")
         if args.resume and path.exists():
-            args.skip.add(name)
-            args.done.add(given)
-            continue
-        check_new_file(path, "output", args.overwrite)
+            if recorded is None or pipeline.input_identity(given) in recorded:
+                args.skip.add(name)
+                args.done.add(pipeline.input_identity(given))
+                args.done_files.add(Path(given).name)
+                continue
+            # written, but the run was killed before its record: done again, its own outputs replaced
+        else:
+            check_new_file(path, "output", args.overwrite)
         for extra in item_files(out, name, is_video, args):
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
     if args.save_json:
@@ -156,12 +169,13 @@ def run(args, model) -> int:
     files = ResultFiles(out, save_txt=args.save_txt, save_conf=args.save_conf, save_crop=args.save_crop,
                         overwrite=replace, labels=replace, vid_stride=args.vid_stride)
     # --resume keeps the records of the images and videos it skips; the others are done again
-    jsonl = JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite,
-                        keep=lambda r: "error" not in r and r.get("path") in args.done) if args.jsonl else None
+    jsonl = JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite, header=args.header,
+                        keep=lambda r: "error" not in r and pipeline.input_identity(r["path"]) in args.done
+                        ) if args.jsonl else None
     coco = None
     if args.save_json:
         category_ids = coco_category_ids(model.names)
-        kept = args.image_ids.kept(args.skip, {Path(p).name for p in args.done})
+        kept = args.image_ids.kept(args.skip, args.done_files)
         coco = JsonListWriter(out / PREDICTIONS, resume=args.resume, overwrite=args.overwrite, keep=kept)
 
     def skip(item) -> bool:
@@ -184,6 +198,8 @@ def run(args, model) -> int:
             counts.update(result.names[int(c)] for c in result.boxes.cls)
             speed.update(result.speed)
             tqdm.write(log_line(item, result))
+        if jsonl is not None:
+            jsonl.sync()  # the batch's records on disk: a killed run loses at most the next batch
 
     run = pipeline.Pipeline(args.source, batch=args.batch, workers=args.workers, skip=skip if args.skip else None,
                             on_error=failed, desc="detect")
@@ -192,7 +208,7 @@ def run(args, model) -> int:
     finally:
         files.close(complete=not run.interrupted)
         if jsonl is not None:
-            jsonl.close() if jsonl.count else jsonl.abort()
+            jsonl.close()
         if coco is not None:
             coco.close()  # a run without detections still says so: []
     if run.done == 0 and run.failed and not run.skipped:

@@ -353,7 +353,8 @@ def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
             f"({args.hd_strategy}), {time.perf_counter() - start:.1f} s")
     if result.mode == "RGBA" and job.format == "JPEG":
         raise ZooError(f"{job.image} has transparency, which {job.out.suffix} cannot store: pass --ext png")
-    write_atomic(job.out, lambda tmp: result.save(tmp, format=job.format, **read.options))
+    write_atomic(job.out, lambda file: result.save(file, format=job.format, **read.options),
+                 replace=args.overwrite)
 
 
 def metadata(path: Path) -> dict:

@@ -18,7 +18,7 @@ from pathlib import Path
 from zoo import ray as zoo_ray
 from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, usage_errors
 from zoo.errors import UsageError, ZooError
-from zoo.files import Inputs, check_output_file, increment_path, write_atomic
+from zoo.files import Inputs, check_output_file, check_output_folder, increment_path, write_atomic
 from zoo.registry import is_weights_file
 
 TASKS = ("classify", "detect")
@@ -89,8 +89,9 @@ def main(spec, argv: list[str]) -> int:
     uri = len(args.images) == 1 and zoo_ray.is_uri(args.images[0])
     inputs = args.images[0] if uri else zoo_ray.image_paths(args.images, args.recursive)
     out = Path(args.out) if args.out else increment_path(f"runs/{spec.task}/ray")
-    path = check_output_file(out / f"predictions.{args.format}", "output",
-                             Inputs([] if uri else [*args.images, *inputs, args.weights]), args.overwrite)
+    given = Inputs([] if uri else [*args.images, *inputs, args.weights])
+    path = check_output_file(check_output_folder(out, "--out", given) / f"predictions.{args.format}", "output",
+                             given, args.overwrite)
     options = {"batch": args.batch}
     if spec.task == "classify":
         from zoo.cli.classify import model_options
@@ -123,7 +124,7 @@ def main(spec, argv: list[str]) -> int:
     schema = schema_for(spec.task)
     write = write_parquet if args.format == "parquet" else write_jsonl
     try:
-        write_atomic(path, lambda tmp: write(tmp, tables(dataset, schema, counts), schema))
+        write_atomic(path, lambda file: write(file, tables(dataset, schema, counts), schema), replace=args.overwrite)
     except ray.exceptions.RayError as e:  # e.g. an actor that could not build its model
         raise ZooError(f"the Ray run failed: {root_cause(e)}") from None
     failed = f", {counts['failed']} failed" if counts["failed"] else ""
@@ -161,20 +162,19 @@ def tables(dataset, schema, counts: dict):
         yield table
 
 
-def write_parquet(tmp: Path, tables, schema) -> None:
+def write_parquet(file, tables, schema) -> None:
     import pyarrow.parquet as pq
 
-    with pq.ParquetWriter(tmp, schema) as writer:
+    with pq.ParquetWriter(file, schema) as writer:
         for table in tables:
             writer.write_table(table)
 
 
-def write_jsonl(tmp: Path, tables, schema) -> None:
+def write_jsonl(file, tables, schema) -> None:
     """One record a line: the path and its results, or the path and its error."""
     results = [name for name in schema.names if name not in ("path", "error")]
-    with open(tmp, "w", encoding="utf-8") as f:
-        for table in tables:
-            for row in table.to_pylist():
-                keep = ("path", "error") if row["error"] else ("path", *results)
-                f.write(json.dumps({k: row[k] for k in keep}) + "\n")
-            f.flush()  # a batch at a time: the temporary file shows the progress
+    for table in tables:
+        for row in table.to_pylist():
+            keep = ("path", "error") if row["error"] else ("path", *results)
+            file.write((json.dumps({k: row[k] for k in keep}) + "\n").encode("utf-8"))
+        file.flush()  # a batch at a time: the temporary file shows the progress

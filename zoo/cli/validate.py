@@ -12,7 +12,7 @@ from zoo import registry, validate
 from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
 from zoo.cli.validate_ops import main as ops_main
 from zoo.errors import UsageError
-from zoo.files import check_output_file, write_atomic
+from zoo.files import check_output_file, write_text
 from zoo.validate import engine
 from zoo.validate.report import coverage_counts, format_error
 
@@ -104,9 +104,9 @@ def print_report(report, args, title: str) -> int:
         for one in report.dtypes:
             print_coverage(report.coverage(one), head["device"] + (f", {one}" if several else ""))
     if args.json:
-        write_atomic(args.json, lambda tmp: tmp.write_text(report.to_json()))
+        write_text(args.json, report.to_json())
     if args.report:
-        write_atomic(args.report, lambda tmp: tmp.write_text(report.to_html(), encoding="utf-8"))
+        write_text(args.report, report.to_html())
     return 0 if report.passed else 1
 
 
