@@ -53,7 +53,8 @@ class Proto(nn.Module):
             return self.cv3(self.cv2(self.upsample(mx.depends(y, after))))
         parts = []
         for start in range(0, n, step):
-            parts.append(self.cv3(self.cv2(self.upsample(mx.depends(y[start:start + step], parts[-1] if parts else after)))))
+            part = mx.depends(y[start:start + step], parts[-1] if parts else after)
+            parts.append(self.cv3(self.cv2(self.upsample(part))))
         return mx.concatenate(parts)
 
 

@@ -409,8 +409,9 @@ class HeadBranch(Sequential):
     """Conv 3x3, Conv 3x3, then the 1x1 output Conv2d. In a compiled forward a width ``c`` that is not a
     multiple of 4 (Pose's 51 = 17 x 3 keypoint values) is padded with zero channels to one
     (``padded_folds``): in float32 on CUDA its 3x3 convolutions then take zoo.kernels.implicit_gemm
-    (4-channel reads, no workspace) instead of cuDNN's float32 engines, whose workspaces held
-    yolo11n-pose b16 at 854 MiB against yolo11n's 484. The zero channels add exact zeros."""
+    (4-channel reads, no workspace) instead of cuDNN's float32 engines and their workspaces (read as
+    the cause of yolo11n-pose b16's 854 MiB against yolo11n's 484, docs/speed-gpu.md). The zero
+    channels add exact zeros."""
 
     def __init__(self, c1: int, c: int, c_out: int):
         super().__init__(Conv(c1, c, 3), Conv(c, c, 3), Conv2d(c, c_out, 1))
