@@ -575,3 +575,49 @@ def test_memory_factor_setting(monkeypatch):
         monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, bad)
         with pytest.raises(ZooError, match=compiled.MEMORY_FACTOR_VAR):
             compiled.memory_factor()
+
+
+def test_pose_keypoint_branch_is_padded_to_four_channels_compiled_and_equals_eager(compile_on):
+    """Pose's 51-wide keypoint branch (17 x 3) runs compiled on 52 channels, the extra one zero, so
+    that its float32 3x3 convolutions fit zoo.kernels.implicit_gemm (4-channel reads) on CUDA rather
+    than cuDNN's engines and their workspaces; the detector's branches, multiples of 4, stay as they were."""
+    from zoo.kernels import implicit_gemm
+
+    model = zoo.load("yolo11n-pose", weights="synthetic", device="cpu")
+    perturbed_batch_norms(model)
+    x = mx.array(np.random.default_rng(3).uniform(0, 1, (2, 64, 64, 3)).astype(np.float32))
+    got = np.array(model(x))
+    head, arrays = model.head, model.compiled.folds.arrays
+    branch = head.cv4["0"]
+    assert arrays[id(branch["0"].conv)]["weight"].shape == (52, 3, 3, 64)
+    assert arrays[id(branch["1"].conv)]["weight"].shape == (52, 3, 3, 52)
+    assert arrays[id(branch["2"])]["weight"].shape == (51, 1, 1, 52)
+    assert all(implicit_gemm.fits(arrays[id(branch[k].conv)]["weight"].shape, 1, 1, 1, 1) for k in "01")
+    assert arrays[id(head.cv2["0"]["1"].conv)]["weight"].shape == head.cv2["0"]["1"].conv.weight.shape
+    assert id(head.cv2["0"]["2"]) not in arrays
+    with eager():
+        want = np.array(model(x))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_segment_prototypes_run_in_parts_after_the_detections_where_winograd_takes_them(compile_on, monkeypatch):
+    """Where the Proto's 3x3 cv2 at twice the P3 level's size takes Winograd's form (float32 on CUDA;
+    forced here, its fallback on the CPU), whose transforms hold 4x its input and output, the layers
+    after cv1 run over a quarter of the batch at a time, one part after another; equal to eager."""
+    from zoo.kernels import winograd
+
+    monkeypatch.setattr(winograd, "preferred", winograd.suits)
+    monkeypatch.setattr(winograd, "MIN_GFLOP", 0.0)
+    model = zoo.load("yolov8n-seg", weights="synthetic", device="cpu")
+    perturbed_batch_norms(model)
+    x = mx.array(np.random.default_rng(4).uniform(0, 1, (5, 32, 32, 3)).astype(np.float32))
+    sizes = []
+    conv3x3 = winograd.conv3x3
+    monkeypatch.setattr(winograd, "conv3x3", lambda x, *args: sizes.append(x.shape) or conv3x3(x, *args))
+    got = model(x)
+    assert [s for s in sizes if s[1:] == (8, 8, 64)] == [(2, 8, 8, 64)] * 2 + [(1, 8, 8, 64)]
+    monkeypatch.setattr(winograd, "conv3x3", conv3x3)
+    with eager():
+        want = model(x)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.array(a), np.array(b), rtol=1e-4, atol=1e-4)

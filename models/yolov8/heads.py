@@ -14,9 +14,11 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from zoo.compiled import folded, folding
+from zoo.kernels import winograd
 from zoo.models.layers import ConvTranspose2d, Sequential, sigmoid
 
-from .model import HEADS, STRIDES, Architecture, Conv, Detect, head_branch, scaled_channels
+from .model import HEADS, STRIDES, Architecture, Conv, Detect, HeadBranch, scaled_channels
 
 NM, NPR = 32, 256  # yolov8-seg.yaml / yolo11-seg.yaml: Segment(nc, 32, 256), the 256 scaled by the width
 TASK_HEADS = {"detect": "Detect", "segment": "Segment", "pose": "Pose"}
@@ -35,6 +37,26 @@ class Proto(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         return self.cv3(self.cv2(self.upsample(self.cv1(x))))
 
+    def in_parts(self, x: mx.array, after: mx.array) -> mx.array:
+        """The prototypes in a compiled forward, computed after ``after`` (the detections): where cv2
+        at twice the P3 level's size takes Winograd's form (float32 on CUDA), whose transforms hold 4x
+        its input and 4x its output (yolov8n-seg b16: 2 x 420 MB beside the 105 MB maps), the layers
+        after cv1 run over a quarter of the images at a time, one part after another (mx.depends),
+        so that no more than the P3 level's pixels of the whole batch are in flight, where that part
+        still takes Winograd's form; else whole."""
+        y = self.cv1(x)
+        n, h, w, c = y.shape
+        step = -(-n // 4)
+        arrays = folded(self.cv2.conv)
+        if step == n or "winograd" not in arrays \
+                or not winograd.worth_it((step, 2 * h, 2 * w, c), arrays["weight"].shape):
+            return self.cv3(self.cv2(self.upsample(mx.depends(y, after))))
+        parts = []
+        for start in range(0, n, step):
+            part = mx.depends(y[start:start + step], parts[-1] if parts else after)
+            parts.append(self.cv3(self.cv2(self.upsample(part))))
+        return mx.concatenate(parts)
+
 
 class Segment(Detect):
     """Detect, the mask coefficients of each anchor (cv4) and the prototypes of the P3 level (proto)."""
@@ -46,7 +68,7 @@ class Segment(Detect):
         self.nm = nm
         self.proto = Proto(ch[0], npr, nm)
         c4 = max(ch[0] // 4, nm)
-        self.cv4 = Sequential(*(head_branch(c, c4, nm) for c in ch))
+        self.cv4 = Sequential(*(HeadBranch(c, c4, nm) for c in ch))
 
     def branches_by_stride(self) -> list[tuple[nn.Module, int]]:
         return [*super().branches_by_stride(), *((self.cv4[str(i)], s) for i, s in enumerate(STRIDES)),
@@ -54,11 +76,11 @@ class Segment(Detect):
 
     def __call__(self, *levels: mx.array) -> tuple[mx.array, mx.array]:
         n = levels[0].shape[0]
-        protos = self.proto(levels[0])
         coefficients = mx.concatenate([self.cv4[str(i)](x).reshape(n, -1, self.nm) for i, x in enumerate(levels)],
                                       axis=1)
         preds = super().__call__(*levels)
-        return mx.concatenate([preds, coefficients.astype(preds.dtype)], axis=-1), protos
+        preds = mx.concatenate([preds, coefficients.astype(preds.dtype)], axis=-1)
+        return preds, self.proto.in_parts(levels[0], preds) if folding() else self.proto(levels[0])
 
 
 class Pose(Detect):
@@ -72,7 +94,7 @@ class Pose(Detect):
         self.kpt_shape = tuple(kpt_shape)
         self.nk = self.kpt_shape[0] * self.kpt_shape[1]
         c4 = max(ch[0] // 4, self.nk)
-        self.cv4 = Sequential(*(head_branch(c, c4, self.nk) for c in ch))
+        self.cv4 = Sequential(*(HeadBranch(c, c4, self.nk) for c in ch))
 
     def branches_by_stride(self) -> list[tuple[nn.Module, int]]:
         return [*super().branches_by_stride(), *((self.cv4[str(i)], s) for i, s in enumerate(STRIDES))]

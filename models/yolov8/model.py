@@ -28,11 +28,12 @@ from typing import NamedTuple
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.compiled import CompiledForward, Stage, fold_in_conv_dtype, folded, folding
+from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_dtype, folded, folding,
+                          with_winograd)
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import box_decode, sppf_maxpool
-from zoo.models.layers import BatchNorm, Conv2d, Sequential, attention, conv_bn, sigmoid, silu
+from zoo.models.layers import BatchNorm, Conv2d, Sequential, attention, conv2d_derived, conv_bn, sigmoid, silu
 
 from .ops import STRIDE, resolve_classes
 from .predict import PREDICT_OPTIONS, predict
@@ -404,8 +405,43 @@ class DFL(nn.Module):
         return self.conv(p).reshape(n, 4, a)
 
 
-def head_branch(c1: int, c: int, c_out: int) -> Sequential:
-    return Sequential(Conv(c1, c, 3), Conv(c, c, 3), Conv2d(c, c_out, 1))
+class HeadBranch(Sequential):
+    """Conv 3x3, Conv 3x3, then the 1x1 output Conv2d. In a compiled forward a width ``c`` that is not a
+    multiple of 4 (Pose's 51 = 17 x 3 keypoint values) is padded with zero channels to one
+    (``padded_folds``): in float32 on CUDA its 3x3 convolutions then take zoo.kernels.implicit_gemm
+    (4-channel reads, no workspace) instead of cuDNN's float32 engines and their workspaces (read as
+    the cause of yolo11n-pose b16's 854 MiB against yolo11n's 484, docs/speed-gpu.md). The zero
+    channels add exact zeros."""
+
+    def __init__(self, c1: int, c: int, c_out: int):
+        super().__init__(Conv(c1, c, 3), Conv(c, c, 3), Conv2d(c, c_out, 1))
+
+    def padded_folds(self) -> list[tuple]:
+        """FoldedConvs entries that pad the branch's width to a multiple of 4; none where it is one."""
+        if self["1"].conv.weight.shape[0] % 4 == 0:
+            return []
+        first, second = self["0"], self["1"]
+        return [(first.conv, first.bn, padded_to_4(outputs=True)),
+                (second.conv, second.bn, padded_to_4(inputs=True, outputs=True)),
+                (self["2"], None, padded_to_4(inputs=True))]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        last = folded(self["2"])
+        if last is None:
+            return super().__call__(x)
+        return conv2d_derived(self["1"](self["0"](x)), self["2"], last)
+
+
+def padded_to_4(inputs: bool = False, outputs: bool = False):
+    """A FoldedConvs derivation (HeadBranch.padded_folds): the convolution, its BatchNorm folded in
+    where it has one, with zero output and/or input channels up to a multiple of 4."""
+    def make(conv, bn) -> dict[str, mx.array]:
+        weight, bias = fold_batch_norm(conv, bn) if bn is not None else (conv.weight, conv.bias)
+        o, _, _, i = weight.shape
+        grow_out, grow_in = -o % 4 if outputs else 0, -i % 4 if inputs else 0
+        weight = mx.pad(weight, [(0, grow_out), (0, 0), (0, 0), (0, grow_in)]).astype(conv.weight.dtype)
+        return with_winograd(conv, {"weight": weight, "bias": mx.pad(bias, [(0, grow_out)]).astype(conv.weight.dtype)})
+    return make
 
 
 def depthwise_head_branch(c1: int, c: int, c_out: int) -> Sequential:
@@ -425,8 +461,8 @@ class Detect(nn.Module):
         self.nc = nc
         c2 = max(16, ch[0] // 4, REG_MAX * 4)
         c3 = max(ch[0], min(nc, 100))
-        self.cv2 = Sequential(*(head_branch(c, c2, 4 * REG_MAX) for c in ch))
-        self.cv3 = Sequential(*((head_branch if legacy else depthwise_head_branch)(c, c3, nc) for c in ch))
+        self.cv2 = Sequential(*(HeadBranch(c, c2, 4 * REG_MAX) for c in ch))
+        self.cv3 = Sequential(*((HeadBranch if legacy else depthwise_head_branch)(c, c3, nc) for c in ch))
         self.dfl = DFL(REG_MAX)
 
     def branches_by_stride(self) -> list[tuple[nn.Module, int]]:
@@ -511,7 +547,10 @@ class DetectionModel(nn.Module):
         self.names = dict(names) if names is not None else {i: f"class{i}" for i in range(nc)}  # {id: name}
         self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
         after_concat = {id(self.model[str(i)].cv1): split_by_input(sizes) for i, sizes in concatenated.items()}
-        convs = [(m.conv, m.bn, after_concat.get(id(m), fold_in_conv_dtype)) for m in self.modules() if isinstance(m, Conv)]
+        padded = [entry for m in self.modules() if isinstance(m, HeadBranch) for entry in m.padded_folds()]
+        special = {id(entry[0]) for entry in padded}
+        convs = [(m.conv, m.bn, after_concat.get(id(m), fold_in_conv_dtype)) for m in self.modules()
+                 if isinstance(m, Conv) and id(m.conv) not in special] + padded
         bounds = (0, *arch.stage_starts, len(arch.layers))
         stages = [Stage(partial(self.layers, start, stop), layers[start:stop]) for start, stop in zip(bounds, bounds[1:])]
         self.flop_per_pixel = conv_flop_per_pixel(layers, arch)
