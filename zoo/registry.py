@@ -24,6 +24,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import devices
+from .concurrency import release_mlx_at_thread_exit
 from .errors import UsageError, ZooError
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
     """Build the model (with the family's ``options``), load ``weights`` strictly and put it in eval mode."""
     from zoo.weights.convert import load_state_dict
 
+    release_mlx_at_thread_exit()  # building uses MLX (random init) on this thread
     fam = family(spec)
     check_options(spec, options)
     if hasattr(fam, "checkpoint_spec"):
