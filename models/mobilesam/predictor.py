@@ -22,9 +22,10 @@ from zoo.images import load_image
 
 
 def preprocess_shape(h: int, w: int, long_side: int) -> tuple[int, int]:
-    """(new_h, new_w) with the long side ``long_side``, each rounded half up (upstream's rule)."""
+    """(new_h, new_w) with the long side ``long_side``, each rounded half up (upstream's rule), and at
+    least one pixel: a strip (1x65535) would round its short side to 0 (upstream fails there)."""
     scale = long_side * 1.0 / max(h, w)
-    return int(h * scale + 0.5), int(w * scale + 0.5)
+    return max(1, int(h * scale + 0.5)), max(1, int(w * scale + 0.5))
 
 
 def resize_longest_side(image: np.ndarray, long_side: int) -> np.ndarray:
