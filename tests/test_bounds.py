@@ -85,6 +85,7 @@ def test_a_strip_is_refused_before_resnet_enlarges_it(tmp_path):
              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
     done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "strip.png")], capture_output=True, text=True,
                           timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
     message, peak_kb = done.stdout.splitlines()
     assert message.startswith("the image is 1x5000: resizing its shorter side to 256 makes it 256x1280000 "
                               "(327,680,000 pixels), above the limit of 89,478,485 pixels: crop it to an aspect "

@@ -237,11 +237,10 @@ def load_model(given, weights, dtype: str, role: str, family: str, label: str, m
     spec = registry.get_spec(str(given))
     if spec.family != family:
         raise UsageError(f"{role} {given} is a {spec.task} model: pass {names} or its checkpoint")
-    read = registry.read_weights(spec, weights)
     holds = getattr(registry.family(spec), "holds", None)  # other tasks' YOLOv8 heads are refused when built
-    if holds is not None and not holds(read.state_dict, read.meta):
-        raise UsageError(f"{role} {weights} holds no {label} model: pass {files}")
-    return registry.build(spec, read, dtype)
+    if holds is not None and registry.is_weights_file(weights) and not holds(*registry.named_header(spec, weights)):
+        raise UsageError(f"{role} {weights} holds no {label} model: pass {files}")  # told before a tensor is read
+    return registry.build(spec, registry.read_weights(spec, weights), dtype)
 
 
 def load_detector(det_model, weights=None, dtype: str = "float32"):

@@ -128,8 +128,7 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
         sd, meta = read_checkpoint_with_meta(weights)
         source = str(weights)
     # every route, synthetic included (the manifest lists unused keys too), goes through sanitize
-    sanitize = getattr(family(spec), "sanitize", None)
-    return Weights(sanitize(sd, meta) if sanitize else sd, source, meta, synthetic=seed is not None)
+    return Weights(sanitized(spec, sd, meta), source, meta, synthetic=seed is not None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -146,6 +145,21 @@ def manifest(variant: str) -> dict[str, tuple[tuple[int, ...], str]]:
 # may hold, plus a little.
 CHECKPOINT_FACTOR = 4
 CHECKPOINT_SLACK = 16 << 20
+
+
+def sanitized(spec: ModelSpec, state_dict: dict, meta: dict) -> dict:
+    """``state_dict`` (arrays or TensorHeaders) named as the family reads it (its ``sanitize``)."""
+    sanitize = getattr(family(spec), "sanitize", None)
+    return sanitize(state_dict, meta) if sanitize else state_dict
+
+
+def named_header(spec: ModelSpec, path) -> tuple[dict, dict]:
+    """The checkpoint's TensorHeaders named as ``spec``'s family reads them, and its metadata: what
+    ``read_weights`` would give, without reading a tensor."""
+    from zoo.weights.checkpoint import read_checkpoint_header
+
+    header, meta = read_checkpoint_header(path)
+    return sanitized(spec, header, meta), meta
 
 
 def check_header(spec: ModelSpec | None, path) -> None:
@@ -169,9 +183,8 @@ def check_header(spec: ModelSpec | None, path) -> None:
                        f"{most:,} bytes of {model}'s weights; nothing was read: pass the checkpoint of this model")
     if spec is None:
         return
-    sanitize = getattr(family(spec), "sanitize", lambda state_dict, meta: state_dict)
-    names = {n for n in sanitize(header, meta) if not n.endswith(TORCH_ONLY_SUFFIXES)}
-    needed = {n for n in sanitize(manifest(spec.variant), {}) if not n.endswith(TORCH_ONLY_SUFFIXES)}
+    names = {n for n in sanitized(spec, header, meta) if not n.endswith(TORCH_ONLY_SUFFIXES)}
+    needed = {n for n in sanitized(spec, manifest(spec.variant), {}) if not n.endswith(TORCH_ONLY_SUFFIXES)}
     missing, unexpected = sorted(needed - names), sorted(names - needed)
     # a file that shares no name with the model is another model's; a partial one (a features-only
     # backbone, another head) is the loader's and the family's to judge, its size bounded above
