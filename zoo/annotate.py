@@ -41,6 +41,9 @@ from .files import (Inputs, check_new_file, check_output_folder, make_output_fol
 from .sources import Item, open_source, planned_names
 
 
+CHUNK_MASK_BYTES = 128 << 20  # full-size bool masks segmented at a time
+
+
 @dataclass
 class Annotation:
     """One image's labels. ``classes`` (N,), ``boxes`` (N, 4) x1 y1 x2 y2 pixels and ``scores`` (N,) from the
@@ -118,8 +121,9 @@ def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, con
     predictor = sam.predictor()
     predictor.set_image(rgb)
     kept, mask_scores, polygons, from_box = [], [], [], []
-    for start in range(0, len(boxes), PROMPTS_PER_DECODE):
-        masks, scores, _ = predictor.predict(boxes=boxes[start:start + PROMPTS_PER_DECODE], multimask_output=False)
+    chunk = max(1, min(PROMPTS_PER_DECODE, CHUNK_MASK_BYTES // (height * width)))  # a big photo: fewer at once
+    for start in range(0, len(boxes), chunk):
+        masks, scores, _ = predictor.predict(boxes=boxes[start:start + chunk], multimask_output=False)
         mask_scores.append(scores[:, 0])
         for i, mask in enumerate(masks[:, 0], start):
             polygon = mask_polygon(mask)
