@@ -126,6 +126,22 @@ def test_one_decoder_call_and_one_encoding_per_image(models, photos, monkeypatch
         np.testing.assert_array_equal(single[0], mask)
 
 
+def test_boxes_are_segmented_in_chunks_and_masks_kept_only_when_asked(models, photos, monkeypatch):
+    """Memory bounded whatever the number of boxes (300 boxes took 16 GB): the same polygons and masks
+    with 3 boxes per decoder call, and none of the masks kept when they are not written."""
+    import zoo.models.mobilesam.predictor as predictor_module
+
+    det, sam = models
+    rgb = np.asarray(Image.open(photos / "a.png"))
+    whole = annotate_image(det, sam, rgb, **OPTIONS)
+    monkeypatch.setattr(predictor_module, "PROMPTS_PER_DECODE", 3)
+    chunked = annotate_image(det, sam, rgb, **OPTIONS)
+    polygons_only = annotate_image(det, sam, rgb, **OPTIONS, keep_masks=False)
+    np.testing.assert_array_equal(chunked.masks, whole.masks)
+    np.testing.assert_allclose(chunked.mask_scores, whole.mask_scores, rtol=1e-5)  # batch size: float rounding
+    assert polygons_only.masks is None and polygons_only.label_lines() == whole.label_lines() == chunked.label_lines()
+
+
 def test_no_detections_is_an_empty_label_file_and_a_note(models, photos, tmp_path, capsys):
     det, sam = models
     out = tmp_path / "labels"

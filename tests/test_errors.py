@@ -56,6 +56,11 @@ def files(tmp_path_factory) -> Path:
     (root / "lie.safetensors").write_bytes(safetensors_bytes(
         {"w": {"dtype": "F32", "shape": [TIB // 4], "data_offsets": [0, TIB]}}, bytes(16)))
     legacy_file(root / "lie.pt", TIB // 4)
+    (root / "sparse.safetensors").write_bytes(safetensors_bytes(
+        {"weight": {"dtype": "BF16", "shape": [3 << 29], "data_offsets": [0, 3 << 30]}}, b""))
+    with open(root / "sparse.safetensors", "r+b") as sparse:  # 3 GiB of holes: nothing on disk
+        sparse.truncate(sparse.seek(0, 2) + (3 << 30))
+    Image.new("RGB", (5000, 1), (120, 30, 200)).save(root / "strip.png")
     return root
 
 

@@ -15,7 +15,8 @@ from safetensors import SafetensorError, safe_open
 
 from zoo.errors import ZooError
 
-from .torchfile import StubObject, bfloat16_to_float32, load_torch_file, module_attribute, root_module, state_dict_from
+from .torchfile import (StubObject, TensorHeader, bfloat16_to_float32, load_torch_file, module_attribute, root_module,
+                        state_dict_from, tensor_header)
 
 _TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin")
 _FIX = "pass a .safetensors, .pt, .pth or .ckpt file"
@@ -40,6 +41,17 @@ def read_checkpoint_with_meta(path) -> tuple[dict[str, np.ndarray], dict]:
     values at its top (epoch, versions, train args ...) and the model's ``names`` (class
     names of an ultralytics checkpoint) when it has them.
     """
+    return _read(path, tensors=True)
+
+
+def read_checkpoint_header(path) -> tuple[dict[str, TensorHeader], dict]:
+    """What ``read_checkpoint_with_meta`` would return, each tensor as its TensorHeader (name,
+    shape, dtype as read, bytes): from the safetensors header, or the torch pickle without its
+    storages. Nothing is allocated for the tensors, so a file can be checked against a model first."""
+    return _read(path, tensors=False)
+
+
+def _read(path, tensors: bool):
     path = Path(path)
     suffix = path.suffix.lower()
     if path.is_dir():
@@ -53,7 +65,7 @@ def read_checkpoint_with_meta(path) -> tuple[dict[str, np.ndarray], dict]:
     if path.stat().st_size == 0:
         raise ZooError(f"{path} is empty (0 bytes): re-download it")
     if suffix == ".safetensors":
-        return _read_safetensors(path)
+        return _read_safetensors(path, tensors)
     if not _is_torch_save(path):
         with open(path, "rb") as file:
             if file.read(4) == b"PK\x03\x04":  # a zip's first entry, without the directory a zip ends with
@@ -61,7 +73,7 @@ def read_checkpoint_with_meta(path) -> tuple[dict[str, np.ndarray], dict]:
                                "missing): re-download it or copy it again")
         raise ZooError(f"{path} is not a PyTorch checkpoint (neither a zip archive nor a pickle): "
                        "re-download it or pass the model's .pt or .safetensors file")
-    tree = load_torch_file(path)
+    tree = load_torch_file(path, tensors)
     try:
         return state_dict_from(tree), _torch_metadata(tree)
     except ZooError as error:
@@ -110,7 +122,7 @@ def _is_plain(value) -> bool:
     return False
 
 
-def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict]:
+def _read_safetensors(path: Path, tensors: bool = True) -> tuple[dict, dict]:
     """8-byte little-endian header length, a JSON header, then the raw little-endian bytes.
 
     The safetensors library checks the header against the file first (its size, every dtype,
@@ -125,7 +137,8 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict]:
             header = json.loads(file.read(header_length))
             header.pop("__metadata__", None)
             body = 8 + header_length
-            weights = {name: _read_tensor(file, body, name, entry) for name, entry in header.items()}
+            read = _read_tensor if tensors else _tensor_header
+            weights = {name: read(file, body, name, entry) for name, entry in header.items()}
     except (SafetensorError, OSError, ValueError) as error:
         reason = " ".join(f"{type(error).__name__}: {error}".split())
         raise ZooError(f"{path}: not a valid .safetensors file ({reason}); re-download or "
@@ -133,9 +146,19 @@ def _read_safetensors(path: Path) -> tuple[dict[str, np.ndarray], dict]:
     return weights, meta
 
 
-def _read_tensor(file, body: int, name: str, entry: dict) -> np.ndarray:
+def _tensor_header(file, body: int, name: str, entry: dict) -> TensorHeader:
+    _check_dtype(name, entry)
+    read_as = {"BF16": np.float32, "BOOL": bool}.get(entry["dtype"], _SAFETENSORS_DTYPES[entry["dtype"]])
+    return tensor_header(entry["shape"], read_as)
+
+
+def _check_dtype(name: str, entry: dict) -> None:
     if entry["dtype"] not in _SAFETENSORS_DTYPES:
         raise ValueError(f"{name}: unsupported dtype {entry['dtype']}")
+
+
+def _read_tensor(file, body: int, name: str, entry: dict) -> np.ndarray:
+    _check_dtype(name, entry)
     start, end = entry["data_offsets"]
     file.seek(body + start)
     buffer = bytearray(end - start)  # numpy takes it over: no second copy, and the array is writable

@@ -37,6 +37,13 @@ def _listing(names: list[str], limit: int = 5) -> str:
     return f"{len(names)} ({shown}{', ...' if len(names) > limit else ''})"
 
 
+def mismatch(source: str, model_name: str, missing: list[str], unexpected: list[str], misshaped: list[str]) -> str:
+    """The one line that says how the weights in ``source`` differ from the model's."""
+    parts = [f"{label} {_listing(items)}" for label, items in
+             (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)) if items]
+    return f"weights {source} do not match {model_name}: " + "; ".join(parts) + ": pass the checkpoint of this model variant"
+
+
 def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source: str, dtype: mx.Dtype = mx.float32,
                     model_name: str | None = None, kept: set[str] = frozenset()) -> None:
     """Load a checkpoint into ``model`` strictly, converting layouts and dtype once.
@@ -63,12 +70,7 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source:
         params[name] = expected[name].astype(dtype)
     missing = sorted(set(expected) - set(state_dict) - set(kept))
     if missing or unexpected or misshaped:
-        parts = [f"{label} {_listing(items)}" for label, items in
-                 (("missing", missing), ("unexpected", unexpected), ("mis-shaped", misshaped)) if items]
-        raise ZooError(
-            f"weights {source} do not match {model_name or type(model).__name__}: " + "; ".join(parts)
-            + ": pass the checkpoint of this model variant"
-        )
+        raise ZooError(mismatch(source, model_name or type(model).__name__, missing, unexpected, misshaped))
     # rebuilt along the model's own tree: tree_unflatten would turn the "0", "1"
     # children of a torch-named Sequential into a list the module cannot take
     model.update(tree_map_with_path(lambda path, _: params[path], model.parameters()))

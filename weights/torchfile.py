@@ -161,6 +161,28 @@ class _Storage:
     budget: _CopyBudget
 
 
+@dataclass(frozen=True)
+class TensorHeader:
+    """A tensor as a checkpoint describes it, before its bytes are read: shape, dtype as read
+    (bfloat16 widened to float32), and the bytes it will take."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    nbytes: int
+
+
+def tensor_header(shape, dtype: np.dtype) -> TensorHeader:
+    shape = tuple(int(n) for n in shape)
+    if min(shape, default=0) < 0:
+        raise ValueError(f"negative tensor size {shape}")
+    return TensorHeader(shape, np.dtype(dtype), math.prod(shape) * np.dtype(dtype).itemsize)
+
+
+def _read_dtype(kind: _StorageType) -> np.dtype:
+    """The dtype a storage's tensors have once read (see _decode)."""
+    return {"BFloat16Storage": np.dtype(np.float32), "BoolStorage": np.dtype(bool)}.get(kind.name, kind.dtype)
+
+
 def bfloat16_to_float32(bits: np.ndarray) -> np.ndarray:
     """bfloat16 bit patterns (uint16) as float32: exact, bfloat16 is float32's upper half."""
     return (bits.astype(np.uint32) << 16).view(np.float32)
@@ -176,8 +198,8 @@ def _rebuild_tensor(storage, storage_offset, size, stride):
     """A copy of the strided view torch would build on the storage."""
     if not isinstance(storage, _Storage):
         raise ValueError(f"tensor built on {type(storage).__name__}, not a storage")
-    if storage.elements is None:
-        return None
+    if storage.elements is None:  # headers only: the storages are not read
+        return tensor_header(size, _read_dtype(storage.kind))
     elements, offset = storage.elements, int(storage_offset)
     size, stride = tuple(map(int, size)), tuple(map(int, stride))
     if len(size) != len(stride) or offset < 0 or min(size + stride, default=0) < 0:
@@ -500,7 +522,7 @@ class _Records:
             return _Bounded(record, info.file_size).read()
 
 
-def _load_zip(path: Path):
+def _load_zip(path: Path, tensors: bool = True):
     """torch >= 1.6: <archive>/data.pkl, storages in <archive>/data/<key>, optional byteorder."""
     with zipfile.ZipFile(path) as archive:
         records = _Records(archive, path.stat().st_size)
@@ -517,10 +539,10 @@ def _load_zip(path: Path):
 
         info = records.info(pickles[0])
         with archive.open(info) as pickled:
-            return _RestrictedUnpickler(pickled, info.file_size, read_storage).load()
+            return _RestrictedUnpickler(pickled, info.file_size, read_storage if tensors else None).load()
 
 
-def _load_legacy(path: Path):
+def _load_legacy(path: Path, tensors: bool = True):
     """torch < 1.6: magic, protocol, sys_info and main pickles, storage keys, then raw storages."""
     size = path.stat().st_size
     with open(path, "rb") as file:
@@ -531,7 +553,9 @@ def _load_legacy(path: Path):
         byteorder = "little" if sys_info.get("little_endian", True) else "big"
         main = file.tell()
         first_pass = _RestrictedUnpickler(file, size, None)
-        first_pass.load()
+        headers = first_pass.load()
+        if not tensors:
+            return headers
         keys = _RestrictedUnpickler(file, size, None).load()
         elements = {}
         for key in keys:
@@ -545,15 +569,16 @@ def _load_legacy(path: Path):
         return _RestrictedUnpickler(file, size, lambda key, kind: elements[key]).load()
 
 
-def load_torch_file(path) -> object:
-    """The unpickled object tree of a torch.save file, tensors as numpy arrays.
+def load_torch_file(path, tensors: bool = True) -> object:
+    """The unpickled object tree of a torch.save file, tensors as numpy arrays (``tensors``
+    False: as TensorHeaders, no storage read).
 
     Raises UnsafeCheckpointError for a pickle that names or calls code off the allowlist
     (nothing has run), ZooError for anything else unreadable.
     """
     path = Path(path)
     try:
-        return _load_zip(path) if zipfile.is_zipfile(path) else _load_legacy(path)
+        return _load_zip(path, tensors) if zipfile.is_zipfile(path) else _load_legacy(path, tensors)
     except _Refused as refused:
         raise UnsafeCheckpointError(
             f"{path}: refused to load: its pickle {refused}, which a weights "
@@ -596,7 +621,7 @@ def _find_weights(obj) -> dict[str, np.ndarray]:
     for key in _WEIGHT_KEYS:
         if weights := _find_weights(obj.get(key)):
             return weights
-    return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, np.ndarray)}
+    return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, (np.ndarray, TensorHeader))}
 
 
 def _module_state_dict(module: StubObject, prefix: str) -> dict[str, np.ndarray]:
@@ -609,7 +634,7 @@ def _module_state_dict(module: StubObject, prefix: str) -> dict[str, np.ndarray]
     non_persistent = attributes.get("_non_persistent_buffers_set") or ()
     tensors = [*mapping("_parameters").items(),
                *((n, b) for n, b in mapping("_buffers").items() if n not in non_persistent)]
-    weights = {prefix + name: t for name, t in tensors if isinstance(t, np.ndarray)}
+    weights = {prefix + name: t for name, t in tensors if isinstance(t, (np.ndarray, TensorHeader))}
     for name, child in mapping("_modules").items():
         if isinstance(child, StubObject):
             weights.update(_module_state_dict(child, f"{prefix}{name}."))

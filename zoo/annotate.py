@@ -6,8 +6,9 @@
     python -m zoo.run annotate photos/ --det yolov8s --sam mobilesam --out labels/ --save-masks --save-overlay
 
 Per image: the detector's boxes (any checkpoint the YOLO loader takes: a name, a ``.pt``
-path such as a trained ``best.pt``, or a loaded model), then ONE batched SAM decoder call
-with every box as a prompt (one mask per box, ``multimask_output=False`` as ultralytics),
+path such as a trained ``best.pt``, or a loaded model), then batched SAM decoder calls of up to
+16 boxes each (one mask per box, ``multimask_output=False`` as ultralytics; masks are kept only
+when they are written),
 then one label file ``<out>/<name>.txt``, one line per detection, ultralytics' format::
 
     class x1 y1 x2 y2 ... xn yn        (n >= 3 points, x / width and y / height, all in [0, 1])
@@ -39,6 +40,9 @@ from .files import (Inputs, check_new_file, check_output_folder, make_output_fol
                     save_png, write_text)
 from .instances import outer_contours
 from .sources import Item, open_source, planned_names
+
+
+CHUNK_MASK_BYTES = 128 << 20  # full-size bool masks segmented at a time
 
 
 @dataclass
@@ -104,8 +108,11 @@ def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 
 
 def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, conf: float = 0.25, iou: float = 0.45,
-                   imgsz=640, max_det: int = 300, classes=None) -> Annotation:
-    """One (H, W, 3) uint8 RGB image -> its Annotation, masks included (nothing is written)."""
+                   imgsz=640, max_det: int = 300, classes=None, keep_masks: bool = True) -> Annotation:
+    """One (H, W, 3) uint8 RGB image -> its Annotation, masks included unless ``keep_masks`` is False
+    (nothing is written). The boxes are segmented a chunk at a time, so without the masks memory
+    does not grow with the number of boxes (300 full-size masks of a 6000x6000 photo are 10 GB)."""
+    from zoo.models.mobilesam.predictor import PROMPTS_PER_DECODE
     from zoo.models.yolov8.predict import predict_batch, prediction_options
 
     options = prediction_options(detector, conf, iou, classes, False, max_det, imgsz)
@@ -118,15 +125,21 @@ def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, con
     boxes = np.clip(boxes, 0, [width, height, width, height]).astype(np.float64)
     predictor = sam.predictor()
     predictor.set_image(rgb)
-    masks, mask_scores, _ = predictor.predict(boxes=boxes, multimask_output=False)  # one decoder call, N boxes
-    masks, mask_scores = masks[:, 0], mask_scores[:, 0]
-    polygons, from_box = [], []
-    for i, mask in enumerate(masks):
-        polygon = mask_polygon(mask)
-        if polygon is None:
-            polygon = box_polygon(boxes[i], shape)
-            from_box.append(i)
-        polygons.append(polygon)
+    kept, mask_scores, polygons, from_box = [], [], [], []
+    chunk = max(1, min(PROMPTS_PER_DECODE, CHUNK_MASK_BYTES // (height * width)))  # a big photo: fewer at once
+    for start in range(0, len(boxes), chunk):
+        masks, scores, _ = predictor.predict(boxes=boxes[start:start + chunk], multimask_output=False)
+        mask_scores.append(scores[:, 0])
+        for i, mask in enumerate(masks[:, 0], start):
+            polygon = mask_polygon(mask)
+            if polygon is None:
+                polygon = box_polygon(boxes[i], shape)
+                from_box.append(i)
+            polygons.append(polygon)
+        if keep_masks:
+            kept.append(masks[:, 0])
+    mask_scores = np.concatenate(mask_scores) if mask_scores else np.zeros(0, np.float32)
+    masks = np.concatenate(kept) if kept else np.zeros((0, height, width), bool) if keep_masks else None
     name = item.name if item is not None else "image0"
     path = item.path if item is not None else "image0"
     return Annotation(path, name, shape, data[:, 5].astype(np.int64), boxes, data[:, 4].copy(), mask_scores,
@@ -252,10 +265,10 @@ def load_model(given, weights, dtype: str, role: str, family: str, label: str, m
     spec = registry.get_spec(str(given))
     if spec.family != family:
         raise UsageError(f"{role} {given} is a {spec.task} model: pass {names} or its checkpoint")
-    read = registry.read_weights(spec, weights)
     holds = getattr(registry.family(spec), "holds", None)  # other tasks' YOLOv8 heads are refused when built
-    if holds is not None and not holds(read.state_dict, read.meta):
-        raise UsageError(f"{role} {weights} holds no {label} model: pass {files}")
+    if holds is not None and registry.is_weights_file(weights) and not holds(*registry.named_header(spec, weights)):
+        raise UsageError(f"{role} {weights} holds no {label} model: pass {files}")  # told before a tensor is read
+    read = registry.read_weights(spec, weights)
     fitted = registry.fitted_spec(spec, read)
     if fitted.task != spec.task:  # e.g. a YOLO segmentation or pose checkpoint where a detector goes
         raise ZooError(f"{role} {weights or given} holds a YOLO {fitted.task} model ({fitted.variant}): pass {files}")
@@ -337,7 +350,8 @@ class AnnotationRun:
         def process(batch):
             for ready in batch:
                 item = ready.item
-                annotation = annotate_image(self.detector, self.sam, ready.data, item, **self.options)
+                annotation = annotate_image(self.detector, self.sam, ready.data, item, **self.options,
+                                            keep_masks=self.outputs.save_masks or self.outputs.save_overlay)
                 annotation.files = self.outputs.write(annotation, ready.data, names)
                 annotation.masks = None  # written: a run over many images keeps polygons, not pixels
                 annotations.append(annotation)

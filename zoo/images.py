@@ -172,6 +172,22 @@ def image_files(path: str | Path) -> list[Path]:
     return [path]
 
 
+def check_resized_pixels(size: tuple[int, int], resized: tuple[int, int], rule: str) -> None:
+    """Refuse, before allocating it, a resize whose result has more pixels than the pixel limit.
+
+    The limit that guards decoding guards what a model resizes an image to as well: a strip of a
+    few bytes (1x100000) passes the first and, with its shorter side enlarged to 256, would take
+    gigabytes. ``size`` and ``resized`` are (height, width); ``rule`` says what the model does.
+    """
+    limit = max_image_pixels()
+    (h, w), (new_h, new_w) = size, resized
+    if limit is not None and new_h * new_w > limit:
+        ratio = limit // (min(new_h, new_w) ** 2)
+        raise ZooError(f"the image is {w}x{h}: {rule} makes it {new_w}x{new_h} ({new_h * new_w:,} pixels), above "
+                       f"the limit of {limit:,} pixels: crop it to an aspect ratio of at most 1:{ratio}, or set "
+                       f"{PIXEL_LIMIT_ENV} to a larger number if you have the memory")
+
+
 def resize_shorter_side(img: np.ndarray, size: int) -> np.ndarray:
     """Resize so the shorter side is ``size`` (torchvision's rule: the long side is truncated).
 
@@ -182,6 +198,7 @@ def resize_shorter_side(img: np.ndarray, size: int) -> np.ndarray:
         new_h, new_w = size, int(size * w / h)
     else:
         new_h, new_w = int(size * h / w), size
+    check_resized_pixels((h, w), (new_h, new_w), f"resizing its shorter side to {size}")
     return np.asarray(Image.fromarray(img).resize((new_w, new_h), Image.BILINEAR))
 
 

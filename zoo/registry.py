@@ -14,6 +14,7 @@ Options of ``load`` (``num_classes=10``, ``features_only=True``) go to ``build``
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
 import inspect
 import sys
@@ -24,6 +25,7 @@ import mlx.nn as nn
 import numpy as np
 
 from . import devices
+from .concurrency import release_mlx_at_thread_exit
 from .errors import UsageError, ZooError
 
 @dataclass(frozen=True)
@@ -155,19 +157,80 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
     seed = None if weights is None else synthetic.parse_synthetic(str(weights))
     if weights is None:
         path = hub.download(spec.hub_repo, spec.hub_file, licence=spec.licence)
+        check_header(spec, path)
         sd, meta = read_checkpoint_with_meta(path)
         source = f"{spec.hub_repo}/{spec.hub_file}"
     elif seed is not None:
         synthetic.warn_synthetic(seed)
-        manifests = Path(importlib.import_module("zoo.models").__file__).parent / "manifests"
-        sd, meta = synthetic.synthetic_state_dict(synthetic.read_manifest(manifests / f"{spec.variant}.json"), seed), {}
+        sd, meta = synthetic.synthetic_state_dict(manifest(spec.variant), seed), {}
         source = f"synthetic:{seed}"
     else:
+        check_header(spec, weights)
         sd, meta = read_checkpoint_with_meta(weights)
         source = str(weights)
     # every route, synthetic included (the manifest lists unused keys too), goes through sanitize
+    return Weights(sanitized(spec, sd, meta), source, meta, synthetic=seed is not None)
+
+
+@functools.lru_cache(maxsize=None)
+def manifest(variant: str) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every checkpoint name of ``variant`` -> (shape, dtype), upstream naming (models/manifests)."""
+    from zoo.weights import synthetic
+
+    folder = Path(importlib.import_module("zoo.models").__file__).parent / "manifests"
+    return synthetic.read_manifest(folder / f"{variant}.json")
+
+
+# A checkpoint may hold more than the model (ultralytics' EMA and optimiser, a Lightning
+# discriminator), all of which is read: up to this many times the weights of the largest model it
+# may hold, plus a little.
+CHECKPOINT_FACTOR = 4
+CHECKPOINT_SLACK = 16 << 20
+
+
+def sanitized(spec: ModelSpec, state_dict: dict, meta: dict) -> dict:
+    """``state_dict`` (arrays or TensorHeaders) named as the family reads it (its ``sanitize``)."""
     sanitize = getattr(family(spec), "sanitize", None)
-    return Weights(sanitize(sd, meta) if sanitize else sd, source, meta, synthetic=seed is not None)
+    return sanitize(state_dict, meta) if sanitize else state_dict
+
+
+def named_header(spec: ModelSpec, path) -> tuple[dict, dict]:
+    """The checkpoint's TensorHeaders named as ``spec``'s family reads them, and its metadata: what
+    ``read_weights`` would give, without reading a tensor."""
+    from zoo.weights.checkpoint import read_checkpoint_header
+
+    header, meta = read_checkpoint_header(path)
+    return sanitized(spec, header, meta), meta
+
+
+def check_header(spec: ModelSpec | None, path) -> None:
+    """Refuse ``path`` from its header, before any tensor is read, when it cannot be ``spec``'s
+    checkpoint: its names (as the family reads them) lack the model's and hold others, or its
+    tensors claim more bytes than the model can justify. ``spec`` None: the file names its model
+    (``zoo.load("best.pt")``), so only the size is bounded, by the largest registered model."""
+    from zoo.weights.checkpoint import read_checkpoint_header
+    from zoo.weights.convert import TORCH_ONLY_SUFFIXES, mismatch
+
+    header, meta = read_checkpoint_header(path)
+    # the family's own name (yolov8) takes any of its variants
+    variants = ({s.variant for s in REGISTRY.values()} if spec is None else
+                {s.variant for s in REGISTRY.values() if s.family == spec.family} if spec.name == spec.family else
+                {spec.variant})
+    most = max(sum(4 * int(np.prod(shape)) for shape, _ in manifest(v).values()) for v in variants)
+    claimed = sum(tensor.nbytes for tensor in header.values())
+    if claimed > CHECKPOINT_FACTOR * most + CHECKPOINT_SLACK:
+        model = "any registered model" if spec is None else spec.name
+        raise ZooError(f"{path}: its header claims {claimed:,} bytes of tensors, more than {CHECKPOINT_FACTOR}x the "
+                       f"{most:,} bytes of {model}'s weights; nothing was read: pass the checkpoint of this model")
+    if spec is None:
+        return
+    names = {n for n in sanitized(spec, header, meta) if not n.endswith(TORCH_ONLY_SUFFIXES)}
+    needed = {n for n in sanitized(spec, manifest(spec.variant), {}) if not n.endswith(TORCH_ONLY_SUFFIXES)}
+    missing, unexpected = sorted(needed - names), sorted(names - needed)
+    # a file that shares no name with the model is another model's; a partial one (a features-only
+    # backbone, another head) is the loader's and the family's to judge, its size bounded above
+    if missing and not names & needed:
+        raise ZooError(mismatch(str(path), spec.name, missing, unexpected, []))
 
 
 def check_options(spec: ModelSpec, options: dict) -> None:
@@ -183,6 +246,7 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
     """Build the model (with the family's ``options``), load ``weights`` strictly and put it in eval mode."""
     from zoo.weights.convert import load_state_dict
 
+    release_mlx_at_thread_exit()  # building uses MLX (random init) on this thread
     fam = family(spec)
     check_options(spec, options)
     spec = fitted_spec(spec, weights)
@@ -242,6 +306,7 @@ def identify(path: str | Path) -> tuple[ModelSpec, Weights]:
     """The family a checkpoint file holds, as each family's ``holds(state_dict, meta)`` tells, and its weights."""
     from zoo.weights.checkpoint import read_checkpoint_with_meta
 
+    check_header(None, path)
     sd, meta = read_checkpoint_with_meta(path)
     for name in sorted({spec.family for spec in REGISTRY.values()}):
         fam = importlib.import_module(f"zoo.models.{name}")

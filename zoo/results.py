@@ -48,12 +48,25 @@ def class_colour(class_id: int) -> tuple[int, int, int]:
 MASK_ALPHA = 0.5  # how much of its colour covers a masked pixel
 
 
+BLEND_ROWS_BYTES = 32 << 20  # float32 image rows blended at a time
+
+
 def blend_masks(rgb: np.ndarray, masks, colours) -> np.ndarray:
-    """(H, W, 3) uint8 with each (H, W) bool mask in its colour over the image, in order (the last on top)."""
-    out = rgb.astype(np.float32)
-    for mask, colour in zip(masks, colours):
-        out[mask] = (1 - MASK_ALPHA) * out[mask] + MASK_ALPHA * np.array(colour, np.float32)
-    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
+    """(H, W, 3) uint8 with each (H, W) bool mask in its colour over the image, in order (the last on top).
+
+    In float32, rounded once, a band of rows at a time: a float32 copy of a whole 8000x8000 photo
+    alone is 768 MB."""
+    masks, colours = list(masks), [np.array(colour, np.float32) for colour in colours]
+    out = np.empty_like(rgb)
+    rows = max(1, BLEND_ROWS_BYTES // (4 * rgb[0].size))
+    for start in range(0, rgb.shape[0], rows):
+        band = slice(start, start + rows)
+        blended = rgb[band].astype(np.float32)
+        for mask, colour in zip(masks, colours):
+            inside = mask[band]
+            blended[inside] = (1 - MASK_ALPHA) * blended[inside] + MASK_ALPHA * colour
+        out[band] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
+    return out
 
 
 # COCO's person keypoints: 0-4 head (nose, eyes, ears), 5-10 arms (shoulders, elbows, wrists), 11-16 legs

@@ -21,10 +21,14 @@ from zoo.errors import UsageError, ZooError
 from zoo.images import load_image
 
 
+PROMPTS_PER_DECODE = 16  # prompts decoded at once: memory bounded whatever the number of boxes
+
+
 def preprocess_shape(h: int, w: int, long_side: int) -> tuple[int, int]:
-    """(new_h, new_w) with the long side ``long_side``, each rounded half up (upstream's rule)."""
+    """(new_h, new_w) with the long side ``long_side``, each rounded half up (upstream's rule), and at
+    least one pixel: a strip (1x65535) would round its short side to 0 (upstream fails there)."""
     scale = long_side * 1.0 / max(h, w)
-    return int(h * scale + 0.5), int(w * scale + 0.5)
+    return max(1, int(h * scale + 0.5)), max(1, int(w * scale + 0.5))
 
 
 def resize_longest_side(image: np.ndarray, long_side: int) -> np.ndarray:
@@ -263,12 +267,16 @@ class SamPredictor:
             coords = apply_coords(coords, self.original_size, long_side)
         if boxes is not None:
             boxes = apply_coords(boxes.reshape(-1, 2, 2), self.original_size, long_side).reshape(-1, 4)
-        low_res, iou = self.decode(coords, labels, boxes, mask_input, multimask_output)
-        masks = self.model.postprocess_masks(low_res, self.input_size, self.original_size)
-        if not return_logits:
-            masks = masks > self.model.mask_threshold
-        masks, iou, low_res = (np.array(a) for a in (masks.transpose(0, 3, 1, 2), iou.astype(mx.float32),
-                                                        low_res.astype(mx.float32).transpose(0, 3, 1, 2)))
+        masks = np.empty((n, channels, height, width), np.float32 if return_logits else bool)
+        iou, low_res = [], []
+        for start in range(0, n, PROMPTS_PER_DECODE):  # the decoder takes ~50 MB per prompt
+            part = slice(start, start + PROMPTS_PER_DECODE)
+            chunk = (None if a is None else a[part] for a in (coords, labels, boxes, mask_input))
+            part_low_res, part_iou = self.decode(*chunk, multimask_output)
+            self.model.masks_into(part_low_res, self.input_size, masks[part])
+            iou.append(np.array(part_iou.astype(mx.float32)))
+            low_res.append(np.array(part_low_res.astype(mx.float32).transpose(0, 3, 1, 2)))
+        iou, low_res = np.concatenate(iou), np.concatenate(low_res)
         if not batched:
             return masks[0], iou[0], low_res[0]
         return masks, iou, low_res

@@ -20,6 +20,7 @@ PIXEL_MEAN = (123.675, 116.28, 103.53)
 PIXEL_STD = (58.395, 57.12, 57.375)
 PROMPT_EMBED_DIM = 256
 PATCH_SIZE = 16  # image pixels per image-embedding cell
+BAND_BYTES = 64 << 20  # full-size mask logits made at a time
 
 
 class Sam(nn.Module):
@@ -89,6 +90,24 @@ class Sam(nn.Module):
         if masks.shape[1:3] == tuple(original_size):
             return masks
         return resize(masks, tuple(original_size), mode="bilinear")
+
+    def masks_into(self, masks: mx.array, input_size: tuple[int, int], out: np.ndarray) -> np.ndarray:
+        """``postprocess_masks`` written into ``out`` (B, C, H, W): bool ``out`` gets logits >
+        mask_threshold, float32 the logits. The full-size resize runs in bands of rows, so a big
+        image holds one band of float32 logits beside the result (8000x8000: 3.3 GB at once before)."""
+        height, width = out.shape[2:]
+        masks = resize(masks.astype(mx.float32), (self.img_size, self.img_size), mode="bilinear")
+        masks = masks[:, : input_size[0], : input_size[1]]
+        mx.eval(masks)  # once, not once per band
+        rows = max(1, BAND_BYTES // (4 * out.shape[0] * out.shape[1] * width))  # float32 logits per band
+        for start in range(0, height, rows):
+            band = (start, min(height, start + rows))
+            logits = (masks[:, band[0]:band[1]] if masks.shape[1:3] == (height, width) else
+                      resize(masks, (height, width), mode="bilinear", band=band))
+            if out.dtype == bool:
+                logits = logits > self.mask_threshold
+            out[:, :, band[0]:band[1]] = np.array(logits).transpose(0, 3, 1, 2)
+        return out
 
     def predictor(self) -> SamPredictor:
         """A SamPredictor on this model: set_image once, predict many times."""

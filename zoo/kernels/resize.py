@@ -74,10 +74,14 @@ RESIZE = core.Kernel(
 )
 
 
-def resize(x, size, mode="bilinear", align_corners=False) -> mx.array:
-    """Resize NHWC `x` (N, H, W, C) to `size` = (out_H, out_W); same dtype as `x`."""
+def resize(x, size, mode="bilinear", align_corners=False, band: tuple[int, int] | None = None) -> mx.array:
+    """Resize NHWC `x` (N, H, W, C) to `size` = (out_H, out_W); same dtype as `x`.
+
+    ``band`` = (start, stop): only those output rows, each as the whole resize makes it: a big
+    output made in bands never holds more than one band."""
     x, (out_h, out_w) = _checked(x, size, mode, align_corners)
-    rows, row_weights = source_taps(x.shape[1], out_h, mode, align_corners)
+    row_taps = source_taps(x.shape[1], out_h, mode, align_corners)
+    rows, row_weights = row_taps if band is None else (taps[band[0]:band[1]] for taps in row_taps)
     cols, col_weights = source_taps(x.shape[2], out_w, mode, align_corners)
     backend = core.native_backend()
     coverage.note(f"resize {mode}", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)

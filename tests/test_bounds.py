@@ -1,0 +1,117 @@
+"""Memory bounded by what the input justifies, checked before allocating: an image's shape against
+what the model resizes it to, a checkpoint's header against the model it must hold."""
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import zoo
+from conftest import synthetic_checkpoint
+from test_bombs import safetensors_bytes
+from torch_writer import Call, Glob, tensor, write_torch_zip
+from zoo import registry
+from zoo.errors import ZooError
+from zoo.weights import checkpoint, torchfile
+
+
+@pytest.fixture
+def nothing_read(monkeypatch):
+    """Fails the test if any tensor's bytes are read (safetensors or torch storages)."""
+    def refuse(*args):
+        raise AssertionError("a tensor was read")
+
+    monkeypatch.setattr(checkpoint, "_read_tensor", refuse)
+    monkeypatch.setattr(torchfile, "_storage_elements", refuse)
+
+
+def sparse_safetensors(path, name: str = "weight", gib: int = 3):
+    """One BF16 tensor of ``gib`` GiB, all holes: the file takes no disk."""
+    path.write_bytes(safetensors_bytes({name: {"dtype": "BF16", "shape": [gib << 29], "data_offsets": [0, gib << 30]}},
+                                       b""))
+    with open(path, "r+b") as file:
+        file.truncate(file.seek(0, 2) + (gib << 30))
+    return path
+
+
+def test_a_checkpoint_whose_header_claims_too_much_is_refused_before_reading(tmp_path, nothing_read):
+    path = sparse_safetensors(tmp_path / "sparse.safetensors", "conv1.weight")
+    with pytest.raises(ZooError, match="its header claims 6,442,450,944 bytes of tensors, more than 4x the "
+                                       "46,796,528 bytes of resnet18's weights; nothing was read"):
+        zoo.load("resnet18", weights=path)
+    with pytest.raises(ZooError, match="more than 4x the .* bytes of any registered model's weights"):
+        zoo.load(path)  # a checkpoint named as the model: bounded by the largest registered model
+    stride_0 = Call(Glob("torch._utils", "_rebuild_tensor_v2"),  # 2**38 float32 on 16 bytes
+                    (np.zeros(4, np.float32), 0, (2**18, 2**20), (0, 0), False, {}))
+    lie = write_torch_zip(tmp_path / "lie.pt", {"conv1.weight": stride_0})
+    with pytest.raises(ZooError, match="its header claims 1,099,511,627,776 bytes"):
+        zoo.load("resnet18", weights=lie)
+
+
+def test_weights_of_another_model_are_refused_from_their_names_before_reading(tmp_path, nothing_read):
+    yolo = synthetic_checkpoint("yolov8n", tmp_path / "yolo.safetensors")
+    with pytest.raises(ZooError, match=r"weights .*yolo.safetensors do not match resnet18: missing 102 "
+                                       r"\(bn1.bias, .*; unexpected 298 \(model.0.bn.bias"):
+        zoo.load("resnet18", weights=yolo)
+    torch_file = write_torch_zip(tmp_path / "other.pt", {"state_dict": {"encoder.weight": tensor([1.0, 2.0])}})
+    with pytest.raises(ZooError, match="do not match mobilesam: missing .*; unexpected 1 \\(encoder.weight\\)"):
+        zoo.load("mobilesam", weights=torch_file)
+    with pytest.raises(ZooError, match="no generator.\\* weights"):  # LaMa's own naming rule, on the header
+        zoo.load("lama", weights=torch_file)
+
+
+def test_headers_describe_what_the_reader_returns(tmp_path):
+    """read_checkpoint_header: the names, shapes and dtypes read_checkpoint gives, without the bytes."""
+    path = synthetic_checkpoint("resnet18", tmp_path / "r.safetensors")
+    torch_path = write_torch_zip(tmp_path / "r.pt", {"model": {"a": tensor([[1.0, 2.0, 3.0]]), "n": tensor([1])}})
+    for file in (path, torch_path):
+        header, _ = checkpoint.read_checkpoint_header(file)
+        weights = checkpoint.read_checkpoint(file)
+        assert {n: (t.shape, t.dtype, t.nbytes) for n, t in header.items()} == \
+               {n: (a.shape, a.dtype, a.nbytes) for n, a in weights.items()}
+
+
+def test_a_strip_is_refused_before_resnet_enlarges_it(tmp_path):
+    """1x5000 took 3.3 GB (shorter side to 256: 256x1280000); refused from its size, in a child
+    whose peak RSS stays under 1 GB (the model and MLX included)."""
+    Image.new("RGB", (1, 5000)).save(tmp_path / "strip.png")
+    child = ("import resource, sys, zoo\nfrom zoo.errors import ZooError\n"
+             "try:\n    zoo.load('resnet18', weights='synthetic', device='cpu').predict(sys.argv[1])\n"
+             "except ZooError as e:\n    print(e)\n"
+             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+    done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "strip.png")], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    message, peak_kb = done.stdout.splitlines()
+    assert message.startswith("the image is 1x5000: resizing its shorter side to 256 makes it 256x1280000 "
+                              "(327,680,000 pixels), above the limit of 89,478,485 pixels: crop it to an aspect "
+                              "ratio of at most 1:1365")
+    assert int(peak_kb) < 1 << 20
+
+
+def test_the_pixel_limit_sets_the_resize_bound(monkeypatch):
+    model = zoo.load("resnet18", weights="synthetic", device="cpu")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 256 * 256 * 3)  # what ZOO_MAX_IMAGE_PIXELS sets
+    assert model.preprocess_image(np.zeros((1, 3, 3), np.uint8)).shape == (224, 224, 3)  # 256x768 fits
+    with pytest.raises(ZooError, match="the image is 4x1: .* makes it 1024x256 .* at most 1:3, or set"):
+        model.preprocess_image(np.zeros((1, 4, 3), np.uint8))
+
+
+@pytest.fixture(scope="module")
+def small_sam():
+    spec = dataclasses.replace(registry.get_spec("mobilesam"), preprocess={"image_size": 128})
+    return registry.build(spec, registry.read_weights(spec, "synthetic:0"))
+
+
+@pytest.mark.parametrize("shape", [(1, 600), (600, 1)])
+def test_mobilesam_segments_a_strip(small_sam, shape):
+    """Its short side rounded to 0 pixels at 128 (ValueError before): one pixel is kept."""
+    predictor = small_sam.predictor()
+    predictor.set_image(np.full((*shape, 3), 200, np.uint8))
+    assert predictor.input_size == ((1, 128) if shape[0] == 1 else (128, 1))
+    masks, scores, _ = predictor.predict(point_coords=[[0, 0]], point_labels=[1], multimask_output=False)
+    assert masks.shape == (1, *shape) and np.isfinite(scores).all()
