@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 import zoo
-from conftest import synthetic_checkpoint
+from conftest import PEAK_RSS_KB, synthetic_checkpoint
 from test_bombs import safetensors_bytes
 from torch_writer import Call, Glob, tensor, write_torch_zip
 from zoo import registry
@@ -79,10 +79,10 @@ def test_a_strip_is_refused_before_resnet_enlarges_it(tmp_path):
     """1x5000 took 3.3 GB (shorter side to 256: 256x1280000); refused from its size, in a child
     whose peak RSS stays under 1 GB (the model and MLX included)."""
     Image.new("RGB", (1, 5000)).save(tmp_path / "strip.png")
-    child = ("import resource, sys, zoo\nfrom zoo.errors import ZooError\n"
+    child = (PEAK_RSS_KB + "import sys, zoo\nfrom zoo.errors import ZooError\n"
              "try:\n    zoo.load('resnet18', weights='synthetic', device='cpu').predict(sys.argv[1])\n"
              "except ZooError as e:\n    print(e)\n"
-             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)")
+             "print(peak_rss_kb())")
     done = subprocess.run([sys.executable, "-c", child, str(tmp_path / "strip.png")], capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
