@@ -39,7 +39,7 @@ from PIL import Image
 from zoo.compiled import CompiledForward, fold_batch_norm, folded, kept, recording_layers, with_winograd
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
 from zoo.images import load_image, open_image
 from zoo.kernels import few_outputs, implicit_gemm
 from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, irfft2_parts,
@@ -612,11 +612,11 @@ def check_memory(size: tuple[int, int], max_megapixels: float | None, dtype: mx.
     elif pixels <= max_megapixels * 1e6:
         return
     else:
-        limit = f"--max-megapixels {max_megapixels:g}"
+        limit = option("max_megapixels", max_megapixels)
     raise ZooError(
-        f"one big-lama pass over {w}x{h} pixels needs about {need / 1e9:.3g} GB of memory ({limit}): "
-        "use --hd-strategy crop (small holes) or resize (large holes), or a larger --max-megapixels "
-        "if the device has the memory")
+        f"one big-lama pass over {w}x{h} pixels needs about {need / 1e9:.3g} GB of memory ({limit}): use "
+        f"{option('hd_strategy', 'crop')} (small holes) or {option('hd_strategy', 'resize')} (large holes), or a "
+        f"larger {option('max_megapixels', 'N')} if the device has the memory")
 
 
 def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin: int,

@@ -220,7 +220,7 @@ def test_jsonl_writer_flushes_renames_and_resumes(tmp_path):
     assert partial.name.startswith(".") and json.loads(partial.read_text()) == {"path": "a", "label": 1}
     writer.close()
     assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]
-    with pytest.raises(ZooError, match="exists: pass --resume .* or --overwrite"):
+    with pytest.raises(ZooError, match="exists: pass resume=True .* or overwrite=True"):
         JsonlWriter(path)
     with JsonlWriter(path, resume=True) as writer:
         assert writer.records == [{"path": "a", "label": 1}]

@@ -18,7 +18,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
 from zoo.kernels import coverage
 
 FAULTS = ("zero", "noise", "nan", "drop-residual")
@@ -55,7 +55,7 @@ def parse_fault(spec: str | None) -> tuple[str, str] | None:
         return None
     name, _, kind = spec.partition("=")
     if not name or kind not in FAULTS:
-        raise ZooError(f"bad --inject {spec!r}: use NAME=KIND with KIND one of {', '.join(FAULTS)}")
+        raise ZooError(f"bad {option('inject', spec)}: use NAME=KIND with KIND one of {', '.join(FAULTS)}")
     return name, kind
 
 

@@ -15,7 +15,7 @@ from typing import Callable, Iterable
 
 from PIL import Image
 
-from .errors import UsageError, ZooError
+from .errors import UsageError, ZooError, option
 
 
 def temporary_path(path: Path) -> Path:
@@ -114,18 +114,19 @@ def refuse_inputs(path: str | Path, inputs: Iterable | Inputs, what: str) -> Pat
     return (inputs if isinstance(inputs, Inputs) else Inputs(inputs)).refuse(path, what)
 
 
-def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str = "--overwrite") -> Path:
-    """ZooError when ``path`` exists and ``overwrite`` was not asked for (``flag`` names how to ask)."""
+def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str | None = None) -> Path:
+    """ZooError when ``path`` exists and ``overwrite`` was not asked for (``flag`` names how to ask; default
+    ``--overwrite`` / ``overwrite=True``, as the caller's interface says it)."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder: pass a file path")
     if path.exists() and not overwrite:
-        raise UsageError(f"{what} {path} exists: pass {flag} to replace it, or another path")
+        raise UsageError(f"{what} {path} exists: pass {flag or option('overwrite')} to replace it, or another path")
     return path
 
 
 def check_output_file(path: str | Path, what: str, inputs: Iterable = (), overwrite: bool = False,
-                      flag: str = "--overwrite") -> Path:
+                      flag: str | None = None) -> Path:
     """Fail now, before any work, when ``path`` cannot become a new file: it is an input or a folder,
     it exists (without ``overwrite``), or its folder cannot be created or written."""
     path = refuse_inputs(path, inputs, what)

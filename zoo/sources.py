@@ -74,7 +74,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 from PIL import Image
 
-from .errors import ZooError
+from .errors import ZooError, option
 from .files import temporary_path
 from .images import IMAGE_SUFFIXES, load_image
 
@@ -221,7 +221,7 @@ class Folder(Files):
             raise ZooError(f"folder not found: {folder}")
         files = sorted(media_files(folder.rglob("*") if recursive else folder.iterdir()))
         if not files:
-            deeper = "" if recursive else "; pass --recursive to look in its sub-folders"
+            deeper = "" if recursive else f"; pass {option('recursive')} to look in its sub-folders"
             raise ZooError(f"no images or videos in folder {folder} (looked for "
                            f"{', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)}){deeper}")
         super().__init__(files, vid_stride)
@@ -590,7 +590,7 @@ class VideoWriter:
         if suffix not in VIDEO_FORMATS:
             raise ZooError(f"cannot write video {self.path}: use one of {', '.join(VIDEO_FORMATS)}")
         if self.path.exists() and not overwrite:
-            raise ZooError(f"{self.path} exists: pass another name or the flag to overwrite it")
+            raise ZooError(f"{self.path} exists: pass another name, or {option('overwrite')} to replace it")
         if not fps or fps <= 0:
             raise ZooError(f"cannot write video {self.path} at {fps} frames per second")
         self.format, self.codec = VIDEO_FORMATS[suffix]
@@ -698,7 +698,8 @@ class JsonlWriter:
             if resume:
                 self.records = [r for r in read_jsonl(self.path) if keep is None or keep(r)]
             elif not overwrite:
-                raise ZooError(f"{self.path} exists: pass --resume to continue it or --overwrite to replace it")
+                raise ZooError(f"{self.path} exists: pass {option('resume')} to continue it or {option('overwrite')} to "
+                               "replace it")
         self.tmp = temporary_path(self.path)
         try:
             self.file = open(self.tmp, "w", encoding="utf-8")

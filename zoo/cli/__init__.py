@@ -10,7 +10,7 @@ import sys
 from contextlib import contextmanager
 
 from zoo.devices import DTYPES
-from zoo.errors import UsageError, ZooError
+from zoo.errors import UsageError, ZooError, command_line
 from zoo.files import remove_created_folders
 
 # exit codes: a command line that cannot work as written, as argparse; a problem met while running
@@ -81,7 +81,8 @@ def guarded(main):
         argv = sys.argv[1:] if argv is None else argv
         debug = "--debug" in argv
         try:
-            code = main(argv)
+            with command_line():
+                code = main(argv)
         except ZooError as e:
             if debug:
                 raise
