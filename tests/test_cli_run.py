@@ -159,3 +159,25 @@ def test_no_readable_image_fails_and_writes_nothing(tmp_path, capsys):
     err = cli_error(["resnet18", str(tmp_path), "--weights", "synthetic:0", "--device", "cpu", "--json", str(out)], capsys)
     assert "none of the 2 images could be read" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.jpg"]
+
+
+@pytest.mark.parametrize("entry, argv, own", [
+    ("zoo.run", [], "task options:"),
+    ("zoo.run", ["yolov8n"], "--save-json"),
+    ("zoo.run", ["annotate"], "--det DET"),
+    ("zoo.run", ["resnet50", "--ray"], "--ray-address"),
+    ("zoo.cli.validate", [], "--inject NAME=KIND"),
+    ("zoo.cli.validate", ["lama"], "--calibrate-bn"),
+    ("zoo.cli.validate", ["ops"], "--inject-op"),
+])
+def test_every_entry_point_helps_with_its_own_options(entry, argv, own, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(entry).main([*argv, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    prog = "python -m zoo.validate" if entry == "zoo.cli.validate" else "python -m zoo.run"
+    assert out.startswith(f"usage: {prog}") and own in out
+    if entry == "zoo.cli.validate":
+        assert "--save-json" not in out and "--top-k" not in out  # not zoo.run's options

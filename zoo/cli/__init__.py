@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import contextmanager
+from typing import Callable
 
 from zoo.devices import DTYPES
 from zoo.errors import UsageError, ZooError, command_line
@@ -33,8 +34,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...]
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
 
-def model_name_from(argv: list[str], prog: str) -> str:
-    """The MODEL positional, wherever it stands: it decides which options the task has."""
+def model_name_from(argv: list[str], prog: str, help_text: Callable[[], str] | None = None) -> str:
+    """The MODEL positional, wherever it stands: it decides which options the task has. Without one,
+    ``--help`` prints ``help_text()`` (default: zoo.run's general help) and exits."""
     peek = ArgumentParser(prog=prog, add_help=False)
     add_model_arguments(peek, dtypes=None)  # the task's parser checks the value (zoo.validate takes --dtype all)
     peek.add_argument("model", nargs="?")
@@ -42,7 +44,7 @@ def model_name_from(argv: list[str], prog: str) -> str:
     if known.model is not None:
         return known.model
     if any(a in ("-h", "--help") for a in argv):
-        print(general_help(prog))
+        print(help_text() if help_text else general_help(prog))
         sys.exit(0)
     raise UsageError(f"no model given: usage {prog} MODEL ... (see {prog} --help)")
 

@@ -52,17 +52,17 @@ def print_coverage(rows: list[dict], device: str) -> None:
         print(f"{r['layer']:<{width}}  {r['module']:<22} {r['op']:<36} {r['implementation']}")
 
 
-@guarded
-def main(argv: list[str]) -> int:
-    if argv and argv[0] == "ops":  # the op known-answer suite, its own command line
-        return ops_main(argv[1:])
-    if argv[:1] in (["-h"], ["--help"]):
-        print("python -m zoo.validate ops [--device gpu|cpu] [--dtype LIST] [--json PATH]: every op the models "
-              "run against the numpy reference (ops --help)\n")
-    spec = registry.get_spec(model_name_from(argv, "python -m zoo.validate"))
-    case = engine.case_module(spec.family)
-    parser = ArgumentParser(prog="python -m zoo.validate", description=__doc__)
-    parser.add_argument("model")
+PROG = "python -m zoo.validate"
+OPS_LINE = (f"{PROG} ops [--device gpu|cpu] [--dtype LIST] [--json PATH]: every op the models run against the numpy "
+            f"reference ({PROG} ops --help)")
+
+
+def validate_parser(case=None) -> ArgumentParser:
+    """The validator's command line; with a family's parity ``case``, its input options too."""
+    parser = ArgumentParser(prog=PROG, description=__doc__,
+                            usage=None if case else f"{PROG} MODEL [options] | {PROG} ops [options]")
+    parser.add_argument("model", help=", ".join(registry.list_models()) + " (a family name, e.g. yolov8, takes "
+                        "the variant of --weights)")
     add_model_arguments(parser, (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report")
     parser.add_argument("--mode", choices=("both", *engine.MODES), default="both")
     parser.add_argument("--inject", metavar="NAME=KIND",
@@ -78,8 +78,33 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
     parser.add_argument("--report", metavar="PATH", help="write the report as one self-contained HTML file")
     parser.add_argument("--overwrite", action="store_true", help="replace the --json/--report file if it exists")
-    if hasattr(case, "add_arguments"):
+    if case is not None and hasattr(case, "add_arguments"):
         case.add_arguments(parser)
+    return parser
+
+
+def general_help() -> str:
+    """``--help`` without a model: the validator's options, each family's input options, the ops suite."""
+    lines = [validate_parser().format_help(), "model input options (MODEL --help shows them in full):"]
+    for family in dict.fromkeys(spec.family for spec in registry.REGISTRY.values()):
+        case = engine.case_module(family)
+        names = [name for name, spec in registry.REGISTRY.items() if spec.family == family]
+        case_parser = ArgumentParser(prog=f"{PROG} {names[0]}", add_help=False)
+        if hasattr(case, "add_arguments"):
+            case.add_arguments(case_parser)
+        usage = case_parser.format_usage().removeprefix("usage: ").strip()
+        lines.append(f"  {family} ({', '.join(names)}):\n    {' '.join(usage.split())}")
+    lines.append(f"\nop known-answer suite:\n  {OPS_LINE}")
+    return "\n".join(lines)
+
+
+@guarded
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "ops":  # the op known-answer suite, its own command line
+        return ops_main(argv[1:])
+    spec = registry.get_spec(model_name_from(argv, PROG, general_help))
+    case = engine.case_module(spec.family)
+    parser = validate_parser(case)
     args = parser.parse_args(argv)
     options = {name: getattr(args, name) for name in vars(validate.case_defaults(case))}
     inputs = [args.weights, *(v for k, v in options.items() if k in ("image", "mask") and v)]
