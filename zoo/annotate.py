@@ -35,6 +35,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from .errors import UsageError
+from .extras import require
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
                     save_png, write_atomic)
 from .sources import Item, open_source, planned_names
@@ -291,6 +292,7 @@ class AnnotationRun:
         from zoo import devices
         from zoo.models.yolov8 import check_imgsz, check_thresholds
 
+        require("cv2", "the label polygons (OpenCV's contours)")  # before any work
         check_thresholds(conf, iou, max_det)
         imgsz = None if imgsz is None else check_imgsz(imgsz)
         self.source = open_source(data, recursive=recursive, bgr=True)

@@ -75,6 +75,7 @@ import numpy as np
 from PIL import Image
 
 from .errors import ZooError, option
+from .extras import install_hint, require
 from .files import temporary_path
 from .images import IMAGE_SUFFIXES, load_image
 
@@ -82,7 +83,6 @@ VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpe
 STREAM_SCHEMES = ("rtsp://", "rtmp://", "http://", "https://", "udp://", "tcp://")
 LIST_SUFFIXES = (".txt", ".csv")
 CSV_PATH_COLUMNS = ("path", "filename", "file", "image", "img")
-INSTALL_VIDEO = 'pip install "mlx-zoo[video]"'
 
 
 def is_video(path: str | Path) -> bool:
@@ -302,11 +302,7 @@ class Arrays(Source):
 # -- videos and cameras ---------------------------------------------------------------------------
 
 def import_av():
-    try:
-        import av
-    except ImportError:
-        raise ZooError(f"reading and writing videos needs PyAV: {INSTALL_VIDEO}") from None
-    return av
+    return require("av", "reading and writing videos")
 
 
 def check_stride(vid_stride: int) -> int:
@@ -438,7 +434,7 @@ class Camera(FrameSource):
         opencv = OpenCVCamera.open(self.index)
         if opencv is not None:
             return opencv, opencv
-        fix = "" if av is not None else f" ({INSTALL_VIDEO} or opencv-python)"
+        fix = "" if av is not None else f" ({install_hint('av')} or opencv-python)"
         raise ZooError(f"camera {self.index} does not open ({problem}); check it is connected and not in use{fix}")
 
 

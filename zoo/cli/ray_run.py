@@ -11,11 +11,13 @@ line and one row with its ``error``; the exit code is 1 when any image failed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
 
 from zoo import ray as zoo_ray
+from zoo import registry
 from zoo.cli import ArgumentParser, add_model_arguments, usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, check_output_file, increment_path, write_atomic
@@ -72,6 +74,7 @@ def main(spec, argv: list[str]) -> int:
                          f"({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
                          "in Python (docs/ray.md)")
     args = parser_for(spec).parse_args(argv)
+    ray = zoo_ray.import_ray()  # missing: one line before any work
     if args.actors is not None and args.actors < 1:
         raise UsageError(f"--actors {args.actors} must be 1 or more")
     if args.batch < 1:
@@ -90,19 +93,33 @@ def main(spec, argv: list[str]) -> int:
             imgsz = None if not args.imgsz else check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
         options.update(conf=args.conf, iou=args.iou, classes=args.classes, agnostic_nms=args.agnostic_nms,
                        max_det=args.max_det, imgsz=imgsz)
-    fetch_weights(spec, args.weights)
-    ray = zoo_ray.import_ray()
-    if not ray.is_initialized():
+    weights = args.weights or registry.default_weights(spec)  # ZOO_WEIGHTS: said once, here, not per actor
+    fetch_weights(spec, weights)
+    started = not ray.is_initialized()
+    if started:
         if args.ray_address is None and "RAY_ADDRESS" not in os.environ:
             # a local cluster of our own: its workers at this process's priority, as the in-process loop
             # (Ray's default, niceness +15, made them yield to every other program on a shared machine)
             os.environ.setdefault("RAY_worker_niceness", "0")
         try:
-            ray.init(address=args.ray_address)
+            # Ray's own lines (its start, the workers' and raylet's logs, e.g. the actors ended at shutdown
+            # reported as "A worker died ... SYSTEM_ERROR") stay off the output: failures come back as errors
+            ray.init(address=args.ray_address, log_to_driver=False, include_dashboard=False,
+                     logging_level=logging.ERROR)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}): start one with "
                            "`ray start --head`, or leave --ray-address out for a local one") from None
-    dataset = zoo_ray.run(args.model, inputs, weights=args.weights, actors=args.actors,
+    ray.data.DataContext.get_current().enable_progress_bars = False  # our one summary line says the result
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    try:
+        return run_dataset(ray, spec, args, inputs, weights, options, path)
+    finally:
+        if started:  # the actors end here, before the process exits, not killed at its exit
+            ray.shutdown()
+
+
+def run_dataset(ray, spec, args, inputs, weights, options: dict, path: Path) -> int:
+    dataset = zoo_ray.run(args.model, inputs, weights=weights, actors=args.actors,
                           batch_size=max(zoo_ray.BATCH_SIZE, args.batch), actor_cpus=args.actor_cpus,
                           num_gpus=args.actor_gpus, **options)
     counts = {"rows": 0, "failed": 0}
