@@ -14,6 +14,8 @@ import json
 import logging
 import os
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from zoo import ray as zoo_ray
@@ -101,21 +103,57 @@ def main(spec, argv: list[str]) -> int:
             # a local cluster of our own: its workers at this process's priority, as the in-process loop
             # (Ray's default, niceness +15, made them yield to every other program on a shared machine)
             os.environ.setdefault("RAY_worker_niceness", "0")
+        # Ray's own lines (its start, the workers' and raylet's logs, e.g. the actors ended at shutdown
+        # reported as "A worker died ... SYSTEM_ERROR") stay off the output: failures come back as
+        # exceptions, said in one error line
         try:
-            # Ray's own lines (its start, the workers' and raylet's logs, e.g. the actors ended at shutdown
-            # reported as "A worker died ... SYSTEM_ERROR") stay off the output: failures come back as errors
             ray.init(address=args.ray_address, log_to_driver=False, include_dashboard=False,
                      logging_level=logging.ERROR)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}): start one with "
                            "`ray start --head`, or leave --ray-address out for a local one") from None
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False  # our one summary line says the result
-    logging.getLogger("ray.data").setLevel(logging.WARNING)
     try:
-        return run_dataset(ray, spec, args, inputs, weights, options, path)
+        with warnings.catch_warnings(), native_output_to(ray_log(ray)):
+            warnings.filterwarnings("ignore", module="ray")  # Ray Data's advice on its scheduling (fewer inputs than actors)
+            return run_dataset(ray, spec, args, inputs, weights, options, path)
     finally:
         if started:  # the actors end here, before the process exits, not killed at its exit
             ray.shutdown()
+
+
+def ray_log(ray) -> str:
+    """A file in the Ray session's log folder for what Ray's C++ core prints in this process."""
+    try:
+        return str(Path(ray._private.worker.global_worker.node.get_logs_dir_path()) / f"zoo-run-{os.getpid()}.err")
+    except (AttributeError, OSError):  # Ray's private layout moved: its notes go nowhere
+        return os.devnull
+
+
+@contextmanager
+def native_output_to(path: str):
+    """Ray's C++ core in this process writes its notes (e.g. on actors' constructor arguments) to file
+    descriptor 2: they go to ``path`` while Python's sys.stderr (our lines) keeps the terminal."""
+    try:
+        ours = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a captured or replaced stderr: fd 2 is not ours
+        ours = False
+    sys.stderr.flush()
+    saved = os.dup(2)
+    python_stderr = sys.stderr
+    if ours:
+        sys.stderr = open(os.dup(saved), "w", buffering=1, encoding=python_stderr.encoding, errors="backslashreplace")
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        if ours:
+            sys.stderr.close()
+            sys.stderr = python_stderr
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def run_dataset(ray, spec, args, inputs, weights, options: dict, path: Path) -> int:
