@@ -85,7 +85,8 @@ def blocks(page: Path) -> list[Block]:
 
 
 def commands(text: str) -> list[str]:
-    """A shell block's commands: continuation lines joined, comments and blank lines dropped."""
+    """A shell block's commands: continuation lines joined, comment lines and blank lines dropped (a
+    command's own comment stays: ``# exit 1`` there is the exit code the docs promise)."""
     joined = re.sub(r"\\\n\s*", " ", text)
     return [part.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")
             for part in line.split(" && ")]
@@ -214,7 +215,8 @@ def run_shell(block: Block, folder: Path, monkeypatch, again: bool, ray: bool) -
         before = files(folder)
         code, printed = run_command(command, monkeypatch)
         last = printed.strip().splitlines()[-1] if printed.strip() else ""
-        if code == 0:
+        promised = re.search(r"#.*\bexit (\d+)", command)
+        if code == (int(promised.group(1)) if promised else 0):
             continue
         assert again, f"{block.where}: {command!r} exited {code}:\n{printed[-3000:]}"
         # run again: refusing to replace what the first run wrote is right, in one line that says how
