@@ -272,8 +272,7 @@ def page_id(page: Path) -> str:
 def test_every_block_runs_twice(page, page_folder, monkeypatch, capsys):
     skipped = run_page(page, page_folder, monkeypatch, ray=False)
     with capsys.disabled():  # the list of blocks that did not run, in every run's output
-        for line in skipped:
-            print(f"\nnot run: {line}", end="")
+        print("".join(f"\nnot run: {line}" for line in skipped), end="\n" if skipped else "")
 
 
 RAY_PAGES = [page for page in PAGES
