@@ -188,11 +188,9 @@ def run_command(command: str, monkeypatch) -> tuple[int, str]:
         while words and re.fullmatch(r"\w+=.*", words[0]):  # VAR=value before the command
             name, _, value = words.pop(0).partition("=")
             scoped.setenv(name, value)
-        if words[:3] in (["python", "-m", "zoo.run"], ["python", "-m", "zoo.validate"]):
-            main = importlib.import_module(ENTRY_POINTS[words[2]]).main
-            argv = words[3:]
-        else:
+        if words[:2] != ["python", "-m"] or len(words) < 3 or words[2] not in ENTRY_POINTS:
             pytest.fail(f"cannot run {command!r}: run it here, or mark its block <!-- not-run: REASON -->")
+        main, argv = importlib.import_module(ENTRY_POINTS[words[2]]).main, words[3:]
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             try:

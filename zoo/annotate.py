@@ -99,6 +99,9 @@ def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     return np.clip(corners, 0, 1)
 
 
+BOXES_PER_CALL = 64  # as the mask generator's points_per_batch
+
+
 def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, conf: float = 0.25, iou: float = 0.45,
                    imgsz=640, max_det: int = 300, classes=None) -> Annotation:
     """One (H, W, 3) uint8 RGB image -> its Annotation, masks included (nothing is written)."""
@@ -114,8 +117,12 @@ def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, con
     boxes = np.clip(boxes, 0, [width, height, width, height]).astype(np.float64)
     predictor = sam.predictor()
     predictor.set_image(rgb)
-    masks, mask_scores, _ = predictor.predict(boxes=boxes, multimask_output=False)  # one decoder call, N boxes
-    masks, mask_scores = masks[:, 0], mask_scores[:, 0]
+    # the decoder BOXES_PER_CALL boxes at a time: its float32 masks at 1024 px and at the image's size stay
+    # bounded (300 boxes in one call, as untrained weights give, held 13 GB for a 208 px image)
+    calls = [predictor.predict(boxes=boxes[i:i + BOXES_PER_CALL], multimask_output=False)
+             for i in range(0, len(boxes), BOXES_PER_CALL)]
+    masks = np.concatenate([c[0][:, 0] for c in calls]) if calls else np.zeros((0, height, width), bool)
+    mask_scores = np.concatenate([c[1][:, 0] for c in calls]) if calls else np.zeros(0, np.float32)
     polygons, from_box = [], []
     for i, mask in enumerate(masks):
         polygon = mask_polygon(mask)
