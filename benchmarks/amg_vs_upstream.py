@@ -172,9 +172,9 @@ def main(argv=None) -> int:
     }
     print(json.dumps(result, indent=2))
     if args.json:
-        from zoo.files import write_atomic
+        from zoo.files import write_text
 
-        write_atomic(args.json, lambda tmp: tmp.write_text(json.dumps(result, indent=2) + "\n"))
+        write_text(args.json, json.dumps(result, indent=2) + "\n")
     return 0
 
 

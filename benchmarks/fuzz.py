@@ -25,7 +25,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = ["test_mutated_torch_files", "test_zip_headers_that_lie", "test_pickle_opcode_streams",
          "test_tensor_geometry_that_lies", "test_safetensors_files", "test_images", "test_lama_masks",
-         "test_zoo_run_command_lines", "test_zoo_validate_command_lines"]
+         "test_record_files", "test_temporary_names_already_taken", "test_zoo_run_command_lines",
+         "test_zoo_validate_command_lines"]
 PASSING = re.compile(r"(\d+) passing examples?, (\d+) failing examples?, (\d+) invalid examples?")
 
 

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from zoo.sources import read_jsonl
+
 POLL_S = 0.5
 
 
@@ -87,7 +89,7 @@ def lines_in(paths: list[Path]) -> int:
     """Records written so far: the temporary .part file while running, the file once renamed."""
     total = 0
     for path in paths:
-        for candidate in (path.with_name(f".{path.name}.part"), path):
+        for candidate in (*path.parent.glob(f".{path.name}.*.part"), path):
             try:
                 total += candidate.read_bytes().count(b"\n")
                 break
@@ -134,8 +136,7 @@ def steady(progress: list[tuple[float, int]], n: int) -> float | None:
 def top1(paths: list[Path]) -> dict[str, tuple]:
     out = {}
     for path in paths:
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
+        for r in read_jsonl(path):  # the CLI's header line left out
             if "error" in r:
                 out[r["path"]] = r["error"]
             elif "top" in r:  # the plain CLI's records: the top-k, best first

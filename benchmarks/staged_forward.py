@@ -57,15 +57,14 @@ class Pacer:
 
 
 def staged_yolo(model):
-    from zoo.models.yolov8.model import ARCH
     entries = fold_entries(model)
     layers = model.model.children_in_order()
     units = [unit(layer, layer, entries) for layer in layers]
-    needed = {j for inputs, *_ in ARCH if inputs != -1 for j in inputs if j != -1}
+    needed = model.read_later
 
     def run(x, depth):
         pace, saved = Pacer(depth), {}
-        for i, ((inputs, *_), u) in enumerate(zip(ARCH, units)):
+        for i, ((inputs, *_), u) in enumerate(zip(model.arch.layers, units)):
             x = pace(u(x) if inputs == -1 else u(*(x if j == -1 else saved[j] for j in inputs)))
             if i in needed:
                 saved[i] = x

@@ -9,11 +9,12 @@ the user path with its stages forced on ("staged"), forced off ("whole"), as the
 (zoo.bench.measure.run_rounds: first calls, warm-up, the peak of one call above the memory in use
 before it), in ROUNDS interleaved rounds, each variant first in turn (the one after PyTorch's call
 ran slower): median ms, its ratio to PyTorch's, and the peak. ``--starts 5``: the stages begin at
-other layers (default: STAGE_STARTS).
+other layers (default: the architecture's stage_starts).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import torch  # its cuDNN before MLX loads one (../shared/device/README.md)
 
@@ -37,7 +38,9 @@ def main() -> None:
     ap.add_argument("--starts", help="comma list of the layers the stages begin at")
     args = ap.parse_args()
     if args.starts:
-        yolo.STAGE_STARTS = tuple(int(a) for a in args.starts.split(","))
+        starts = tuple(int(a) for a in args.starts.split(","))
+        for name, arch in yolo.ARCHITECTURES.items():
+            yolo.ARCHITECTURES[name] = dataclasses.replace(arch, stage_starts=starts)
     device = torch.device("cuda")
     for spec in args.cases:
         name, batch, dtype = spec.split(":")

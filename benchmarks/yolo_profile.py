@@ -30,7 +30,7 @@ def main() -> None:
 
     from zoo.bench.cases import build_peer, nchw
     from zoo.compiled import CompiledForward
-    from zoo.models.yolov8.model import ARCH, Conv
+    from zoo.models.yolov8.model import Conv
 
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
     sync = torch_sync(args.torch_device)
@@ -53,7 +53,7 @@ def main() -> None:
 
         record("whole network (user path)", model, [mx_x], lambda: peer(th_x))
         mx_outputs, th_outputs = [], []
-        for i, ((sources, *_), layer, th_layer) in enumerate(zip(ARCH, model.model.children_in_order(), peer.model)):
+        for i, ((sources, *_), layer, th_layer) in enumerate(zip(model.arch.layers, model.model.children_in_order(), peer.model)):
             pick = lambda outs, last: [last if j == -1 else outs[j] for j in sources] if sources != -1 else [last]  # noqa: E731
             mx_in = pick(mx_outputs, mx_outputs[-1] if mx_outputs else mx_x)
             th_in = pick(th_outputs, th_outputs[-1] if th_outputs else th_x)

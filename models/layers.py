@@ -166,6 +166,9 @@ def conv2d_derived(x: mx.array, conv: nn.Conv2d, arrays: dict[str, mx.array], ac
     if weight.shape[1:3] == (1, 1) and conv.groups == 1 and tuple(conv.stride) == (1, 1) \
             and tuple(conv.padding) == (0, 0):
         y = cpu_ops.pointwise_conv2d(x, weight)
+    elif conv.groups == weight.shape[0] > 1 and weight.shape[3] == 1 and _no_dilation(conv.dilation) \
+            and depthwise.preferred(weight.dtype):  # as Conv2d's own call: YOLO11's folded depthwise Convs
+        y = depthwise.conv2d(x, weight, conv.stride, conv.padding)
     else:
         y = mx.conv2d(x, weight, conv.stride, conv.padding, conv.dilation, conv.groups)
     return cpu_ops.ACTIVATION_OPS[activation](y if bias is None else y + bias)

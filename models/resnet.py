@@ -12,6 +12,7 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
 
 from zoo.compiled import CompiledForward
 from zoo.concurrency import serialized
@@ -92,59 +93,120 @@ class Bottleneck(nn.Module):
         return nn.relu(out + self.shortcut(x))
 
 
+STAGES = 5  # feature maps: the stem, layer1..layer4
+IMAGENET_CLASSES = 1000
+
+
+def take_indices(indices, option: str = "out_indices") -> list[int]:
+    """timm's ``feature_take_indices`` over the 5 maps: None all, an int n the last n, a sequence as
+    given, negative from the end (-1: layer4)."""
+    if indices is None:
+        indices = STAGES
+    if isinstance(indices, int):
+        if not 0 < indices <= STAGES:
+            raise UsageError(f"{option}={indices}: an int takes the last n feature maps, from 1 to {STAGES}")
+        return list(range(STAGES - indices, STAGES))
+    taken = [i + STAGES if i < 0 else i for i in indices]
+    if not taken or any(i not in range(STAGES) for i in taken) or len(set(taken)) != len(taken):
+        raise UsageError(f"{option} {tuple(indices)}: pick distinct feature maps from 0 (stem) to 4 (layer4), "
+                         "negative from the end (-1: layer4), or an int n for the last n")
+    return taken
+
+
 class FeatureInfo(list):
-    """timm's ``feature_info``: one dict per feature map (num_chs, reduction, module), stem first."""
+    """timm's ``feature_info``: one dict per feature map (num_chs, reduction, module), stem first;
+    ``channels()``, ``reduction()``, ``module_name()`` give the maps of ``out_indices`` (kept in the
+    form given, as timm's: ``3`` is ``(-3, -2, -1)``) or of ``idx``."""
 
-    def channels(self) -> list[int]:
-        return [info["num_chs"] for info in self]
+    def __init__(self, info: list[dict], out_indices):
+        super().__init__(info)
+        self.out_indices = tuple(range(-out_indices, 0)) if isinstance(out_indices, int) else tuple(out_indices)
 
-    def reduction(self) -> list[int]:
-        return [info["reduction"] for info in self]
+    def get(self, key: str, idx=None):
+        picked = self.out_indices if idx is None else idx
+        return [self[i][key] for i in picked] if isinstance(picked, (tuple, list)) else self[picked][key]
 
-    def module_name(self) -> list[str]:
-        return [info["module"] for info in self]
+    def channels(self, idx=None):
+        return self.get("num_chs", idx)
+
+    def reduction(self, idx=None):
+        return self.get("reduction", idx)
+
+    def module_name(self, idx=None):
+        return self.get("module", idx)
+
+
+class GlobalPool(GlobalAvgPool):
+    """timm's ``SelectAdaptivePool2d`` on NHWC maps: (N, H, W, C) -> (N, 1, 1, C) (``catavgmax``: the
+    average's C channels, then the maximum's), or the map itself for ``''`` (no pooling)."""
+
+    TYPES = ("avg", "max", "avgmax", "catavgmax", "")
+
+    def __init__(self, pool_type: str = "avg"):
+        super().__init__()
+        if pool_type not in self.TYPES:
+            raise UsageError(f"global_pool={pool_type!r}: use one of {', '.join(map(repr, self.TYPES))} "
+                             "('' for no pooling)")
+        self.pool_type = pool_type
+
+    def feat_mult(self) -> int:
+        return 2 if self.pool_type == "catavgmax" else 1
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if not self.pool_type:
+            return x
+        average = super().__call__(x)
+        if self.pool_type == "avg":
+            return average
+        peak = mx.max(x, axis=(1, 2), keepdims=True)
+        if self.pool_type == "max":
+            return peak
+        return 0.5 * (average + peak) if self.pool_type == "avgmax" else mx.concatenate([average, peak], axis=-1)
 
 
 class ResNet(nn.Module):
     """torchvision's ResNet with timm's interface.
 
-    ``num_classes``: size of the ``fc`` head (0: no head, the model returns pooled features).
-    ``features_only``: the model returns the feature maps ``out_indices`` picks
-    (0: the stem after its ReLU, stride 2; 1-4: layer1..layer4, strides 4-32), NHWC,
-    and has no head; the stages after the last one picked are not built.
+    ``num_classes``: size of the ``fc`` head (0: no head, the model returns pooled features; None:
+    the checkpoint's head must be ImageNet's 1000 classes, fit_checkpoint).
+    ``global_pool``: timm's pooling before the head ('avg', 'max', 'avgmax', 'catavgmax'; '' none,
+    with num_classes=0: the model returns the layer4 map).
+    ``features_only``: the model returns the feature maps ``out_indices`` picks (timm's:
+    0: the stem after its ReLU, stride 2; 1-4: layer1..layer4, strides 4-32; negative from the end;
+    an int n the last n), NHWC, and has no head; the stages after the last one picked are not built.
     """
 
-    def __init__(self, block: type, layers: tuple[int, ...], preprocess: dict, num_classes: int = 1000,
-                 features_only: bool = False, out_indices: tuple[int, ...] = (0, 1, 2, 3, 4)):
+    def __init__(self, block: type, layers: tuple[int, ...], preprocess: dict, num_classes: int | None = None,
+                 features_only: bool = False, out_indices=(0, 1, 2, 3, 4), global_pool: str = "avg"):
         super().__init__()
-        out_indices = tuple(out_indices)
-        if not out_indices or any(i not in range(5) for i in out_indices) or len(set(out_indices)) != len(out_indices):
-            raise ZooError(f"out_indices {out_indices}: pick distinct feature maps from 0 (stem) to 4 (layer4)")
-        if num_classes < 0:
-            raise ZooError(f"num_classes {num_classes}: use 0 (no head) or a positive number of classes")
+        picked = take_indices(out_indices)
         self.conv1 = MLXConv2d(3, 64, 7, stride=2, padding=3, bias=False)  # MLX's, as conv3x3
         self.bn1 = BatchNorm(64)
         self.relu = nn.ReLU()
         self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        # module names are torchvision's (timm calls the stem's ReLU act1)
         info = [{"num_chs": 64, "reduction": 2, "module": "relu"}]
-        stages = max(out_indices) if features_only else 4
+        stages = max(picked) if features_only else 4
         cin = 64
-        for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers[:stages])):
-            stride = 1 if i == 0 else 2
-            stage = []
-            for j in range(blocks):
-                stage.append(block(cin, planes, stride if j == 0 else 1))
-                cin = planes * block.expansion
-            setattr(self, f"layer{i + 1}", Sequential(*stage))
-            info.append({"num_chs": cin, "reduction": 4 * 2**i, "module": f"layer{i + 1}"})
+        for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), layers)):
+            if i < stages:
+                stage = []
+                for j in range(blocks):
+                    stage.append(block(cin, planes, (1 if i == 0 else 2) if j == 0 else 1))
+                    cin = planes * block.expansion
+                setattr(self, f"layer{i + 1}", Sequential(*stage))
+            info.append({"num_chs": planes * block.expansion, "reduction": 4 * 2**i, "module": f"layer{i + 1}"})
         self.num_features = cin  # timm's name: channels of the last feature map
         self.features_only = features_only
-        self.out_indices = out_indices
-        self.feature_info = FeatureInfo(info[i] for i in out_indices) if features_only else FeatureInfo(info)
-        self.avgpool = GlobalAvgPool()
+        self.out_indices = tuple(picked)
+        self.feature_info = FeatureInfo(info, out_indices if features_only else range(STAGES))
+        # torchvision's name (the validator compares it as such); timm's is global_pool (the property)
+        self.avgpool = GlobalPool(global_pool)
+        # a checkpoint's head must fit the model unless num_classes was given (fit_checkpoint)
+        self.num_classes_given = num_classes is not None
         self.num_classes = 0
         if not features_only:
-            self.reset_classifier(num_classes)
+            self.reset_classifier(IMAGENET_CLASSES if num_classes is None else num_classes)
         self.preprocess = preprocess  # the registry's: resize, crop, mean, std
         blocks = [m for m in self.modules() if isinstance(m, (BasicBlock, Bottleneck))]
         self.compiled = CompiledForward(self.forward, self, folds=[(self.conv1, self.bn1)] + [
@@ -154,33 +216,78 @@ class ResNet(nn.Module):
     def dtype(self) -> mx.Dtype:
         return self.conv1.weight.dtype
 
-    def reset_classifier(self, num_classes: int) -> None:
-        """A new zero-initialised ``fc`` head of ``num_classes`` outputs (0: no head), in the model's dtype."""
+    @property
+    def global_pool(self) -> GlobalPool:
+        return self.avgpool
+
+    @property
+    def head_hidden_size(self) -> int:
+        """timm's name: the width of the pooled features the head takes (2 x num_features for catavgmax)."""
+        return self.num_features * self.avgpool.feat_mult()
+
+    @property
+    def default_cfg(self) -> dict:
+        """timm's older name of ``pretrained_cfg``."""
+        return self.pretrained_cfg
+
+    def get_classifier(self, name_only: bool = False):
+        """The head: ``fc`` (an Identity when there is none, as timm's), or its name."""
+        if name_only:
+            return "fc"
+        return self.fc if "fc" in self else nn.Identity()
+
+    def reset_classifier(self, num_classes: int, global_pool: str | None = None) -> None:
+        """A new zero-initialised ``fc`` head of ``num_classes`` outputs (0: no head), in the model's dtype;
+        ``global_pool`` (timm's): the pooling before it, None keeps the current one."""
         if self.features_only:
-            raise ZooError("a features_only model has no classifier: load it without features_only")
+            raise UsageError("a features_only model has no classifier: load it without features_only")
         if num_classes < 0:
-            raise ZooError(f"num_classes {num_classes}: use 0 (no head) or a positive number of classes")
+            raise UsageError(f"num_classes={num_classes}: use 0 (no head) or a positive number of classes")
+        pool = self.avgpool if global_pool is None else GlobalPool(global_pool)
+        if num_classes and not pool.pool_type:
+            raise UsageError(f"global_pool='' keeps the (N, h, w, {self.num_features}) map, which no {num_classes}-class "
+                             "head takes: use it with num_classes=0, as timm's")
+        self.avgpool = pool
         if "fc" in self:
             del self["fc"]
         if num_classes:
-            self.fc = nn.Linear(self.num_features, num_classes)
+            self.fc = nn.Linear(self.head_hidden_size, num_classes)
             self.fc.update({"weight": mx.zeros_like(self.fc.weight, dtype=self.dtype),
                             "bias": mx.zeros_like(self.fc.bias, dtype=self.dtype)})
         self.num_classes = num_classes
+        if getattr(self, "compiled", None) is not None:
+            self.compiled.clear()  # the traces hold the old head and pooling
 
     def stem(self, x: mx.array) -> mx.array:
         return self.relu(conv_bn(self.conv1, self.bn1, as_model_input(x, self.dtype)))
 
-    def stage_maps(self, x: mx.array) -> list[mx.array]:
-        """The stem's map and the map of each stage built: [stem, layer1, ...], NHWC."""
+    def stage_maps(self, x: mx.array, last: int = 4) -> tuple[list[mx.array], mx.array]:
+        """The stem's map and each stage's up to index ``last`` (0: stem, 4: layer4), NHWC, and the map
+        the next stage would take (the max-pooled stem when ``last`` is 0)."""
+        if last and f"layer{last}" not in self:
+            raise UsageError(f"feature map {last} is not built: this features_only model stops at index "
+                             f"{max(self.out_indices)}; load it with the out_indices you need")
         maps = [self.stem(x)]
         x = self.maxpool(maps[0])
-        for i in range(1, 5):
-            if f"layer{i}" not in self:
-                break
+        for i in range(1, last + 1):
             x = self[f"layer{i}"](x)
             maps.append(x)
-        return maps
+        return maps, x
+
+    def forward_intermediates(self, x: mx.array, indices=None, norm: bool = False, stop_early: bool = False,
+                              output_fmt: str = "NHWC", intermediates_only: bool = False):
+        """timm's: the feature maps ``indices`` picks (None all 5, an int n the last n, a sequence with
+        negative from the end), in the network's order, and the layer4 map: ``(final, [maps])``, or
+        ``[maps]`` with ``intermediates_only``. x and the maps are NHWC (``output_fmt="NCHW"``
+        transposes the maps, not ``final``); ``stop_early`` stops at the last map picked (``final``
+        is then that stage's output); ``norm`` does nothing: a ResNet has no final norm, as timm's."""
+        if output_fmt not in ("NHWC", "NCHW"):
+            raise UsageError(f"output_fmt={output_fmt!r}: use 'NHWC' (the model's layout) or 'NCHW'")
+        taken = sorted(take_indices(indices, "indices"))
+        last = taken[-1] if stop_early else max(taken[-1], max(self.out_indices) if self.features_only else 4)
+        maps, final = self.stage_maps(x, last)
+        picked = [maps[i] if output_fmt == "NHWC" else maps[i].transpose(0, 3, 1, 2) for i in taken]
+        return picked if intermediates_only else (final, picked)
 
     def forward_features(self, x: mx.array) -> mx.array:
         """x: (N, H, W, 3) normalised image -> (N, H/32, W/32, num_features) layer4 map."""
@@ -190,8 +297,11 @@ class ResNet(nn.Module):
         return self.layer4(self.layer3(self.layer2(self.layer1(x))))
 
     def forward_head(self, x: mx.array, pre_logits: bool = False) -> mx.array:
-        """(N, h, w, C) feature map -> (N, C) pooled features (``pre_logits`` or no head) or (N, num_classes) logits."""
-        x = self.avgpool(x).reshape(x.shape[0], -1)
+        """(N, h, w, C) feature map -> (N, head_hidden_size) pooled features (``pre_logits`` or no head; the
+        map itself for global_pool='') or (N, num_classes) logits."""
+        x = self.avgpool(x)
+        if self.avgpool.pool_type:
+            x = x.reshape(x.shape[0], -1)
         if pre_logits or "fc" not in self:
             return x
         if x.shape[0] > 1 and cpu_ops.on_cpu():
@@ -210,7 +320,7 @@ class ResNet(nn.Module):
 
     def forward(self, x: mx.array):
         if self.features_only:
-            maps = self.stage_maps(x)
+            maps, _ = self.stage_maps(x, max(self.out_indices))
             return [maps[i] for i in self.out_indices]
         return self.forward_head(self.forward_features(x))
 
@@ -255,28 +365,57 @@ def class_names() -> list[str]:
     return CLASS_NAMES.read_text().splitlines()
 
 
-def build(spec, num_classes: int = 1000, features_only: bool = False,
-          out_indices: tuple[int, ...] = (0, 1, 2, 3, 4)) -> ResNet:
+def pretrained_cfg(spec) -> dict:
+    """timm's ``pretrained_cfg`` of the weights behind the name (timm 1.0's values for resnetN.tv_in1k):
+    the pre-processing they were trained with, as ``preprocess_image`` applies it."""
+    p = spec.preprocess
+    return {"architecture": spec.variant, "tag": spec.tag, "hf_hub_id": spec.hub_repo,
+            "input_size": (3, p["crop"], p["crop"]), "interpolation": "bilinear",  # resize_shorter_side's
+            "crop_pct": p["crop"] / p["resize"], "crop_mode": "center", "mean": p["mean"], "std": p["std"],
+            "num_classes": IMAGENET_CLASSES, "pool_size": (p["crop"] // 32, p["crop"] // 32),
+            "first_conv": "conv1", "classifier": "fc", "license": spec.licence.split()[0].lower()}
+
+
+def build(spec, num_classes: int | None = None, features_only: bool = False, out_indices=(0, 1, 2, 3, 4),
+          global_pool: str = "avg") -> ResNet:
     kind, layers = DEPTHS[spec.variant]
-    return ResNet(BasicBlock if kind == "basic" else Bottleneck, layers, spec.preprocess, num_classes,
-                  features_only, out_indices)
+    model = ResNet(BasicBlock if kind == "basic" else Bottleneck, layers, spec.preprocess, num_classes,
+                   features_only, out_indices, global_pool)
+    model.pretrained_cfg = pretrained_cfg(spec)
+    return model
+
+
+def describe_head(shape) -> str:
+    return "no head" if shape is None else f"a {shape[0]}-class head on {shape[1]} features"
 
 
 def fit_checkpoint(model: ResNet, state_dict: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], set[str]]:
-    """timm's rule for a checkpoint whose head does not fit the model: drop it, keep the model's zero head.
+    """A checkpoint's head (fc) against the model's: timm's rule, without its silent zero head.
 
-    Returns the weights to load and the model's parameter names that keep their
-    own values. A features_only model drops the head and the stages it did not
-    build; a head of another size is dropped with a note.
+    Returns the weights to load and the model's parameter names that keep their own values. A
+    features_only model drops the head and the stages it did not build. A head that does not fit is
+    dropped with a note when ``num_classes`` asked for another head, and is an error otherwise (a
+    fine-tuned checkpoint loaded without its num_classes would otherwise predict from zeros).
     """
     unbuilt = {"fc", *(f"layer{i}" for i in range(1, 5))} - set(model.keys())
     weights = {k: v for k, v in state_dict.items() if k.split(".")[0] not in unbuilt}
+    if model.features_only:
+        return weights, set()
     head = state_dict.get("fc.weight")
-    keep = set()
-    if head is not None and not model.features_only and head.shape != (model.num_classes, model.num_features):
-        weights = {k: v for k, v in weights.items() if not k.startswith("fc.")}
-        keep = {"fc.weight", "fc.bias"} if model.num_classes else set()
-        print(f"note: the checkpoint's {head.shape[0]}-class head (fc) is not loaded: the model has "
-              f"{f'a new zero-initialised {model.num_classes}-class head' if model.num_classes else 'no head'}",
-              file=sys.stderr)
-    return weights, keep
+    found = None if head is None else tuple(head.shape)
+    wanted = (model.num_classes, model.head_hidden_size) if model.num_classes else None
+    body = {name for name, _ in tree_flatten(model.parameters()) if not name.startswith("fc.")}
+    if found == wanted or not body <= state_dict.keys():
+        return weights, set()  # fits, or the checkpoint of another model: the strict load names every mismatch
+    if not model.num_classes_given:
+        pool = model.global_pool.pool_type
+        where = f"the model has {describe_head(wanted)}" + ("" if pool == "avg" else f" (global_pool={pool!r})")
+        use = (f"num_classes={found[0]} to use it (python -m zoo.run: --num-classes {found[0]}), or "
+               if found is not None and found[1] == model.head_hidden_size else "")
+        raise ZooError(f"the checkpoint has {describe_head(found)} (fc) where {where}: pass {use}"
+                       "num_classes=N for a new zero-initialised N-class head (0: none)")
+    weights = {k: v for k, v in weights.items() if not k.startswith("fc.")}
+    ours = f"a new zero-initialised {model.num_classes}-class head" if model.num_classes else "no head"
+    theirs = " has no head (fc)" if found is None else f"'s {found[0]}-class head (fc) is not loaded"
+    print(f"note: the checkpoint{theirs}: the model has {ours}", file=sys.stderr)
+    return weights, ({"fc.weight", "fc.bias"} if model.num_classes else set())

@@ -7,7 +7,10 @@ import pytest
 from PIL import Image
 from safetensors.numpy import save_file
 
-from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+import synthetic_cache
+
+synthetic_cache.memoise()  # before any test module imports synthetic_state_dict
+from zoo.weights.synthetic import read_manifest, synthetic_state_dict  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 MANIFESTS = Path(__file__).parent.parent / "models" / "manifests"
@@ -17,6 +20,20 @@ def synthetic_checkpoint(variant: str, path: Path, seed: int = 0) -> Path:
     """A safetensors file in the upstream naming, holding the reference cases' weights."""
     save_file(synthetic_state_dict(read_manifest(MANIFESTS / f"{variant}.json"), seed), str(path))
     return path
+
+
+# Python source for a child process to report its peak RSS in KB as peak_rss_kb(): its own high-water
+# mark (Linux's VmHWM). ru_maxrss would also count the parent's RSS when it spawned the child: the
+# pytest process's, which by then may hold models of earlier tests.
+PEAK_RSS_KB = """
+import resource
+def peak_rss_kb():
+    try:
+        with open("/proc/self/status") as status:
+            return int(next(line for line in status if line.startswith("VmHWM:")).split()[1])
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
 
 
 def rebuild_input(sidecar: dict, make) -> np.ndarray:
@@ -72,6 +89,18 @@ def cli_error(argv: list[str], capsys) -> str:
     last = err.splitlines()[-1]  # warnings (e.g. synthetic weights) may come first
     assert last.startswith("error: ")
     return last
+
+
+@pytest.fixture
+def small_mobilesam(monkeypatch):
+    """MobileSAM registered with a 128 px encoder input instead of 1024: the command line's
+    behaviour, at a 64th of the encoder's work."""
+    import dataclasses
+
+    from zoo import registry
+
+    spec = registry.get_spec("mobilesam")
+    monkeypatch.setitem(registry.REGISTRY, "mobilesam", dataclasses.replace(spec, preprocess={"image_size": 128}))
 
 
 @pytest.fixture(autouse=True)

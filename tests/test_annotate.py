@@ -187,16 +187,18 @@ def test_cli_writes_labels_and_refuses_to_replace_them(photos, tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: output ") and "exists: pass --overwrite" in err[-1]
     assert (out / "a.txt").read_bytes() == before
-    (out / "masks" / "a_7.png").write_bytes(b"an earlier run's mask")
+    (out / "masks" / "a_7.png").write_bytes(b"a user's file, named like a mask")
     assert run_cli(*common, "--save-masks", "--max-det", "1", "--overwrite") == 0
-    assert sorted(p.name for p in (out / "masks").iterdir()) == ["a_0.png", "b_0.png"]  # stale ones removed
+    # the earlier run's second masks removed; a file no label line accounts for is not ours: kept
+    assert sorted(p.name for p in (out / "masks").iterdir()) == ["a_0.png", "a_7.png", "b_0.png"]
+    assert (out / "masks" / "a_7.png").read_bytes() == b"a user's file, named like a mask"
     assert len(parse_labels(out / "a.txt", 3)) == 1
 
 
 @pytest.mark.parametrize("args, code, message", [
-    (["--det", "resnet18"], 2, "detector resnet18 is a classify model: pass a YOLOv8 detector"),
-    (["--det", "{seg}"], 1, "holds a YOLO segment model"),
-    (["--det", "{resnet}"], 2, "holds no YOLOv8 model: pass a YOLOv8 detection checkpoint"),
+    (["--det", "resnet18"], 2, "detector resnet18 is a classify model: pass a YOLO detector"),
+    (["--det", "{seg}"], 1, "holds a YOLO instance-segment model"),
+    (["--det", "{resnet}"], 2, "holds no YOLO model: pass a YOLO detection checkpoint"),
     (["--det", DETECTOR, "--conf", "1.5"], 2, "conf 1.5 is outside [0, 1]"),
     (["--det", DETECTOR, "--classes", "zebra"], 2, "unknown classes 'zebra'"),
     (["--det", DETECTOR, "--out", "{photos}"], 2, "is the input folder"),

@@ -20,6 +20,7 @@ from zoo.bench.__main__ import main
     (["--lama-size", "100"], "--lama-size"),
     (["--upstream", "/no/such/folder"], "no such folder"),
     (["--seconds", "0"], "--seconds"),
+    (["--torch-compile", "fastest"], "--torch-compile"),
 ])
 def test_bad_options_fail_with_one_line(argv, message, capsys):
     assert main(argv) == 2

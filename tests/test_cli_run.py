@@ -10,7 +10,7 @@ from PIL import Image
 import zoo
 from conftest import cli_error, synthetic_checkpoint
 from zoo.errors import ZooError
-from zoo.files import check_new_file, image_format, write_atomic
+from zoo.files import check_new_file, image_format, write_atomic, write_text
 from zoo.run import main
 
 
@@ -117,8 +117,8 @@ def test_write_atomic_never_leaves_half_a_file(tmp_path):
     target = tmp_path / "out.json"
     target.write_text("old")
 
-    def fail(tmp):
-        tmp.write_text("half")
+    def fail(file):
+        file.write(b"half")
         raise ValueError("boom")
 
     with pytest.raises(ValueError, match="boom"):
@@ -126,10 +126,12 @@ def test_write_atomic_never_leaves_half_a_file(tmp_path):
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
     missing = tmp_path / "nowhere" / "out.json"
     with pytest.raises(ZooError, match=f"cannot write {missing}: No such file or directory") as e:
-        write_atomic(missing, lambda tmp: tmp.write_text("x"))
+        write_text(missing, "x")
     assert "\n" not in str(e.value)
-    assert write_atomic(target, lambda tmp: tmp.write_text("new")) == target and target.read_text() == "new"
-    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    assert write_text(target, "new") == target and target.read_text() == "new"
+    with pytest.raises(ZooError, match="it appeared while this run was writing it"):
+        write_text(target, "newer", replace=False)  # a file that appeared after the checks is kept
+    assert target.read_text() == "new" and [p.name for p in tmp_path.iterdir()] == ["out.json"]
 
 
 @pytest.mark.parametrize("name, message", [

@@ -46,8 +46,11 @@ def files(tmp_path_factory) -> Path:
     synthetic_checkpoint("yolov8n", root / "yolo.safetensors")
     (root / "empty").mkdir()
     (root / "notes.mp4").write_text("not a video\n")
-    save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a YOLOv8 segmentation head
-               "model.22.proto.cv1.conv.weight": np.zeros((1, 1, 1, 1), np.float32)}, str(root / "seg.safetensors"))
+    save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a YOLOv8 oriented-box head
+               "model.22.cv4.0.2.weight": np.zeros((1, 1, 1, 1), np.float32)}, str(root / "obb.safetensors"))
+    save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a pose head of 5 x 2 keypoints
+               "model.22.cv4.0.2.weight": np.zeros((10, 1, 1, 1), np.float32)}, str(root / "pose.safetensors"),
+              metadata={"kpt_shape": "[17, 3]"})
     (root / "big.png").write_bytes(forged_png(10000, 10000))
     (root / "bomb.png").write_bytes(forged_png(40000, 40000))
     (root / "lie.safetensors").write_bytes(safetensors_bytes(

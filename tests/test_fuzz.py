@@ -1,5 +1,6 @@
 """Fuzzing (hypothesis) of everything that reads a user's bytes: torch files (zip and legacy
-pickles), safetensors, images and LaMa masks, and the command lines of zoo.run and zoo.validate.
+pickles), safetensors, images and LaMa masks, JSONL record files on --resume, temporary output
+names already taken, and the command lines of zoo.run and zoo.validate.
 
 Every mutated or forged input is read or refused with one ZooError line: never another
 exception, never a swallowed MemoryError, never more memory than the file justifies (traced
@@ -392,6 +393,103 @@ def test_lama_masks(work, data):
     refused_or_read(lambda path: load_mask(path, (12, 16), threshold=128, dilate=1), work / "mask.png", data)
 
 
+# --- record files and temporary names (issue 35) --------------------------------------------------
+
+HEADER = {"mlx_zoo": 1, "task": "classify", "model": "resnet18"}
+
+
+def record_seeds() -> list[bytes]:
+    header = json.dumps(HEADER).encode() + b"\n"
+    records = [json.dumps({"path": f"imgs/{i}.jpg", "top": [{"index": i, "label": "cat", "probability": 0.5}]}
+                          ).encode() + b"\n" for i in range(3)]
+    error = json.dumps({"path": "imgs/bad.jpg", "error": "cannot read imgs/bad.jpg"}).encode() + b"\n"
+    return [header + b"".join(records), header + records[0] + error + records[1], header, b"",
+            header + records[0] + records[1][:20]]
+
+
+@FUZZ
+@given(data=mutated(record_seeds()))
+def test_record_files(work, data):
+    """--resume on a damaged record file (the writer's own checks: bit flips, torn lines, foreign
+    headers, bytes that are not UTF-8): it continues -- the kept records, then the new one, once
+    each, under the header -- or refuses in one ZooError line and leaves the file as it was; no
+    temporary file is left either way."""
+    from zoo.pipeline import without_errors
+    from zoo.sources import JsonlWriter, read_records
+
+    folder = work / "records"
+    folder.mkdir(exist_ok=True)
+    path = folder / "r.jsonl"
+    path.write_bytes(data)
+    new = {"path": "new.jpg", "top": []}
+    try:
+        with timed_case(), contextlib.redirect_stderr(io.StringIO()):
+            with JsonlWriter(path, resume=True, header=HEADER, keep=without_errors) as writer:
+                kept = writer.records
+                writer.write(new)
+    except ZooError as error:
+        assert str(error) and "\n" not in str(error), str(error)
+        assert path.read_bytes() == data
+    else:
+        assert path.read_bytes().startswith(json.dumps(HEADER).encode() + b"\n")
+        assert read_records(path, HEADER).records == [*kept, new]
+    assert [p.name for p in folder.iterdir()] == ["r.jsonl"]
+    path.unlink()
+
+
+@FUZZ
+@given(taken=st.lists(st.sampled_from(["link", "dangling", "file", "folder", "fifo"]), max_size=6),
+       fails=st.booleans(), exists=st.booleans())
+def test_temporary_names_already_taken(work, taken, fails, exists):
+    """Whatever lies at the temporary names drawn -- a link into an input, a dangling link, a user's
+    file, a folder, a FIFO -- a write goes to a free name: the output is whole (or, failing, the old
+    one is), and every other file is as it was."""
+    from unittest import mock
+
+    from zoo import files
+
+    folder = work / "taken"
+    folder.mkdir(exist_ok=True)
+    for entry in folder.iterdir():
+        entry.rmdir() if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    (folder / "input.png").write_bytes(b"an input")
+    out = folder / "out.json"
+    if exists:
+        out.write_text("old")
+    for i, kind in enumerate(taken):
+        name = folder / f".out.json.t{i}.part"
+        {"link": lambda: name.symlink_to(folder / "input.png"), "dangling": lambda: name.symlink_to(folder / "gone"),
+         "file": lambda: name.write_text("a user's file"), "folder": name.mkdir, "fifo": lambda: os.mkfifo(name)}[kind]()
+    before = entries(folder)
+    draws = iter([f"t{i}" for i in range(len(taken))] + ["free"])
+
+    def write(file):
+        file.write(b"new")
+        if fails:
+            raise ZooError("the write failed")
+
+    with mock.patch.object(files.secrets, "token_hex", lambda n: next(draws)), timed_case():
+        try:
+            files.write_atomic(out, write)
+        except ZooError:
+            assert fails
+    after, old = entries(folder), before.pop("out.json", None)
+    assert after.pop("out.json", None) == (old if fails else ("file", b"new"))
+    assert after == before
+
+
+def entries(folder: Path) -> dict[str, tuple]:
+    """A folder's entries as they are, never opening a FIFO nor following a link."""
+    def entry(path: Path) -> tuple:
+        if path.is_symlink():
+            return ("link", os.readlink(path))
+        if path.is_dir():
+            return ("folder",)
+        return ("file", path.read_bytes()) if path.is_file() else ("fifo",)
+
+    return {path.name: entry(path) for path in folder.iterdir()}
+
+
 # --- command lines --------------------------------------------------------------------------------
 
 WORDS = ["resnet18", "yolov8n", "yolov8", "mobilesam", "mobile_sam", "lama", "resnet19", "", "-", "--", "ok.jpg",
@@ -400,7 +498,7 @@ WORDS = ["resnet18", "yolov8n", "yolov8", "mobilesam", "mobile_sam", "lama", "re
          "--box", "--mask", "--overwrite", "--exist-ok", "--hd-strategy", "crop", "resize", "original", "--ext",
          "--quality", "--max-det", "--classes", "--batch", "--save-txt", "--mode", "--inject", "--seed", "--show",
          "--report", "--coverage", "1,1", "5,5,10,10", "30,5,10,20", "1,2,3,4,5", "nan", "inf", "-1", "0", "1e9",
-         "0.5", "x=y", "conv1=zero"]
+         "0.5", "x=y", "conv1=zero", "--jsonl", "--resume", "--csv", "bad.jsonl", "r.jsonl", "imgs/../imgs"]
 TOKENS = st.one_of(st.sampled_from(WORDS), st.text(max_size=10), st.integers(-2**40, 2**40).map(str),
                    st.floats().map(str), st.lists(st.integers(-10, 100), min_size=1, max_size=5).map(
                        lambda xs: ",".join(map(str, xs))))
@@ -418,7 +516,9 @@ def working_directory(folder: Path):
 
 @pytest.fixture(scope="module")
 def cli_folder(tmp_path_factory) -> Path:
-    return cli_inputs(tmp_path_factory.mktemp("cli"))
+    folder = cli_inputs(tmp_path_factory.mktemp("cli"))
+    (folder / "bad.jsonl").write_bytes(b"42\n\xff\xfe\n")  # a record file --resume must refuse in one line
+    return folder
 
 
 def one_error_line(main, argv: list[str], folder: Path) -> None:

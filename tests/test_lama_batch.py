@@ -5,7 +5,6 @@ EXIF orientation), each with an ICC profile and EXIF tags, and masks of other
 sizes and names (a.png <- a.png, a_mask.png, a.jpg). Hole rectangles sit on the
 masks' scale factors, so the hole at image resolution is known exactly.
 """
-import sys
 
 import numpy as np
 import pytest
@@ -125,7 +124,7 @@ def test_second_run_skips_everything_without_reading_weights(photos, first_run, 
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
-def test_outputs_named_like_the_inputs_jpeg_quality_and_overwrite(photos, tmp_path, capsys):
+def test_outputs_named_like_the_inputs_jpeg_as_png_quality_and_overwrite(photos, tmp_path, capsys):
     images, masks, expected = photos
     picked = tmp_path / "in"
     picked.mkdir()
@@ -133,21 +132,31 @@ def test_outputs_named_like_the_inputs_jpeg_quality_and_overwrite(photos, tmp_pa
     for name in names:
         (picked / name).write_bytes((images / name).read_bytes())
     out = tmp_path / "out"
-    argv = ["lama", str(picked), "--mask", str(masks), "--out", str(out), *WEIGHTS, "--quality", "80"]
-    # the masks of the other 18 images match nothing here: one line each, the two images still done
-    assert main(argv) == 1
+    argv = ["lama", str(picked), "--mask", str(masks), "--out", str(out), *WEIGHTS]
+    # the masks of the other 18 images match nothing here: a note each (IOPaint ignores them), the two images done
+    assert main(argv) == 0
     err = capsys.readouterr().err
-    assert err.count("mask of no image") == N - 2
-    assert "note: .jpg is lossy: pixels outside the hole change; write .png (--ext png) to keep them" in err
-    assert sorted(p.name for p in out.iterdir()) == names
-    with Image.open(out / "photo02.jpg") as jpeg:
+    assert err.count("mask of no image") == N - 2 and "error:" not in err
+    assert "note: .jpg inputs are written as .png, which keeps the pixels outside the hole exact (--ext jpg keeps " \
+           "their format, lossy)" in err
+    assert sorted(p.name for p in out.iterdir()) == ["photo01.png", "photo02.png"]
+    hole = np.zeros((H, W), bool)
+    hole[HOLE] = True
+    pixels = expected["photo02.jpg"][0]
+    assert np.array_equal(np.asarray(Image.open(out / "photo02.png"))[~hole], pixels[~hole])
+    # --ext jpg keeps the format, at --quality, and JPEG changes pixels outside the hole: why PNG is the default;
+    # --overwrite replaces an output that exists
+    (out / "photo01.jpg").write_bytes(b"stale")
+    assert main([*argv, "--ext", "jpg", "--quality", "80", "--overwrite"]) == 0
+    assert "note: .jpg is lossy: pixels outside the hole change; write .png (--ext png) to keep them" in \
+        capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["photo01.jpg", "photo01.png", "photo02.jpg", "photo02.png"]
+    with Image.open(out / "photo02.jpg") as jpeg, Image.open(out / "photo01.jpg") as replaced:
         reference = tmp_path / "q80.jpg"
-        Image.fromarray(expected["photo02.jpg"][0]).save(reference, quality=80)
+        Image.fromarray(pixels).save(reference, quality=80)
         assert jpeg.format == "JPEG" and jpeg.quantization == Image.open(reference).quantization
-    png_bytes = (out / "photo01.png").read_bytes()
-    (out / "photo01.png").write_bytes(b"stale")
-    assert main([*argv, "--overwrite"]) == 1
-    assert (out / "photo01.png").read_bytes() == png_bytes  # replaced, deterministically
+        assert (np.asarray(jpeg)[~hole] != pixels[~hole]).any(axis=-1).mean() > 0.5
+        assert replaced.format == "JPEG" and replaced.size == (W, H)
 
 
 def test_bad_files_one_line_each_the_rest_processed(tmp_path, capsys):
@@ -166,18 +175,18 @@ def test_bad_files_one_line_each_the_rest_processed(tmp_path, capsys):
     code = main(["lama", str(images), "--mask", str(masks), "--out", str(out), *WEIGHTS])
     err = capsys.readouterr().err
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert code == 1
-    assert len(errors) == 4, errors
-    assert any("nomask.png: no mask in" in e and "looked for nomask.* and nomask_mask*.*" in e for e in errors)
-    assert any("orphan.png: mask of no image" in e for e in errors)
+    notes = [line for line in err.splitlines() if line.startswith("note: ")]
+    assert code == 1  # files that could not be read; the pairing gaps alone exit 0 (IOPaint's batch mode goes on)
+    assert len(errors) == 2, errors
     assert any("broken.png: not an image file Pillow recognises" in e for e in errors)
     assert any("truncated.png: the file is damaged or truncated" in e for e in errors)
+    assert any("nomask.png: no mask in" in n and "looked for nomask.* and nomask_mask*.*): skipped" in n for n in notes)
+    assert any("orphan.png: mask of no image" in n for n in notes)
     assert sorted(p.name for p in out.iterdir()) == ["good1.png", "good2.png"]
-    assert "lama: 2 inpainted, 4 failed (see the error lines)" in err.splitlines()[-1]
+    assert "lama: 2 inpainted, 1 skipped (no mask), 2 failed (see the error lines)" in err.splitlines()[-1]
 
 
-def test_one_mask_for_all_resized_threshold_and_dilation(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # the progress bar shows on a terminal only
+def test_one_mask_for_all_resized_threshold_and_dilation(tmp_path, capsys):
     rng = np.random.default_rng(2)
     images = tmp_path / "images"
     images.mkdir()
@@ -194,7 +203,7 @@ def test_one_mask_for_all_resized_threshold_and_dilation(tmp_path, capsys, monke
                  "--mask-threshold", "127", "--dilate", "3"]) == 0
     err = capsys.readouterr().err
     assert err.count("note: resized mask mask.png from 32x24 to 64x48 (nearest) for a.png") == 1  # once per size
-    assert "inpainting: 100%" in err and "lama: 2 inpainted in" in err.splitlines()[-1]
+    assert "lama: 2 inpainted in" in err.splitlines()[-1]
     hole = np.zeros((H, W), bool)
     hole[8 - 3:24 + 3, 16 - 3:40 + 3] = True  # the resized rectangle grown by 3 px
     for stem in ("a", "b"):
@@ -249,3 +258,43 @@ def test_inpaint_returns_an_array_for_every_kind_of_image(tmp_path):
     rgba = np.dstack([rgb, alpha])
     assert np.array_equal(lama.inpaint(Image.fromarray(rgba, "RGBA"), hole), np.dstack([from_array, alpha]))
     assert np.array_equal(lama.inpaint(rgba, hole), np.dstack([from_array, alpha]))
+
+
+def test_iopaint_run_flags_threshold_png_and_missing_masks(tmp_path, capsys):
+    """`iopaint run --image DIR --mask DIR --output DIR` as written, with IOPaint 1.6's batch rules
+    (iopaint/batch_processing.py): mask levels >= 127 are hole, outputs are PNG, an image without a
+    mask is logged and skipped; and ours: inputs and masks untouched, no output in their folders."""
+    images, masks, out = tmp_path / "images", tmp_path / "masks", tmp_path / "out"
+    images.mkdir()
+    masks.mkdir()
+    rng = np.random.default_rng(4)
+    decoded = {}
+    for stem in ("a", "b", "c"):
+        Image.fromarray(rng.integers(0, 256, (H, W, 3), dtype=np.uint8)).save(images / f"{stem}.jpg", quality=95)
+        decoded[stem] = np.asarray(Image.open(images / f"{stem}.jpg").convert("RGB"))
+    mask = np.zeros((H, W), np.uint8)
+    mask[HOLE] = 127  # hole
+    mask[30:40, 4:12] = 126  # kept
+    for stem in ("a", "b"):  # none for c
+        Image.fromarray(mask).save(masks / f"{stem}.png")
+    given = {p: p.read_bytes() for folder in (images, masks) for p in folder.iterdir()}
+    assert main(["lama", "--image", str(images), "--mask", str(masks), "--output", str(out), *WEIGHTS]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {images / 'c.jpg'}: no mask in {masks} (looked for c.* and c_mask*.*): skipped (add one" in err
+    assert "error:" not in err and "lama: 2 inpainted, 1 skipped (no mask) in" in err.splitlines()[-1]
+    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b.png"]
+    hole = mask >= 127
+    for stem in ("a", "b"):
+        got = np.asarray(Image.open(out / f"{stem}.png"))
+        assert np.array_equal(got[~hole], decoded[stem][~hole])  # the level-126 patch kept, as every known pixel
+        assert (got[hole] != decoded[stem][hole]).mean() > 0.5
+    assert {p: p.read_bytes() for folder in (images, masks) for p in folder.iterdir()} == given
+    # nothing could be processed: no image has a mask -> exit 1
+    (tmp_path / "lone").mkdir()
+    (tmp_path / "lone" / "c.jpg").write_bytes(given[images / "c.jpg"])
+    err = cli_error(["lama", "--image", str(tmp_path / "lone"), "--mask", str(masks), "--output",
+                     str(tmp_path / "out2"), *WEIGHTS], capsys)
+    assert f"no image of {tmp_path / 'lone'} has a mask in {masks}: name each mask after its image" in err
+    assert not (tmp_path / "out2").exists()
+    assert f"is the input folder {masks}" in cli_error(  # never write into the mask folder
+        ["lama", "--image", str(images), "--mask", str(masks), "--output", str(masks), *WEIGHTS], capsys)

@@ -5,6 +5,7 @@ An output that is an input is refused whatever the flags; an existing output is 
 `error:` line before the model loads; a refused run writes nothing (the tree's hashes are unchanged).
 """
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -14,8 +15,8 @@ from PIL import Image
 
 from conftest import file_tree
 from zoo.errors import ZooError
-from zoo.files import (check_output_file, increment_path, make_output_folder, refuse_inputs,
-                       remove_created_folders)
+from zoo.files import (OutputFile, check_output_file, increment_path, make_output_folder, refuse_inputs,
+                       remove_created_folders, save_png, write_atomic, write_text)
 from zoo.run import main
 
 MISSING_WEIGHTS = "never-read.safetensors"  # a check that passed would reach it and fail differently
@@ -47,12 +48,15 @@ def refused(argv: list[str], root: Path, capsys, message: str) -> None:
 
 @pytest.fixture
 def work(tmp_path, monkeypatch):
-    """A user's folder: real.jpg, r2.jpg, mask.png, imgs/ with two images; the current folder."""
+    """A user's folder: real.jpg, r2.jpg, mask.png, imgs/ with two images, masks/ with their masks; the current folder."""
     save_image(tmp_path / "real.jpg", 0)
     save_image(tmp_path / "r2.jpg", 1)
     save_mask(tmp_path / "mask.png")
     save_image(tmp_path / "imgs" / "a.jpg", 2)
     save_image(tmp_path / "imgs" / "b.png", 3)
+    (tmp_path / "masks").mkdir()
+    save_mask(tmp_path / "masks" / "a_mask.png")
+    save_mask(tmp_path / "masks" / "b_mask.png")
     monkeypatch.chdir(tmp_path)
     return tmp_path
 
@@ -81,6 +85,16 @@ def unwritable_folder(tmp_path: Path) -> Path:
     (["resnet18", "r2.jpg", "--json", "mask.png/sub/r.json"], "mask.png is a file"),
     (["resnet18", "imgs/", "--csv", "imgs/a.jpg", "--overwrite"], "--csv imgs/a.jpg is the input file imgs/a.jpg"),
     (["yolov8n", "real.jpg", "--weights", "w.pt", "--out", "."], None),  # weights below
+    # issue 35: every output rule on every path and flag combination
+    (["lama", "imgs/", "--mask", "masks", "--out", "masks"], "--out masks is the input folder masks"),
+    (["lama", "imgs/", "--mask", "masks/", "--out", "./masks"], "--out masks is the input folder masks"),
+    (["yolov8n", "imgs/", "--out", "res", "--jsonl", "res"], "--jsonl res is also the --out path"),
+    (["yolov8n", "imgs/", "--out", "res", "--jsonl", "./res/", "--resume"], "--jsonl ./res/ is also the --out path"),
+    (["resnet18", "imgs/", "--json", "r.json", "--csv", "./r.json"], "--csv ./r.json is also the --json path"),
+    (["resnet18", "imgs/", "--jsonl", "r.jsonl", "--json", "r.jsonl", "--overwrite"], "--json r.jsonl is also the --jsonl"),
+    (["resnet18", "imgs/", "--ray", "--out", "imgs"], "--out imgs is the input folder imgs"),
+    (["yolov8n", "imgs/", "--ray", "--out", "./imgs/", "--format", "jsonl"], "--out imgs is the input folder imgs"),
+    (["resnet18", "imgs/a.jpg", "--ray", "--out", "imgs/a.jpg"], "--out imgs/a.jpg is the input file imgs/a.jpg"),
 ])
 def test_issue_reproductions_are_refused_before_any_work(work, capsys, argv, message):
     if message is None:  # an output named like the weights file: the weights are an input too
@@ -129,7 +143,7 @@ def test_detect_run_folders_increment_and_outputs_need_exist_ok(work, capsys):
     assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
-def test_segment_outputs_need_overwrite(work, capsys):
+def test_segment_outputs_need_overwrite(work, capsys, small_mobilesam):
     inputs = file_tree(work)
     args = ["mobilesam", "real.jpg", "--box", "5,5,40,30", *SYNTHETIC]
     assert main(args) == 0
@@ -146,12 +160,12 @@ def test_segment_outputs_need_overwrite(work, capsys):
 def test_inpaint_keeps_existing_outputs_without_overwrite(work, capsys):
     inputs = file_tree(work)
     (work / "out").mkdir()
-    (work / "out" / "r2.jpg").write_bytes(b"an earlier result")
+    (work / "out" / "r2.png").write_bytes(b"an earlier result")  # JPEG inputs are written as PNG in a folder
     args = ["lama", "r2.jpg", "real.jpg", "--mask", "mask.png", "--out", "out", *SYNTHETIC]
     assert main(args) == 0
-    assert (work / "out" / "r2.jpg").read_bytes() == b"an earlier result" and (work / "out" / "real.jpg").exists()
+    assert (work / "out" / "r2.png").read_bytes() == b"an earlier result" and (work / "out" / "real.png").exists()
     assert main([*args, "--overwrite"]) == 0
-    assert (work / "out" / "r2.jpg").read_bytes() != b"an earlier result"
+    assert (work / "out" / "r2.png").read_bytes() != b"an earlier result"
     assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
@@ -167,7 +181,7 @@ def test_validate_json_needs_overwrite(work, capsys):
     assert "never-read.safetensors" in capsys.readouterr().err
 
 
-def test_results_save_never_replaces_its_image_and_needs_overwrite(work):
+def test_results_save_never_replaces_its_image_nor_a_file_not_named(work):
     from zoo.results import Results
 
     image = np.asarray(Image.open(work / "real.jpg"))[..., ::-1]
@@ -178,10 +192,13 @@ def test_results_save_never_replaces_its_image_and_needs_overwrite(work):
             result.save(work / "real.jpg", overwrite=overwrite)
     (work / "old.png").write_bytes(b"x")
     with pytest.raises(ZooError, match="old.png exists: pass overwrite=True"):
-        result.save(work / "old.png")
+        result.save(work / "old.png", overwrite=False)
     assert file_tree(work) == {**before, "old.png": hashlib.sha256(b"x").hexdigest()}
-    result.save(work / "old.png", overwrite=True)
+    result.save(work / "old.png")  # named: replaced, as ultralytics does
     assert (work / "old.png").read_bytes() != b"x"
+    (work / "results_real.jpg").write_bytes(b"x")
+    with pytest.raises(ZooError, match="results_real.jpg exists: pass overwrite=True"):
+        result.save()  # the default name is not the user's: nothing replaced
 
 
 def test_increment_path_as_ultralytics(tmp_path):
@@ -216,3 +233,166 @@ def test_guard_functions(tmp_path):
         check_output_file(tmp_path / "link.png", "--json", [image], overwrite=True)
     with pytest.raises(ZooError, match="is a folder"):
         check_output_file(tmp_path / "in", "--json")
+
+
+# -- issue 35: temporary files are created exclusively, never through a link, never someone else's -------
+
+def test_a_link_at_the_old_temporary_name_never_leads_a_write_into_an_input(work):
+    before = file_tree(work)
+    (work / ".out.png.part").symlink_to(work / "real.jpg")  # the fixed temporary name of before
+    save_png(Image.new("RGB", (4, 3)), work / "out.png")
+    assert Image.open(work / "out.png").size == (4, 3)
+    assert (work / ".out.png.part").is_symlink() and {k: v for k, v in file_tree(work).items() if k in before} == before
+
+
+def test_a_temporary_name_already_taken_is_never_used_nor_deleted(work, monkeypatch):
+    """Whatever lies at a temporary name drawn (a link into an input, a user's file), the write goes
+    to another name and leaves it as it was, whether the write succeeds or fails."""
+    import zoo.files
+
+    draws = iter(["taken", "mine", "free", "taken", "free2"])
+    monkeypatch.setattr(zoo.files.secrets, "token_hex", lambda n: next(draws))
+    (work / ".out.json.taken.part").symlink_to(work / "real.jpg")
+    (work / ".out.json.mine.part").write_text("a user's file")
+    before = file_tree(work)
+    write_text(work / "out.json", "{}")
+    assert (work / "out.json").read_text() == "{}"
+    with pytest.raises(ZooError, match="boom"):  # a failed write removes its own temporary file only
+        write_atomic(work / "out.json", lambda file: (file.write(b"half"), raise_(ZooError("boom"))))
+    assert (work / "out.json").read_text() == "{}"
+    assert {k: v for k, v in file_tree(work).items() if k != "out.json"} == before
+    assert (work / ".out.json.taken.part").is_symlink()
+
+
+def raise_(error):
+    raise error
+
+
+def test_a_temporary_file_replaced_meanwhile_is_not_deleted(work):
+    out = OutputFile(work / "out.txt")
+    out.tmp.unlink()
+    out.tmp.write_text("someone else's file, since")
+    out.abort()
+    assert out.tmp.read_text() == "someone else's file, since" and not (work / "out.txt").exists()
+
+
+def test_two_writers_of_one_output(work):
+    first, second = OutputFile(work / "out.txt"), OutputFile(work / "out.txt", replace=False)
+    first.file.write(b"first")
+    second.file.write(b"second")
+    first.close()
+    with pytest.raises(ZooError, match="it appeared while this run was writing it"):
+        second.close()  # a new file is never written over one that appeared after the checks
+    assert (work / "out.txt").read_text() == "first" and not list(work.glob(".out.txt*"))
+
+
+def test_an_input_at_the_old_temporary_name_survives(work, capsys):
+    """The image is named like --json's old temporary file: before issue 35 the results went into
+    the image, and the rename took it away."""
+    (work / ".r.json.part").write_bytes((work / "r2.jpg").read_bytes())
+    before = file_tree(work)
+    assert main(["resnet18", ".r.json.part", "--json", "r.json", *SYNTHETIC]) == 0
+    assert "internal error" not in capsys.readouterr().err
+    assert {k: v for k, v in file_tree(work).items() if k != "r.json"} == before
+    assert list(json.loads((work / "r.json").read_text())) == [".r.json.part"]
+
+
+def test_ray_out_rules_are_checked_before_ray(work, capsys, monkeypatch):
+    import zoo.ray
+
+    monkeypatch.setattr(zoo.ray, "import_ray", lambda: pytest.fail("Ray was imported before the checks"))
+    refused(["resnet18", "imgs", "--ray", "--out", "imgs/../imgs", *SYNTHETIC], work, capsys, "is the input folder")
+    (work / "out").mkdir()
+    (work / "out" / "predictions.parquet").write_bytes(b"an earlier run")
+    refused(["resnet18", "imgs", "--ray", "--out", "out", *SYNTHETIC], work, capsys,
+            "predictions.parquet exists: pass --overwrite")
+
+
+def test_overwrite_removes_only_the_masks_the_earlier_run_listed(tmp_path):
+    """segment --everything --overwrite: the earlier run's masks it does not write again go; a user's
+    file named like a mask, or one a hostile JSON names outside --out, stays."""
+    from zoo.cli.segment import listed_masks, remove_stale_masks
+
+    (tmp_path / "secret.png").write_bytes(b"keep")
+    out = tmp_path / "out"
+    out.mkdir()
+    for i in range(3):
+        (out / f"photo_everything{i}.png").write_bytes(b"mask")
+    (out / "photo_everything7.png").write_bytes(b"a user's file")
+    listed = ["photo_everything0.png", "photo_everything1.png", "photo_everything2.png", "../secret.png"]
+    (out / "photo_masks.json").write_text(json.dumps({"masks": [{"file": name} for name in listed]}))
+    earlier = listed_masks(out / "photo_masks.json")
+    remove_stale_masks(out, "photo", earlier, keep={"photo_everything0.png"})
+    assert sorted(p.name for p in out.iterdir()) == ["photo_everything0.png", "photo_everything7.png", "photo_masks.json"]
+    assert (tmp_path / "secret.png").read_bytes() == b"keep"
+    (out / "photo_masks.json").write_text("[42")  # damaged: lists nothing, so nothing is removed
+    assert listed_masks(out / "photo_masks.json") == set() and listed_masks(out / "none.json") == set()
+
+
+# -- issue 35: --jsonl records: one run at a time, resumed by resolved path, a foreign file refused --------
+
+def records_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_resume_keys_inputs_by_resolved_path(work, capsys):
+    assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", *SYNTHETIC]) == 0
+    for spelling in (str(work / "imgs"), "./imgs/../imgs/"):
+        assert main(["resnet18", spelling, "--jsonl", "r.jsonl", "--resume", *SYNTHETIC]) == 0
+        assert "0 images classified, 2 skipped (done before)" in capsys.readouterr().err
+    records = records_of(work / "r.jsonl")
+    assert records[0] == {"mlx_zoo": 1, "task": "classify", "model": "resnet18"}
+    assert sorted(r["path"] for r in records[1:]) == ["imgs/a.jpg", "imgs/b.png"]
+
+
+def test_a_second_run_on_one_jsonl_stops_in_one_line(work, capsys, monkeypatch):
+    from zoo import registry
+    from zoo.sources import JsonlWriter, records_header
+
+    header = records_header("classify", "resnet18")
+    with JsonlWriter(work / "r.jsonl", header=header) as other:  # another run, writing
+        other.write({"path": "imgs/a.jpg", "top": []})
+        refused(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", *SYNTHETIC], work, capsys,
+                "r.jsonl is being written by another run: wait for it to end")
+    load = registry.load
+
+    def load_while_another_run_starts(*args, **kwargs):  # the other run creates the file after our checks
+        JsonlWriter(work / "late.jsonl", header=header).write({"path": "x", "top": []})
+        return load(*args, **kwargs)
+
+    monkeypatch.setattr(registry, "load", load_while_another_run_starts)
+    assert main(["resnet18", "imgs", "--jsonl", "late.jsonl", *SYNTHETIC]) == 1
+    err = capsys.readouterr().err
+    assert "error: late.jsonl exists: pass --resume to continue it" in err and "internal error" not in err
+    assert records_of(work / "late.jsonl") == [header, {"path": "x", "top": []}]
+    assert not list(work.glob(".*.part"))
+
+
+FOREIGN = {"resnet18": ("detect", "yolov8n"), "yolov8n": ("classify", "resnet18")}
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"42\n", "r.jsonl line 1 is not a record of this program"),
+    (b"\xff\xfe\n", "r.jsonl line 1 is not a JSON record (damaged"),
+    (b'{"path": "imgs/a.jpg", "top": []}\n', "r.jsonl has no header line"),
+    (None, "another model's records"),
+])
+@pytest.mark.parametrize("model", ["resnet18", "yolov8n"])
+def test_a_damaged_or_foreign_jsonl_is_refused_before_the_model_loads(work, capsys, content, message, model):
+    if content is None:
+        task, other = FOREIGN[model]
+        content = json.dumps({"mlx_zoo": 1, "task": task, "model": other}).encode() + b"\n"
+        message = f"r.jsonl holds {other} ({task}) records, not {model}"
+    (work / "r.jsonl").write_bytes(content)
+    out = ["--out", "res"] if model == "yolov8n" else []
+    refused([model, "imgs", "--jsonl", "r.jsonl", "--resume", *out, "--weights", MISSING_WEIGHTS], work, capsys, message)
+
+
+def test_a_jsonl_that_is_no_regular_file_is_refused_before_the_model_loads(tmp_path, capsys):
+    from conftest import cli_error
+
+    save_image(tmp_path / "a.jpg")
+    os.mkfifo(tmp_path / "fifo.jsonl")  # reading it would wait for a writer for ever
+    assert "fifo.jsonl is not a regular file" in cli_error(
+        ["resnet18", str(tmp_path / "a.jpg"), "--jsonl", str(tmp_path / "fifo.jsonl"), "--resume", "--weights",
+         MISSING_WEIGHTS], capsys)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from conftest import PEAK_RSS_KB
 from zoo.errors import ZooError
 from zoo.pipeline import EXIT_INTERRUPTED, Pipeline
 from zoo.run import main
@@ -141,13 +142,13 @@ def wait_for_lines(path: Path, n: int, proc, timeout: float = 300) -> None:
 
 
 def test_ctrl_c_keeps_finished_results_and_resume_does_only_the_rest(folder, tmp_path):
-    """A real SIGINT to `python -m zoo.run`: exit 130, every finished record kept (the file renamed, whole),
+    """A real SIGINT to `python -m zoo.run`: exit 130, every finished record kept,
     then --resume classifies only the rest; the records equal an uninterrupted run's."""
     jsonl = tmp_path / "run.jsonl"
     command = [sys.executable, "-m", "zoo.run", "resnet18", str(folder), "--weights", "synthetic:0", "--device", "cpu",
                "--top-k", "2", "--batch", "2", "--jsonl", str(jsonl), "--json", str(tmp_path / "run.json")]
     proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    wait_for_lines(tmp_path / ".run.jsonl.part", 2, proc)
+    wait_for_lines(jsonl, 3, proc)  # the header and two records
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 130, err
@@ -168,6 +169,38 @@ def test_ctrl_c_keeps_finished_results_and_resume_does_only_the_rest(folder, tmp
     assert f"{len(resumed)} skipped (done before)" in done.stderr
     assert f"{24 - len(resumed)} images classified" in done.stderr
     assert len(json.loads((tmp_path / "run.json").read_text())) == 24
+
+
+def line_count(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def test_kill_9_at_any_moment_then_resume_gives_every_input_once(folder, tmp_path):
+    """SIGKILL (no handler runs: the OOM killer, a power cut) at several moments of a real run: the
+    records reach the file as they come, --resume continues after each kill (a torn last line
+    dropped with a note), and at the end every input has exactly one record."""
+    jsonl = tmp_path / "k.jsonl"
+    command = [sys.executable, "-m", "zoo.run", "resnet18", str(folder), "--weights", "synthetic:0", "--device", "cpu",
+               "--top-k", "2", "--batch", "2", "--jsonl", str(jsonl)]
+    for more in (1, 4):  # killed once the header is written, then after a few more records
+        target = line_count(jsonl) + more
+        proc = subprocess.Popen(command + ["--resume"] * jsonl.exists(), cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        while proc.poll() is None and line_count(jsonl) < target:
+            time.sleep(0.02)
+        proc.kill()
+        proc.wait(timeout=60)
+    with open(jsonl, "a") as f:  # a kill in the middle of a line
+        f.write(json.dumps({"path": str(folder / "23.png"), "top": [{"index": 1}]})[:30])
+    done = subprocess.run(command + ["--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr  # 1: the bad image failed again
+    assert "its last line was cut off" in done.stderr and "internal error" not in done.stderr
+    records = read_jsonl(jsonl)
+    assert sorted(r["path"] for r in records) == sorted(str(p) for p in folder.iterdir())  # each input once
+    assert sum("error" in r for r in records) == 1 and not list(tmp_path.glob(".*.part"))
 
 
 def grey_video(path, n, fps=12.5, size=(64, 64)):
@@ -205,8 +238,8 @@ def test_detect_video_keeps_count_rate_labels_and_crops(tmp_path, capsys):
     assert "clip.mp4 exists" in capsys.readouterr().err
 
 
-RSS_PROBE = """
-import resource, sys
+RSS_PROBE = PEAK_RSS_KB + """
+import sys
 import numpy as np
 import zoo
 from zoo.models.yolov8.predict import predict
@@ -214,7 +247,7 @@ model = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
 n = 0
 for result in predict(model, sys.argv[1], stream=True, imgsz=64, conf=0.5, batch=int(sys.argv[2])):
     n += 1
-print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+print(n, peak_rss_kb())
 """
 
 

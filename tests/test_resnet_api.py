@@ -8,10 +8,12 @@ from mlx.utils import tree_flatten
 
 import zoo
 from zoo import registry
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
+from zoo.models import resnet
 from zoo.validate.engine import TOLERANCES
 from zoo.validate.reference import resnet as reference
 from zoo.validate.reference.trace import Trace
+from conftest import cli_error
 
 TOL = TOLERANCES["float32"]["end-to-end"]  # the validator's float32 parity bound: 1e-4 relative
 
@@ -125,7 +127,7 @@ def test_bad_options_fail_before_the_weights(tmp_path):
         zoo.load("resnet18", weights=missing, outindices=(1,))
     with pytest.raises(ZooError, match=r"out_indices \(1, 5\): pick distinct feature maps from 0 \(stem\) to 4"):
         zoo.load("resnet18", weights="synthetic", features_only=True, out_indices=(1, 5))
-    with pytest.raises(ZooError, match="num_classes -1: use 0"):
+    with pytest.raises(ZooError, match="num_classes=-1: use 0"):
         zoo.load("resnet18", weights="synthetic", num_classes=-1)
     features = zoo.load("resnet18", weights="synthetic", features_only=True)
     with pytest.raises(ZooError, match="forward_features needs every stage"):
@@ -163,3 +165,151 @@ def test_top_k_over_a_folder_as_csv_and_json(tmp_path, capsys):
         assert [(int(row[f"index_{i}"]), row[f"label_{i}"]) for i in range(3)] == [(i, label) for i, label, _ in expected]
         assert [float(row[f"prob_{i}"]) for i in range(3)] == pytest.approx([p for *_, p in expected], rel=1e-5)
         assert [t["index"] for t in as_json[row["filename"]]] == [i for i, _, _ in expected]
+
+
+# What timm 1.0.31 gives for the same calls (timm.create_model(NAME, ...) on torch.randn(2, 3, 65, 47), run
+# once in /work/venv-torch, 2026-11-28): shapes NCHW as timm returns them, channels and reductions of
+# feature_info. Ours are NHWC: the same numbers with the channels last.
+TIMM_STAGES = {  # feature map (0: the stem's ReLU, timm's act1; 1-4: layer1..4) -> (C, H, W), reduction
+    "resnet18": [((64, 33, 24), 2), ((64, 17, 12), 4), ((128, 9, 6), 8), ((256, 5, 3), 16), ((512, 3, 2), 32)],
+    "resnet50": [((64, 33, 24), 2), ((256, 17, 12), 4), ((512, 9, 6), 8), ((1024, 5, 3), 16), ((2048, 3, 2), 32)],
+}
+TIMM_OUT_INDICES = {  # out_indices -> the maps timm returns, and feature_info.out_indices as timm keeps it
+    None: ([0, 1, 2, 3, 4], (0, 1, 2, 3, 4)), (-1,): ([4], (-1,)), 3: ([2, 3, 4], (-3, -2, -1)),
+    (1, 2, 3, 4): ([1, 2, 3, 4], (1, 2, 3, 4)), (0, -2): ([0, 3], (0, -2)), 1: ([4], (-1,)),
+}
+TIMM_INTERMEDIATES = [  # forward_intermediates keywords -> final map, intermediates (maps in the network's order)
+    ({"indices": None}, 4, [0, 1, 2, 3, 4]), ({"indices": 2}, 4, [3, 4]), ({"indices": [-1, 0]}, 4, [0, 4]),
+    ({"indices": [1], "stop_early": True}, 1, [1]),
+]
+TIMM_POOLED = {"": None, "avg": 1, "max": 1, "avgmax": 1, "catavgmax": 2}  # num_classes=0: width x num_features; '' the map
+
+
+def nhwc_shape(name: str, index: int, n: int = 1) -> tuple:
+    (c, h, w), _ = TIMM_STAGES[name][index]
+    return (n, h, w, c)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet50"])
+def test_feature_extraction_as_timm(name):
+    spec = registry.get_spec(name)  # shapes do not depend on the weights: the models keep their random init
+    x = mx.array(np.random.default_rng(5).standard_normal((1, 65, 47, 3)).astype(np.float32))  # timm's batch: 2
+    for out_indices, (maps, kept) in TIMM_OUT_INDICES.items():
+        model = resnet.build(spec, features_only=True, **({} if out_indices is None else {"out_indices": out_indices}))
+        if out_indices in (None, (0, -2)):  # every map, and a model cut after layer3 (eager: shapes only)
+            assert [m.shape for m in model.forward(x)] == [nhwc_shape(name, i) for i in maps], out_indices
+        assert model.feature_info.channels() == [TIMM_STAGES[name][i][0][0] for i in maps]
+        assert model.feature_info.reduction() == [TIMM_STAGES[name][i][1] for i in maps]
+        assert model.feature_info.out_indices == kept and len(model.feature_info) == 5
+    cut = resnet.build(spec, features_only=True, out_indices=(0, -2))  # layer4 is not built
+    with pytest.raises(UsageError, match="feature map 4 is not built: this features_only model stops at index 3"):
+        cut.forward_intermediates(x, indices=[-1])
+    full = resnet.build(spec, num_classes=0, global_pool="")
+    assert full.feature_info.channels() == [c for (c, _, _), _ in TIMM_STAGES[name]]
+    assert full.feature_info.reduction() == [r for _, r in TIMM_STAGES[name]]
+    for keywords, final, maps in TIMM_INTERMEDIATES:
+        last, picked = full.forward_intermediates(x, **keywords)
+        assert last.shape == nhwc_shape(name, final) and [m.shape for m in picked] == [nhwc_shape(name, i) for i in maps]
+    only = full.forward_intermediates(x, intermediates_only=True, output_fmt="NCHW")
+    assert [m.shape for m in only] == [(1, *chw) for chw, _ in TIMM_STAGES[name]]
+    layer4 = only[-1].transpose(0, 2, 3, 1)
+    for pool, width in TIMM_POOLED.items():
+        if pool:
+            full.reset_classifier(0, pool)
+        expected = nhwc_shape(name, 4) if width is None else (1, width * full.num_features)
+        assert full.forward_head(layer4).shape == expected and full.global_pool.pool_type == pool
+        assert full.head_hidden_size == (width or 1) * full.num_features
+
+
+def test_intermediates_and_pools_equal_the_reference(case):
+    spec, weights, x, ref = case
+    model = registry.build(spec, weights)
+    last, maps = model.forward_intermediates(x, indices=[-4, -3, -2, -1])
+    assert mx.array_equal(last, maps[-1])
+    for i, stage_map in enumerate(maps, start=1):
+        assert rel_err(nchw(stage_map), ref[f"layer{i}"]) < TOL, f"layer{i}"
+    layer4 = np.asarray(ref["layer4"], np.float64)
+    average, peak = layer4.mean(axis=(2, 3)), layer4.max(axis=(2, 3))
+    for pool, expected in {"max": peak, "avgmax": (average + peak) / 2,
+                           "catavgmax": np.concatenate([average, peak], axis=1)}.items():
+        model.reset_classifier(0, pool)
+        assert rel_err(model.forward_head(last), expected) < TOL, pool
+    model.reset_classifier(0, "")
+    assert rel_err(nchw(model(x)), layer4) < TOL  # the user path (compiled), no pooling: the layer4 map
+    with pytest.raises(UsageError, match="global_pool='' keeps the .* map, which no 10-class head takes"):
+        model.reset_classifier(10)
+    with pytest.raises(UsageError, match="global_pool='fast': use one of 'avg', 'max'"):
+        model.reset_classifier(0, "fast")
+    model.reset_classifier(10, "max")  # timm's: the pooling given replaces the one kept
+    assert model(x).shape == (2, 10) and model.get_classifier() is model.fc and model.get_classifier(True) == "fc"
+
+
+def test_pretrained_cfg_as_timm_reports():
+    # timm 1.0.31's timm.create_model("resnetN.tv_in1k").pretrained_cfg, the same for N = 18..152 but for the names
+    for depth in (18, 34, 50, 101, 152):
+        assert resnet.pretrained_cfg(registry.get_spec(f"resnet{depth}")) == {
+            "architecture": f"resnet{depth}", "tag": "tv_in1k", "hf_hub_id": f"timm/resnet{depth}.tv_in1k",
+            "input_size": (3, 224, 224), "interpolation": "bilinear", "crop_pct": 0.875, "crop_mode": "center",
+            "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "num_classes": 1000, "pool_size": (7, 7),
+            "first_conv": "conv1", "classifier": "fc", "license": "bsd-3-clause"}
+
+
+def test_tagged_names_pretrained_and_is_model():
+    model = zoo.load("resnet18.tv_in1k", pretrained=False, device="cpu")  # timm's random init: synthetic:0
+    assert model.default_cfg is model.pretrained_cfg and model.pretrained_cfg["tag"] == "tv_in1k"
+    same = registry.build(registry.get_spec("resnet18"), registry.read_weights(registry.get_spec("resnet18"), "synthetic:0"))
+    assert all(mx.array_equal(a, b) for (_, a), (_, b) in zip(tree_flatten(model.parameters()), tree_flatten(same.parameters())))
+    with pytest.raises(UsageError, match="resnet50.a1_in1k: mlx-zoo has the tv_in1k weights of resnet50 only"):
+        zoo.load("resnet50.a1_in1k", weights="synthetic")
+    assert zoo.list_models("resnet*", pretrained=True) == [f"resnet{d}.tv_in1k" for d in (18, 34, 50, 101, 152)]
+    assert zoo.list_models("resnet50", pretrained=True) == ["resnet50.tv_in1k"] == zoo.list_models("*.tv_in1k", pretrained=True)[2:3]
+    assert zoo.list_models(["yolov8n", "lama"], pretrained=True) == ["yolov8n", "lama"]  # no tag: their plain names
+    assert [zoo.is_model(n) for n in ("resnet50", "resnet50.tv_in1k", "resnet50.bogus", "yolov8", "vit_base")] == \
+        [True, True, True, True, False]  # timm's is_model ignores the tag
+
+
+def test_a_head_that_contradicts_the_model_is_an_error(tmp_path, capsys):
+    from safetensors.numpy import save_file
+
+    from zoo.run import main
+
+    spec = registry.get_spec("resnet18")
+    state = dict(registry.read_weights(spec, "synthetic:0").state_dict)
+    rng = np.random.default_rng(1)
+    state["fc.weight"] = rng.standard_normal((10, 512)).astype(np.float32)
+    state["fc.bias"] = rng.standard_normal(10).astype(np.float32)
+    path = tmp_path / "finetuned10.safetensors"
+    save_file(state, str(path))
+    with pytest.raises(ZooError, match=r"the checkpoint has a 10-class head on 512 features \(fc\) where the model "
+                                       r"has a 1000-class head on 512 features: pass num_classes=10 to use it"):
+        zoo.load("resnet18", weights=path, device="cpu")
+    model = zoo.load("resnet18", weights=path, device="cpu", num_classes=10)
+    x = mx.array(rng.standard_normal((1, 40, 40, 3)).astype(np.float32))
+    pooled = np.array(model.forward_head(model.forward_features(x), pre_logits=True))
+    assert np.allclose(np.array(model(x)), pooled @ state["fc.weight"].T + state["fc.bias"], atol=1e-4)
+    assert "note" not in capsys.readouterr().err
+    headless = {k: v for k, v in state.items() if not k.startswith("fc.")}
+    with pytest.raises(ZooError, match="the checkpoint has no head .* pass num_classes=N for a new"):
+        registry.build(spec, registry.Weights(headless, "headless", {}))
+    assert registry.build(spec, registry.Weights(headless, "headless", {}), num_classes=0)(x).shape == (1, 512)
+    # the command line: one error line naming --num-classes, then the run with it
+    image = tmp_path / "a.png"
+    from PIL import Image
+    Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(image)
+    assert main(["resnet18", str(image), "--weights", str(path), "--device", "cpu"]) == 1
+    assert "--num-classes 10" in capsys.readouterr().err
+    assert main(["resnet18", str(image), "--weights", str(path), "--device", "cpu", "--num-classes", "10",
+                 "--top-k", "2", "--json", str(tmp_path / "top.json")]) == 0
+    import json
+    expected = model.predict(str(image), top_k=2)
+    assert [t["index"] for t in json.loads((tmp_path / "top.json").read_text())[str(image)]] == [i for i, _, _ in expected]
+
+
+def test_num_classes_on_both_command_lines(capsys):
+    from zoo.cli import classify, ray_run
+
+    args = ray_run.parser_for(registry.get_spec("resnet18")).parse_args(
+        ["resnet18", "photos/", "--ray", "--num-classes", "10"])
+    assert classify.model_options(args) == {"num_classes": 10}
+    assert "--num-classes 0: give the number of classes of the checkpoint's head, 1 or more" in cli_error(
+        ["resnet18", "photos/", "--num-classes", "0", "--weights", "synthetic"], capsys)

@@ -48,8 +48,10 @@ def test_label_file_holds_the_accessors_values(result, tmp_path):
     assert np.allclose(rows[:, 1:5], result.boxes.xywhn, rtol=1e-5, atol=1e-6)  # %g: 6 significant digits
     assert np.allclose(rows[:, 5], result.boxes.conf, rtol=1e-5)
     assert np.loadtxt(result.save_txt(tmp_path / "plain.txt"), ndmin=2).shape == (3, 5)
+    # as ultralytics, a second call appends (a video's frames into one file); overwrite=True replaces, False refuses
+    assert np.loadtxt(result.save_txt(tmp_path / "plain.txt"), ndmin=2).shape == (6, 5)
     with pytest.raises(ZooError, match=r"plain.txt exists: pass overwrite=True"):
-        result.save_txt(tmp_path / "plain.txt")
+        result.save_txt(tmp_path / "plain.txt", overwrite=False)
     assert np.loadtxt(result.save_txt(tmp_path / "plain.txt", save_conf=True, overwrite=True), ndmin=2).shape == (3, 6)
     assert not (tmp_path / "none.txt").exists() and result.new().save_txt(tmp_path / "none.txt")  # no boxes, no file
     assert not (tmp_path / "none.txt").exists()
@@ -70,9 +72,12 @@ def test_plot_and_save_draw_the_same_boxes(result, tmp_path):
     assert np.array_equal(bare, result.orig_img)
     assert not np.array_equal(result.plot(line_width=5), plotted) and not np.array_equal(result.plot(conf=False), plotted)
     assert result.plot(pil=True).size == (120, 100)
+    # the file named is replaced, as ultralytics does; overwrite=False refuses it
+    assert result.save(tmp_path / "annotated.png", conf=False)
+    with Image.open(tmp_path / "annotated.png") as im:
+        assert np.array_equal(np.asarray(im)[..., ::-1], result.plot(conf=False))
     with pytest.raises(ZooError, match="annotated.png exists"):
-        result.save(tmp_path / "annotated.png")
-    assert result.save(tmp_path / "annotated.png", overwrite=True, conf=False)
+        result.save(tmp_path / "annotated.png", overwrite=False)
 
 
 def test_save_crop_writes_each_box_per_class_without_replacing(result, tmp_path):

@@ -1,13 +1,15 @@
 """zoo.sources: every source kind yields the same Items; bad items are reported one by one; writers are atomic."""
 import json
+import os
+import re
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from zoo.errors import ZooError
-from zoo.sources import (Arrays, Camera, Chain, Files, Folder, Glob, JsonlWriter, PathList, Video, VideoWriter,
-                         open_source, read_jsonl)
+from zoo.sources import (Arrays, Camera, Chain, Files, Folder, Glob, JsonListWriter, JsonlWriter, PathList, Video,
+                         VideoWriter, open_source, read_jsonl)
 
 av = pytest.importorskip("av")  # the `video` extra, part of `test`
 
@@ -65,7 +67,7 @@ def test_recursive_folder_and_empty_folder(tmp_path):
     assert [i.name for i in open_source(tmp_path, recursive=True)] == ["x", "top"]
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     save(tmp_path / "empty" / "sub" / "y.png")
-    with pytest.raises(ZooError, match="no images or videos in folder .*--recursive"):
+    with pytest.raises(ZooError, match="no images or videos in folder .*recursive=True"):
         Folder(tmp_path / "empty")
     with pytest.raises(ZooError, match="^not found: "):
         open_source(tmp_path / "nope")
@@ -110,7 +112,7 @@ def test_arrays_rgb_and_bgr():
     bgr[..., 0] = 255  # blue in OpenCV's order
     pil = Image.new("L", (3, 2), 7)
     rgb_items = list(open_source([bgr, pil]))
-    assert [i.path for i in rgb_items] == ["image0", "image1"]
+    assert [i.path for i in rgb_items] == ["image0.jpg", "image1.jpg"]  # as ultralytics names in-memory images
     assert rgb_items[0].load()[0, 0].tolist() == [255, 0, 0]
     assert rgb_items[1].load().shape == (2, 3, 3)
     as_bgr = list(Arrays([bgr, pil], bgr=True))
@@ -211,23 +213,110 @@ def test_damaged_video_keeps_the_frames_before_the_damage(tmp_path):
     assert error == f"error: video {path} is damaged: it ends after {name.split('_')[1]} of its 40 frames"
 
 
-def test_jsonl_writer_flushes_renames_and_resumes(tmp_path):
+HEADER = {"mlx_zoo": 1, "task": "classify", "model": "resnet18"}
+
+
+def lines_of(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
     path = tmp_path / "results.jsonl"
-    writer = JsonlWriter(path)
+    writer = JsonlWriter(path, header=HEADER)
     writer.write({"path": "a", "label": 1})
-    assert not path.exists()  # under its temporary name until closed
-    partial = next(tmp_path.iterdir())
-    assert partial.name.startswith(".") and json.loads(partial.read_text()) == {"path": "a", "label": 1}
+    assert lines_of(path) == [HEADER, {"path": "a", "label": 1}]  # in the file as it comes: a killed run keeps it
+    with pytest.raises(ZooError, match="is being written by another run: wait for it"):
+        JsonlWriter(path, resume=True, header=HEADER)
     writer.close()
     assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]
     with pytest.raises(ZooError, match="exists: pass resume=True .* or overwrite=True"):
         JsonlWriter(path)
-    with JsonlWriter(path, resume=True) as writer:
+    with JsonlWriter(path, resume=True, header=HEADER) as writer:
         assert writer.records == [{"path": "a", "label": 1}]
         writer.write({"path": "b", "label": 2})
     assert [r["path"] for r in read_jsonl(path)] == ["a", "b"]
     path.write_text(path.read_text() + '{"path": "c", "la')  # a torn last line (a killed writer)
     assert [r["path"] for r in read_jsonl(path)] == ["a", "b"]
-    with JsonlWriter(path, overwrite=True) as writer:
-        assert writer.records == []
-    assert path.read_text() == ""
+    with JsonlWriter(path, resume=True, header=HEADER) as writer:
+        assert [r["path"] for r in writer.records] == ["a", "b"]
+        writer.write({"path": "c", "label": 3})
+    assert "its last line was cut off" in capsys.readouterr().err
+    assert lines_of(path) == [HEADER, {"path": "a", "label": 1}, {"path": "b", "label": 2}, {"path": "c", "label": 3}]
+    with JsonlWriter(path, overwrite=True, header=HEADER) as writer:
+        assert writer.records == []  # a run that writes nothing leaves the old file as it was
+    assert [r["path"] for r in read_jsonl(path)] == ["a", "b", "c"]
+    with JsonlWriter(path, overwrite=True, header=HEADER) as writer:
+        writer.write({"path": "z"})
+    assert lines_of(path) == [HEADER, {"path": "z"}]
+    JsonlWriter(tmp_path / "none.jsonl", header=HEADER).close()  # no record: no file left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
+
+
+def test_json_list_is_written_whole_and_never_over_a_file_that_appeared(tmp_path):
+    path = tmp_path / "predictions.json"
+    writer = JsonListWriter(path)
+    writer.write({"image_id": 1})
+    assert not path.exists()  # streamed under a temporary name until close
+    writer.close()
+    with JsonListWriter(path, resume=True, keep=lambda r: r["image_id"] == 1) as writer:
+        writer.write({"image_id": 2})
+    assert json.loads(path.read_text()) == [{"image_id": 1}, {"image_id": 2}]
+    with pytest.raises(ZooError, match="exists: pass resume=True"):
+        JsonListWriter(path)
+    late = JsonListWriter(tmp_path / "late.json")
+    (tmp_path / "late.json").write_text("a user's file")  # appeared after the checks
+    with pytest.raises(ZooError, match="appeared while this run was writing it"):
+        late.close()
+    assert (tmp_path / "late.json").read_text() == "a user's file"
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ZooError, match="is not a JSON list: pass overwrite=True"):
+        JsonListWriter(tmp_path / "bad.json", resume=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "late.json", "predictions.json"]
+
+
+def test_jsonl_resume_drops_what_keep_refuses_and_a_missing_header_is_written(tmp_path):
+    path = tmp_path / "r.jsonl"
+    path.write_text("")  # created, then killed before the header
+    with JsonlWriter(path, resume=True, header=HEADER) as writer:
+        writer.write({"path": "a", "error": "bad"})
+        writer.write({"path": "b"})
+    with JsonlWriter(path, resume=True, header=HEADER, keep=lambda r: "error" not in r) as writer:
+        assert writer.records == [{"path": "b"}]
+        writer.write({"path": "a"})
+    assert lines_of(path) == [HEADER, {"path": "b"}, {"path": "a"}]
+    assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"42\n", "line 1 is not a record of this program"),
+    (b"\xff\xfe\n", "line 1 is not a JSON record (damaged"),
+    (json.dumps(HEADER).encode() + b"\n\xff\xfe{\n{}\n", "line 2 is not a JSON record (damaged"),
+    (json.dumps(HEADER).encode() + b"\n[1, 2]\n", "line 2 is not a record of this program"),
+    (json.dumps(HEADER).encode() + b"\n{\"path\": 3}\n", "line 2 is not a record of this program"),
+    (json.dumps(HEADER).encode() + b"\n" + json.dumps(HEADER).encode() + b"\n", "line 2 is not a record"),
+    (b'{"path": "a.jpg", "top": []}\n', "has no header line: it is not a record file this program wrote"),
+    (json.dumps({**HEADER, "task": "detect", "model": "yolov8n"}).encode() + b"\n",
+     "holds yolov8n (detect) records, not resnet18 (classify)"),
+])
+def test_a_damaged_or_foreign_record_file_is_one_error_and_stays_as_it_was(tmp_path, content, message):
+    path = tmp_path / "r.jsonl"
+    path.write_bytes(content)
+    with pytest.raises(ZooError, match=re.escape(message)) as raised:
+        JsonlWriter(path, resume=True, header=HEADER)
+    assert "\n" not in str(raised.value) and "overwrite=True" in str(raised.value)
+    assert path.read_bytes() == content and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+def test_jsonl_writer_refuses_what_is_no_regular_file(tmp_path):
+    fifo = tmp_path / "fifo.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(ZooError, match="is not a regular file"):
+        JsonlWriter(fifo, resume=True, header=HEADER)
+    with JsonlWriter(fifo, overwrite=True, header=HEADER) as writer:  # replaced, never opened for reading
+        writer.write({"path": "a"})
+    assert lines_of(fifo) == [HEADER, {"path": "a"}]
+    (tmp_path / "secret.txt").write_text("keep")
+    (tmp_path / "link.jsonl").symlink_to(tmp_path / "secret.txt")
+    with pytest.raises(ZooError, match="cannot write .*link.jsonl"):  # never written through a link
+        JsonlWriter(tmp_path / "link.jsonl", resume=True, header=HEADER)
+    assert (tmp_path / "secret.txt").read_text() == "keep"

@@ -334,7 +334,7 @@ def test_predict_mixed_inputs(yolov8n, tmp_path):
     pil = Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8))
     array = rng.uniform(0, 1, (30, 60, 3)).astype(np.float32)
     results = yolov8n.predict([str(path), pil, array], conf=0.05, imgsz=64, classes="remote,bird")
-    assert len(results) == 3 and results[0].path == str(path) and results[1].path == "image0"
+    assert len(results) == 3 and results[0].path == str(path) and results[1].path == "image0.jpg"
     for r, (h, w) in zip(results, [(50, 70), (40, 40), (30, 60)]):
         labels = {r.names[int(c)] for c in r.boxes.cls}
         assert len(r) > 0 and labels <= {"remote", "bird"} and r.orig_shape == (h, w)
@@ -365,8 +365,11 @@ def test_results_text_forms_and_save(tmp_path):
     assert r.summary()[0] == {"name": "person", "class": 0, "confidence": 0.9,
                               "box": {"x1": 10.0, "y1": 20.0, "x2": 50.0, "y2": 80.0}}
     assert json.loads(r.to_json(normalize=True))[0]["box"] == {"x1": 0.08333, "y1": 0.2, "x2": 0.41667, "y2": 0.8}
-    assert r.to_coco()[0] == {"bbox": [10.0, 20.0, 40.0, 60.0], "category_id": 0, "category_name": "person",
-                              "score": 0.9}
+    assert r.to_coco(7)[0] == {"image_id": 7, "file_name": "x.jpg", "category_id": 1,
+                               "bbox": [10.0, 20.0, 40.0, 60.0], "score": 0.9}
+    # COCO's own category ids for COCO's 80 classes (bus: class 5, COCO id 6; toothbrush: 79 -> 90); else class + 1
+    assert [d["category_id"] for d in r.to_coco(7, yolov8.coco_category_ids(names))] == [1, 6, 1]
+    assert yolov8.coco_category_ids(names)[79] == 90 and yolov8.coco_category_ids({0: "a", 1: "b"}) == [1, 2]
     saved = r.save(tmp_path / "out.jpg")
     with Image.open(saved) as im:
         assert im.size == (120, 100)
@@ -383,3 +386,28 @@ def test_class_names_ship_with_the_package():
     assert len(names) == 80 and names[0] == "person" and names[79] == "toothbrush"
     assert re.fullmatch(r"[a-z ]+", "".join(names))
     assert Path(yolov8.CLASS_NAMES).parent.name == "data"
+
+
+def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    image = np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)
+    called = yolov8n(image, conf=0.05, imgsz=64, verbose=True, save=True, save_txt=True, device="cpu")
+    predicted = yolov8n.predict(image, conf=0.05, imgsz=64)
+    assert len(called) == 1 and np.array_equal(called[0].boxes.data, predicted[0].boxes.data) and len(predicted[0])
+    r = called[0]
+    assert r.path == "image0.jpg" and r.save_dir == str(Path("runs/detect/predict"))
+    assert Path("runs/detect/predict/image0.jpg").is_file()
+    assert len(Path("runs/detect/predict/labels/image0.txt").read_text().splitlines()) == len(r)
+    assert capsys.readouterr().err.startswith(f"image0.jpg: {r.verbose()[:-2]} (")
+    # a second run gets its own folder, as ultralytics' predict2; half=True on a float32 model says so
+    again = list(yolov8n(image, stream=True, conf=0.05, imgsz=64, save=True, half=True))
+    assert again[0].save_dir == str(Path("runs/detect/predict2")) and Path("runs/detect/predict2/image0.jpg").is_file()
+    assert "note: half=True: this model computes in float32" in capsys.readouterr().err
+    with pytest.raises(ZooError, match=r"unknown keyword argument show=: it takes stream, conf, iou, "):
+        yolov8n(image, show=True)
+    with pytest.raises(ZooError, match=r"device='cuda:1': MLX runs on one device"):
+        yolov8n.predict(image, device="cuda:1")
+    with pytest.raises(ZooError, match=r"batch=0 must be a positive integer"):
+        yolov8n.predict(image, batch=0)
+    with pytest.raises(ZooError, match="takes no options"):
+        yolov8n(mx.zeros((1, 64, 64, 3)), conf=0.5)

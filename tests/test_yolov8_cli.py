@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from zoo.cli.detect import output_name
+from zoo.models import yolov8
 from zoo.sources import Files, read_jsonl
 from zoo.errors import ZooError
 from zoo.results import Results
@@ -39,12 +40,14 @@ def test_end_to_end_writes_annotated_images_and_json(images, tmp_path, capsys):
     out = tmp_path / "out"
     with Image.open(out / "street.png") as im:
         assert im.size == (120, 90)
-    rows = json.loads((out / "street.json").read_text())
-    assert rows and set(rows[0]) == {"bbox", "category_id", "category_name", "score"}
+    rows = json.loads((out / "predictions.json").read_text())
+    assert rows and set(rows[0]) == {"image_id", "file_name", "category_id", "bbox", "score"}
     assert len(rows[0]["bbox"]) == 4 and all(r["score"] > 0.05 for r in rows)
+    assert {(r["image_id"], r["file_name"]) for r in rows} == {(1, "street.png")}  # no numeric stem: a running id
     counts = {}
-    for r in rows:
-        counts[r["category_name"]] = counts.get(r["category_name"], 0) + 1
+    for r in rows:  # COCO's category ids: the synthetic weights carry COCO's 80 names
+        name = yolov8.class_names()[yolov8.COCO91_IDS.index(r["category_id"])]
+        counts[name] = counts.get(name, 0) + 1
     assert all(f"{n} {name}" in printed[0] for name, n in counts.items())
     assert not [p for p in out.iterdir() if p.name.endswith(".part")]
 
@@ -130,7 +133,9 @@ def test_same_stems_and_a_suffixless_input_get_their_own_outputs(images, tmp_pat
     (tmp_path / "raw").write_bytes((images / "street.png").read_bytes())  # a PNG without suffix
     assert detect([str(folder), str(tmp_path / "raw"), "--save-json"], tmp_path) == 0
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["cat.jpg", "cat.json", "cat_2.json", "cat_2.png", "raw.json", "raw.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["cat.jpg", "cat_2.png", "predictions.json", "raw.png"]
+    rows = json.loads((out / "predictions.json").read_text())
+    assert {(r["image_id"], r["file_name"]) for r in rows} == {(1, "cat.jpg"), (2, "cat.png"), (3, "raw")}
     with Image.open(out / "cat_2.png") as im:
         assert im.size == (120, 90)
     with Image.open(out / "raw.png") as im:
@@ -145,15 +150,27 @@ def test_save_refuses_a_suffix_pillow_only_reads(tmp_path):
 
 
 def test_resume_does_only_the_images_not_annotated_yet(images, tmp_path, capsys):
-    argv = [str(images), "--save-txt", "--conf", "0.05", "--jsonl", str(tmp_path / "d.jsonl")]
+    argv = [str(images), "--save-txt", "--conf", "0.05", "--jsonl", str(tmp_path / "d.jsonl"), "--save-json"]
     assert detect(argv, tmp_path) == 0
     out = tmp_path / "out"
     first = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    predictions = json.loads(first["predictions.json"])
+    assert {r["file_name"] for r in predictions} == {"street.png", "tall.jpg"}
     (out / "tall.jpg").unlink()  # as if the run had been interrupted before it
     capsys.readouterr()
     assert detect([*argv, "--resume"], tmp_path) == 0
     err = capsys.readouterr().err
     assert "1 image processed, 1 skipped (done before)" in err
+    # the skipped image's detections kept, the other's made again: the same records, none twice
+    again = json.loads((out / "predictions.json").read_text())
+    assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, predictions))
     assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file() and p.suffix == ".txt"} == {
         k: v for k, v in first.items() if k.endswith(".txt")}
     assert [r["path"] for r in read_jsonl(tmp_path / "d.jsonl")] == [str(images / "street.png"), str(images / "tall.jpg")]
+    # killed after tall.jpg was written but before its record: it is done again (its outputs replaced),
+    # and the folder spelled another way is the same inputs: each recorded once
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("".join(jsonl.read_text().splitlines(keepends=True)[:-1]))
+    assert detect([*argv[1:], "--resume", f"{images}/../{images.name}/"], tmp_path) == 0
+    assert "1 image processed, 1 skipped (done before)" in capsys.readouterr().err
+    assert sorted(Path(r["path"]).resolve() for r in read_jsonl(jsonl)) == [images / "street.png", images / "tall.jpg"]

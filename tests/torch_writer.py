@@ -34,8 +34,12 @@ class New:
     state: dict
 
 
+STORAGES = {np.dtype(np.float32): "FloatStorage", np.dtype(np.float16): "HalfStorage"}
+
+
 class Writer(pickle._Pickler):
-    """A protocol-2 pickler for the markers above; arrays become torch float tensors."""
+    """A protocol-2 pickler for the markers above; arrays become torch storages of their dtype
+    (float32 or float16)."""
 
     dispatch = dict(pickle._Pickler.dispatch)
 
@@ -46,7 +50,7 @@ class Writer(pickle._Pickler):
     def persistent_id(self, obj):
         if isinstance(obj, np.ndarray):
             self.storages.append(obj)
-            return ("storage", Glob("torch", "FloatStorage"), str(len(self.storages) - 1), "cpu", obj.size)
+            return ("storage", Glob("torch", STORAGES[obj.dtype]), str(len(self.storages) - 1), "cpu", obj.size)
         return None
 
     def save_glob(self, obj):
@@ -69,9 +73,9 @@ class Writer(pickle._Pickler):
     dispatch[New] = save_new
 
 
-def tensor(values) -> Call:
-    array = np.asarray(values, np.float32)
-    stride = tuple(s // 4 for s in array.strides)
+def tensor(values, dtype=np.float32) -> Call:
+    array = np.ascontiguousarray(values, dtype)
+    stride = tuple(s // array.itemsize for s in array.strides)
     return Call(Glob("torch._utils", "_rebuild_tensor_v2"), (array, 0, array.shape, stride, False, {}))
 
 
@@ -86,7 +90,8 @@ def write_torch_zip(path: Path, obj=None, *, data: bytes | None = None, big_endi
         archive.writestr("archive/data.pkl", data)
         archive.writestr("archive/byteorder", "big" if big_endian else "little")
         for key, array in enumerate(writer.storages if writer else []):
-            archive.writestr(f"archive/data/{key}", array.astype(">f4" if big_endian else "<f4").tobytes())
+            archive.writestr(f"archive/data/{key}", array.astype(array.dtype.newbyteorder(">" if big_endian else "<"))
+                             .tobytes())
     return path
 
 
@@ -95,3 +100,24 @@ def module(cls: str, parameters=None, buffers=None, children=None, non_persisten
     return New(Glob(module_name, name), {
         "training": False, "_parameters": parameters or {}, "_buffers": buffers or {},
         "_non_persistent_buffers_set": set(non_persistent), "_modules": children or {}, **attributes})
+
+
+def module_tree(state_dict: dict, cls: str, **attributes) -> New:
+    """A pickled nn.Module tree of class ``cls`` holding ``state_dict`` (tensors in their dtypes,
+    running statistics as buffers), its children plain Modules."""
+    nested: dict = {}
+    for key, value in state_dict.items():
+        *path, leaf = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+
+    def build(node: dict, cls: str, **attributes) -> New:
+        stats = ("running_mean", "running_var")
+        return module(cls, {k: tensor(v, v.dtype) for k, v in node.items() if isinstance(v, np.ndarray) and k not in stats},
+                      {k: tensor(v, v.dtype) for k, v in node.items() if k in stats},
+                      {k: build(v, "torch.nn.modules.module.Module") for k, v in node.items() if isinstance(v, dict)},
+                      **attributes)
+
+    return build(nested, cls, **attributes)

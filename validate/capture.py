@@ -1,17 +1,19 @@
 """Record every named module's inputs and output of an MLX model, from outside.
 
 MLX modules have no hooks, so each module instance is given, for the duration
-of one forward pass, a subclass of its own class whose ``__call__`` records
-and (for fault injection) perturbs; the original class is restored afterwards.
+of one forward pass, a subclass of its own class whose ``__call__`` goes through
+the caller's ``on_call`` (``intercepting``: record, feed other inputs, compare)
+and, for fault injection, perturbs; the original class is restored afterwards.
 The models carry no code for this.
 
-Each record also lists the op implementations (zoo.kernels.coverage: custom
-kernel, CPU form, MLX op) chosen while the module's own code ran, its
-submodules' excluded: the coverage matrix.
+``recording`` keeps each module's last call: its inputs, output and the op
+implementations (zoo.kernels.coverage: custom kernel, CPU form, MLX op) chosen
+while the module's own code ran, its submodules' excluded: the coverage matrix.
 """
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from dataclasses import dataclass
 
 import mlx.core as mx
@@ -33,6 +35,72 @@ class Record:
     calls: int = 1  # how many times the module ran in the pass
 
 
+class Call:
+    """One call of an intercepted module, as ``on_call`` sees it: ``name`` (its path), ``index``
+    (0 for its first call in the pass), ``module``; ``run(*args, **kwargs)`` runs the module's own
+    code with the injected fault applied; ``ops``: the op implementations that code noted."""
+
+    def __init__(self, name: str, index: int, module: nn.Module, base: type, fault, stack: list):
+        self.name, self.index, self.module, self.base = name, index, module, base
+        self.ops: dict = {}
+        self._fault, self._stack = fault, stack
+
+    @property
+    def class_name(self) -> str:
+        return self.base.__name__
+
+    def run(self, *args, **kwargs):
+        self._stack.append({})
+        try:
+            out = self.base.__call__(self.module, *args, **kwargs)
+        finally:
+            self.ops = self._stack.pop()
+        fault = self._fault
+        if fault is not None and fault_hits(fault, self.name, self.index) and fault[1] != "drop-residual":
+            out = _perturb(out, fault[1])
+        return out
+
+
+def tree_leaves(value, path: str = ""):
+    """(path, leaf) of a nest of tuples, lists, dicts and dataclasses: paths '/0', '/key', '/field'."""
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from tree_leaves(item, f"{path}/{i}")
+    elif isinstance(value, dict) and not isinstance(value, nn.Module):
+        for key, item in value.items():
+            yield from tree_leaves(item, f"{path}/{key}")
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from tree_leaves(getattr(value, f.name), f"{path}/{f.name}")
+    else:
+        yield path, value
+
+
+def submodules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """Every submodule once, under its first path: those in attributes, lists, tuples and dicts
+    (MLX's ``named_modules`` skips tuples and lists a shared module twice)."""
+    seen, found = {id(model)}, []
+
+    def walk(path, value):
+        if isinstance(value, nn.Module):
+            if id(value) in seen:
+                return
+            seen.add(id(value))
+            found.append((path, value))
+            for key, item in value.items():
+                walk(f"{path}.{key}", item)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(f"{path}.{i}", item)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                walk(f"{path}.{key}", item)
+
+    for key, item in model.items():
+        walk(key, item)
+    return found
+
+
 def _perturb(out, kind: str):
     def one(a):
         if not isinstance(a, mx.array) or not mx.issubdtype(a.dtype, mx.floating):
@@ -50,39 +118,54 @@ def _perturb(out, kind: str):
 
 
 def parse_fault(spec: str | None) -> tuple[str, str] | None:
-    """'NAME=KIND' -> (NAME, KIND)."""
+    """'NAME=KIND' -> (NAME, KIND); NAME may end in '#K': the module's call K only (0: its first)."""
     if not spec:
         return None
     name, _, kind = spec.partition("=")
-    if not name or kind not in FAULTS:
-        raise ZooError(f"bad {option('inject', spec)}: use NAME=KIND with KIND one of {', '.join(FAULTS)}")
+    module, _, index = name.partition("#")
+    if not module or kind not in FAULTS or (index and not index.isdigit()):
+        raise ZooError(f"bad {option('inject', spec)}: use NAME=KIND or NAME#CALL=KIND with KIND one of {', '.join(FAULTS)}")
     return name, kind
 
 
+def fault_hits(fault: tuple[str, str], name: str, index: int) -> bool:
+    module, _, call = fault[0].partition("#")
+    return module == name and (not call or int(call) == index)
+
+
+def check_fault(modules: list[tuple[str, nn.Module]], fault: tuple[str, str] | None) -> str | None:
+    """The module path a fault names (``submodules``' names), or a ZooError naming some paths."""
+    if fault is None:
+        return None
+    target = fault[0].partition("#")[0]
+    names = {name for name, _ in modules}
+    if target not in names:
+        near = sorted(n for n in names if target.split(".")[0] in n)[:8]
+        raise ZooError(f"--inject: no module named {target!r} (some names: {', '.join(near or sorted(names)[:8])}): "
+                       "pass one of the model's module paths")
+    return target
+
+
 @contextlib.contextmanager
-def recording(model: nn.Module, fault: tuple[str, str] | None = None):
-    """Yield a dict name -> Record, filled in completion order while the model runs."""
-    records: dict[str, Record] = {}
-    modules = [(name, m) for name, m in model.named_modules() if name]
-    if fault is not None:
-        names = {name for name, _ in modules}
-        if fault[0] not in names:
-            near = sorted(n for n in names if fault[0].split(".")[0] in n)[:8]
-            raise ZooError(f"--inject: no module named {fault[0]!r} (some names: {', '.join(near or sorted(names)[:8])})")
+def intercepting(model: nn.Module, on_call, fault: tuple[str, str] | None = None):
+    """For one pass, every submodule's call becomes ``on_call(call: Call, args, kwargs) -> output``."""
+    modules = submodules(model)
+    target = check_fault(modules, fault)
     originals = []
     dropped = []  # calls of the dropped shortcut: none means the block adds nothing back
-    calls = [{}]  # ops noted per module call in progress, innermost last; [0]: outside any module
-    # the recording classes reach the records through this box, emptied on exit: a class is freed
+    stack = [{}]  # ops noted per module call in progress, innermost last; [0]: outside any module
+    counts: dict[str, int] = {}
+    # the intercepting classes reach on_call through this box, emptied on exit: a class is freed
     # only by the cyclic garbage collector, and must not keep the pass's arrays alive until then
-    box = [records]
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(coverage.listening(lambda op, impl: calls[-1].__setitem__(op, impl)))
-        stack.callback(box.clear)
-        stack.callback(_restore, originals)
+    box = [on_call]
+    with contextlib.ExitStack() as exits:
+        exits.enter_context(coverage.listening(lambda op, impl: stack[-1].__setitem__(op, impl)))
+        exits.callback(box.clear)
+        exits.callback(_restore, originals)
         for name, module in modules:
             base = type(module)
-            namespace = {"__call__": _recording_call(base, name, box, fault, calls)}
-            if fault == (name, "drop-residual"):
+            namespace = {"__call__": _intercepted_call(base, name, box, fault, stack, counts)}
+            if fault is not None and target == name and fault[1] == "drop-residual":
                 if not hasattr(base, "shortcut"):
                     raise ZooError(f"--inject {name}=drop-residual: {name} ({base.__name__}) has no residual connection")
 
@@ -93,11 +176,30 @@ def recording(model: nn.Module, fault: tuple[str, str] | None = None):
                 namespace["shortcut"] = shortcut
             originals.append((module, base))
             module.__class__ = type(base.__name__, (base,), namespace)
-        yield records
-        if fault is not None and fault[1] == "drop-residual" and fault[0] in records and not dropped:
-            block = type(dict(modules)[fault[0]]).__name__
-            raise ZooError(f"--inject {fault[0]}=drop-residual: this {block} adds no residual in this model "
+        yield
+        call = fault[0].partition("#")[2] if fault is not None else ""
+        if fault is not None and counts.get(target, 0) <= (int(call) if call else 0):
+            raise ZooError(f"--inject {fault[0]}: the model called {target} {counts.get(target, 0)} time(s) in this pass "
+                           "(a module whose arrays are read directly is never called): pick a module call it makes")
+        if fault is not None and fault[1] == "drop-residual" and target in counts and not dropped:
+            block = type(dict(modules)[target]).__name__
+            raise ZooError(f"--inject {target}=drop-residual: this {block} adds no residual in this model "
                            "(its shortcut is unused): pick a block that has one")
+
+
+@contextlib.contextmanager
+def recording(model: nn.Module, fault: tuple[str, str] | None = None):
+    """Yield a dict name -> Record, filled in completion order while the model runs."""
+    records: dict[str, Record] = {}
+
+    def keep(call: Call, args, kwargs):
+        out = call.run(*args, **kwargs)
+        earlier = records.pop(call.name, None)  # a module called twice: keep its last call, in completion order
+        records[call.name] = Record(args, out, call.ops, call.class_name, 1 + (earlier.calls if earlier else 0))
+        return out
+
+    with intercepting(model, keep, fault):
+        yield records
 
 
 def _restore(originals):
@@ -105,18 +207,10 @@ def _restore(originals):
         module.__class__ = base
 
 
-def _recording_call(base, name, box, fault, calls):
+def _intercepted_call(base, name, box, fault, stack, counts):
     def __call__(self, *args, **kwargs):
-        calls.append({})
-        try:
-            out = base.__call__(self, *args, **kwargs)
-        finally:
-            ops = calls.pop()
-        if fault is not None and fault[0] == name and fault[1] != "drop-residual":
-            out = _perturb(out, fault[1])
-        records = box[0]
-        earlier = records.pop(name, None)  # a module called twice: keep its last call, in completion order
-        records[name] = Record(args, out, ops, base.__name__, 1 + (earlier.calls if earlier else 0))
-        return out
+        index = counts.get(name, 0)
+        counts[name] = index + 1
+        return box[0](Call(name, index, self, base, fault, stack), args, kwargs)
 
     return __call__

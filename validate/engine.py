@@ -25,7 +25,7 @@ from zoo.blas import return_freed_memory
 from zoo.compiled import eager
 from zoo.errors import ZooError
 from zoo.kernels.coverage import MLX_OP
-from zoo.validate.capture import recording
+from zoo.validate.capture import recording, tree_leaves
 from zoo.validate.reference import ops
 from zoo.validate.reference.trace import Trace
 
@@ -105,17 +105,14 @@ def _to_numpy(value, nhwc: bool):
 
 
 def _flatten(name: str, value) -> dict[str, object]:
-    """Tuple outputs become name/0, name/1, ... ."""
-    if isinstance(value, (tuple, list)):
-        out = {}
-        for i, v in enumerate(value):
-            out.update(_flatten(f"{name}/{i}", v))
-        return out
-    return {name: value}
+    """Tuple outputs become name/0, name/1, ...; dicts name/key, dataclasses name/field."""
+    return {name + path: leaf for path, leaf in tree_leaves(value)}
 
 
-def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.Dtype = mx.float32) -> LayerResult:
-    """One layer's figures; ``dtype``: the MLX value's, whose range the reference may exceed."""
+def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.Dtype = mx.float32,
+            atol: float = 0.0) -> LayerResult:
+    """One layer's figures; ``dtype``: the MLX value's, whose range the reference may exceed. It
+    passes with no flag and max abs error <= ``atol`` + ``tol`` x max |ref| (rel err <= tol at atol 0)."""
     ref = np.asarray(ref, np.float64)
     got = np.asarray(got, np.float64)
     if ref.shape != got.shape:
@@ -147,7 +144,7 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.D
     result.rel = result.max_abs / scale if scale > 0 else (0.0 if result.max_abs == 0 else math.inf)
     denom = np.linalg.norm(a) * np.linalg.norm(b)
     result.cosine = float(a @ b / denom) if denom > 0 else float(np.array_equal(a, b))
-    if result.flags or not result.rel <= tol:
+    if result.flags or not result.max_abs <= atol + tol * scale:
         result.status = "FAIL"
     return result
 
@@ -335,11 +332,11 @@ class _Feed:
         return _to_numpy(record.inputs, not self.same_layout(name))
 
 
-def header(spec, weights_source: str, dtype: str) -> dict:
+def header(model: str, weights_source: str, dtype: str) -> dict:
     import platform
 
     return {
-        "model": spec.name,
+        "model": model,
         "weights": weights_source,
         "device": devices.describe(),
         "dtype": dtype,

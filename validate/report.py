@@ -55,7 +55,7 @@ class Report:
         dtype = dtype or self.dtypes[0]
         if dtype not in self.dtypes:
             raise ZooError(f"this report has no {dtype} run (it has {', '.join(self.dtypes)})")
-        return next(m.coverage for m in self.modes if m.dtype == dtype)
+        return next((m.coverage for m in self.modes if m.dtype == dtype and m.coverage), [])
 
     def to_dict(self) -> dict:
         def modes(dtype):
@@ -213,10 +213,13 @@ def _coverage_section(rows: list[dict]) -> str:
 def render_html(report: Report) -> str:
     head = report.header
     env = {
-        "model": head.get("model"), "weights": head.get("weights"), "device": head.get("device"),
+        "model": head.get("model"), "weights": head.get("weights"), "reference": head.get("reference"),
+        "device": head.get("device"),
         "dtype": ", ".join(report.dtypes), "TF32": "on" if head.get("tf32") else "off", "MLX": head.get("mlx"),
         "numpy": head.get("numpy"), "python": head.get("python"), "input": head.get("input"),
         "injected fault": head.get("inject") or "none",
+        "ops the float64 reference computes in float32 precision": ", ".join(head.get("reference_float32_precision") or [])
+        or None,
         "written": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     env_rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(str(v))}</td></tr>"
@@ -227,7 +230,8 @@ def render_html(report: Report) -> str:
         f"{html.escape(report.failing.mode)})"
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>zoo.validate {html.escape(str(head.get('model')))}"
              f"</title><style>{CSS}</style></head><body>",
-             f"<h1>Layer parity: {html.escape(str(head.get('model')))} (MLX vs float64 numpy reference)</h1>",
+             f"<h1>Layer parity: {html.escape(str(head.get('model')))} (MLX vs "
+             f"{html.escape(head.get('reference', 'float64 numpy reference'))})</h1>",
              f"<div class='banner {status}'>{verdict}</div>",
              f"<h2>Environment</h2><table>{env_rows}</table>",
              "<h2>Summary</h2><table><tr><th>dtype</th><th>mode</th><th>result</th><th>layers within tolerance</th>"

@@ -55,6 +55,10 @@ def read_checkpoint_with_meta(path) -> tuple[dict[str, np.ndarray], dict]:
     if suffix == ".safetensors":
         return _read_safetensors(path)
     if not _is_torch_save(path):
+        with open(path, "rb") as file:
+            if file.read(4) == b"PK\x03\x04":  # a zip's first entry, without the directory a zip ends with
+                raise ZooError(f"{path} is a truncated or damaged zip archive (its directory at the end is "
+                               "missing): re-download it or copy it again")
         raise ZooError(f"{path} is not a PyTorch checkpoint (neither a zip archive nor a pickle): "
                        "re-download it or pass the model's .pt or .safetensors file")
     tree = load_torch_file(path)

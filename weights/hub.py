@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from zoo.errors import ZooError, option
+from zoo.files import write_text
 
 
 def cached_file(repo_id: str, filename: str) -> Path | None:
@@ -124,8 +125,8 @@ def verify(path: Path) -> str | None:
     if digest.hexdigest() != blob.name:
         return f"{stat.st_size} bytes whose {kind} is not {blob.name[:12]}..., the Hub's"
     try:
-        stamp.write_text(mark)
-    except OSError:
+        write_text(stamp, mark)  # never through a link another process left at the stamp's name
+    except ZooError:
         pass  # a read-only cache: checked again next time
     return None
 

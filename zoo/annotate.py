@@ -5,7 +5,7 @@
 
     python -m zoo.run annotate photos/ --det yolov8s --sam mobilesam --out labels/ --save-masks --save-overlay
 
-Per image: the detector's boxes (any checkpoint the YOLOv8 loader takes: a name, a ``.pt``
+Per image: the detector's boxes (any checkpoint the YOLO loader takes: a name, a ``.pt``
 path such as a trained ``best.pt``, or a loaded model), then ONE batched SAM decoder call
 with every box as a prompt (one mask per box, ``multimask_output=False`` as ultralytics),
 then one label file ``<out>/<name>.txt``, one line per detection, ultralytics' format::
@@ -34,10 +34,11 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from .errors import UsageError
+from .errors import UsageError, ZooError
 from .extras import require
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
-                    save_png, write_atomic)
+                    save_png, write_text)
+from .instances import outer_contours
 from .sources import Item, open_source, planned_names
 
 
@@ -77,18 +78,22 @@ class Annotation:
 def mask_polygon(mask: np.ndarray) -> np.ndarray | None:
     """(H, W) bool -> its largest outer contour as (K, 2) x, y in [0, 1] (x / W, y / H), K >= 3; the rectangle
     around its pixels when that contour is a line or a point; None for an empty mask."""
-    import cv2
-
     height, width = mask.shape
-    contours = cv2.findContours(mask.astype(np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)[0]
+    contours = outer_contours(mask)
     if not contours:
         return None
-    largest = max(contours, key=lambda c: (cv2.contourArea(c), len(c))).reshape(-1, 2).astype(np.float64)
+    largest = max(contours, key=lambda c: (polygon_area(c), len(c))).astype(np.float64)
     if len(largest) < 3:  # a line or a pixel: its pixels' edges, so the polygon has an inside
         x0, y0 = largest.min(0)
         x1, y1 = largest.max(0) + 1
         largest = np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]])
     return largest / np.array([width, height])
+
+
+def polygon_area(points: np.ndarray) -> float:
+    """The area a closed (K, 2) polygon encloses (the shoelace formula, as OpenCV's contourArea)."""
+    x, y = points[:, 0].astype(np.float64), points[:, 1].astype(np.float64)
+    return abs(float(np.dot(x, np.roll(y, -1)) - np.dot(y, np.roll(x, -1)))) / 2
 
 
 def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
@@ -171,6 +176,15 @@ class Outputs:
         pattern = re.compile(rf"{re.escape(name)}_\d+\.png")
         return [p for p in self.masks.iterdir() if pattern.fullmatch(p.name)]
 
+    def masks_of_earlier_run(self, name: str) -> set[Path]:
+        """The masks an earlier run wrote for ``name``: one per line of its label file (a mask file that
+        no label line accounts for is not ours, and is never deleted)."""
+        try:
+            lines = self.label(name).read_bytes().count(b"\n")
+        except OSError:
+            return set()
+        return {self.mask(name, i) for i in range(lines)} & set(self.existing_masks(name))
+
     def check(self, names: list[str] | None, inputs: Inputs) -> None:
         """Fail before any work: a folder that is an input or a file; an output that is an input; an
         existing output without ``overwrite``. ``names`` None (video frames): the folders only."""
@@ -197,14 +211,15 @@ class Outputs:
             check_new_file(path, "output", self.overwrite)
         written = []
         if self.save_masks:
+            earlier = self.masks_of_earlier_run(name)
             for i, mask in enumerate(annotation.masks):
                 written.append(save_mask(mask, self.mask(name, i)))
-            for stale in set(self.existing_masks(name)) - set(written):  # an earlier run's extra masks
+            for stale in earlier - set(written):  # an earlier run's extra masks
                 stale.unlink(missing_ok=True)
         if self.save_overlay:
             written.append(save_png(overlay(rgb, annotation, names), self.overlay(name)))
         text = "".join(line + "\n" for line in annotation.label_lines())
-        written.append(write_atomic(self.label(name), lambda tmp: tmp.write_text(text, encoding="utf-8")))
+        written.append(write_text(self.label(name), text))
         return written
 
 
@@ -249,17 +264,21 @@ def load_model(given, weights, dtype: str, role: str, family: str, label: str, m
     holds = getattr(registry.family(spec), "holds", None)  # other tasks' YOLOv8 heads are refused when built
     if holds is not None and not holds(read.state_dict, read.meta):
         raise UsageError(f"{role} {weights} holds no {label} model: pass {files}")
+    fitted = registry.fitted_spec(spec, read)
+    if fitted.task != spec.task:  # e.g. a YOLO segmentation or pose checkpoint where a detector goes
+        raise ZooError(f"{role} {weights or given} holds a YOLO {fitted.task} model ({fitted.variant}): pass {files}")
     return registry.build(spec, read, dtype)
 
 
 def load_detector(det_model, weights=None, dtype: str = "float32"):
-    """A YOLOv8 detector from a registered name, a checkpoint path (a trained best.pt) or a loaded model."""
+    """A YOLO detector (YOLOv8, YOLO11) from a registered name, a checkpoint path (a trained best.pt) or a
+    loaded model."""
     from zoo import registry
     from zoo.models.yolov8 import DetectionModel
 
-    return load_model(det_model, weights, dtype, "detector", "yolov8", "YOLOv8", DetectionModel,
-                      f"a YOLOv8 detector ({', '.join(registry.list_models(task='detect'))})",
-                      "a YOLOv8 detection checkpoint (yolov8n.pt, a trained best.pt)")
+    return load_model(det_model, weights, dtype, "detector", "yolov8", "YOLO", DetectionModel,
+                      f"a YOLO detector ({', '.join(registry.list_models(task='detect'))})",
+                      "a YOLO detection checkpoint (yolo11n.pt, yolov8n.pt, a trained best.pt)")
 
 
 def load_sam(sam_model, weights=None, dtype: str = "float32"):

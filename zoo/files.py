@@ -4,51 +4,162 @@ The guard every writer goes through: an output that is an input (image, mask, we
 by resolved path or hard link) is refused whatever the flags; an existing output is replaced only
 with an explicit flag (``--overwrite`` / ``--exist-ok``, ``overwrite=True``); output folders are
 created and proved writable before the model loads; default run folders increment as ultralytics'
-(``runs/detect/predict``, ``predict2`` ...); files are written to a temporary name and renamed.
+(``runs/detect/predict``, ``predict2`` ...); files are written to a temporary file created
+exclusively beside them (a random hidden name; never an existing file, never through a link) and
+renamed; nothing is deleted that the run did not create.
 """
 from __future__ import annotations
 
+import errno
 import os
+import secrets
 import tempfile
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 from PIL import Image
 
 from .errors import UsageError, ZooError, option
 
 
-def temporary_path(path: Path) -> Path:
-    """Where ``path`` is written before it is renamed: a hidden sibling, so the rename stays on one file system."""
-    return path.with_name(f".{path.name}.part")
+def create_exclusive(path: Path, mode: int = 0o666) -> int:
+    """Open a new file at ``path`` for writing: O_EXCL (never an existing file, whatever it is) and
+    O_NOFOLLOW (never through a link); FileExistsError when the name is taken."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    return os.open(path, flags, mode)
 
 
-def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
-    """``write(tmp)`` to a temporary sibling name, then rename it over ``path``.
+def create_temporary(path: Path) -> tuple[int, Path]:
+    """A new file beside ``path`` (the rename stays on one file system) under a hidden name of its own
+    (a random part: two runs, or a user's file of that name, never meet), created exclusively."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name[:120]}.{secrets.token_hex(6)}.part")
+        try:
+            return create_exclusive(tmp), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
 
-    A failure, or an interrupted run, never leaves half a file under the real name
-    nor the temporary file; an OSError becomes a one-line ZooError naming ``path``.
-    """
-    path = Path(path)
-    tmp = temporary_path(path)
+
+def file_identity(fd_or_path: int | Path) -> tuple[int, int] | None:
+    """(device, inode) of an open file or of a name itself (a link is not followed); None when gone."""
     try:
-        write(tmp)
+        st = os.fstat(fd_or_path) if isinstance(fd_or_path, int) else os.lstat(fd_or_path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def remove_own(path: Path, identity: tuple[int, int] | None) -> None:
+    """Delete ``path`` only while it is still the file this process created (``identity``): a name
+    that another program has taken over since is left alone."""
+    if identity is not None and file_identity(path) == identity:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass  # gone already
+
+
+def place(tmp: Path, path: Path, replace: bool) -> None:
+    """Rename ``tmp`` to ``path``; with ``replace`` False never over an existing ``path`` (a hard link
+    fails on a taken name: FileExistsError), so a file that appeared since the checks is kept."""
+    if replace:
         os.replace(tmp, path)
-    except OSError as e:
-        raise ZooError(f"cannot write {path}: {e.strerror or e}; check the folder exists and is writable") from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise
+    except OSError:  # no hard links on this file system (FAT, some network shares): check, then rename
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "exists", str(path)) from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
 
 
-def save_png(image: Image.Image, path: str | Path) -> Path:
+def cannot_write(path: Path, error: OSError) -> ZooError:
+    if isinstance(error, FileExistsError):
+        return ZooError(f"cannot write {path}: it appeared while this run was writing it (another run?): "
+                        f"pass another path, or {option('overwrite')} to replace it")
+    return ZooError(f"cannot write {path}: {error.strerror or error}; check the folder exists and is writable")
+
+
+class ClosedOnExit:
+    """A writer as a context manager: ``close()`` when the block ends, ``abort()`` when an exception leaves it."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, trace):
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class OutputFile(ClosedOnExit):
+    """One output written whole: an exclusively created temporary file beside ``path`` (create_temporary),
+    renamed into place by ``close()`` after its bytes reach the disk; ``abort()`` (or leaving the
+    ``with`` block by an exception) removes it, and only it. ``replace`` False: an existing ``path`` is
+    never replaced, even one that appeared after the run's checks. ``file`` is binary, or text
+    (UTF-8) with ``text=True``. OSErrors are one-line ZooErrors naming ``path``."""
+
+    def __init__(self, path: str | Path, replace: bool = True, text: bool = False, newline: str | None = None):
+        self.path, self.replace = Path(path), replace
+        try:
+            fd, self.tmp = create_temporary(self.path)
+        except OSError as e:
+            raise cannot_write(self.path, e) from None
+        self.identity = file_identity(fd)
+        self.file = os.fdopen(fd, "w", encoding="utf-8", newline=newline) if text else os.fdopen(fd, "wb")
+
+    def close(self) -> Path:
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            self.file.close()
+            place(self.tmp, self.path, self.replace)
+        except OSError as e:
+            raise cannot_write(self.path, e) from None
+        finally:
+            self.abort()
+        return self.path
+
+    def abort(self) -> None:
+        """Close and remove the temporary file (a no-op once closed)."""
+        try:
+            self.file.close()
+        except (OSError, ValueError):
+            pass  # its bytes are dropped with it
+        remove_own(self.tmp, self.identity)
+
+
+def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], replace: bool = True) -> Path:
+    """``write(file)`` into an OutputFile, then rename it to ``path``: a failure or an interrupted run
+    never leaves half a file under the real name, nor the temporary file; an OSError becomes a
+    one-line ZooError naming ``path``. ``replace`` False: never over an existing file."""
+    with OutputFile(path, replace) as out:
+        try:
+            write(out.file)
+        except OSError as e:  # a full disk, a lost network share
+            raise cannot_write(out.path, e) from None
+    return Path(path)
+
+
+def write_text(path: str | Path, text: str, replace: bool = True) -> Path:
+    """``text`` as UTF-8, written whole (write_atomic)."""
+    return write_atomic(path, lambda file: file.write(text.encode("utf-8")), replace)
+
+
+def save_png(image: Image.Image, path: str | Path, replace: bool = True) -> Path:
     """A PIL image written whole (write_atomic) as PNG."""
-    return write_atomic(path, lambda tmp: image.save(tmp, format="PNG"))
+    return write_atomic(path, lambda file: image.save(file, format="PNG"), replace)
 
 
-def save_mask(mask, path: str | Path) -> Path:
+def save_mask(mask, path: str | Path, replace: bool = True) -> Path:
     """An (H, W) bool mask as a PNG, white = inside, written whole."""
-    return save_png(Image.fromarray(mask.astype("uint8") * 255), path)
+    return save_png(Image.fromarray(mask.astype("uint8") * 255), path, replace)
 
 
 def _resolved(path: str | Path) -> Path:
@@ -112,6 +223,16 @@ def refuse_inputs(path: str | Path, inputs: Iterable | Inputs, what: str) -> Pat
     video or list file inside an input folder. No flag lifts this: inputs are never replaced.
     Pass an ``Inputs`` to check many outputs against one set of inputs."""
     return (inputs if isinstance(inputs, Inputs) else Inputs(inputs)).refuse(path, what)
+
+
+def check_distinct(outputs: dict[str, str | Path]) -> None:
+    """UsageError when two of a run's outputs (``{"--jsonl": path, ...}``) are one path, however
+    spelled: the second would replace the first, or a file would be written into its own folder."""
+    seen: dict[Path, str] = {}
+    for what, path in outputs.items():
+        other = seen.setdefault(_resolved(path), what)
+        if other != what:
+            raise UsageError(f"{what} {path} is also the {other} path: pass another path")
 
 
 def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str | None = None) -> Path:

@@ -309,15 +309,21 @@ class Pipeline:
         except ZooError as e:
             return item, None, str(e)
 
+def input_identity(path: str) -> str:
+    """An input's identity across runs, however it was spelled: its resolved path (``imgs/a.jpg``,
+    ``./imgs/a.jpg`` and ``$PWD/imgs/a.jpg`` are one file); a stream URL as it is."""
+    return path if "://" in path else os.path.realpath(path)
+
+
 def resume_keys(records: Iterable[dict]) -> set[tuple]:
     """The items a JSONL file holds a result for (error records excluded: those items are tried again),
     as ``item_key`` gives them."""
-    return {(r.get("path"), r.get("frame")) for r in records if "error" not in r}
+    return {(input_identity(r["path"]), r.get("frame")) for r in records if "error" not in r}
 
 
 def item_key(item: Item) -> tuple:
-    """An item's identity across runs: its path and, for a video frame, the frame number."""
-    return (item.path, item.frame)
+    """An item's identity across runs: its resolved path and, for a video frame, the frame number."""
+    return (input_identity(item.path), item.frame)
 
 
 def without_errors(record: dict) -> bool:

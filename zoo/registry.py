@@ -32,12 +32,18 @@ class ModelSpec:
     name: str
     family: str  # module under zoo.models
     variant: str
-    task: str  # classify | detect | segment | inpaint
+    task: str  # classify | detect | instance-segment | pose | segment (promptable) | inpaint
     hub_repo: str
     hub_file: str
     licence: str
     preprocess: dict = field(default_factory=dict)
     config: dict = field(default_factory=dict)  # architecture read from the weights (checkpoint_spec)
+
+    @property
+    def tag(self) -> str:
+        """timm's pretrained tag of the default weights ('tv_in1k' of timm/resnet50.tv_in1k), '' if none."""
+        arch, dot, tag = self.hub_repo.rpartition("/")[2].partition(".")
+        return tag if dot and arch == self.variant else ""
 
 
 def _resnet(depth: int) -> ModelSpec:
@@ -49,41 +55,76 @@ def _resnet(depth: int) -> ModelSpec:
     )
 
 
-def _yolov8(size: str) -> ModelSpec:
-    return ModelSpec(
-        f"yolov8{size}", "yolov8", f"yolov8{size}", "detect",
-        "Ultralytics/YOLOv8", f"yolov8{size}.pt", "AGPL-3.0 (Ultralytics)", {"imgsz": 640},
-    )
+def _yolo(generation: str, hub_repo: str, size: str, suffix: str = "", task: str = "detect") -> ModelSpec:
+    """A YOLO model of models/yolov8 (the family folder of YOLOv8 and YOLO11): a detector, or with
+    ``suffix`` -seg / -pose its instance-segmentation / pose model; Ultralytics' Hub file."""
+    name = f"{generation}{size}{suffix}"
+    return ModelSpec(name, "yolov8", name, task, hub_repo, f"{name}.pt", "AGPL-3.0 (Ultralytics)", {"imgsz": 640})
+
+
+# YOLO tasks besides detection: the variant's suffix (ultralytics' file names) and the registry's task
+YOLO_TASKS = (("-seg", "instance-segment"), ("-pose", "pose"))
 
 
 REGISTRY: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
         *(_resnet(d) for d in (18, 34, 50, 101, 152)),
-        *(_yolov8(s) for s in "nsmlx"),
+        *(_yolo("yolov8", "Ultralytics/YOLOv8", s) for s in "nsmlx"),
+        *(_yolo("yolo11", "Ultralytics/YOLO11", s) for s in "nsmlx"),
+        *(_yolo(generation, repo, s, suffix, task) for suffix, task in YOLO_TASKS
+          for generation, repo in (("yolov8", "Ultralytics/YOLOv8"), ("yolo11", "Ultralytics/YOLO11")) for s in "nsmlx"),
         ModelSpec("mobilesam", "mobilesam", "mobilesam", "segment",
                   "lmz/candle-sam", "mobile_sam-tiny-vitt.safetensors", "Apache-2.0", {"image_size": 1024}),
         ModelSpec("lama", "lama", "lama", "inpaint",
                   "anyisalin/big-lama", "big-lama.safetensors", "Apache-2.0", {"pad_multiple": 8}),
     ]
 }
-ALIASES = {"yolov8": "yolov8n", "big-lama": "lama", "mobile_sam": "mobilesam"}
+ALIASES = {"yolov8": "yolov8n", "yolo11": "yolo11n", "big-lama": "lama", "mobile_sam": "mobilesam"}
+# names that stand for every scale of a model: the scale comes from the weights (checkpoint_spec)
+SCALE_FROM_WEIGHTS = frozenset({"yolov8", "yolo11"})
 
 
-def list_models(filter: str | list[str] = "", task: str | None = None) -> list[str]:
-    """Registered names, as timm's: ``filter`` is a wildcard pattern or a list of them ("resnet*")."""
-    patterns = [filter] if isinstance(filter, str) else list(filter)
-    return [name for name, spec in REGISTRY.items()
+def list_models(filter: str | list[str] = "", task: str | None = None, pretrained: bool = False) -> list[str]:
+    """Registered names, as timm's: ``filter`` is a wildcard pattern or a list of them ("resnet*");
+    ``pretrained``: the names with the tag of their default weights ("resnet50.tv_in1k") where they
+    have one, a pattern without a tag matching any tag."""
+    patterns = [p for p in ([filter] if isinstance(filter, str) else filter) if p]
+    if pretrained:
+        patterns += [f"{p}.*" for p in patterns if "." not in p]
+    names = [(f"{name}.{spec.tag}" if pretrained and spec.tag else name, spec) for name, spec in REGISTRY.items()]
+    return [name for name, spec in names
             if (task is None or spec.task == task)
-            and (not any(patterns) or any(fnmatch.fnmatchcase(name, p) for p in patterns if p))]
+            and (not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns))]
+
+
+def is_model(name: str) -> bool:
+    """timm's: whether ``name`` is a registered model (or alias), its pretrained tag ignored."""
+    base = name.partition(".")[0]
+    return base in REGISTRY or base in ALIASES
+
+
+def without_tag(name: str) -> str:
+    """timm's tagged name of a registered model (``resnet50.tv_in1k``) -> the model's name; a tag other
+    than its default weights' is an error (they are not the weights it would load)."""
+    base, dot, tag = name.partition(".")
+    spec = REGISTRY.get(ALIASES.get(base, base))
+    if not dot or spec is None:
+        return name
+    if tag != spec.tag:
+        have, use = (f"the {spec.tag} weights of {base} only", f"{base}.{spec.tag} (or {base})") if spec.tag \
+            else (f"no tagged weights of {base}", base)
+        raise UsageError(f"{name}: mlx-zoo has {have}: use {use}, or pass weights=PATH with the checkpoint you want")
+    return base
 
 
 def get_spec(name: str) -> ModelSpec:
+    name = without_tag(name)
     spec = REGISTRY.get(ALIASES.get(name, name))
     if spec is None:
         raise UsageError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
-    # the family's own name keeps its name: the variant then comes from the weights (checkpoint_spec)
-    return replace(spec, name=name) if name == spec.family and name not in REGISTRY else spec
+    # such a name stays the spec's name: the variant then comes from the weights (checkpoint_spec)
+    return replace(spec, name=name) if name in SCALE_FROM_WEIGHTS else spec
 
 
 def family(spec: ModelSpec):
@@ -169,8 +210,7 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
 
     fam = family(spec)
     check_options(spec, options)
-    if hasattr(fam, "checkpoint_spec"):
-        spec = fam.checkpoint_spec(spec, weights)
+    spec = fitted_spec(spec, weights)
     model = fam.build(spec, **options)
     state_dict, kept = weights.state_dict, set()
     if hasattr(fam, "fit_checkpoint"):
@@ -182,14 +222,24 @@ def build(spec: ModelSpec, weights: Weights, dtype: str = "float32", **options) 
     return model
 
 
+def fitted_spec(spec: ModelSpec, weights: Weights) -> ModelSpec:
+    """``spec`` as the family's ``checkpoint_spec`` fits it to what ``weights`` hold (e.g. a YOLO file's
+    scale, task and classes); the spec itself for families without one."""
+    fam = family(spec)
+    return fam.checkpoint_spec(spec, weights) if hasattr(fam, "checkpoint_spec") else spec
+
+
 def load(name: str, weights: str | Path | None = None, dtype: str = "float32", device: str | None = None,
-         **options) -> nn.Module:
+         pretrained: bool = True, **options) -> nn.Module:
     """Build a registered model with its weights, on the process's device, in eval mode.
 
     ``weights``: None (default Hub weights), a .safetensors/.pt/.pth/.ckpt path,
     or ``"synthetic[:SEED]"`` (random weights in the checkpoint's layout).
-    ``options``: the family's build options, e.g. ResNet's ``num_classes``,
-    ``features_only`` and ``out_indices`` (timm's).
+    ``pretrained`` (timm's create_model): False without ``weights`` gives random weights
+    (synthetic:0) instead of the Hub's; ``weights`` given are always the ones loaded.
+    ``options``: the family's build options, e.g. ResNet's ``num_classes``, ``global_pool``,
+    ``features_only`` and ``out_indices`` (timm's). ``name`` may carry the default weights' tag
+    (``resnet50.tv_in1k``).
     """
     devices.use(device)
     devices.parse_dtype(dtype)  # fail on a bad dtype before any download
@@ -199,6 +249,8 @@ def load(name: str, weights: str | Path | None = None, dtype: str = "float32", d
         return build(spec, read, dtype, **options)
     spec = get_spec(name)
     check_options(spec, options)
+    if weights is None and not pretrained:
+        weights = "synthetic:0"
     return build(spec, read_weights(spec, weights), dtype, **options)
 
 

@@ -1,28 +1,38 @@
-"""Detection results shaped like ultralytics' (``engine/results.py``): ``Results`` per image, its ``Boxes``.
+"""Results shaped like ultralytics' (``engine/results.py``): ``Results`` per image, its ``Boxes``.
 
     r = det.predict("bus.jpg")[0]
     r.boxes.xyxy, r.boxes.xywh, r.boxes.xyxyn, r.boxes.xywhn, r.boxes.conf, r.boxes.cls, r.boxes.data
+    r.boxes.xyxy.cpu().numpy(), r.boxes.cls.int().tolist(), [(int(b.cls), float(b.conf)) for b in r.boxes]
     r.names                    # {0: 'person', ...}: the checkpoint's own classes
     r.plot()                   # (H, W, 3) BGR uint8, as ultralytics (cv2's order)
     r.save("out.jpg"); r.save_txt("out.txt", save_conf=True); r.save_crop("crops")
-    r.summary(), r.to_json()   # [{"name", "class", "confidence", "box": {"x1", "y1", "x2", "y2"}}]
+    r.summary(), r.to_json(), r.to_csv(), r.to_df()   # rows {"name", "class", "confidence", "box": {x1 y1 x2 y2}}
 
-Everything is numpy (no tensors, no devices). ``orig_img`` is BGR as in ultralytics; images given
-as paths or PIL images are RGB, numpy arrays BGR (ultralytics' convention). Files are written
-whole (temporary name, then renamed) and never replace an existing file unless ``overwrite=True``.
+Values are TensorArrays: numpy arrays that answer torch Tensor's methods, so scripts written for
+ultralytics run without torch. ``orig_img`` is BGR as in ultralytics; images given as paths or PIL
+images are RGB, numpy arrays BGR (ultralytics' convention). Files are written whole (temporary name,
+then renamed). As ultralytics: ``save(filename)`` and ``plot(save=True, filename=...)`` replace the file
+they name, ``save_txt`` appends to it; but never the image the result came from, and the default
+``results_<name>`` replaces nothing unless ``overwrite=True``.
 """
 from __future__ import annotations
 
 import colorsys
+import csv
+import io
 import json
+import math
 from collections import Counter
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import check_new_file, image_format, refuse_inputs, write_atomic
+from zoo.files import (check_new_file, image_format, make_output_folder, refuse_inputs, writable_format, write_atomic,
+                       write_text)
+from zoo.instances import masks2segments, scale_coords, scale_masks
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
 PALETTE = [
@@ -46,6 +56,40 @@ def blend_masks(rgb: np.ndarray, masks, colours) -> np.ndarray:
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
+# COCO's person keypoints: 0-4 head (nose, eyes, ears), 5-10 arms (shoulders, elbows, wrists), 11-16 legs
+# (hips, knees, ankles); the skeleton's limbs as pairs of keypoint indexes, coloured by body part
+COCO_KEYPOINTS = 17
+SKELETON = ((15, 13), (13, 11), (16, 14), (14, 12), (11, 12), (5, 11), (6, 12), (5, 6), (5, 7), (6, 8), (7, 9),
+            (8, 10), (1, 2), (0, 1), (0, 2), (1, 3), (2, 4), (3, 5), (4, 6))
+PART_COLOURS = {"head": (0, 200, 0), "arms": (255, 140, 0), "legs": (50, 140, 255), "torso": (230, 60, 230)}
+KEYPOINT_PARTS = ("head",) * 5 + ("arms",) * 6 + ("legs",) * 6
+KEYPOINT_CONF = 0.25  # ultralytics draws the keypoints scoring at least this
+
+
+def limb_colour(a: int, b: int) -> tuple[int, int, int]:
+    part = KEYPOINT_PARTS[a] if KEYPOINT_PARTS[a] == KEYPOINT_PARTS[b] else "torso"
+    return PART_COLOURS[part]
+
+
+def draw_keypoints(draw: ImageDraw.ImageDraw, points: np.ndarray, shape: tuple[int, int], radius: int,
+                   limb_width: int) -> None:
+    """One detection's (K, 2 or 3) keypoints: the skeleton's limbs (17 keypoints, ``limb_width`` > 0), then a
+    dot per keypoint; as ultralytics, a keypoint scoring under 0.25 or lying on the image's left or top edge
+    (where scale_coords clips what falls outside) is left out."""
+    h, w = shape
+    shown = [(p[2] >= KEYPOINT_CONF if len(p) == 3 else True) and 0 < p[0] < w and 0 < p[1] < h
+             for p in points.tolist()]
+    if limb_width and len(points) == COCO_KEYPOINTS:
+        for a, b in SKELETON:
+            if shown[a] and shown[b]:
+                draw.line([tuple(points[a, :2].tolist()), tuple(points[b, :2].tolist())], fill=limb_colour(a, b),
+                          width=limb_width)
+    for i, (x, y) in enumerate(points[:, :2].tolist()):
+        if shown[i]:
+            colour = PART_COLOURS[KEYPOINT_PARTS[i]] if len(points) == COCO_KEYPOINTS else class_colour(i)
+            draw.ellipse((x - radius, y - radius, x + radius, y + radius), fill=colour)
+
+
 def text_colour(background: tuple[int, int, int]) -> tuple[int, int, int]:
     """Black on light colours, white on dark ones (ITU-R BT.601 luma)."""
     r, g, b = background
@@ -53,116 +97,328 @@ def text_colour(background: tuple[int, int, int]) -> tuple[int, int, int]:
 
 
 def check_new(path: Path, overwrite: bool, image_path: str | None) -> Path:
-    """The file a save writes: never the image the result came from, an existing file only with ``overwrite``."""
+    """The file a save writes, its folder made: never the image the result came from, an existing file
+    only with ``overwrite``."""
     refuse_inputs(path, [image_path], "output")
-    return check_new_file(path, "output", overwrite, "overwrite=True (--exist-ok on the command line)")
+    check_new_file(path, "output", overwrite, "overwrite=True")
+    make_output_folder(path.parent, f"output {path}: its folder")
+    return path
 
 
-class Boxes:
-    """Detection boxes of one image: ``data`` (N, 6) float32 rows x1, y1, x2, y2, conf, cls in pixels.
+# torch's Tensor.to() devices: the values stay in host memory whichever is named (MLX computes on
+# memory the host reads), so a script written for a GPU runs unchanged
+DEVICE_NAMES = ("cpu", "cuda", "mps", "gpu")
 
-    ``len()``, iteration (one Boxes per box) and indexing (int, slice, mask, index array) as ultralytics.
+
+class TensorArray(np.ndarray):
+    """A numpy array that also answers torch Tensor's methods, so code written for ultralytics' Results
+    runs without torch: ``.cpu() .numpy() .int() .long() .float() .half() .double() .to() .cuda() .clone()
+    .detach() .numel() .dim()``, and ``int()``/``float()`` of any one-element value (a box's ``cls`` has
+    shape (1,), as upstream). One element indexed or iterated is a numpy scalar (hashable, so ``names[c]``
+    works; torch gives a 0-d tensor): ``.item()``, ``int()``, ``float()`` as torch's. ``.numpy()`` returns a
+    plain ndarray (a view). Everything else is numpy's (``.view``, ``.size``).
     """
 
-    def __init__(self, data: np.ndarray, orig_shape: tuple[int, int]):
-        data = np.asarray(data, dtype=np.float32)
-        if data.ndim == 1:
-            data = data[None, :]
-        if data.ndim != 2 or data.shape[1] != 6:
-            raise ZooError(f"boxes have shape {data.shape}: expected (N, 6) rows x1, y1, x2, y2, conf, cls")
-        self.data = data
-        self.orig_shape = tuple(orig_shape[:2])  # (height, width)
+    def __int__(self) -> int:
+        return int(self.item())  # numpy >= 2.4 refuses int() of a (1,) array; torch accepts any one-element tensor
+
+    def __float__(self) -> float:
+        return float(self.item())
+
+    def __format__(self, spec: str) -> str:
+        """f"{box.conf:.2f}" formats the one value (numpy refuses a format for a (1,) array)."""
+        return format(self.item(), spec) if spec and self.size == 1 else super().__format__(spec)
+
+    def cpu(self) -> TensorArray:
+        return self
+
+    def cuda(self, device=None) -> TensorArray:
+        """The same values: they stay in host memory (DEVICE_NAMES)."""
+        return self
+
+    def detach(self) -> TensorArray:
+        return self
+
+    def numpy(self) -> np.ndarray:
+        return self.view(np.ndarray)
+
+    def clone(self) -> TensorArray:
+        return self.copy()
+
+    def int(self) -> TensorArray:
+        return self.astype(np.int32)
+
+    def long(self) -> TensorArray:
+        return self.astype(np.int64)
+
+    def float(self) -> TensorArray:
+        return self.astype(np.float32)
+
+    def half(self) -> TensorArray:
+        return self.astype(np.float16)
+
+    def double(self) -> TensorArray:
+        return self.astype(np.float64)
+
+    def numel(self) -> int:
+        return self.size
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def to(self, *args, device=None, dtype=None, non_blocking: bool = False, copy: bool = False) -> TensorArray:
+        """torch's ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(other)``: a dtype converts
+        (numpy's names, torch's ``torch.float16`` by name); a device is checked and the values stay here."""
+        for arg in args:
+            if isinstance(arg, np.ndarray):
+                dtype = arg.dtype
+            elif is_device(arg):
+                device = arg
+            else:
+                dtype = arg
+        if device is not None and not is_device(device):
+            raise ZooError(f"to(device={device!r}): not a device; use one of {', '.join(DEVICE_NAMES)}")
+        out = self if dtype is None else self.astype(numpy_dtype(dtype))
+        return out.copy() if copy and out is self else out
+
+
+def is_device(value) -> bool:
+    """A device as torch names it: 'cpu', 'cuda:0', 'mps', an index, a torch.device (by its name)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return True
+    name = str(getattr(value, "type", value)) if type(value).__name__ == "device" else value
+    return isinstance(name, str) and name.split(":")[0].lower() in DEVICE_NAMES
+
+
+def numpy_dtype(dtype) -> np.dtype:
+    try:
+        return np.dtype(str(dtype).removeprefix("torch.") if not isinstance(dtype, (type, np.dtype)) else dtype)
+    except TypeError:
+        raise ZooError(f"to({dtype!r}): numpy has no such dtype; use float32, float16, float64 or an integer type") from None
+
+
+def as_tensor(data) -> TensorArray:
+    """``data`` (an array, list, mx.array) as a TensorArray; integers become float32 as ultralytics' boxes are."""
+    data = np.asarray(data)
+    return (data if np.issubdtype(data.dtype, np.floating) else data.astype(np.float32)).view(TensorArray)
+
+
+class BaseTensor:
+    """ultralytics' BaseTensor: ``data`` (a TensorArray) of one image whose size is ``orig_shape`` (height, width);
+    ``len()``, indexing (int, slice, mask, index array: the same class over the rows selected), iteration,
+    ``shape``, and ``cpu() numpy() cuda() to()`` returning the same class. Boxes, and the masks and keypoints of
+    the other tasks, derive from it."""
+
+    def __init__(self, data, orig_shape: tuple[int, int]):
+        self.data = as_tensor(data)
+        self.orig_shape = tuple(orig_shape[:2]) if orig_shape is not None else None
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index):
+        return self.__class__(self.data[index], self.orig_shape)
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        return self
+
+    def cuda(self, device=None):
+        return self
+
+    def to(self, *args, **kwargs):
+        return self.__class__(self.data.to(*args, **kwargs), self.orig_shape)
+
+
+class Boxes(BaseTensor):
+    """Detection boxes of one image: ``data`` (N, 6) rows x1, y1, x2, y2, conf, cls in pixels.
+
+    Every value is a TensorArray: ``r.boxes.xyxy.cpu().numpy()``, ``r.boxes.cls.int().tolist()``,
+    ``for b in r.boxes: int(b.cls), float(b.conf)`` as with ultralytics.
+    """
+
+    def __init__(self, data, orig_shape: tuple[int, int]):
+        super().__init__(data, orig_shape)
+        if self.data.ndim == 1:
+            self.data = self.data[None, :]
+        if self.data.ndim != 2 or self.data.shape[1] != 6:
+            raise ZooError(f"boxes have shape {self.data.shape}: expected (N, 6) rows x1, y1, x2, y2, conf, cls")
 
     is_track = False
     id = None
 
     @property
-    def shape(self) -> tuple[int, int]:
-        return self.data.shape
-
-    @property
-    def xyxy(self) -> np.ndarray:
+    def xyxy(self) -> TensorArray:
         return self.data[:, :4]
 
     @property
-    def conf(self) -> np.ndarray:
+    def conf(self) -> TensorArray:
         return self.data[:, 4]
 
     @property
-    def cls(self) -> np.ndarray:
-        """Class ids as float32, as ultralytics keeps them (``int(b.cls)`` or ``.astype(int)`` for indexing)."""
+    def cls(self) -> TensorArray:
+        """Class ids as floats, as ultralytics keeps them (``int(b.cls)``, ``.int()`` for indexing)."""
         return self.data[:, 5]
 
     @property
-    def xywh(self) -> np.ndarray:
+    def xywh(self) -> TensorArray:
         """Box centre x, y, width, height in pixels."""
         x1, y1, x2, y2 = self.xyxy.T
-        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1)
+        return np.stack([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1], axis=1).view(TensorArray)
 
     @property
-    def xyxyn(self) -> np.ndarray:
+    def xyxyn(self) -> TensorArray:
         return self.xyxy / self._scale
 
     @property
-    def xywhn(self) -> np.ndarray:
+    def xywhn(self) -> TensorArray:
         return self.xywh / self._scale
 
     @property
     def _scale(self) -> np.ndarray:
         h, w = self.orig_shape
-        return np.array([w, h, w, h], np.float32)
-
-    def numpy(self) -> Boxes:
-        return self
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-    def __getitem__(self, index) -> Boxes:
-        return Boxes(self.data[index], self.orig_shape)
-
-    def __iter__(self):
-        return (self[i] for i in range(len(self)))
+        return np.array([w, h, w, h], self.data.dtype)
 
     def __repr__(self) -> str:
         return f"Boxes({len(self)} boxes, orig_shape={self.orig_shape})"
 
 
+class Masks(BaseTensor):
+    """Instance masks of one image, as ultralytics': ``data`` (N, H, W) uint8 0/1, at the letterboxed
+    input's size (predict's default) or the image's (``retina_masks=True``); ``xy`` / ``xyn``: each mask's
+    polygon (K, 2) in the image's pixels / 0-1 (zoo.instances.masks2segments, then scale_coords)."""
+
+    def __init__(self, data, orig_shape: tuple[int, int]):
+        data = np.asarray(data)
+        self.data = (data[None] if data.ndim == 2 else data).astype(np.uint8, copy=False).view(TensorArray)
+        self.orig_shape = tuple(orig_shape[:2])
+
+    @cached_property
+    def xy(self) -> list[np.ndarray]:
+        return [scale_coords(self.data.shape[1:], p, self.orig_shape) for p in masks2segments(self.data)]
+
+    @cached_property
+    def xyn(self) -> list[np.ndarray]:
+        return [scale_coords(self.data.shape[1:], p, self.orig_shape, normalize=True)
+                for p in masks2segments(self.data)]
+
+    def in_image(self) -> np.ndarray:
+        """(N, H, W) bool at the image's size: the masks themselves, or scaled to it (drawing)."""
+        if self.data.shape[1:] == self.orig_shape:
+            return self.data.astype(bool)
+        return np.stack([scale_masks(m[None].astype(np.float32), self.orig_shape)[0] > 0.5 for m in self.data]) \
+            if len(self.data) else np.zeros((0, *self.orig_shape), bool)
+
+    def __repr__(self) -> str:
+        return f"Masks({len(self)} masks of {self.data.shape[1]}x{self.data.shape[2]}, orig_shape={self.orig_shape})"
+
+
+class Keypoints(BaseTensor):
+    """Keypoints of one image's detections, as ultralytics': ``data`` (N, K, 2 or 3) x, y in the image's
+    pixels [, visibility score]; ``xy``, ``xyn`` (0-1), ``conf`` (N, K) (None without visibility)."""
+
+    def __init__(self, data, orig_shape: tuple[int, int]):
+        super().__init__(data, orig_shape)
+        if self.data.ndim == 2:
+            self.data = self.data[None]
+        self.has_visible = self.data.shape[-1] == 3
+
+    @property
+    def xy(self) -> TensorArray:
+        return self.data[..., :2]
+
+    @property
+    def xyn(self) -> TensorArray:
+        h, w = self.orig_shape
+        return self.xy / np.array([w, h], self.data.dtype)
+
+    @property
+    def conf(self) -> TensorArray | None:
+        return self.data[..., 2] if self.has_visible else None
+
+    def __repr__(self) -> str:
+        return f"Keypoints({len(self)} x {self.data.shape[1]} keypoints, orig_shape={self.orig_shape})"
+
+
 class Results:
-    """One image's detections, as ultralytics' Results for the detect task.
+    """One image's results, as ultralytics' Results: ``boxes`` for detection; ``masks``, ``probs``,
+    ``keypoints``, ``obb`` are None where the task has none, as upstream.
 
     ``orig_img``: the image as (H, W, 3) uint8 BGR; ``path``: where it came from (a file, ``video.mp4``,
-    ``image0`` for an in-memory image); ``names``: {id: name}; ``boxes``: Boxes;
-    ``speed``: milliseconds per image for preprocess, inference and postprocess;
-    ``frame``: the frame number for a video frame, else None.
+    ``image0.jpg`` for an in-memory image, as ultralytics names them); ``names``: {id: name}; ``boxes``: Boxes
+    (None when not given); ``speed``: milliseconds per image for preprocess, inference and postprocess;
+    ``frame``: the frame number for a video frame, else None. ``cpu() numpy() cuda() to()`` and indexing
+    return a new Results over the same image with each of those attributes converted or indexed.
     """
 
-    def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None,
-                 speed: dict | None = None, frame: int | None = None):
+    # the per-object attributes, in ultralytics' order: len() is the first one present's
+    KEYS = ("boxes", "masks", "probs", "keypoints", "obb")
+
+    def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None, masks=None, *,
+                 keypoints=None, speed: dict | None = None, frame: int | None = None):
         self.orig_img = orig_img
         self.orig_shape = tuple(orig_img.shape[:2])
         self.path = path
         self.names = names
-        self.boxes = Boxes(np.zeros((0, 6), np.float32) if boxes is None else boxes, self.orig_shape)
+        self.boxes = None if boxes is None else Boxes(boxes, self.orig_shape)
+        self.masks = None if masks is None else Masks(masks, self.orig_shape)  # segmentation models'
+        self.probs = None  # classification's
+        self.keypoints = None if keypoints is None else Keypoints(keypoints, self.orig_shape)  # pose models'
+        self.obb = None  # no oriented-box model here
         self.speed = dict(speed or {"preprocess": None, "inference": None, "postprocess": None})
         self.frame = frame
         self.save_dir = None
 
     def __len__(self) -> int:
-        return len(self.boxes)
+        present = [getattr(self, key) for key in self.KEYS if getattr(self, key) is not None]
+        return len(present[0]) if present else 0
 
     def __getitem__(self, index) -> Results:
-        """The same image with only the boxes ``index`` selects."""
-        return Results(self.orig_img, self.path, self.names, self.boxes.data[index], self.speed, self.frame)
+        """The same image with only the objects ``index`` selects."""
+        return self._apply("__getitem__", index)
 
     def __repr__(self) -> str:
-        return f"Results(path={self.path!r}, {len(self)} boxes, orig_shape={self.orig_shape})"
+        return f"Results(path={self.path!r}, {len(self)} objects, orig_shape={self.orig_shape})"
 
     def new(self) -> Results:
-        return Results(self.orig_img, self.path, self.names, None, self.speed, self.frame)
+        """The same image, path, names, speed and frame, without results."""
+        result = Results(self.orig_img, self.path, self.names, speed=self.speed, frame=self.frame)
+        result.save_dir = self.save_dir
+        return result
+
+    @property
+    def box_rows(self) -> Boxes:
+        """boxes, or no boxes when there are none: what the text and drawing methods read."""
+        return self.boxes if self.boxes is not None else Boxes(np.zeros((0, 6), np.float32), self.orig_shape)
+
+    def _apply(self, method: str, *args, **kwargs) -> Results:
+        result = self.new()
+        for key in self.KEYS:
+            if (value := getattr(self, key)) is not None:
+                setattr(result, key, getattr(value, method)(*args, **kwargs))
+        return result
+
+    def cpu(self) -> Results:
+        return self._apply("cpu")
 
     def numpy(self) -> Results:
-        return self
+        return self._apply("numpy")
+
+    def cuda(self, device=None) -> Results:
+        return self._apply("cuda", device)
+
+    def to(self, *args, **kwargs) -> Results:
+        """Each value converted by TensorArray.to (a dtype converts; a device is checked, values stay in memory)."""
+        return self._apply("to", *args, **kwargs)
 
     # -- text ------------------------------------------------------------------------------------
 
@@ -170,69 +426,121 @@ class Results:
         """ultralytics' log string: '2 persons, 1 bus, ' (classes in id order), or '(no detections), '."""
         if not len(self):
             return "(no detections), "
-        counts = Counter(int(c) for c in self.boxes.cls)
+        counts = Counter(int(c) for c in self.box_rows.cls)
         return "".join(f"{n} {self.names[c]}{'s' * (n > 1)}, " for c, n in sorted(counts.items()))
 
     def summary(self, normalize: bool = False, decimals: int = 5) -> list[dict]:
-        """One dict per box: name, class, confidence, box {x1, y1, x2, y2} (pixels, or 0-1 with ``normalize``)."""
+        """One dict per box: name, class, confidence, box {x1, y1, x2, y2} (pixels, or 0-1 with ``normalize``);
+        with masks its polygon's "segments" {x: [...], y: [...]}, with keypoints their "keypoints" {x, y[, visible]}."""
         h, w = self.orig_shape if normalize else (1, 1)
         rows = []
-        for (x1, y1, x2, y2, conf, cls) in self.boxes.data.tolist():
-            rows.append({"name": self.names[int(cls)], "class": int(cls), "confidence": round(conf, decimals),
-                         "box": {"x1": round(x1 / w, decimals), "y1": round(y1 / h, decimals),
-                                 "x2": round(x2 / w, decimals), "y2": round(y2 / h, decimals)}})
+        for i, (x1, y1, x2, y2, conf, cls) in enumerate(self.box_rows.data.tolist()):
+            row = {"name": self.names[int(cls)], "class": int(cls), "confidence": round(conf, decimals),
+                   "box": {"x1": round(x1 / w, decimals), "y1": round(y1 / h, decimals),
+                           "x2": round(x2 / w, decimals), "y2": round(y2 / h, decimals)}}
+            if self.masks is not None:
+                polygon = self.masks.xy[i]
+                row["segments"] = {"x": (polygon[:, 0] / w).round(decimals).tolist(),
+                                   "y": (polygon[:, 1] / h).round(decimals).tolist()}
+            if self.keypoints is not None:
+                points = np.asarray(self.keypoints.data[i], np.float64)
+                row["keypoints"] = {"x": (points[:, 0] / w).round(decimals).tolist(),
+                                    "y": (points[:, 1] / h).round(decimals).tolist(),
+                                    **({"visible": points[:, 2].round(decimals).tolist()}
+                                       if self.keypoints.has_visible else {})}
+            rows.append(row)
         return rows
 
     def to_json(self, normalize: bool = False, decimals: int = 5) -> str:
-        """summary() as a JSON list."""
-        return json.dumps(self.summary(normalize, decimals))
+        """summary() as a JSON list (compact, as ultralytics writes it)."""
+        return json.dumps(self.summary(normalize, decimals), separators=(",", ":"))
 
-    def to_coco(self) -> list[dict]:
-        """COCO-style detections: bbox [x, y, width, height] in pixels, category_id = the model's class id."""
+    def to_df(self, normalize: bool = False, decimals: int = 5):
+        """summary() as a pandas DataFrame, one row per box (columns name, class, confidence, box).
+        ultralytics 8.4 returns a polars DataFrame of the same rows: ``polars.from_pandas(r.to_df())``."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ZooError("to_df() needs pandas: pip install pandas (or use summary(), to_csv(), to_json())") from None
+        return pd.DataFrame(self.summary(normalize, decimals))
+
+    def to_csv(self, normalize: bool = False, decimals: int = 5) -> str:
+        """summary() as CSV text, as ultralytics writes it: a header, one row per box, the box as its dict's repr."""
+        rows = self.summary(normalize, decimals)
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        if rows:
+            writer.writerow(rows[0])
+        writer.writerows([repr(v) if isinstance(v, dict) else v for v in row.values()] for row in rows)
+        return text.getvalue() or "\n"
+
+    def to_coco(self, image_id: int, category_ids: list[int] | None = None) -> list[dict]:
+        """The boxes as COCO detection records, as ultralytics' save_json writes them: image_id, file_name,
+        category_id (``category_ids[class]``, default class + 1), bbox [x, y, width, height] in pixels, score."""
+        name = Path(self.path).name if self.path else None
         return [
-            {"bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)],
-             "category_id": int(c), "category_name": self.names[int(c)], "score": round(s, 5)}
-            for x1, y1, x2, y2, s, c in self.boxes.data.tolist()
+            {"image_id": image_id, "file_name": name,
+             "category_id": category_ids[int(c)] if category_ids is not None else int(c) + 1,
+             "bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)], "score": round(s, 5)}
+            for x1, y1, x2, y2, s, c in self.box_rows.data.tolist()
         ]
 
     def label_lines(self, save_conf: bool = False) -> list[str]:
-        """YOLO label format, one box a line: class x_centre y_centre width height (0-1) [confidence]."""
+        """YOLO label format, one object a line, values 0-1, as ultralytics' save_txt: detection
+        ``class xc yc w h``, segmentation ``class x1 y1 x2 y2 ...`` (the mask's polygon), pose
+        ``class xc yc w h`` then each keypoint's ``x y [visibility]``; ``save_conf`` appends the score."""
         lines = []
-        for (xc, yc, bw, bh), conf, cls in zip(self.boxes.xywhn.tolist(), self.boxes.conf.tolist(),
-                                               self.boxes.cls.tolist()):
-            values = (int(cls), xc, yc, bw, bh) + ((conf,) if save_conf else ())
+        boxes = self.box_rows
+        for i, (xywhn, conf, cls) in enumerate(zip(boxes.xywhn.tolist(), boxes.conf.tolist(), boxes.cls.tolist())):
+            values = [int(cls), *(self.masks.xyn[i].reshape(-1).tolist() if self.masks is not None else xywhn)]
+            if self.keypoints is not None:
+                points = self.keypoints.xyn[i]
+                if self.keypoints.has_visible:
+                    points = np.concatenate([points, self.keypoints.conf[i][:, None]], axis=1)
+                values += points.reshape(-1).tolist()
+            values += [conf] if save_conf else []
             lines.append(" ".join(f"{v:g}" for v in values))
         return lines
 
     # -- drawing ---------------------------------------------------------------------------------
 
-    def plot(self, conf: bool = True, line_width: float | None = None, font_size: float | None = None,
-             labels: bool = True, boxes: bool = True, pil: bool = False, img: np.ndarray | None = None):
-        """The image with each box, its class name and score drawn in the class's colour.
+    def plot(self, conf: bool = True, line_width: float | None = None, font_size: float | None = None, *,
+             labels: bool = True, boxes: bool = True, masks: bool = True, kpt_radius: int = 5, kpt_line: bool = True,
+             pil: bool = False, img: np.ndarray | None = None, save: bool = False, filename: str | Path | None = None):
+        """The image with each box, its class name and score drawn in the class's colour; each mask
+        blended in its box's colour; each detection's keypoints (those scoring 0.25 or more) as dots,
+        joined by COCO's skeleton for 17 keypoints.
 
         Returns (H, W, 3) BGR uint8 as ultralytics does (a PIL image, RGB, with ``pil=True``). ``img``: a BGR
         image to draw on instead of ``orig_img``; ``line_width``/``font_size``: pixels (default: from the
-        image size); ``conf``/``labels``/``boxes``: draw scores / labels / boxes.
+        image size); ``conf``/``labels``/``boxes``/``masks``: draw scores / labels / boxes / masks;
+        ``kpt_radius``: the dots' radius, ``kpt_line``: draw the skeleton; ``save``: also write it to
+        ``filename`` (default ``results_<image name>``) as save() does.
         """
+        target, replace = self.save_path(filename, None) if save else (None, False)  # checked before drawing
         base = self.orig_img if img is None else img
-        canvas = Image.fromarray(np.ascontiguousarray(base[..., 2::-1]))  # BGR -> RGB for Pillow
+        rgb = np.ascontiguousarray(base[..., 2::-1])  # BGR -> RGB for Pillow
+        if masks and self.masks is not None and len(self.masks):
+            rgb = blend_masks(rgb, self.masks.in_image(), [class_colour(int(c)) for c in self.box_rows.cls])
+        canvas = Image.fromarray(rgb)
         draw = ImageDraw.Draw(canvas)
         h, w = base.shape[:2]
         line = max(1, round(line_width)) if line_width else max(2, round((h + w) / 2 * 0.003))
         font = ImageFont.load_default(size=max(1, round(font_size)) if font_size else max(12, round((h + w) / 2 * 0.025)))
         # boxes first, then labels, so no line crosses a label; lowest score first, so the most confident end on top
-        order = np.argsort(self.boxes.conf, kind="stable")
+        rows = self.box_rows.data.tolist()
+        order = sorted(range(len(rows)), key=lambda i: rows[i][4])
         corners = {}
         for i in order:
             # corners in order: a box from untrained (e.g. synthetic) weights may have x2 < x1
-            (x1, x2), (y1, y2) = sorted(self.boxes.xyxy[i, [0, 2]].tolist()), sorted(self.boxes.xyxy[i, [1, 3]].tolist())
+            (x1, x2), (y1, y2) = sorted(rows[i][0:3:2]), sorted(rows[i][1:4:2])
             corners[i] = (x1, y1)
             if boxes:
-                draw.rectangle((x1, y1, x2, y2), outline=class_colour(int(self.boxes.cls[i])), width=line)
+                draw.rectangle((x1, y1, x2, y2), outline=class_colour(int(rows[i][5])), width=line)
         for i in order if labels else ():
             x1, y1 = corners[i]
-            cls = int(self.boxes.cls[i])
-            label = f"{self.names[cls]} {self.boxes.conf[i]:.2f}" if conf else self.names[cls]
+            cls = int(rows[i][5])
+            label = f"{self.names[cls]} {rows[i][4]:.2f}" if conf else self.names[cls]
             left, top, right, bottom = draw.textbbox((0, 0), label, font=font)
             tw, th = right - left + 2 * line, bottom - top + 2 * line
             # above the box when there is room, else just inside its top edge
@@ -240,32 +548,48 @@ class Results:
             tx = min(x1, max(0.0, w - tw))
             draw.rectangle((tx, ty, tx + tw, ty + th), fill=class_colour(cls))
             draw.text((tx + line - left, ty + line - top), label, fill=text_colour(class_colour(cls)), font=font)
+        for points in self.keypoints.data if self.keypoints is not None else ():
+            draw_keypoints(draw, points, (h, w), kpt_radius, max(1, math.ceil(line / 2)) if kpt_line else 0)
+        if target is not None:
+            write_atomic(target, lambda file: canvas.save(file, format=image_format(target)), replace=replace)
         return canvas if pil else np.asarray(canvas)[..., ::-1].copy()
 
-    def save(self, filename: str | Path | None = None, overwrite: bool = False, **plot_options) -> str:
-        """Write plot() to ``filename`` (default ``results_<image name>``); the format follows its suffix."""
-        path = Path(filename or f"results_{Path(self.path or 'image.jpg').name}")
-        fmt = image_format(path)  # before drawing: a bad suffix fails at once, in one line
-        check_new(path, overwrite, self.path)
+    def save_path(self, filename: str | Path | None, overwrite: bool | None) -> tuple[Path, bool]:
+        """Where save() writes and whether it may replace a file there: ``filename``, else
+        ``results_<image name>`` beside the working folder, its folder made. ``overwrite`` None: replace the
+        file only when ``filename`` names it (ultralytics replaces any); never the image the result came from."""
+        path = Path(filename or f"results_{Path(self.path or 'image0.jpg').name}")
+        image_format(path)  # a bad suffix fails at once, in one line
+        replace = bool(filename) if overwrite is None else overwrite
+        return check_new(path, replace, self.path), replace
+
+    def save(self, filename: str | Path | None = None, *, overwrite: bool | None = None, **plot_options) -> str:
+        """Write plot() to ``filename`` (default ``results_<image name>``, e.g. ``results_image0.jpg`` for an
+        in-memory image), making its folder; the format follows its suffix. Returns the file's name."""
+        path, replace = self.save_path(filename, overwrite)
         annotated = self.plot(pil=True, **plot_options)
-        write_atomic(path, lambda tmp: annotated.save(tmp, format=fmt))
+        write_atomic(path, lambda file: annotated.save(file, format=image_format(path)), replace=replace)
         return str(path)
 
-    def save_txt(self, txt_file: str | Path, save_conf: bool = False, overwrite: bool = False) -> str:
-        """Write the boxes in the YOLO label format (label_lines); no file when there are no boxes, as ultralytics."""
+    def save_txt(self, txt_file: str | Path, save_conf: bool = False, *, overwrite: bool | None = None) -> str:
+        """Write the boxes in the YOLO label format (label_lines), making the folder; no file when there are no
+        boxes. As ultralytics, an existing file is appended to (a video's frames into one file);
+        ``overwrite=True`` replaces it, ``overwrite=False`` refuses it."""
         path = Path(txt_file)
         lines = self.label_lines(save_conf)
         if lines:
-            check_new(path, overwrite, self.path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, lambda tmp: tmp.write_text("".join(f"{s}\n" for s in lines)))
+            check_new(path, overwrite is not False, self.path)
+            appended = overwrite is None and path.exists()
+            before = path.read_text(encoding="utf-8") if appended else ""
+            # the file read is replaced by itself and the new lines; one that appeared since is kept
+            write_text(path, before + "".join(f"{s}\n" for s in lines), replace=bool(overwrite) or appended)
         return str(path)
 
     def crops(self) -> list[np.ndarray]:
         """Each box's crop of orig_img (BGR), as ultralytics' save_one_box: the box 2% larger plus 10 px, clipped."""
         h, w = self.orig_shape
         out = []
-        for xc, yc, bw, bh in self.boxes.xywh.tolist():
+        for xc, yc, bw, bh in self.box_rows.xywh.tolist():
             bw, bh = bw * CROP_GAIN + CROP_PAD, bh * CROP_GAIN + CROP_PAD
             x1, x2 = (int(np.clip(v, 0, w)) for v in (xc - bw / 2, xc + bw / 2))
             y1, y2 = (int(np.clip(v, 0, h)) for v in (yc - bh / 2, yc + bh / 2))
@@ -276,7 +600,7 @@ class Results:
         """Each box's crop as ``save_dir/<class name>/<file_name stem>.jpg``; a name already taken gets
         2, 3 ... appended (ultralytics' increment_path), so nothing is replaced."""
         written = []
-        for crop, cls in zip(self.crops(), self.boxes.cls.tolist()):
+        for crop, cls in zip(self.crops(), self.box_rows.cls.tolist()):
             if crop.size == 0:
                 continue
             folder = Path(save_dir) / self.names[int(cls)]
@@ -287,6 +611,70 @@ class Results:
                 n += 1
                 path = folder / f"{stem}{n}.jpg"
             image = Image.fromarray(np.ascontiguousarray(crop[..., 2::-1]))
-            write_atomic(path, lambda tmp: image.save(tmp, format="JPEG", quality=95, subsampling=0))
+            write_atomic(path, lambda file: image.save(file, format="JPEG", quality=95, subsampling=0),
+                         replace=False)
             written.append(str(path))
         return written
+
+
+DEFAULT_FPS = 30.0  # a camera or stream that does not say its rate
+
+
+def output_name(path: str | Path, name: str) -> str:
+    """An image's annotated file in a run folder: its unique name with the input's suffix, or .png when
+    Pillow cannot write that suffix (or there is none)."""
+    return name + (Path(path).suffix if writable_format(path) else ".png")
+
+
+class ResultFiles:
+    """What ultralytics' predictor writes in a run folder ``out`` for each result, as results come:
+
+        <name>.<suffix>            the annotated image (``save``)   <video stem>.mp4   a video's annotated frames
+        labels/<name>.txt          ``save_txt`` (YOLO format; ``save_conf`` adds the score)
+        crops/<class>/<name>.jpg   ``save_crop``
+
+    ``<name>`` is the item's unique name (zoo.sources), ``<stem>_<frame>`` for a video frame. ``overwrite``:
+    replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
+    ultralytics). ``close()`` finishes the video being written (an interrupted one is dropped).
+    """
+
+    def __init__(self, out: str | Path, save: bool = True, save_txt: bool = False, save_conf: bool = False,
+                 save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1):
+        self.out = Path(out)
+        self.save, self.save_txt, self.save_conf, self.save_crop = save, save_txt, save_conf, save_crop
+        self.overwrite, self.labels, self.vid_stride = overwrite, labels, vid_stride
+        self.writer = None  # the video being written
+        self.item = None  # its last frame: its video's total says whether the video was finished
+
+    def write(self, result: Results, item) -> None:
+        result.save_dir = str(self.out)
+        if self.save and item.frame is None:
+            result.save(self.out / output_name(item.path, item.name), overwrite=self.overwrite)
+        elif self.save:
+            self.write_frame(item, result.plot()[..., ::-1])
+        if self.save_txt:
+            result.save_txt(self.out / "labels" / f"{item.name}.txt", self.save_conf, overwrite=self.labels)
+        if self.save_crop:
+            result.save_crop(self.out / "crops", f"{item.name}.jpg")
+
+    def write_frame(self, item, rgb: np.ndarray) -> None:
+        from zoo.sources import VideoWriter
+
+        if self.writer is not None and self.item.stem != item.stem:
+            self.close(complete=True)
+        if self.writer is None:
+            make_output_folder(self.out, "output folder")
+            self.writer = VideoWriter(self.out / f"{item.stem}.mp4", item.fps or DEFAULT_FPS, overwrite=self.overwrite)
+        self.writer.write(rgb)
+        self.item = item
+
+    def close(self, complete: bool = True) -> None:
+        """Finish the video; an interrupted one (frames left unread) is dropped, not left half-written."""
+        if self.writer is None:
+            return
+        expected = self.item.frames // self.vid_stride if self.item.frames else None
+        if complete or self.writer.count == expected:
+            self.writer.close()
+        else:
+            self.writer.abort()
+        self.writer = None

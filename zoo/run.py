@@ -1,11 +1,13 @@
-"""python -m zoo.run MODEL INPUT... [options]: run a model on images."""
+"""python -m zoo.run MODEL INPUT... [options]: run a model on images. MODEL may be a checkpoint file
+(``python -m zoo.run best.pt images/``): the file says which model and task it holds."""
 from __future__ import annotations
 
 import importlib
 import sys
 
 from zoo import devices, registry
-from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
+from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint,
+                     task_module)
 
 
 @guarded
@@ -13,20 +15,30 @@ def main(argv: list[str]) -> int:
     name = model_name_from(argv, "python -m zoo.run")
     if name == "annotate":  # detect-then-segment: a workflow over two models, not a model name
         return importlib.import_module("zoo.cli.annotate").main(argv)
-    spec = registry.get_spec(name)
+    if registry.is_weights_file(name):  # read once, before the options: the file decides the task
+        spec, checkpoint = registry.identify(name)
+        spec = registry.fitted_spec(spec, checkpoint)
+    else:
+        spec, checkpoint = registry.get_spec(name), None
     if "--ray" in argv:  # Ray Data in place of the in-process loop: options of its own (zoo/cli/ray_run.py)
         return importlib.import_module("zoo.cli.ray_run").main(spec, argv)
-    task = importlib.import_module(f"zoo.cli.{spec.task}")
+    task = task_module(spec.task)
     parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}")
     parser.add_argument("model", help=", ".join(registry.list_models()))
     add_model_arguments(parser)
     task.add_arguments(parser)
     args = parser.parse_args(argv)
+    if checkpoint is not None:
+        refuse_second_checkpoint(name, args.weights)
+        args.weights = name  # the task's checks read the file's classes, and never write over it
+    args.spec = spec  # what the checks name the model by (a --jsonl header): the file's for a checkpoint
     devices.use(args.device)  # the checks may size work for the device (LaMa's memory bound)
     code = task.check_arguments(args)  # bad inputs fail before weights are read
     if code is not None:  # the task found nothing to do (e.g. every output already written)
         return code
-    model = registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device)
+    options = task.model_options(args) if hasattr(task, "model_options") else {}
+    model = (registry.build(spec, checkpoint, args.dtype, **options) if checkpoint is not None else
+             registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device, **options))
     return task.run(args, model)
 
 

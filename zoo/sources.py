@@ -61,9 +61,11 @@ record a line, flushed as it comes; ``read_jsonl`` reads one back for
 from __future__ import annotations
 
 import csv
+import fcntl
 import glob as globlib
 import json
 import os
+import stat
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -76,7 +78,8 @@ from PIL import Image
 
 from .errors import ZooError, option
 from .extras import install_hint, require
-from .files import temporary_path
+from .files import (ClosedOnExit, OutputFile, cannot_write, create_exclusive, create_temporary, file_identity,
+                    place, remove_own)
 from .images import IMAGE_SUFFIXES, load_image
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
@@ -294,9 +297,11 @@ class Arrays(Source):
         return rgb
 
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        """Paths as ultralytics gives them: a PIL image's file, else ``image<i>.jpg``; names ``image<i>``."""
         for i, obj in enumerate(self.objects):
             name = names(f"image{i}")
-            yield Item(f"image{i}", start + i, name, name, _load=lambda obj=obj, n=name: self.load(obj, n))
+            path = getattr(obj, "filename", "") or f"image{i}.jpg"
+            yield Item(path, start + i, name, name, _load=lambda obj=obj, n=name: self.load(obj, n))
 
 
 # -- videos and cameras ---------------------------------------------------------------------------
@@ -571,7 +576,7 @@ VIDEO_FORMATS = {".mp4": ("mp4", "h264"), ".m4v": ("mp4", "h264"), ".mov": ("mov
                  ".mkv": ("matroska", "h264"), ".avi": ("avi", "mpeg4"), ".webm": ("webm", "libvpx-vp9")}
 
 
-class VideoWriter:
+class VideoWriter(ClosedOnExit):
     """Frames to a video file at a given rate, through a temporary name renamed by ``close()``.
 
     ``with VideoWriter("out.mp4", fps=source.fps) as video: video.write(rgb)`` -- leaving
@@ -592,7 +597,8 @@ class VideoWriter:
         self.format, self.codec = VIDEO_FORMATS[suffix]
         self.rate = Fraction(fps).limit_denominator(1001)
         self.quality = quality
-        self.tmp = temporary_path(self.path)
+        self.replace = overwrite
+        self.output: OutputFile | None = None  # created with the first frame
         self.container = self.stream = None
         self.count = 0
 
@@ -602,9 +608,11 @@ class VideoWriter:
         h, w = rgb.shape[:2]
         rgb = np.pad(rgb, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge") if h % 2 or w % 2 else rgb
         if self.container is None:
+            self.output = OutputFile(self.path, replace=self.replace)
             try:
-                self.container = av.open(str(self.tmp), "w", format=self.format)
+                self.container = av.open(self.output.file, "w", format=self.format)
             except (av.error.FFmpegError, OSError) as e:
+                self.abort()
                 raise ZooError(f"cannot write {self.path}: {e}; check the folder exists and is writable") from None
             self.stream = self.container.add_stream(self.codec, rate=self.rate)
             self.stream.width, self.stream.height = rgb.shape[1], rgb.shape[0]
@@ -628,7 +636,7 @@ class VideoWriter:
             self.container.mux(self.stream.encode(None))
             self.container.close()
             self.container = None
-            os.replace(self.tmp, self.path)
+            self.output.close()
         except OSError as e:
             raise ZooError(f"cannot write {self.path}: {e}") from None
         finally:
@@ -643,66 +651,201 @@ class VideoWriter:
             except Exception:  # the file is deleted next; closing only frees the encoder
                 pass
             self.container = None
-        self.tmp.unlink(missing_ok=True)
+        if self.output is not None:
+            self.output.abort()
 
-    def __enter__(self):
-        return self
 
-    def __exit__(self, kind, error, trace):
-        if kind is None:
-            self.close()
+# -- records (JSONL) -----------------------------------------------------------------------------
+
+HEADER_KEY = "mlx_zoo"  # the first line of a record file the CLIs write: {"mlx_zoo": 1, "task": ..., "model": ...}
+RECORDS_VERSION = 1
+
+
+def not_ours() -> str:
+    """The fix for a record file this program did not write (or another task's)."""
+    return f"pass another {option('jsonl', 'PATH')}, or {option('overwrite')} to replace it"
+
+
+def records_header(task: str, model: str) -> dict:
+    """The header line of a run's records: which task and model wrote them (--resume checks it)."""
+    return {HEADER_KEY: RECORDS_VERSION, "task": task, "model": model}
+
+
+@dataclass
+class RecordFile:
+    """A JSONL record file as read: its header (None without one), its records, the bytes up to the
+    end of its last whole line (``whole``), and whether a torn last line (a run killed while writing
+    it) lies beyond."""
+
+    header: dict | None
+    records: list[dict]
+    whole: int
+    torn: bool
+
+
+def parse_records(data: bytes, path: Path, header: dict | None = None) -> RecordFile:
+    """The records of a record file's bytes; one-line ZooErrors for a damaged or foreign file: a line
+    that is not a JSON object with a ``path`` (bytes that are not UTF-8, ``42``), or, when ``header``
+    is given, a file without it or with another task's or model's."""
+    found = RecordFile(None, [], 0, False)
+    lines = data.split(b"\n")
+    for n, line in enumerate(lines, 1):
+        last = n == len(lines)  # the bytes after the last newline: complete or torn
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            if last:
+                found.torn = True
+                break
+            raise ZooError(f"{path} line {n} is not a JSON record (damaged, or not a file this program wrote): "
+                           f"{not_ours()}") from None
+        if isinstance(record, dict) and HEADER_KEY in record and found.header is None and not found.records:
+            found.header = record
+        elif isinstance(record, dict) and isinstance(record.get("path"), str) and HEADER_KEY not in record:
+            found.records.append(record)
         else:
-            self.abort()
+            raise ZooError(f"{path} line {n} is not a record of this program (a JSON object with a \"path\"): "
+                           f"{not_ours()}")
+    found.whole = len(data) - len(lines[-1]) if found.torn else len(data)
+    if header is not None and (found.header is not None or found.records):
+        if found.header is None:
+            raise ZooError(f"{path} has no header line: it is not a record file this program wrote (or an older "
+                           f"version's): {not_ours()}")
+        if found.header.get(HEADER_KEY) != header[HEADER_KEY]:
+            raise ZooError(f"{path} is a record file of another version of this program (format "
+                           f"{found.header.get(HEADER_KEY)!r}, this one writes {header[HEADER_KEY]}): {not_ours()}")
+        theirs = (found.header.get("task"), found.header.get("model"))
+        if theirs != (header["task"], header["model"]):
+            raise ZooError(f"{path} holds {theirs[1]} ({theirs[0]}) records, not {header['model']} "
+                           f"({header['task']}): {not_ours()}")
+    return found
+
+
+def read_records(path: str | Path, header: dict | None = None) -> RecordFile:
+    """parse_records of the file at ``path`` (a regular file: not a folder, a FIFO or a device)."""
+    path = Path(path)
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
+            raise ZooError(f"{path} is not a regular file: pass a file path for the results")
+        with open(path, "rb") as f:
+            return parse_records(f.read(), path, header)
+    except OSError as e:
+        raise ZooError(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """The records of a JSONL file; a torn last line (a run killed mid-write) is left out."""
-    path = Path(path)
-    records = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                if line.endswith("\n"):
-                    raise ZooError(f"{path} line {n} is not JSON: pass a JSONL file this program wrote") from None
-    return records
+    """The records of a JSONL file this program wrote (its header line left out); a torn last line
+    (a run killed mid-write) is left out too."""
+    return read_records(path).records
+
+
+def lock(fd: int, path: Path) -> None:
+    """An exclusive lock on an open record file: a second run on the same file stops in one line."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ZooError(f"{path} is being written by another run: wait for it to end, or pass another path") from None
 
 
 class JsonlWriter:
-    """One JSON record a line, flushed as it comes, under a temporary name renamed by ``close()``.
+    """One JSON record a line, written to the final file as it comes: ``write`` hands each line to the
+    operating system (a killed process loses at most the line being written), ``sync`` puts the
+    lines on disk (the CLIs call it after every batch).
 
-    ``resume=True`` starts from the existing file's records (``self.records``; only those
-    ``keep(record)`` accepts when given, e.g. dropping error records whose items are tried
-    again): the run appends the rest. Without it an existing file is an error unless
-    ``overwrite=True``. ``close()`` runs on an interrupt too: every record written
-    is kept. Use as a context manager or call ``close()``.
+    ``header`` (``records_header(task, model)``): the file's first line; ``resume`` checks it. Without
+    ``resume`` or ``overwrite`` the file must not exist: it is created exclusively (two runs on one
+    path: the second stops in one line). ``resume=True`` continues an existing file: its records are
+    ``self.records`` (only those ``keep(record)`` accepts when given; the others are dropped from the
+    file, e.g. error records whose items are tried again), a torn last line is dropped with a note.
+    ``overwrite=True`` writes a new file that replaces the old one with its first record (a run that
+    writes none leaves the old file as it was). The file is locked while open: a second writer of
+    it stops in one line. A run that wrote no record leaves no file it created. Use as a context
+    manager or call ``close()``. OSErrors and damaged or foreign files are one-line ZooErrors.
     """
 
     def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False,
-                 keep: Callable[[dict], bool] | None = None):
+                 keep: Callable[[dict], bool] | None = None, header: dict | None = None):
         self.path = Path(path)
         if self.path.is_dir():
             raise ZooError(f"{self.path} is a folder: pass a file path for the results")
         if not self.path.parent.is_dir():
             raise ZooError(f"folder {self.path.parent} does not exist; create it or pass another path")
-        self.records: list[dict] = []
-        self.written = 0
-        if self.path.exists():
-            if resume:
-                self.records = [r for r in read_jsonl(self.path) if keep is None or keep(r)]
-            elif not overwrite:
-                raise ZooError(f"{self.path} exists: pass {option('resume')} to continue it or {option('overwrite')} to "
+        self.header, self.records, self.written = header, [], 0
+        self.created = False  # this run made the file: closed without a record, it is removed again
+        self.pending: Path | None = None  # --overwrite: the new file, renamed over the old one with its first record
+        exists = os.path.lexists(self.path)
+        if exists and not (resume or overwrite):
+            raise ZooError(f"{self.path} exists: pass {option('resume')} to continue it or {option('overwrite')} to "
                                "replace it")
-        self.tmp = temporary_path(self.path)
         try:
-            self.file = open(self.tmp, "w", encoding="utf-8")
-            for record in self.records:
-                self.file.write(json.dumps(record) + "\n")
+            if exists and resume:
+                self._resume(keep)
+            elif exists:
+                self._replace()
+            else:
+                self._open(create_exclusive(self.path))
+                self.created = True
+                self._start([])
+        except FileExistsError:
+            raise ZooError(f"{self.path} was created by another run after this one started: pass {option('resume')} "
+                           "to continue it once that run ends, or another path") from None
         except OSError as e:
-            raise ZooError(f"cannot write {self.path}: {e.strerror or e}") from None
+            raise cannot_write(self.path, e) from None
+
+    def _open(self, fd: int) -> None:
+        lock(fd, self.path)
+        self.identity = file_identity(fd)
+        self.file = os.fdopen(fd, "w", encoding="utf-8")
+
+    def _start(self, records: list[dict]) -> None:
+        """The header and ``records`` at the start of the file just opened, on disk before any new one."""
+        for record in ([self.header] if self.header else []) + records:
+            self.file.write(json.dumps(record) + "\n")
+        self.sync()
+
+    def _resume(self, keep) -> None:
+        fd = os.open(self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        lock(fd, self.path)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ZooError(f"{self.path} is not a regular file: pass a file path for the results")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                found = parse_records(f.read(), self.path, self.header)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.records = [r for r in found.records if keep is None or keep(r)]
+        if found.torn:
+            print(f"note: {self.path}: its last line was cut off (a run killed while writing it): dropped, "
+                  "its item is done again", file=sys.stderr)
+        if len(self.records) == len(found.records) and (found.header or not self.header) \
+                and data_ends_a_line(fd, found.whole):
+            os.ftruncate(fd, found.whole)  # the torn line, if any
+            os.lseek(fd, 0, os.SEEK_END)
+            self._open(fd)
+            return
+        # records dropped (or no header yet): the kept ones in a new file, renamed over this one
+        os.close(fd)
+        fd, tmp = create_temporary(self.path)
+        self._open(fd)
+        self._start(self.records)
+        os.replace(tmp, self.path)
+
+    def _replace(self) -> None:
+        try:
+            old = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)  # a FIFO: no wait
+                          | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            old = None  # a link or unreadable: it is replaced, not read
+        if old is not None:
+            lock(old, self.path)  # the old file is not replaced under another run that writes it
+            os.close(old)
+        fd, self.pending = create_temporary(self.path)
+        self._open(fd)
+        self._start([])
 
     @property
     def count(self) -> int:
@@ -714,19 +857,106 @@ class JsonlWriter:
         self.file.flush()
         self.written += 1
 
-    def close(self) -> Path:
-        if not self.file.closed:
-            self.file.close()
-            os.replace(self.tmp, self.path)
-        return self.path
+    def sync(self) -> None:
+        """Every line written so far on disk (fsync); with --overwrite, the first records replace the old file."""
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+            if self.pending is not None and self.count:
+                place(self.pending, self.path, replace=True)
+                self.pending = None
+        except OSError as e:
+            raise cannot_write(self.path, e) from None
 
-    def abort(self) -> None:
-        """Drop the file being written (a run that failed before any record); an existing file stays as it was."""
-        self.file.close()
-        self.tmp.unlink(missing_ok=True)
+    def close(self) -> Path:
+        """Keep every record written (also after an interrupt); a file this run made and wrote no
+        record in is removed, an old file it was to replace is kept."""
+        if self.file.closed:
+            return self.path
+        try:
+            if self.count:
+                self.sync()
+            elif self.pending is not None or self.created:
+                remove_own(self.pending or self.path, self.identity)
+        finally:
+            self.file.close()  # the lock goes with it
+        return self.path
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+
+def data_ends_a_line(fd: int, whole: int) -> bool:
+    """Whether the file's kept bytes end with a newline (or are none): new lines can follow them."""
+    return whole == 0 or os.pread(fd, 1, whole - 1) == b"\n"
+
+
+def read_json_list(path: str | Path) -> list:
+    """The list a JSON file holds (a regular file: not a folder, a FIFO or a device); one-line ZooError otherwise."""
+    path = Path(path)
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
+            raise ZooError(f"{path} is not a regular file: pass {option('overwrite')} to replace it")
+        records = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        records = None
+    if not isinstance(records, list):
+        raise ZooError(f"{path} is not a JSON list: pass {option('overwrite')} to replace it")
+    return records
+
+
+class JsonListWriter(ClosedOnExit):
+    """A JSON list, one record a line (``[``, records, ``]``). A whole file, so written as every whole
+    output is (files.OutputFile): records stream into a temporary file created exclusively beside
+    ``path``, which ``close()`` completes and renames into place (the CLIs call it on an interrupt
+    too: the records so far are kept); ``abort()`` drops it. ``resume=True`` starts with the existing
+    list's records that ``keep(record)`` accepts (``self.records``); with ``resume`` or ``overwrite``
+    the rename replaces the old file, without either an existing ``path`` is an error and one that
+    appeared after the checks is kept (the rename fails in one line)."""
+
+    def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False,
+                 keep: Callable[[dict], bool] | None = None):
+        self.path = Path(path)
+        self.records: list[dict] = []
+        self.written = 0
+        if os.path.lexists(self.path):
+            if resume:
+                self.records = [r for r in read_json_list(self.path) if keep is None or keep(r)]
+            elif not overwrite:
+                raise ZooError(f"{self.path} exists: pass {option('resume')} to continue it or {option('overwrite')} to "
+                               "replace it")
+        self.output = OutputFile(self.path, replace=resume or overwrite, text=True)
+        for n, record in enumerate(self.records):
+            self._record(record, n)
+
+    @property
+    def count(self) -> int:
+        """Records in the list: those kept from an earlier run and those written since."""
+        return len(self.records) + self.written
+
+    def _put(self, text: str) -> None:
+        try:
+            self.output.file.write(text)
+        except OSError as e:  # a full disk
+            raise cannot_write(self.path, e) from None
+
+    def _record(self, record: dict, n: int) -> None:
+        """The list's ``n``-th record (from 0)."""
+        self._put(("[\n  " if n == 0 else ",\n  ") + json.dumps(record))
+
+    def write(self, record: dict) -> None:
+        self._record(record, self.count)
+        self.written += 1
+
+    def close(self) -> Path:
+        """The closing bracket, then the file renamed into place (a no-op once closed)."""
+        if not self.output.file.closed:
+            self._put("\n]\n" if self.count else "[]\n")
+            self.output.close()
+        return self.path
+
+    def abort(self) -> None:
+        self.output.abort()

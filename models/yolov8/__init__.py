@@ -1,24 +1,27 @@
-"""YOLOv8 n/s/m/l/x detection (ultralytics layout) in MLX.
+"""The YOLO family in MLX (ultralytics layout): YOLOv8 and YOLO11 n/s/m/l/x detection, segmentation and pose.
 
-    det = zoo.load("yolov8n")                    # or zoo.load("yolov8", weights="best.pt")
+    det = zoo.load("yolo11n")                    # or zoo.load("best.pt"): the generation and scale from the file
     results = det.predict(["bus.jpg"])
 
-model.py holds the network (ultralytics' DetectionModel), ops.py the pre- and
-post-processing, checkpoint.py what a checkpoint says about itself (namings,
-task, scale, classes, names, training size).
+model.py holds the network (ultralytics' DetectionModel, built from a generation's layer
+table), ops.py the pre- and post-processing, checkpoint.py what a checkpoint says about itself
+(namings, task, generation, scale, classes, names, training size).
 """
 from __future__ import annotations
 
-from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, CheckpointInfo, checkpoint_spec, class_names, describe,
-                         holds, parse_names, sanitize)
-from .model import ARCH, REG_MAX, SCALES, STRIDES, DetectionModel
+from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, COCO91_IDS, REGISTRY_TASKS, TASK_SUFFIXES, CheckpointInfo,
+                         checkpoint_spec, class_names, coco_category_ids, describe, holds, parse_names, sanitize,
+                         split_variant)
+from .heads import Pose, Proto, Segment, task_architecture
+from .model import ARCHITECTURES, REG_MAX, STRIDES, YOLO11, YOLOV8, Architecture, DetectionModel
 from .ops import (MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thresholds, letterbox, letterbox_batch,
                   non_max_suppression, resize_linear, resolve_classes, scale_boxes)
-
 
 
 def build(spec) -> DetectionModel:
     """The network for ``spec`` as checkpoint_spec fitted it to a file (its nc and names), else COCO's 80."""
     nc = spec.config.get("nc", 80)
     names = spec.config.get("names") or parse_names(None, nc, spec.name)
-    return DetectionModel(spec.variant.removeprefix("yolov8"), nc, spec.preprocess.get("imgsz", 640), names)
+    arch, scale, task = split_variant(spec.variant)
+    arch = task_architecture(arch, scale, task, spec.config.get("kpt_shape"))
+    return DetectionModel(scale, nc, spec.preprocess.get("imgsz", 640), names, arch)

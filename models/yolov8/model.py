@@ -1,11 +1,16 @@
-"""YOLOv8 n/s/m/l/x detection (ultralytics layout) in MLX, NHWC, with ultralytics' pre/post-processing.
+"""YOLOv8 and YOLO11 n/s/m/l/x detection (ultralytics layout) in MLX, NHWC, with ultralytics'
+pre/post-processing.
 
 Attribute names mirror ultralytics' DetectionModel state dict (model.0.conv.weight,
 model.2.m.0.cv1.bn.running_var, model.22.cv2.0.2.weight, model.22.dfl.conv.weight, ...)
-so checkpoints load by name. The network is built from the table of
-ultralytics/cfg/models/v8/yolov8.yaml and the variant's scale, as ultralytics' parse_model does.
+so checkpoints load by name. The network is built from a generation's layer table
+(Architecture: ultralytics/cfg/models/v8/yolov8.yaml's or 11/yolo11.yaml's) and the variant's
+scale, as ultralytics' parse_model does; YOLO11's blocks (C3k2, C3k, C2PSA with its
+Attention, the head's depthwise class branch) reuse YOLOv8's Conv, Bottleneck, C2f, SPPF,
+Detect and DFL.
 
-Raw call: ``det(x)`` with x (N, H, W, 3) RGB in [0, 1], H and W multiples of 32
+``det(source, **options)`` is ``det.predict`` (ultralytics' ``model("bus.jpg")``).
+Raw call: ``det(x)`` with x an mx.array (N, H, W, 3) RGB in [0, 1], H and W multiples of 32
 -> (N, A, 4 + 80): box centre x, y, width, height in input pixels, then the 80
 class scores; anchors ordered P3 (stride 8), P4 (16), P5 (32), each row-major.
 Upstream returns the transpose, (N, 84, A).
@@ -16,6 +21,7 @@ NMS on the GPU, boxes mapped back to the original image (predict.py, ops.py).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import NamedTuple
 
@@ -26,54 +32,113 @@ from zoo.compiled import CompiledForward, Stage, fold_in_conv_dtype, folded, fol
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import box_decode, sppf_maxpool
-from zoo.models.layers import BatchNorm, Conv2d, Sequential, conv_bn, sigmoid, silu
+from zoo.models.layers import BatchNorm, Conv2d, Sequential, attention, conv_bn, sigmoid, silu
 
 from .ops import STRIDE, resolve_classes
-from .predict import predict
+from .predict import PREDICT_OPTIONS, predict
 
-# yolov8.yaml scales: depth multiple, width multiple, max channels.
-SCALES = {
-    "n": (0.33, 0.25, 1024),
-    "s": (0.33, 0.50, 1024),
-    "m": (0.67, 0.75, 768),
-    "l": (1.00, 1.00, 512),
-    "x": (1.00, 1.25, 512),
-}
+@dataclass(frozen=True)
+class Architecture:
+    """One YOLO generation as its ultralytics yaml describes it: per scale (depth multiple, width
+    multiple, max channels), and one row per layer: inputs (-1 = the previous layer), repeats,
+    module, args (output channels before width scaling first). The last row is the head; a task's
+    head (Segment, Pose) replaces it (``with_head``)."""
 
-# yolov8.yaml, one row per layer: inputs (-1 = previous layer), repeats, module, args
-# (output channels before width scaling first).
-ARCH = (
-    (-1, 1, "Conv", (64, 3, 2)),  # 0 P1/2
-    (-1, 1, "Conv", (128, 3, 2)),  # 1 P2/4
-    (-1, 3, "C2f", (128, True)),  # 2
-    (-1, 1, "Conv", (256, 3, 2)),  # 3 P3/8
-    (-1, 6, "C2f", (256, True)),  # 4
-    (-1, 1, "Conv", (512, 3, 2)),  # 5 P4/16
-    (-1, 6, "C2f", (512, True)),  # 6
-    (-1, 1, "Conv", (1024, 3, 2)),  # 7 P5/32
-    (-1, 3, "C2f", (1024, True)),  # 8
-    (-1, 1, "SPPF", (1024, 5)),  # 9
-    (-1, 1, "Upsample", ()),  # 10
-    ((-1, 6), 1, "Concat", ()),  # 11: with backbone P4
-    (-1, 3, "C2f", (512, False)),  # 12
-    (-1, 1, "Upsample", ()),  # 13
-    ((-1, 4), 1, "Concat", ()),  # 14: with backbone P3
-    (-1, 3, "C2f", (256, False)),  # 15: P3 output
-    (-1, 1, "Conv", (256, 3, 2)),  # 16
-    ((-1, 12), 1, "Concat", ()),  # 17: with head P4
-    (-1, 3, "C2f", (512, False)),  # 18: P4 output
-    (-1, 1, "Conv", (512, 3, 2)),  # 19
-    ((-1, 9), 1, "Concat", ()),  # 20: with head P5
-    (-1, 3, "C2f", (1024, False)),  # 21: P5 output
-    ((15, 18, 21), 1, "Detect", ()),  # 22
+    name: str  # the registry's prefix: yolov8, yolo11
+    title: str  # as ultralytics writes it: YOLOv8, YOLO11
+    scales: dict[str, tuple[float, float, int]]
+    layers: tuple
+    # The compiled forward's stages begin at these layers (zoo.compiled.Stage): the GPU runs one
+    # while the host builds the next. Each begins after a layer whose output is a map (not
+    # Upscaled or Parts).
+    stage_starts: tuple[int, ...]
+
+    @property
+    def head(self) -> int:
+        """The head's layer index: its checkpoint keys start model.{head}."""
+        return len(self.layers) - 1
+
+    @property
+    def legacy_head(self) -> bool:
+        """Whether the head's class branch is YOLOv8's (two 3x3 Convs) rather than YOLO11's
+        (depthwise 3x3 + 1x1 pairs): ultralytics' parse_model keeps the legacy head unless the
+        table has a C3k2."""
+        return not any(kind == "C3k2" for _, _, kind, _ in self.layers)
+
+    def with_head(self, kind: str, args: tuple = ()) -> Architecture:
+        inputs, repeats, _, _ = self.layers[-1]
+        return replace(self, layers=(*self.layers[:-1], (inputs, repeats, kind, args)))
+
+
+YOLOV8 = Architecture(
+    "yolov8", "YOLOv8",
+    # yolov8.yaml
+    {"n": (0.33, 0.25, 1024), "s": (0.33, 0.50, 1024), "m": (0.67, 0.75, 768), "l": (1.00, 1.00, 512),
+     "x": (1.00, 1.25, 512)},
+    (
+        (-1, 1, "Conv", (64, 3, 2)),  # 0 P1/2
+        (-1, 1, "Conv", (128, 3, 2)),  # 1 P2/4
+        (-1, 3, "C2f", (128, True)),  # 2
+        (-1, 1, "Conv", (256, 3, 2)),  # 3 P3/8
+        (-1, 6, "C2f", (256, True)),  # 4
+        (-1, 1, "Conv", (512, 3, 2)),  # 5 P4/16
+        (-1, 6, "C2f", (512, True)),  # 6
+        (-1, 1, "Conv", (1024, 3, 2)),  # 7 P5/32
+        (-1, 3, "C2f", (1024, True)),  # 8
+        (-1, 1, "SPPF", (1024, 5)),  # 9
+        (-1, 1, "Upsample", ()),  # 10
+        ((-1, 6), 1, "Concat", ()),  # 11: with backbone P4
+        (-1, 3, "C2f", (512, False)),  # 12
+        (-1, 1, "Upsample", ()),  # 13
+        ((-1, 4), 1, "Concat", ()),  # 14: with backbone P3
+        (-1, 3, "C2f", (256, False)),  # 15: P3 output
+        (-1, 1, "Conv", (256, 3, 2)),  # 16
+        ((-1, 12), 1, "Concat", ()),  # 17: with head P4
+        (-1, 3, "C2f", (512, False)),  # 18: P4 output
+        (-1, 1, "Conv", (512, 3, 2)),  # 19
+        ((-1, 9), 1, "Concat", ()),  # 20: with head P5
+        (-1, 3, "C2f", (1024, False)),  # 21: P5 output
+        ((15, 18, 21), 1, "Detect", ()),  # 22
+    ),
+    (3, 7, 13, 19),
 )
+
+YOLO11 = Architecture(
+    "yolo11", "YOLO11",
+    # yolo11.yaml
+    {"n": (0.50, 0.25, 1024), "s": (0.50, 0.50, 1024), "m": (0.50, 1.00, 512), "l": (1.00, 1.00, 512),
+     "x": (1.00, 1.50, 512)},
+    (
+        (-1, 1, "Conv", (64, 3, 2)),  # 0 P1/2
+        (-1, 1, "Conv", (128, 3, 2)),  # 1 P2/4
+        (-1, 2, "C3k2", (256, False, 0.25)),  # 2
+        (-1, 1, "Conv", (256, 3, 2)),  # 3 P3/8
+        (-1, 2, "C3k2", (512, False, 0.25)),  # 4
+        (-1, 1, "Conv", (512, 3, 2)),  # 5 P4/16
+        (-1, 2, "C3k2", (512, True)),  # 6
+        (-1, 1, "Conv", (1024, 3, 2)),  # 7 P5/32
+        (-1, 2, "C3k2", (1024, True)),  # 8
+        (-1, 1, "SPPF", (1024, 5)),  # 9
+        (-1, 2, "C2PSA", (1024,)),  # 10
+        (-1, 1, "Upsample", ()),  # 11
+        ((-1, 6), 1, "Concat", ()),  # 12: with backbone P4
+        (-1, 2, "C3k2", (512, False)),  # 13
+        (-1, 1, "Upsample", ()),  # 14
+        ((-1, 4), 1, "Concat", ()),  # 15: with backbone P3
+        (-1, 2, "C3k2", (256, False)),  # 16: P3 output
+        (-1, 1, "Conv", (256, 3, 2)),  # 17
+        ((-1, 13), 1, "Concat", ()),  # 18: with head P4
+        (-1, 2, "C3k2", (512, False)),  # 19: P4 output
+        (-1, 1, "Conv", (512, 3, 2)),  # 20
+        ((-1, 10), 1, "Concat", ()),  # 21: with head P5
+        (-1, 2, "C3k2", (1024, True)),  # 22: P5 output
+        ((16, 19, 22), 1, "Detect", ()),  # 23
+    ),
+    (3, 7, 14, 20),
+)
+
+ARCHITECTURES = {arch.name: arch for arch in (YOLOV8, YOLO11)}
 STRIDES = (8, 16, 32)
-# layer -> the earlier layers whose outputs it reads besides its predecessor's
-READS = tuple(frozenset() if inputs == -1 else frozenset(j for j in inputs if j != -1) for inputs, *_ in ARCH)
-READ_LATER = frozenset().union(*READS)
-# The compiled forward's stages begin at these layers (zoo.compiled.Stage): the GPU runs one while
-# the host builds the next. Each begins after a layer whose output is a map (not Upscaled or Parts).
-STAGE_STARTS = (3, 7, 13, 19)
 # Stages pay where the GPU's work outlasts the host's building of the next stage's graph: on an
 # H100 from about 60 GFLOP a call in float32 (YOLOv8s b4, YOLOv8n b8 at 640) and 300 in float16
 # (YOLOv8s b16); below that each stage's ~0.1 ms of host time is lost (docs/speed-gpu.md).
@@ -81,16 +146,22 @@ STAGED_FROM_GFLOP = {True: 60.0, False: 300.0}  # keyed by "float32"
 REG_MAX = 16  # DFL bins per box side
 
 
-class Conv(nn.Module):
-    """Conv2d (no bias, 'same' padding) + BatchNorm (eps 1e-3) + SiLU."""
+def scaled_channels(channels: int, width: float, max_channels: int) -> int:
+    """ultralytics' channel scaling: the width multiple of the capped count, rounded up to a multiple of 8."""
+    return math.ceil(min(channels, max_channels) * width / 8) * 8
 
-    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1):
+
+class Conv(nn.Module):
+    """Conv2d (no bias, 'same' padding, ``groups``) + BatchNorm (eps 1e-3) + SiLU (none without ``act``)."""
+
+    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, groups: int = 1, act: bool = True):
         super().__init__()
-        self.conv = Conv2d(c1, c2, k, stride=s, padding=k // 2, bias=False)
+        self.conv = Conv2d(c1, c2, k, stride=s, padding=k // 2, groups=groups, bias=False)
         self.bn = BatchNorm(c2, eps=1e-3, momentum=0.03)
+        self.activation = "silu" if act else None
 
     def __call__(self, x: mx.array) -> mx.array:
-        return conv_bn(self.conv, self.bn, x, activation="silu")
+        return conv_bn(self.conv, self.bn, x, activation=self.activation)
 
     def of_parts(self, parts: Parts) -> mx.array:
         """This 1x1 Conv of the channel concatenation of ``parts``, in a compiled forward: one matmul
@@ -111,16 +182,22 @@ class Conv(nn.Module):
         return silu(full + fold["bias"])
 
 
-def conv_flop_per_pixel(layers: list[nn.Module]) -> float:
+class DWConv(Conv):
+    """ultralytics' DWConv: a Conv grouped by the channels both sides share (depthwise where c1 == c2)."""
+
+    def __init__(self, c1: int, c2: int, k: int = 1, s: int = 1, act: bool = True):
+        super().__init__(c1, c2, k, s, groups=math.gcd(c1, c2), act=act)
+
+
+def conv_flop_per_pixel(layers: list[nn.Module], arch: Architecture) -> float:
     """The convolutions' FLOPs (two per multiply-add) per input pixel: each layer's at its output's
-    stride, the Detect head's branches at their levels'."""
+    stride, the head's branches at their levels'."""
     strides, total = [], 0.0
-    for (inputs, _, kind, args), layer in zip(ARCH, layers):
+    for (inputs, _, kind, args), layer in zip(arch.layers, layers):
         before = strides[inputs if inputs == -1 else inputs[0]] if strides else 1
         stride = before * args[2] if kind == "Conv" else before // 2 if kind == "Upsample" else before
         strides.append(stride)
-        parts = [(b[str(i)], s) for i, s in enumerate(STRIDES) for b in (layer.cv2, layer.cv3)] \
-            if kind == "Detect" else [(layer, stride)]
+        parts = layer.branches_by_stride() if layer is layers[-1] else [(layer, stride)]
         total += sum(2 * c.weight.size / s**2 for part, s in parts for c in part.modules() if isinstance(c, nn.Conv2d))
     return total
 
@@ -171,12 +248,14 @@ class Upsample(nn.Upsample):
 
 
 class Bottleneck(nn.Module):
-    """Two 3x3 Convs, with the input added back when ``shortcut`` and the widths match."""
+    """Two 3x3 Convs (the first to ``e`` x c2 channels), with the input added back when ``shortcut``
+    and the widths match."""
 
-    def __init__(self, c1: int, c2: int, shortcut: bool):
+    def __init__(self, c1: int, c2: int, shortcut: bool, e: float = 1.0):
         super().__init__()
-        self.cv1 = Conv(c1, c2, 3)
-        self.cv2 = Conv(c2, c2, 3)
+        c = int(c2 * e)
+        self.cv1 = Conv(c1, c, 3)
+        self.cv2 = Conv(c, c2, 3)
         self.add = shortcut and c1 == c2
 
     def shortcut(self, x: mx.array) -> mx.array:
@@ -188,11 +267,12 @@ class Bottleneck(nn.Module):
 
 
 class C2f(nn.Module):
-    """cv1 splits into two halves; each bottleneck extends the list from the last one; cv2 fuses all."""
+    """cv1 splits into two halves of ``e`` x c2 channels; each block of ``m`` extends the list from the
+    last one; cv2 fuses all."""
 
-    def __init__(self, c1: int, c2: int, n: int, shortcut: bool):
+    def __init__(self, c1: int, c2: int, n: int, shortcut: bool, e: float = 0.5):
         super().__init__()
-        c = c2 // 2
+        c = int(c2 * e)
         self.cv1 = Conv(c1, 2 * c, 1)
         self.cv2 = Conv((2 + n) * c, c2, 1)
         self.m = Sequential(*(Bottleneck(c, c, shortcut) for _ in range(n)))
@@ -202,6 +282,85 @@ class C2f(nn.Module):
         for bottleneck in self.m.children_in_order():
             ys.append(bottleneck(ys[-1]))
         return self.cv2(mx.concatenate(ys, axis=-1))
+
+
+class C3k2(C2f):
+    """YOLO11's C2f: its blocks are C3k (``c3k``) or Bottlenecks of half width, all with shortcuts."""
+
+    def __init__(self, c1: int, c2: int, n: int, c3k: bool, e: float = 0.5):
+        super().__init__(c1, c2, n, True, e)
+        c = int(c2 * e)
+        self.m = Sequential(*(C3k(c, c, 2) if c3k else Bottleneck(c, c, True, e=0.5) for _ in range(n)))
+
+
+class C3k(nn.Module):
+    """CSP bottleneck with three Convs: ``n`` Bottlenecks on cv1's half, cv2's half beside them, cv3 fuses."""
+
+    def __init__(self, c1: int, c2: int, n: int, e: float = 0.5):
+        super().__init__()
+        c = int(c2 * e)
+        self.cv1 = Conv(c1, c, 1)
+        self.cv2 = Conv(c1, c, 1)
+        self.cv3 = Conv(2 * c, c2, 1)
+        self.m = Sequential(*(Bottleneck(c, c, True) for _ in range(n)))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.cv3(mx.concatenate([self.m(self.cv1(x)), self.cv2(x)], axis=-1))
+
+
+class Attention(nn.Module):
+    """Multi-head self-attention over the pixels: qkv a 1x1 Conv laid out per head as (q, k, v) with
+    keys of half the head width; the values' depthwise 3x3 Conv (pe) added as positional encoding;
+    proj a 1x1 Conv. No activations."""
+
+    def __init__(self, dim: int, num_heads: int, attn_ratio: float = 0.5):
+        super().__init__()
+        self.num_heads = num_heads
+        self.head_dim = dim // num_heads
+        self.key_dim = int(self.head_dim * attn_ratio)
+        self.scale = self.key_dim**-0.5
+        self.qkv = Conv(dim, dim + 2 * self.key_dim * num_heads, 1, act=False)
+        self.proj = Conv(dim, dim, 1, act=False)
+        self.pe = Conv(dim, dim, 3, groups=dim, act=False)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        n, h, w, c = x.shape
+        qkv = self.qkv(x).reshape(n, h * w, self.num_heads, 2 * self.key_dim + self.head_dim)
+        q, k, v = mx.split(qkv, [self.key_dim, 2 * self.key_dim], axis=-1)
+        heads = attention(*(a.transpose(0, 2, 1, 3) for a in (q, k, v)), self.scale)  # (N, heads, HW, head_dim)
+        out = heads.transpose(0, 2, 1, 3).reshape(n, h, w, c)
+        return self.proj(out + self.pe(v.reshape(n, h, w, c)))
+
+
+class PSABlock(nn.Module):
+    """Attention then a two-Conv feed-forward (the second without activation), each added back."""
+
+    def __init__(self, c: int, num_heads: int):
+        super().__init__()
+        self.attn = Attention(c, num_heads)
+        self.ffn = Sequential(Conv(c, 2 * c, 1), Conv(2 * c, c, 1, act=False))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = x + self.attn(x)
+        return x + self.ffn(x)
+
+
+class C2PSA(nn.Module):
+    """cv1 splits into two halves; the second goes through ``n`` PSABlocks (a head per 64 channels);
+    cv2 fuses both."""
+
+    def __init__(self, c1: int, c2: int, n: int, e: float = 0.5):
+        super().__init__()
+        if c1 != c2:
+            raise ValueError(f"C2PSA keeps its width: {c1} in, {c2} out")
+        self.c = int(c1 * e)
+        self.cv1 = Conv(c1, 2 * self.c, 1)
+        self.cv2 = Conv(2 * self.c, c1, 1)
+        self.m = Sequential(*(PSABlock(self.c, self.c // 64) for _ in range(n)))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        a, b = mx.split(self.cv1(x), 2, axis=-1)
+        return self.cv2(mx.concatenate([a, self.m(b)], axis=-1))
 
 
 class SPPF(nn.Module):
@@ -249,17 +408,30 @@ def head_branch(c1: int, c: int, c_out: int) -> Sequential:
     return Sequential(Conv(c1, c, 3), Conv(c, c, 3), Conv2d(c, c_out, 1))
 
 
-class Detect(nn.Module):
-    """Per level: box branch (cv2: 4 x 16 DFL logits) and class branch (cv3: nc logits); then decode."""
+def depthwise_head_branch(c1: int, c: int, c_out: int) -> Sequential:
+    """YOLO11's class branch: two (depthwise 3x3, 1x1) pairs, then the 1x1 output conv."""
+    return Sequential(Sequential(DWConv(c1, c1, 3), Conv(c1, c, 1)), Sequential(DWConv(c, c, 3), Conv(c, c, 1)),
+                      Conv2d(c, c_out, 1))
 
-    def __init__(self, nc: int, ch: tuple[int, ...]):
+
+class Detect(nn.Module):
+    """Per level: box branch (cv2: 4 x 16 DFL logits) and class branch (cv3: nc logits); then decode.
+    ``legacy``: YOLOv8's class branch; else YOLO11's depthwise one (Architecture.legacy_head)."""
+
+    task = "detect"  # ultralytics' task name; the heads of heads.py name theirs
+
+    def __init__(self, nc: int, ch: tuple[int, ...], legacy: bool = True):
         super().__init__()
         self.nc = nc
         c2 = max(16, ch[0] // 4, REG_MAX * 4)
         c3 = max(ch[0], min(nc, 100))
         self.cv2 = Sequential(*(head_branch(c, c2, 4 * REG_MAX) for c in ch))
-        self.cv3 = Sequential(*(head_branch(c, c3, nc) for c in ch))
+        self.cv3 = Sequential(*((head_branch if legacy else depthwise_head_branch)(c, c3, nc) for c in ch))
         self.dfl = DFL(REG_MAX)
+
+    def branches_by_stride(self) -> list[tuple[nn.Module, int]]:
+        """Each level's branches with the level's stride (conv_flop_per_pixel)."""
+        return [(b[str(i)], s) for i, s in enumerate(STRIDES) for b in (self.cv2, self.cv3)]
 
     def __call__(self, *levels: mx.array) -> mx.array:
         boxes, classes = [], []
@@ -280,60 +452,100 @@ class Detect(nn.Module):
                               axis=-1)
 
 
-class DetectionModel(nn.Module):
-    """ultralytics' DetectionModel: ``model.0`` ... ``model.22`` wired as in ARCH, Detect last."""
+HEADS = {"Detect": Detect}  # a table's last module: the head, built as HEADS[kind](nc, channels, legacy, *args)
 
-    def __init__(self, scale: str, nc: int = 80, imgsz: int | tuple[int, int] = 640, names: dict | None = None):
+
+def make_layer(kind: str, c_in: list[int], n: int, args: tuple, arch: Architecture, scale: str,
+               nc: int) -> tuple[nn.Module, int]:
+    """One row of ``arch``'s table at ``scale`` as ultralytics' parse_model builds it: ``c_in`` the
+    channels of its inputs, ``n`` its repeats after the depth multiple -> the module, its output channels."""
+    if kind in HEADS:
+        return HEADS[kind](nc, tuple(c_in), arch.legacy_head, *args), 0  # nothing reads a head's channels
+    _, width, max_channels = arch.scales[scale]
+    c1 = c_in[0]
+    c2 = scaled_channels(args[0], width, max_channels) if args else c1
+    if kind == "Conv":
+        return Conv(c1, c2, *args[1:]), c2
+    if kind == "C2f":
+        return C2f(c1, c2, n, args[1]), c2
+    if kind == "C3k2":  # parse_model makes every C3k2's blocks C3k at scales m, l and x
+        return C3k2(c1, c2, n, args[1] or scale in "mlx", *args[2:]), c2
+    if kind == "SPPF":
+        return SPPF(c1, c2, args[1]), c2
+    if kind == "C2PSA":
+        return C2PSA(c1, c2, n), c2
+    if kind == "Upsample":
+        return Upsample(), c1
+    if kind == "Concat":
+        return Concat(), sum(c_in)
+    raise ValueError(f"no layer kind {kind!r}")
+
+
+class DetectionModel(nn.Module):
+    """ultralytics' DetectionModel: ``model.0`` ... ``model.{head}`` wired as ``arch``'s table (YOLOv8's
+    or YOLO11's, or another head in its place: Architecture.with_head), the head last."""
+
+    def __init__(self, scale: str, nc: int = 80, imgsz: int | tuple[int, int] = 640, names: dict | None = None,
+                 arch: Architecture | str = YOLOV8):
         super().__init__()
-        depth, width, max_channels = SCALES[scale]
+        arch = ARCHITECTURES[arch] if isinstance(arch, str) else arch
+        depth = arch.scales[scale][0]
         channels: list[int] = []  # output channels of each layer
         concatenated = {}  # index of a C2f after a Concat -> the channels of the Concat's parts
         layers = []
-        for i, (inputs, repeats, kind, args) in enumerate(ARCH):
+        for i, (inputs, repeats, kind, args) in enumerate(arch.layers):
             sources = [i - 1 if j == -1 else j for j in ((inputs,) if isinstance(inputs, int) else inputs)]
-            c1 = channels[sources[0]] if i else 3
-            # channel counts scale with the width multiple, capped, rounded up to a multiple of 8
-            c2 = math.ceil(min(args[0], max_channels) * width / 8) * 8 if args else c1
+            c_in = [channels[j] for j in sources] if i else [3]
             n = max(round(repeats * depth), 1) if repeats > 1 else repeats
-            if kind == "Conv":
-                layer = Conv(c1, c2, *args[1:])
-            elif kind == "C2f":
-                layer = C2f(c1, c2, n, args[1])
-            elif kind == "SPPF":
-                layer = SPPF(c1, c2, args[1])
-            elif kind == "Upsample":
-                layer = Upsample()
-            elif kind == "Concat":
-                layer, c2 = Concat(), sum(channels[j] for j in sources)
-                concatenated[i + 1] = tuple(channels[j] for j in sources)
-            else:
-                layer, c2 = Detect(nc, tuple(channels[j] for j in sources)), 4 + nc
+            layer, c2 = make_layer(kind, c_in, n, args, arch, scale, nc)
+            if kind == "Concat":
+                concatenated[i + 1] = tuple(c_in)
             layers.append(layer)
             channels.append(c2)
         self.model = Sequential(*layers)
+        self.arch, self.scale = arch, scale
+        # layer -> the earlier layers whose outputs it reads besides its predecessor's
+        self.reads = tuple(frozenset() if inputs == -1 else frozenset(j for j in inputs if j != -1)
+                           for inputs, *_ in arch.layers)
+        self.read_later = frozenset().union(*self.reads)
         self.names = dict(names) if names is not None else {i: f"class{i}" for i in range(nc)}  # {id: name}
         self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
         after_concat = {id(self.model[str(i)].cv1): split_by_input(sizes) for i, sizes in concatenated.items()}
         convs = [(m.conv, m.bn, after_concat.get(id(m), fold_in_conv_dtype)) for m in self.modules() if isinstance(m, Conv)]
-        bounds = (0, *STAGE_STARTS, len(ARCH))
+        bounds = (0, *arch.stage_starts, len(arch.layers))
         stages = [Stage(partial(self.layers, start, stop), layers[start:stop]) for start, stop in zip(bounds, bounds[1:])]
-        self.flop_per_pixel = conv_flop_per_pixel(layers)
+        self.flop_per_pixel = conv_flop_per_pixel(layers, arch)
         self.compiled = CompiledForward(self.forward, self, folds=[*convs, (layers[-1].dfl.conv, None, dfl_bins)],
                                         stages=stages, staged=self.staged)
 
     @property
+    def head(self) -> nn.Module:
+        return self.model[str(self.arch.head)]
+
+    @property
     def nc(self) -> int:
-        return self.model[str(len(ARCH) - 1)].nc
+        return self.head.nc
+
+    @property
+    def task(self) -> str:
+        """detect, segment or pose: what the head computes (ultralytics' names)."""
+        return self.head.task
 
     @property
     def dtype(self) -> mx.Dtype:
         return self.model["0"].conv.weight.dtype
 
-    def __call__(self, x) -> mx.array:
-        """x: (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc).
-
-        Compiled per input shape, BatchNorms folded into their convolutions (zoo.compiled);
-        ``forward`` is the same network, eager."""
+    def __call__(self, source=None, **options):
+        """``source`` an mx.array (N, H, W, 3) RGB in [0, 1], H and W multiples of 32 -> (N, A, 4 + nc): the
+        network, compiled per input shape, BatchNorms folded into their convolutions (zoo.compiled);
+        ``forward`` is the same network, eager. Anything else (paths, numpy or PIL images, lists,
+        videos ...) is ``predict(source, **options)``, as ultralytics' ``model(source)``."""
+        if not isinstance(source, mx.array):
+            return self.predict(source, **options)
+        if options:
+            raise ZooError(f"the network called on an mx.array takes no options ({', '.join(options)}): "
+                           "pass an image, a path or a list of them to predict")
+        x = source
         x = as_model_input(x, self.dtype)
         if x.ndim != 4 or x.shape[-1] != 3:
             raise ZooError(f"input has shape {tuple(x.shape)}: expected (N, H, W, 3) RGB")
@@ -348,7 +560,7 @@ class DetectionModel(nn.Module):
         return self.flop_per_pixel * n * h * w / 1e9 >= STAGED_FROM_GFLOP[x.dtype == mx.float32]
 
     def forward(self, x: mx.array) -> mx.array:
-        return self.layers(0, len(ARCH), x)
+        return self.layers(0, len(self.arch.layers), x)
 
     def layers(self, start: int, stop: int, x: mx.array, saved: dict[int, mx.array] | None = None):
         """Layers start..stop-1 on ``x`` (the output of layer start-1), ``saved`` the earlier
@@ -356,13 +568,13 @@ class DetectionModel(nn.Module):
         outputs later layers read (a compiled stage's outputs, the next stage's arguments)."""
         saved = dict(saved or {})
         for i in range(start, stop):
-            inputs, layer = ARCH[i][0], self.model[str(i)]
+            inputs, layer = self.arch.layers[i][0], self.model[str(i)]
             x = layer(x) if inputs == -1 else layer(*(x if j == -1 else saved[j] for j in inputs))
-            if i in READ_LATER:
+            if i in self.read_later:
                 saved[i] = x
-        if stop == len(ARCH):
+        if stop == len(self.arch.layers):
             return x
-        return x, {j: a for j, a in saved.items() if any(j in read for read in READS[stop:])}
+        return x, {j: a for j, a in saved.items() if any(j in read for read in self.reads[stop:])}
 
     def class_ids(self, classes) -> list[int] | None:
         """Class filter from names and/or ids (a list, or one comma-separated string) -> ids."""
@@ -370,4 +582,8 @@ class DetectionModel(nn.Module):
 
     def predict(self, source, stream: bool = False, **options):
         """ultralytics' model.predict: one Results per image or frame (predict.py has the options)."""
+        unknown = [key for key in options if key not in PREDICT_OPTIONS]
+        if unknown:
+            raise ZooError(f"predict() got an unknown keyword argument {unknown[0]}=: it takes "
+                           f"{', '.join(PREDICT_OPTIONS)}")
         return predict(self, source, stream=stream, **options)

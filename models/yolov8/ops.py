@@ -127,9 +127,10 @@ def resize_linear(img: np.ndarray, height: int, width: int) -> np.ndarray:
 
 
 def non_max_suppression(pred, conf: float, iou: float, classes=None, agnostic: bool = False,
-                        max_det: int = 300) -> np.ndarray:
-    """ultralytics non_max_suppression for one image: pred (A, 4 + nc) xywh + scores ->
-    (M, 6) float32 rows x1, y1, x2, y2, score, class in descending score order.
+                        max_det: int = 300, nc: int | None = None) -> np.ndarray:
+    """ultralytics non_max_suppression for one image: pred (A, 4 + nc [+ extra]) xywh + scores [+ each
+    anchor's mask coefficients or keypoints] -> (M, 6 [+ extra]) float32 rows x1, y1, x2, y2, score,
+    class [, the extra values] in descending score order. ``nc``: the classes, where extra values follow.
 
     Candidates: best class score strictly above ``conf`` (and in ``classes``);
     at most the 30000 best go to NMS, which runs per class (class offset) unless
@@ -137,7 +138,8 @@ def non_max_suppression(pred, conf: float, iou: float, classes=None, agnostic: b
     """
     pred = mx.array(pred) if isinstance(pred, np.ndarray) else pred
     pred = pred.astype(mx.float32)
-    scores = pred[:, 4:]
+    nc = pred.shape[1] - 4 if nc is None else nc
+    scores = pred[:, 4 : 4 + nc]
     best, cls = mx.max(scores, axis=1), mx.argmax(scores, axis=1).astype(mx.int32)
     mask = best > conf
     if classes is not None:
@@ -147,13 +149,14 @@ def non_max_suppression(pred, conf: float, iou: float, classes=None, agnostic: b
         order = np.argsort(-np.array(best)[index], kind="stable")[:MAX_NMS]
         index = index[order]
     if index.size == 0:
-        return np.zeros((0, 6), np.float32)
+        return np.zeros((0, 6 + pred.shape[1] - 4 - nc), np.float32)
     take = mx.array(index.astype(np.int32))
     xywh, best, cls = pred[take, :4], best[take], cls[take]
     half = xywh[:, 2:] / 2
     boxes = mx.concatenate([xywh[:, :2] - half, xywh[:, :2] + half], axis=1)
     keep = nms(boxes, best, iou, classes=None if agnostic else cls, max_det=max_det)
-    det = mx.concatenate([boxes[keep], best[keep][:, None], cls[keep][:, None].astype(mx.float32)], axis=1)
+    det = mx.concatenate([boxes[keep], best[keep][:, None], cls[keep][:, None].astype(mx.float32),
+                          pred[take[keep], 4 + nc :]], axis=1)
     return np.array(det)
 
 

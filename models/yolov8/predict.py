@@ -5,9 +5,16 @@
 are BGR as in ultralytics. ``stream=True`` returns a generator that holds one batch at a
 time (memory stays flat over any number of video frames); otherwise a list.
 ``predict_batch`` is the step both use, and the CLI's pipeline calls it directly.
+
+The keywords are ultralytics' predict arguments with their meaning (PREDICT_OPTIONS); others are an
+error naming the ones accepted. Outputs (``save``, ``save_txt``, ``save_conf``, ``save_crop``) go to
+``project/name`` (default runs/<task>/predict, predict2, ... as ultralytics: runs/detect, runs/segment,
+runs/pose), written as results come.
 """
 from __future__ import annotations
 
+import inspect
+import sys
 import time
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -15,9 +22,12 @@ from typing import Iterable, Iterator
 import mlx.core as mx
 import numpy as np
 
+from zoo import devices
 from zoo.concurrency import serialized
 from zoo.errors import ZooError
-from zoo.results import Results
+from zoo.files import increment_path
+from zoo.instances import process_mask, process_mask_native, scale_coords
+from zoo.results import ResultFiles, Results
 from zoo.sources import Chain, Item, Source, open_source
 
 from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, scale_boxes
@@ -25,7 +35,9 @@ from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppres
 
 def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float = 0.7, classes=None,
             agnostic_nms: bool = False, max_det: int = 300, imgsz=None, batch: int | None = None,
-            vid_stride: int = 1):
+            vid_stride: int = 1, verbose: bool = False, save: bool = False, save_txt: bool = False,
+            save_conf: bool = False, save_crop: bool = False, project=None, name=None, exist_ok: bool = False,
+            device=None, half: bool = False, retina_masks: bool = False):
     """Detect objects in ``source``; a list of Results, or a generator of them with ``stream=True``.
 
     As ultralytics' predict: scores strictly above ``conf``; class-aware NMS at ``iou``
@@ -34,16 +46,74 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     are letterboxed to the smallest multiple of 32 around ``imgsz`` when they share one
     size, to ``imgsz`` x ``imgsz`` when sizes differ. ``batch``: images per forward
     pass (default: a list given in memory is one batch, other sources go one at a time);
-    ``vid_stride``: keep every n-th video frame.
+    ``vid_stride``: keep every n-th video frame. ``verbose``: one line per image on stderr
+    (ultralytics prints by default; here it is asked for). ``save``/``save_txt``/``save_conf``/
+    ``save_crop``: write as ``yolo predict`` does into ``project/name`` (ResultFiles; ``exist_ok``
+    reuses the folder and replaces what is there); each Results' ``save_dir`` says where.
+    ``device``: the process's device (zoo.devices: one per process; 'cuda', 'cuda:0', 0, 'mps' mean
+    its GPU). ``half``: the model's dtype decides (zoo.load(..., dtype='float16')); half=True on a
+    float32 model says so in one line and computes in float32, as ultralytics does on a CPU.
+    ``retina_masks`` (segmentation models): masks at the image's size instead of the letterboxed input's.
     """
-    options = prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz)
+    options = prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz, retina_masks)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
-        raise ZooError(f"batch {batch!r} must be a positive integer: use e.g. 8")
+        raise ZooError(f"batch={batch!r} must be a positive integer, e.g. batch=8")
+    check_device(device)
+    if half and model.dtype == mx.float32:
+        print("note: half=True: this model computes in float32; load it with zoo.load(..., dtype='float16') "
+              "for half precision", file=sys.stderr)
     opened = open_inputs(source, vid_stride)
     size = batch or (opened.total if isinstance(source, (list, tuple)) else 1)
-    results = (r for items in batched(opened, size)
-               for r in predict_batch(model, [item.load() for item in items], items, **options))
+    files = None
+    if save or save_txt or save_crop:
+        out = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
+        files = ResultFiles(out, save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop,
+                            overwrite=exist_ok, vid_stride=vid_stride)
+    results = predictions(model, opened, size, options, files, verbose)
     return results if stream else list(results)
+
+
+# predict's keyword arguments besides source, ultralytics' names
+PREDICT_OPTIONS = tuple(inspect.signature(predict).parameters)[2:]
+
+
+def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool):
+    """The Results of ``opened``'s items, ``size`` a forward pass, written and logged as they come."""
+    complete = False
+    try:
+        for items in batched(opened, size):
+            for item, r in zip(items, predict_batch(model, [item.load() for item in items], items, **options)):
+                if files is not None:
+                    files.write(r, item)
+                if verbose:
+                    print(log_line(item, r), file=sys.stderr)
+                yield r
+        complete = True
+    finally:
+        if files is not None:
+            files.close(complete)
+
+
+def log_line(item: Item, result: Results) -> str:
+    """One result as ``yolo predict`` logs it: where it came from, what was found, how long it took."""
+    where = Path(item.path).name if item.frame is None else (
+        f"{Path(item.path).name} frame {item.frame}" + (f"/{item.frames}" if item.frames else ""))
+    return f"{where}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)"
+
+
+# ultralytics' device names for the one GPU MLX uses ("0": the first CUDA device)
+GPU_NAMES = ("gpu", "cuda", "cuda:0", "0", "mps", "mps:0")
+
+
+def check_device(device) -> None:
+    """``device`` as ultralytics names them, which must be the process's one device (zoo.devices.use)."""
+    if device is None:
+        return
+    name = str(device).strip().lower()
+    if name not in ("cpu", *GPU_NAMES):
+        raise ZooError(f"device={device!r}: MLX runs on one device, device='cpu' or device='gpu' "
+                       "('cuda', 'cuda:0', 0 and 'mps' name the GPU)")
+    devices.use("cpu" if name == "cpu" else "gpu")
 
 
 def open_inputs(source, vid_stride: int) -> Source:
@@ -53,11 +123,12 @@ def open_inputs(source, vid_stride: int) -> Source:
     return open_source(source, vid_stride=vid_stride, bgr=True)
 
 
-def prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz) -> dict:
+def prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz, retina_masks: bool = False) -> dict:
     """predict_batch's keyword arguments, checked once (thresholds, classes by name, imgsz)."""
     check_thresholds(conf, iou, max_det)
     return {"conf": conf, "iou": iou, "classes": model.class_ids(classes), "agnostic_nms": agnostic_nms,
-            "max_det": max_det, "shape": check_imgsz(model.imgsz if imgsz is None else imgsz)}
+            "max_det": max_det, "shape": check_imgsz(model.imgsz if imgsz is None else imgsz),
+            "retina_masks": bool(retina_masks)}
 
 
 def batched(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
@@ -71,24 +142,46 @@ def batched(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
         yield chunk
 
 
+def detected_objects(model, det: np.ndarray, frame: tuple[int, int], image_shape: tuple[int, int],
+                     protos: np.ndarray | None, retina_masks: bool) -> dict:
+    """Results' boxes (and masks or keypoints) of one image from its NMS rows (x1 y1 x2 y2 conf cls, then
+    mask coefficients or keypoints) in the letterboxed ``frame``, as ultralytics' predictors make them:
+    masks from the input-size boxes (or, ``retina_masks``, the image's), detections whose mask is empty
+    dropped; keypoints mapped to the image by scale_coords."""
+    boxes = scale_boxes(frame, det[:, :4], image_shape)
+    objects = {"boxes": np.concatenate([boxes, det[:, 4:6]], axis=1)}
+    if model.task == "segment" and len(det):
+        masks = (process_mask_native(protos, det[:, 6:], boxes, image_shape) if retina_masks
+                 else process_mask(protos, det[:, 6:], det[:, :4], frame))
+        keep = masks.any(axis=(1, 2))
+        objects = {"boxes": objects["boxes"][keep], "masks": masks[keep]}
+    elif model.task == "pose":
+        objects["keypoints"] = scale_coords(frame, det[:, 6:].reshape(len(det), *model.head.kpt_shape), image_shape)
+    return objects
+
+
 @serialized()
 def predict_batch(model, images: list[np.ndarray], items: list[Item | None], conf: float, iou: float,
-                  classes: list[int] | None, agnostic_nms: bool, max_det: int, shape: tuple[int, int]) -> list[Results]:
+                  classes: list[int] | None, agnostic_nms: bool, max_det: int, shape: tuple[int, int],
+                  retina_masks: bool = False) -> list[Results]:
     """One forward pass over ``images`` ((H, W, 3) uint8 RGB) -> one Results per image; ``items``
-    give each result its path and frame number (None for a bare array)."""
+    give each result its path and frame number (None for a bare array). Segmentation and pose models'
+    Results carry masks / keypoints, post-processed as ultralytics' predictors do (zoo.instances)."""
     start = time.perf_counter()
     batch = letterbox_batch(images, shape)
     x = mx.array(batch.astype(np.float32) / np.float32(255)).astype(model.dtype)
     prepared = time.perf_counter()
-    pred = model(x)
-    mx.eval(pred)
+    out = model(x)
+    mx.eval(out)
+    pred, protos = out if isinstance(out, tuple) else (out, None)
     inferred = time.perf_counter()
     results = []
-    for image, item, p in zip(images, items, pred):
-        det = non_max_suppression(p, conf, iou, classes, agnostic_nms, max_det)
-        det[:, :4] = scale_boxes(batch.shape[1:3], det[:, :4], image.shape[:2])
+    for i, (image, item) in enumerate(zip(images, items)):
+        det = non_max_suppression(pred[i], conf, iou, classes, agnostic_nms, max_det, nc=model.nc)
         path, frame = (item.path, item.frame) if item is not None else (None, None)
-        results.append(Results(image[..., ::-1], path, model.names, det, frame=frame))  # orig_img BGR: a view
+        objects = detected_objects(model, det, batch.shape[1:3], image.shape[:2],
+                                   None if protos is None else np.array(protos[i]), retina_masks)
+        results.append(Results(image[..., ::-1], path, model.names, frame=frame, **objects))  # orig_img BGR: a view
     done = time.perf_counter()
     per_image = 1000.0 / len(results)
     speed = {"preprocess": (prepared - start) * per_image, "inference": (inferred - prepared) * per_image,

@@ -1,8 +1,9 @@
-"""YOLOv8 parity case: a random image in [0, 1], as the upstream case yolov8n_seed0_320 builds it,
+"""YOLOv8 and YOLO11 parity case (the reference of the checkpoint's generation: its head's index): a random image in [0, 1], as the upstream case yolov8n_seed0_320 builds it,
 or ``--image``: a photo letterboxed to ``--imgsz`` as ultralytics' predictor does (grey 114 padding).
 
 Upstream returns (N, 4 + nc, A); the MLX model returns (N, A, 4 + nc), so the
-reference output is compared transposed.
+reference output is compared transposed; segmentation models add their prototypes (output/1), pose
+models their keypoints to each anchor's row.
 """
 import mlx.core as mx
 import numpy as np
@@ -10,7 +11,7 @@ import numpy as np
 from zoo.errors import ZooError, option
 from zoo.images import load_image
 from zoo.models.yolov8.ops import letterbox
-from zoo.validate.reference import yolov8
+from zoo.validate.reference import yolo11, yolov8
 
 
 def add_arguments(parser):
@@ -40,5 +41,10 @@ def run_mlx(model, inputs):
 
 
 def run_reference(spec, state_dict, inputs, trace):
-    y, _ = yolov8.forward(state_dict, inputs["x"], trace)
+    """The reference's output as the MLX model gives it: (N, A, C), and a segmentation model's protos."""
+    reference = yolo11 if "model.23.dfl.conv.weight" in state_dict else yolov8
+    y, _ = reference.forward(state_dict, inputs["x"], trace, spec.config.get("kpt_shape"))
+    if isinstance(y, tuple):
+        y, protos = y
+        return y.transpose(0, 2, 1), protos
     return y.transpose(0, 2, 1)

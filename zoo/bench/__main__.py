@@ -31,7 +31,8 @@ def parse_args(argv):
                     help="comma list of %(default)s (mobilesam = both SAM cases)")
     ap.add_argument("--dtypes", default="float16,float32", help="comma list of float16, float32, bfloat16")
     ap.add_argument("--batches", help="batch sizes of resnet50 and the YOLO models, e.g. 1,8 "
-                                      "(default: resnet50 1,32; yolov8n/s 1,16); the others run batch 1")
+                                      "(default: resnet50 1,32; yolov8n/s, yolo11n/s, yolov8n-seg, yolo11n-pose 1,16); "
+                                      "the others run batch 1")
     ap.add_argument("--device", choices=("gpu", "cpu"), help="default: the GPU when MLX has one (torch: cuda/cpu)")
     ap.add_argument("--tf32", action="store_true", help="allow TF32 for float32 on both sides (default: strict)")
     ap.add_argument("--upstream", action="append", default=[], metavar="DIR",
@@ -39,6 +40,9 @@ def parse_args(argv):
     ap.add_argument("--upstream-fallback", action="append", default=[], metavar="DIR",
                     help="folder put last on sys.path: import-time stand-ins for packages not installed")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="subset of %(default)s")
+    ap.add_argument("--torch-compile", default="", metavar="MODES",
+                    help="also time torch.compile(peer, mode=M) for each comma-separated mode, e.g. "
+                         "reduce-overhead,max-autotune-no-cudagraphs: the stronger peer (compiling takes minutes)")
     ap.add_argument("--seconds", type=float, default=10.0, help="timed rounds per case (default 10)")
     ap.add_argument("--warmup-seconds", type=float, help="interleaved warm-up per case (default: 3 GPU, 1 CPU)")
     ap.add_argument("--min-rounds", type=int, default=5)
@@ -71,6 +75,10 @@ def parse_args(argv):
     args.variant_list = [v.strip() for v in args.variants.split(",") if v.strip()]
     if not args.variant_list or any(v not in VARIANTS for v in args.variant_list):
         raise ZooError(f"--variants {args.variants!r}: use a subset of {','.join(VARIANTS)}")
+    args.compile_modes = [m.strip() for m in args.torch_compile.split(",") if m.strip()]
+    known_modes = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+    if any(m not in known_modes for m in args.compile_modes):
+        raise ZooError(f"--torch-compile {args.torch_compile!r}: use a comma list of {', '.join(known_modes)}")
     try:
         args.batch_list = [int(b) for b in args.batches.split(",")] if args.batches else None
     except ValueError:

@@ -2,8 +2,11 @@
 
   model               input (upstream layout)                    MLX user path                  PyTorch peer
   resnet50            (B, 3, 224, 224) standard normal           model(x)                        torchvision resnet50
-  yolov8n, yolov8s    (B, 3, 640, 640) uniform [0, 1]            model(x): decoded (B, A, 84)    ultralytics DetectionModel
-                                                                                                 (eval: decoded, no NMS)
+  yolov8n, yolov8s,   (B, 3, 640, 640) uniform [0, 1]            model(x): decoded (B, A, 84)    ultralytics DetectionModel
+  yolo11n, yolo11s                                                                               (eval: decoded, no NMS)
+  yolov8n-seg         (B, 3, 640, 640) uniform [0, 1]            model(x): (B, A, 116), protos   SegmentationModel (eval)
+  yolo11n-pose        (B, 3, 640, 640) uniform [0, 1]            model(x): (B, A, 56) decoded    PoseModel (eval, 1 class,
+                                                                                                 17 x 3 keypoints)
   mobilesam-encoder   (1, 3, 1024, 1024) standard normal         sam.encode_image(x)             build_sam_vit_t().image_encoder
   mobilesam-decoder   the encoder's embedding, 2 points          sam.decode_prompt(...)          prompt_encoder + mask_decoder
                       (labels 1, 0), three masks                 (what predict runs)             (what predict_torch runs)
@@ -22,9 +25,12 @@ from pathlib import Path
 
 import numpy as np
 
-MODELS = ("resnet50", "yolov8n", "yolov8s", "mobilesam-encoder", "mobilesam-decoder", "lama")
-BATCHED = {"resnet50": (1, 32), "yolov8n": (1, 16), "yolov8s": (1, 16)}  # others: batch 1 only
-IMAGE_SIZE = {"resnet50": 224, "yolov8n": 640, "yolov8s": 640, "mobilesam-encoder": 1024}
+# YOLO models: the same inputs; a detector's output is its decoded predictions, a segmentation model's
+# also its prototypes, a pose model's predictions carry the keypoints
+YOLO = ("yolov8n", "yolov8s", "yolo11n", "yolo11s", "yolov8n-seg", "yolo11n-pose")
+MODELS = ("resnet50", *YOLO, "mobilesam-encoder", "mobilesam-decoder", "lama")
+BATCHED = {"resnet50": (1, 32), **{m: (1, 16) for m in YOLO}}  # others: batch 1 only
+IMAGE_SIZE = {"resnet50": 224, **{m: 640 for m in YOLO}, "mobilesam-encoder": 1024}
 DECODER_POINTS = ((512.0, 384.0), (200.0, 700.0))  # in the 1024 frame, as predict hands them on
 DECODER_LABELS = (1, 0)
 # configs/training/big-lama.yaml's generator arguments (the MLX model hard-codes the same network)
@@ -63,7 +69,7 @@ def case_inputs(case: Case) -> dict[str, np.ndarray]:
         return {"image": image, "mask": mask}
     if case.model == "mobilesam-decoder":
         return {"coords": np.array([DECODER_POINTS], np.float32), "labels": np.array([DECODER_LABELS], np.int32)}
-    if case.model.startswith("yolov8"):
+    if case.model in YOLO:
         return {"x": rng.uniform(0, 1, (case.batch, 3, s, s)).astype(np.float32)}
     return {"x": rng.standard_normal((case.batch, 3, s, s)).astype(np.float32)}
 
@@ -98,6 +104,8 @@ class MlxSide:
     def call(self, case: Case, inputs: dict[str, np.ndarray], embedding: np.ndarray | None = None):
         import mlx.core as mx
 
+        from zoo.models.yolov8 import Segment
+
         m = self.model
         dt = m.dtype
 
@@ -107,8 +115,11 @@ class MlxSide:
         def one(o):
             return np.array(o.astype(mx.float32))
 
-        if case.model in ("resnet50", "yolov8n", "yolov8s"):
-            out = (lambda o: [one(o)]) if case.model == "resnet50" else (lambda o: [one(o).transpose(0, 2, 1)])
+        if case.model == "resnet50":
+            return m, (image(inputs["x"]),), lambda o: [one(o)]
+        if case.model in YOLO:  # upstream's layout: (B, C, A), protos NCHW
+            out = (lambda o: [one(o[0]).transpose(0, 2, 1), nchw(one(o[1]))]) if isinstance(m.head, Segment) \
+                else (lambda o: [one(o).transpose(0, 2, 1)])
             return m, (image(inputs["x"]),), out
         if case.model == "mobilesam-encoder":
             return m.encode_image, (image(inputs["x"]),), lambda o: [nchw(one(o))]
@@ -145,10 +156,14 @@ def build_peer(model: str, seed: int):
         tv = _import("torchvision", "pip install torchvision")
         module = tv.models.resnet50(weights=None, num_classes=1000)
         what = f"torchvision {tv.__version__} resnet50"
-    elif model.startswith("yolov8"):
+    elif model in YOLO:
         tasks = _import("ultralytics.nn.tasks", "pip install 'mlx-zoo[bench]' (ultralytics), or --upstream DIR holding ultralytics/")
-        module = tasks.DetectionModel(f"{model}.yaml", ch=3, nc=80, verbose=False)
-        what = f"ultralytics {importlib.import_module('ultralytics').__version__} DetectionModel('{model}.yaml')"
+        # the official files' heads: COCO's 80 classes; the pose models' one (person) with 17 x 3 keypoints
+        kind, options = {"seg": ("SegmentationModel", {"nc": 80}),
+                         "pose": ("PoseModel", {"nc": 1, "data_kpt_shape": (17, 3)})}.get(
+            model.rpartition("-")[2], ("DetectionModel", {"nc": 80}))
+        module = getattr(tasks, kind)(f"{model}.yaml", ch=3, verbose=False, **options)
+        what = f"ultralytics {importlib.import_module('ultralytics').__version__} {kind}('{model}.yaml')"
     elif model.startswith("mobilesam"):
         module = _import("mobile_sam", UPSTREAM_HINT).build_sam_vit_t(checkpoint=None)
         what = "MobileSAM build_sam_vit_t()"
@@ -168,7 +183,7 @@ class TorchSide:
         import torch
 
         module, self.what = build_peer(model, seed)
-        if yolo_fused and model.startswith("yolov8"):
+        if yolo_fused and model in YOLO:
             module.fuse(verbose=False)
             self.what += ", fused (model.fuse(), as predict runs it)"
         self.torch_dtype = getattr(torch, dtype)
@@ -191,9 +206,11 @@ class TorchSide:
         def one(t):
             return t.detach().float().cpu().numpy()
 
-        if case.model in ("resnet50", "yolov8n", "yolov8s"):
-            first = (lambda o: [one(o)]) if case.model == "resnet50" else (lambda o: [one(o[0])])
-            return m, (self.tensor(inputs["x"]),), first
+        if case.model == "resnet50":
+            return m, (self.tensor(inputs["x"]),), lambda o: [one(o)]
+        if case.model in YOLO:  # eval: (decoded, extras); a Segment's extras end with the prototypes
+            out = (lambda o: [one(o[0]), one(o[1][-1])]) if case.model.endswith("-seg") else (lambda o: [one(o[0])])
+            return m, (self.tensor(inputs["x"]),), out
         if case.model == "mobilesam-encoder":
             return m.image_encoder, (self.tensor(inputs["x"]),), lambda o: [one(o)]
         if case.model == "mobilesam-decoder":

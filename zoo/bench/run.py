@@ -17,7 +17,7 @@ from tqdm import tqdm
 from zoo import devices
 from zoo.bench import cases as C
 from zoo.bench import measure as M
-from zoo.files import write_atomic
+from zoo.files import write_text
 
 
 def case_list(args) -> list[C.Case]:
@@ -54,8 +54,8 @@ def environment(args, device, torch, notes) -> dict:
             "upstream": args.upstream, "notes": notes}
 
 
-def row_of(result: dict, env: dict) -> dict:
-    """A benchmarks/results row: the user path (mlx_ms) against torch eager, p50s."""
+def row_of(result: dict, env: dict, compile_modes=()) -> dict:
+    """A benchmarks/results row: the user path (mlx_ms) against torch eager (and torch.compile), p50s."""
     v = result["variants"]
     row = {"model": result["model"], "batch": result["batch"], "dtype": result["dtype"], "device": env["device"],
            "mlx_ms": v.get("user", {}).get("p50_ms"), "torch_ms": v.get("torch", {}).get("p50_ms"),
@@ -63,7 +63,10 @@ def row_of(result: dict, env: dict) -> dict:
            "mlx_p90_ms": v.get("user", {}).get("p90_ms"), "torch_p90_ms": v.get("torch", {}).get("p90_ms"),
            "mlx_peak_extra_mib": v.get("user", {}).get("peak_extra_mib"),
            "torch_peak_extra_mib": v.get("torch", {}).get("peak_extra_mib"),
-           "ratio": result.get("ratio_user"), "tf32": env["tf32"], "date": env["date"],
+           "ratio": result.get("ratio_user"),
+           **{f"torch_compile_ms:{m}": v.get(f"torch-compile:{m}", {}).get("p50_ms") for m in compile_modes},
+           **{f"ratio_vs_compile:{m}": result.get(f"ratio_user_vs_compile:{m}") for m in compile_modes},
+           "tf32": env["tf32"], "date": env["date"],
            "mlx": env["versions"]["mlx"], "torch": env["versions"].get("torch")}
     return row
 
@@ -94,6 +97,9 @@ def run_case(case: C.Case, args, mlx_side, torch_side, tdev, flops_cache: dict, 
         flops = flops_cache[key] * case.batch if flops_cache[key] else None
         if "torch" in args.variant_list:
             variants.append(M.Variant("torch", M.torch_runner(tfn, txs, tdev), "torch"))
+        for mode in args.compile_modes:
+            variants.append(M.Variant(f"torch-compile:{mode}", M.torch_runner(compiled(tfn, mode), txs, tdev),
+                                      "torch"))
     result["flops"] = flops
     result["rounds"] = M.run_rounds(variants, tdev, args.seconds, args.warmup_seconds, args.min_rounds,
                                     args.max_rounds)
@@ -113,12 +119,24 @@ def run_case(case: C.Case, args, mlx_side, torch_side, tdev, flops_cache: dict, 
         p = result["variants"].get(n, {}).get("p50_ms")
         if p and t:
             result[f"ratio_{n}"] = round(p / t, 3)
+        for mode in args.compile_modes:
+            tc = result["variants"].get(f"torch-compile:{mode}", {}).get("p50_ms")
+            if p and tc:
+                result[f"ratio_{n}_vs_compile:{mode}"] = round(p / tc, 3)
         mem, tmem = (result["variants"].get(k, {}).get("peak_extra_mib") for k in (n, "torch"))
         if mem is not None and tmem:
             result[f"memory_ratio_{n}"] = round(mem / tmem, 2)
     for v in variants:
         v.out = None
     return result
+
+
+def compiled(fn, mode: str):
+    """The peer under torch.compile: the stronger PyTorch baseline (reduce-overhead = CUDA graphs). A
+    compile that fails is recorded as that variant's error; the other variants still run."""
+    import torch
+
+    return torch.compile(fn, mode=mode)
 
 
 def peer_flops(torch_side, case: C.Case, embedding) -> int | None:
@@ -219,14 +237,16 @@ def run(args, device, torch, tdev, notes) -> int:
             tqdm.write(f"{r['case']:<24} {r['dtype']:<8} user {r['variants'].get('user', {}).get('p50_ms', '-')} ms, "
                        f"torch {r['variants'].get('torch', {}).get('p50_ms', '-')} ms, user/torch "
                        f"{r.get('ratio_user', '-')}, memory user/torch {r.get('memory_ratio_user', '-')}"
+                       + "".join(f", user/compile:{m} {r.get(f'ratio_user_vs_compile:{m}', '-')}"
+                                 for m in args.compile_modes)
                        + (f", error: {r['error']}" if "error" in r else ""), file=sys.stderr)
     finally:
         bar.close()
     print_table(report["results"])
     print(f"\nwrote {json_path}")
     if args.rows:
-        rows = [row_of(r, env) for r in report["results"] if "error" not in r]
-        write_atomic(args.rows, lambda tmp: tmp.write_text(strict_json(rows) + "\n"))
+        rows = [row_of(r, env, args.compile_modes) for r in report["results"] if "error" not in r]
+        write_text(args.rows, strict_json(rows) + "\n")
         print(f"wrote {args.rows}")
     return 0 if all("error" not in r for r in report["results"]) else 1
 
@@ -246,7 +266,7 @@ def release(mlx_sides: dict, torch_sides: dict, torch) -> None:
 
 
 def write_report(path: str, report: dict) -> None:
-    write_atomic(path, lambda tmp: tmp.write_text(strict_json(report)))
+    write_text(path, strict_json(report))
 
 
 def strict_json(value) -> str:

@@ -16,6 +16,16 @@ from zoo.files import remove_created_folders
 
 # exit codes: a command line that cannot work as written, as argparse; a problem met while running
 EXIT_USAGE, EXIT_RUNTIME = 2, 1
+# tasks whose command line is another task's: YOLO segmentation and pose models run as detectors do
+# (their Results add masks / keypoints to what is drawn and written)
+TASK_COMMANDS = {"instance-segment": "detect", "pose": "detect"}
+
+
+def task_module(task: str):
+    """The zoo.cli module that runs a registry task."""
+    import importlib
+
+    return importlib.import_module(f"zoo.cli.{TASK_COMMANDS.get(task, task)}")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -32,6 +42,12 @@ def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...]
     parser.add_argument("--device", choices=("gpu", "cpu"), help="default: the GPU when MLX has one")
     parser.add_argument("--dtype", choices=dtypes, default="float32", help=dtype_help)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+
+
+def refuse_second_checkpoint(model: str, weights: str | None) -> None:
+    """A checkpoint file given as the model (``python -m zoo.run best.pt``) is its weights: no --weights too."""
+    if weights is not None:
+        raise UsageError(f"{model} is already the checkpoint: drop --weights {weights}")
 
 
 def model_name_from(argv: list[str], prog: str, help_text: Callable[[], str] | None = None) -> str:
@@ -51,8 +67,6 @@ def model_name_from(argv: list[str], prog: str, help_text: Callable[[], str] | N
 
 def general_help(prog: str) -> str:
     """``--help`` without a model: the models with their aliases, the common options, each task's options."""
-    import importlib
-
     from zoo.registry import ALIASES, REGISTRY
 
     parser = ArgumentParser(prog=prog, usage=f"{prog} MODEL INPUT... [options]",
@@ -68,7 +82,7 @@ def general_help(prog: str) -> str:
     for task in tasks:
         names = [name for name, spec in REGISTRY.items() if spec.task == task]
         task_parser = ArgumentParser(prog=f"{prog} {names[0]}", add_help=False)
-        importlib.import_module(f"zoo.cli.{task}").add_arguments(task_parser)
+        task_module(task).add_arguments(task_parser)
         usage = task_parser.format_usage().removeprefix("usage: ").strip()
         lines.append(f"  {task} ({', '.join(names)}):\n    {' '.join(usage.split())}")
     lines.append(f"  annotate (detect, then segment: YOLO-segmentation labels; {prog} annotate --help):\n"

@@ -23,7 +23,7 @@ def parser() -> ArgumentParser:
     p.add_argument("sources", nargs="+", metavar="SOURCE",
                    help="images, folders, globs, .txt/.csv lists of paths or videos (zoo.sources)")
     p.add_argument("--det", default="yolov8n",
-                   help="detector: yolov8n ... yolov8x or a YOLOv8 detection checkpoint (.pt), default yolov8n")
+                   help="detector: yolov8n ... yolov8x, yolo11n ... yolo11x or a YOLO detection checkpoint (.pt), default yolov8n")
     p.add_argument("--det-weights", help="weights for a --det given by name (a checkpoint or synthetic[:SEED])")
     p.add_argument("--sam", default="mobilesam",
                    help="segmenter: mobilesam or a MobileSAM checkpoint, default mobilesam")

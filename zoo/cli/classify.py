@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -20,13 +19,14 @@ from tqdm import tqdm
 
 from zoo import pipeline
 from zoo.errors import UsageError, ZooError
-from zoo.files import Inputs, check_new_file, make_output_folder, refuse_inputs, temporary_path
-from zoo.sources import JsonlWriter, input_paths, open_source
+from zoo.files import Inputs, OutputFile, check_distinct, check_new_file, make_output_folder, refuse_inputs
+from zoo.sources import JsonlWriter, input_paths, open_source, read_records, records_header
 
 
 def add_arguments(parser):
     parser.add_argument("images", nargs="+", help="image files, folders, globs, .txt/.csv lists of paths, videos")
     parser.add_argument("--top-k", type=int, default=5)
+    add_model_options(parser)
     parser.add_argument("--jsonl", metavar="PATH", help="write one JSON record per image as results come "
                         "(errors as {\"path\", \"error\"} records); --resume continues it")
     parser.add_argument("--json", metavar="PATH", help="also write the results as one JSON object {path: top-k}")
@@ -41,18 +41,37 @@ def add_arguments(parser):
 def check_arguments(args):
     if args.top_k < 1 or args.top_k > 1000:
         raise UsageError(f"--top-k {args.top_k} is out of range: use 1 to 1000")
+    model_options(args)
     pipeline.check_arguments(args)
     if args.resume and not args.jsonl:
         raise UsageError("--resume continues the records of --jsonl: pass --jsonl PATH (the file of the first run)")
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
-    for option in ("jsonl", "json", "csv"):
-        path = getattr(args, option)
-        if path:
-            refuse_inputs(path, inputs, f"--{option}")
-            # --resume continues the JSONL and writes --json/--csv again from all its records
-            check_new_file(path, f"--{option}", args.overwrite or args.resume)
-            make_output_folder(Path(path).parent, f"--{option} {path}: its folder")
+    outputs = {f"--{option}": getattr(args, option) for option in ("jsonl", "json", "csv") if getattr(args, option)}
+    check_distinct(outputs)
+    for option, path in outputs.items():
+        refuse_inputs(path, inputs, option)
+        # --resume continues the JSONL and writes --json/--csv again from all its records
+        check_new_file(path, option, args.overwrite or args.resume)
+        make_output_folder(Path(path).parent, f"{option} {path}: its folder")
+    args.header = records_header(args.spec.task, args.spec.name)
+    if args.resume and Path(args.jsonl).exists():
+        read_records(args.jsonl, args.header)  # a damaged or foreign record file: refused before the model loads
+
+
+def add_model_options(parser) -> None:
+    """The options of zoo.load a classify command line sets (in-process and --ray)."""
+    parser.add_argument("--num-classes", type=int, metavar="N", help="classes of the --weights checkpoint's head, "
+                        "when not ImageNet's 1000 (a fine-tuned model; labels are then the class indices)")
+
+
+def model_options(args) -> dict:
+    """zoo.load's options from the command line (add_model_options)."""
+    if args.num_classes is None:
+        return {}
+    if args.num_classes < 1:
+        raise UsageError(f"--num-classes {args.num_classes}: give the number of classes of the checkpoint's head, 1 or more")
+    return {"num_classes": args.num_classes}
 
 
 def run(args, model) -> int:
@@ -68,6 +87,8 @@ def run(args, model) -> int:
             tops = model.top_classes(np.stack([ready.data for ready in batch]), top_k)
             for ready, top in zip(batch, tops):
                 outputs.result(ready.item, top)
+            if outputs.jsonl is not None:
+                outputs.jsonl.sync()  # the batch's records on disk: a killed run loses at most the next batch
 
         run.run(process)
     if run.done == 0 and run.failed and not run.skipped:
@@ -77,14 +98,16 @@ def run(args, model) -> int:
 
 
 class Outputs:
-    """The run's result files, each written as results come under a temporary name, renamed on close."""
+    """The run's result files: the JSONL records appended as they come, --json and --csv written as
+    results come under a temporary name, renamed on close."""
 
     def __init__(self, args, top_k: int):
         self.args, self.top_k = args, top_k
         self.jsonl = (JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite,
-                                  keep=pipeline.without_errors) if args.jsonl else None)
-        self.json = JsonObjectWriter(args.json) if args.json else None
-        self.csv = CsvWriter(args.csv, top_k) if args.csv else None
+                                  keep=pipeline.without_errors, header=args.header) if args.jsonl else None)
+        replace = args.overwrite or args.resume  # --resume writes them again from every record
+        self.json = JsonObjectWriter(args.json, replace) if args.json else None
+        self.csv = CsvWriter(args.csv, top_k, replace) if args.csv else None
         if self.jsonl is not None:
             for record in self.jsonl.records:  # an earlier run's results, for --json/--csv
                 self.tables(record)
@@ -111,9 +134,11 @@ class Outputs:
 
     def __exit__(self, kind, error, trace):
         """Every finished result is kept, also on an error or a second Ctrl-C; a file with none is not written."""
-        for writer in (self.jsonl, self.json, self.csv):
+        if self.jsonl is not None:
+            self.jsonl.close()
+        for writer in (self.json, self.csv):
             if writer is not None:
-                writer.close() if writer.count else writer.abort()
+                writer.close() if writer.count else writer.output.abort()
 
 
 def key_of(record: dict) -> str:
@@ -122,16 +147,12 @@ def key_of(record: dict) -> str:
 
 
 class StreamedFile:
-    """A text file written as results come, under a temporary name that close() renames."""
+    """A text file written as results come into an OutputFile, renamed by close()."""
 
-    def __init__(self, path: str | Path, newline: str | None = None):
-        self.path = Path(path)
+    def __init__(self, path: str | Path, replace: bool, newline: str | None = None):
+        self.output = OutputFile(path, replace, text=True, newline=newline)
+        self.file = self.output.file
         self.count = 0
-        self.tmp = temporary_path(self.path)
-        try:
-            self.file = open(self.tmp, "w", encoding="utf-8", newline=newline)
-        except OSError as e:
-            raise ZooError(f"cannot write {self.path}: {e.strerror or e}") from None
 
     def finish(self) -> None:
         """What ends the file (a closing brace)."""
@@ -139,12 +160,7 @@ class StreamedFile:
     def close(self) -> None:
         if not self.file.closed:
             self.finish()
-            self.file.close()
-            os.replace(self.tmp, self.path)
-
-    def abort(self) -> None:
-        self.file.close()
-        self.tmp.unlink(missing_ok=True)
+            self.output.close()
 
 
 class JsonObjectWriter(StreamedFile):
@@ -162,8 +178,8 @@ class JsonObjectWriter(StreamedFile):
 class CsvWriter(StreamedFile):
     """timm inference.py's separate-column layout: filename, index_i, label_i, prob_i for rank i."""
 
-    def __init__(self, path, k: int):
-        super().__init__(path, newline="")
+    def __init__(self, path, k: int, replace: bool):
+        super().__init__(path, replace, newline="")
         self.rows = csv.writer(self.file)
         self.rows.writerow(["filename", *(f"{field}_{i}" for field in ("index", "label", "prob") for i in range(k))])
 

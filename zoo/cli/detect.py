@@ -9,13 +9,14 @@ keeps every finished output, --resume skips the images already annotated). In --
 
     <name>.<suffix>            annotated image          <video stem>.mp4   annotated video, the source's rate
     labels/<name>.txt          --save-txt (YOLO format, --save-conf adds the score)
-    crops/<class>/<name>.jpg   --save-crop              <name>.json        --save-json (COCO style)
+    crops/<class>/<name>.jpg   --save-crop              predictions.json   --save-json (COCO detections)
 
 ``<name>`` is the image's stem, ``<stem>_<frame>`` for a video frame (zoo.sources' unique names).
+predictions.json is ultralytics' save_json: one list of {image_id, file_name, category_id, bbox [x, y, w, h],
+score} for the run, which pycocotools' ``COCO.loadRes`` reads as written (coco_image_ids, coco_category_ids).
 """
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -24,13 +25,15 @@ from tqdm import tqdm
 
 from zoo import pipeline
 from zoo.errors import UsageError, ZooError
-from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
-                       refuse_inputs, write_atomic, writable_format)
-from zoo.sources import Files, FrameSource, JsonlWriter, UniqueNames, VideoWriter, input_paths, open_source
+from zoo.files import (Inputs, check_distinct, check_new_file, check_output_folder, increment_path, make_output_folder,
+                       refuse_inputs)
+from zoo.results import ResultFiles, output_name
+from zoo.sources import (Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths, open_source,
+                         read_records, records_header)
 from zoo.weights.synthetic import parse_synthetic
 
 RUNS = "runs/detect/predict"
-DEFAULT_FPS = 30.0  # a camera or stream that does not say its rate
+PREDICTIONS = "predictions.json"  # --save-json's file in --out, ultralytics' name
 
 
 def add_arguments(parser):
@@ -41,6 +44,8 @@ def add_arguments(parser):
     parser.add_argument("--classes", help="only these classes: comma-separated names or ids, e.g. person,car")
     parser.add_argument("--agnostic-nms", action="store_true", help="NMS across classes instead of per class")
     parser.add_argument("--max-det", type=int, default=300, help="at most this many boxes per image (default 300)")
+    parser.add_argument("--retina-masks", action="store_true", help="segmentation models: masks at the image's "
+                        "size (default: the letterboxed input's, as ultralytics)")
     parser.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                         help="inference size: one value or height width, rounded up to multiples of 32 "
                              "(default: the size the checkpoint was trained at, 640 for the official ones)")
@@ -48,7 +53,9 @@ def add_arguments(parser):
                         "with --resume the latest of them)")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
                         help="replace outputs that exist in --out (inputs are never replaced)")
-    parser.add_argument("--save-json", action="store_true", help="also write <out>/<name>.json, COCO-style")
+    parser.add_argument("--save-json", action="store_true", help=f"also write <out>/{PREDICTIONS}: the run's "
+                        "detections for pycocotools (image_id: a numeric file stem, else a running number; "
+                        "category_id: COCO's ids for COCO's 80 classes, else class + 1)")
     parser.add_argument("--save-txt", action="store_true", help="also write <out>/labels/<name>.txt in the YOLO "
                         "label format (class xc yc w h, normalised)")
     parser.add_argument("--save-conf", action="store_true", help="with --save-txt: each line ends with the score")
@@ -81,16 +88,32 @@ def check_arguments(args):
     if args.out is None:
         args.out = latest_run(RUNS) if args.resume else increment_path(RUNS, exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
-    args.skip, args.done = set(), set()  # --resume: names and inputs of those whose annotated output exists
-    for given, path, name, is_video in fixed_outputs(args.source, out):
+    check_distinct({"--out": out, **({"--jsonl": args.jsonl} if args.jsonl else {}),
+                    **({"--save-json": out / PREDICTIONS} if args.save_json else {})})
+    args.header = records_header(args.spec.task, args.spec.name)
+    recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
+    if args.resume and args.jsonl and Path(args.jsonl).exists():
+        # a damaged or foreign record file: refused before the model loads
+        recorded = {key[0] for key in pipeline.resume_keys(read_records(args.jsonl, args.header).records)}
+    # --resume: names, inputs (resolved) and input file names of those done before
+    args.skip, args.done, args.done_files = set(), set(), set()
+    outputs = list(fixed_outputs(args.source, out))
+    args.image_ids = CocoImageIds([name for _, _, name, is_video in outputs if not is_video])
+    for given, path, name, is_video in outputs:
         refuse_inputs(path, inputs, "output")
         if args.resume and path.exists():
-            args.skip.add(name)
-            args.done.add(given)
-            continue
-        check_new_file(path, "output", args.overwrite)
+            if recorded is None or pipeline.input_identity(given) in recorded:
+                args.skip.add(name)
+                args.done.add(pipeline.input_identity(given))
+                args.done_files.add(Path(given).name)
+                continue
+            # written, but the run was killed before its record: done again, its own outputs replaced
+        else:
+            check_new_file(path, "output", args.overwrite)
         for extra in item_files(out, name, is_video, args):
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
+    if args.save_json:
+        check_new_file(refuse_inputs(out / PREDICTIONS, inputs, "output"), "output", args.overwrite or args.resume)
     if args.jsonl:
         check_new_file(refuse_inputs(args.jsonl, inputs, "--jsonl"), "--jsonl", args.overwrite or args.resume)
         make_output_folder(Path(args.jsonl).parent, f"--jsonl {args.jsonl}: its folder")
@@ -106,12 +129,6 @@ def latest_run(base: str) -> Path:
     if latest is None:
         raise UsageError(f"--resume continues a run, but there is no {base}: pass --out DIR of the run to continue")
     return latest
-
-
-def output_name(path: str | Path, name: str) -> str:
-    """An image's annotated file in --out: its unique name with the input's suffix, or .png when Pillow
-    cannot write that suffix (or there is none)."""
-    return name + (Path(path).suffix if writable_format(path) else ".png")
 
 
 def fixed_outputs(source, out: Path):
@@ -134,24 +151,32 @@ def fixed_outputs(source, out: Path):
 
 def item_files(out: Path, name: str, is_video: bool, args) -> list[Path]:
     """An image's own outputs besides the annotated one; for a video, those of its frames already there."""
-    wanted = [(out, ".json")] if args.save_json else []
-    wanted += [(out / "labels", ".txt")] if args.save_txt else []
+    wanted = [(out / "labels", ".txt")] if args.save_txt else []
     if not is_video:
         return [folder / f"{name}{suffix}" for folder, suffix in wanted]
     return [p for folder, suffix in wanted for p in sorted(folder.glob(f"{name}_*{suffix}"))[:1]]
 
 
 def run(args, model) -> int:
-    from zoo.models.yolov8.predict import predict_batch, prediction_options
+    from zoo.models.yolov8 import coco_category_ids
+    from zoo.models.yolov8.predict import log_line, predict_batch, prediction_options
 
     options = prediction_options(model, args.conf, args.iou, args.classes, args.agnostic_nms, args.max_det,
-                                 args.imgsz)
+                                 args.imgsz, args.retina_masks)
     out = Path(args.out)
     counts, speed = Counter(), Counter()
-    videos = Videos(out, args)
+    replace = args.overwrite or args.resume  # outputs checked above: only a resumed item's own are there
+    files = ResultFiles(out, save_txt=args.save_txt, save_conf=args.save_conf, save_crop=args.save_crop,
+                        overwrite=replace, labels=replace, vid_stride=args.vid_stride)
     # --resume keeps the records of the images and videos it skips; the others are done again
-    jsonl = JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite,
-                        keep=lambda r: "error" not in r and r.get("path") in args.done) if args.jsonl else None
+    jsonl = JsonlWriter(args.jsonl, resume=args.resume, overwrite=args.overwrite, header=args.header,
+                        keep=lambda r: "error" not in r and pipeline.input_identity(r["path"]) in args.done
+                        ) if args.jsonl else None
+    coco = None
+    if args.save_json:
+        category_ids = coco_category_ids(model.names)
+        kept = args.image_ids.kept(args.skip, args.done_files)
+        coco = JsonListWriter(out / PREDICTIONS, resume=args.resume, overwrite=args.overwrite, keep=kept)
 
     def skip(item) -> bool:
         return (item.stem if item.frame is not None else item.name) in args.skip
@@ -160,72 +185,61 @@ def run(args, model) -> int:
         if jsonl is not None:
             jsonl.write({**item.meta, "error": message})
 
-    replace = args.overwrite or args.resume  # outputs checked above: only a resumed item's own are there
-
     def process(batch):
         results = predict_batch(model, [ready.data for ready in batch], [ready.item for ready in batch], **options)
         for ready, result in zip(batch, results):
             item = ready.item
-            if item.frame is None:
-                result.save(out / output_name(item.path, item.name), overwrite=args.overwrite)
-            else:
-                videos.write(item, result.plot()[..., ::-1])
-            if args.save_txt:
-                result.save_txt(out / "labels" / f"{item.name}.txt", args.save_conf, overwrite=replace)
-            if args.save_crop:
-                result.save_crop(out / "crops", f"{item.name}.jpg")
-            if args.save_json:
-                write_atomic(out / f"{item.name}.json", lambda tmp: tmp.write_text(coco_json(result)))
+            files.write(result, item)
+            if coco is not None:
+                for record in result.to_coco(args.image_ids(item), category_ids):
+                    coco.write(record)
             if jsonl is not None:
                 jsonl.write({**item.meta, "detections": result.summary(), "speed": result.speed})
             counts.update(result.names[int(c)] for c in result.boxes.cls)
             speed.update(result.speed)
-            where = Path(item.path).name if item.frame is None else (
-                f"{Path(item.path).name} frame {item.frame}" + (f"/{item.frames}" if item.frames else ""))
-            tqdm.write(f"{where}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)")
+            tqdm.write(log_line(item, result))
+        if jsonl is not None:
+            jsonl.sync()  # the batch's records on disk: a killed run loses at most the next batch
 
     run = pipeline.Pipeline(args.source, batch=args.batch, workers=args.workers, skip=skip if args.skip else None,
                             on_error=failed, desc="detect")
     try:
         run.run(process)
     finally:
-        videos.close(complete=not run.interrupted)
+        files.close(complete=not run.interrupted)
         if jsonl is not None:
-            jsonl.close() if jsonl.count else jsonl.abort()
+            jsonl.close()
+        if coco is not None:
+            coco.close()  # a run without detections still says so: []
     if run.done == 0 and run.failed and not run.skipped:
         raise ZooError(f"none of the {run.failed} images could be read: pass image files Pillow can open")
     print(run_summary(run, counts, speed, out, args), file=sys.stderr)
     return run.exit_code
 
 
-class Videos:
-    """The annotated video of the video being read: one VideoWriter at a time, at its source's rate."""
+class CocoImageIds:
+    """ultralytics' save_json image_id of each item: the number a numeric stem is (``000000397133.jpg`` ->
+    397133); else a running number, the largest of those plus the item's position in the run plus 1, so
+    that no two images share one. ``names``: the image files' unique names, known before the run."""
 
-    def __init__(self, out: Path, args):
-        self.out, self.args = out, args
-        self.writer: VideoWriter | None = None
-        self.item = None  # the last frame written: its video's total says whether the video was finished
+    def __init__(self, names: list[str]):
+        self.ids: dict[str, int] = {}
+        for name in names:
+            if name.isascii() and name.isdigit() and int(name) not in self.ids.values():
+                self.ids[name] = int(name)  # '01' after '1' reads as the same number: it takes a running one
+        self.after = max(self.ids.values(), default=0)
 
-    def write(self, item, rgb) -> None:
-        if self.writer is not None and self.item.stem != item.stem:
-            self.close(complete=True)
-        if self.writer is None:
-            self.writer = VideoWriter(self.out / f"{item.stem}.mp4", item.fps or DEFAULT_FPS,
-                                      overwrite=self.args.overwrite or self.args.resume)
-        self.writer.write(rgb)
-        self.item = item
+    def __call__(self, item) -> int:
+        if item.frame is None and item.name in self.ids:
+            return self.ids[item.name]
+        return self.after + item.index + 1
 
-    def close(self, complete: bool) -> None:
-        """Finish the video; an interrupted one (frames left unread) is dropped, not left half-written:
-        --resume does it again."""
-        if self.writer is None:
-            return
-        expected = self.item.frames // self.args.vid_stride if self.item.frames else None
-        if complete or self.writer.count == expected:
-            self.writer.close()
-        else:
-            self.writer.abort()
-        self.writer = None
+    def kept(self, skipped: set[str], done_files: set[str]):
+        """--resume: whether an earlier run's record belongs to an image or video skipped now: by its numeric
+        id, else by its file's name (an image with a running number, or a video's frames)."""
+        numeric = {self.ids[name] for name in skipped if name in self.ids}
+        return lambda r: r.get("image_id") in numeric or (
+            r.get("image_id") not in self.ids.values() and r.get("file_name") in done_files)
 
 
 def run_summary(run, counts: Counter, speed: Counter, out: Path, args) -> str:
@@ -240,9 +254,3 @@ def run_summary(run, counts: Counter, speed: Counter, out: Path, args) -> str:
     if args.save_txt:
         lines.append(f"Labels saved to {out / 'labels'}")
     return "\n".join(lines)
-
-
-def coco_json(result) -> str:
-    """The detections as a COCO-style JSON list, one detection per line."""
-    rows = [json.dumps(d) for d in result.to_coco()]
-    return "[\n" + ",\n".join(f"  {row}" for row in rows) + "\n]\n" if rows else "[]\n"

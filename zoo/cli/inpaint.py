@@ -1,13 +1,17 @@
 """Inpainting (LaMa): fill the holes masks mark, in one image or in folders as IOPaint's batch mode does.
 
     python -m zoo.run lama IMAGES... --mask MASKS --out DIR
+    python -m zoo.run lama --image DIR --mask DIR --output DIR     # IOPaint's `iopaint run` flags
 
 IMAGES are files or folders; MASKS is one mask for every image, or a folder of
 masks matched to the images by file stem (IOPaint's rule, ``a.jpg`` <- ``a.png``)
 or by lama's naming (``a.jpg`` <- ``a_mask.png``, ``a_mask001.png``; then
-images and masks may share one folder). Outputs are named like the inputs.
-Problems with one file (no mask, a mask for no image, an unreadable file) are
-reported one line per file; the rest is processed and the exit code is 1.
+images and masks may share one folder). Mask levels at or above 127 are hole
+(IOPaint's). Outputs in a folder are named like the inputs, lossy ones
+(JPEG, WebP, GIF) as PNG. As IOPaint, an image without a mask and a mask
+without an image are one note line each and skipped; a file that cannot be
+read or written is one error line, the rest is processed and the exit code is
+1. A run where no image has a mask exits 1.
 """
 from __future__ import annotations
 
@@ -33,6 +37,9 @@ from zoo.sources import Item
 LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp", ".gif")
 QUALITY_FORMATS = ("JPEG", "WEBP")
 MASK_MARK = "_mask"  # lama's naming: photo.png <- photo_mask.png, photo_mask001.png
+# IOPaint's batch mode: levels >= 127 are hole. Also what keeps a mask saved as JPEG from making
+# holes of its compression noise (levels of a few units around the black).
+MASK_THRESHOLD = 127
 # A TIFF's EXIF is its own tag directory: its layout tags describe that file's pixels, not the output's.
 TIFF_LAYOUT_TAGS = {256, 257, 258, 259, 262, 273, 277, 278, 279, 284, 317, 322, 323, 324, 325, 338, 339, 34675}
 
@@ -48,22 +55,25 @@ class Job:
 def add_arguments(parser):
     from zoo.models.lama import CROP_MARGIN, CROP_TRIGGER_SIZE, HD_STRATEGIES, RESIZE_LIMIT
 
-    parser.add_argument("images", nargs="+", metavar="IMAGES", help="image files or folders of images")
+    parser.add_argument("images", nargs="*", metavar="IMAGES", help="image files or folders of images")
+    parser.add_argument("--image", action="append", default=[], metavar="PATH", dest="image_flags",
+                        help="an image file or folder, as IOPaint's --image (may be repeated; adds to IMAGES)")
     parser.add_argument("--mask", required=True, metavar="MASKS",
                         help="one mask for every image, or a folder of masks matched by file stem (a.jpg <- a.png "
                              "or a_mask.png); a mask of another size is resized to its image (nearest)")
-    parser.add_argument("--out", metavar="DIR",
-                        help="output folder (created; outputs named like the inputs); for one image also a file "
-                             "path (default for one image: <image>_inpainted.png beside it)")
+    parser.add_argument("--out", "--output", metavar="DIR", dest="out",
+                        help="output folder (created; outputs named like the inputs, JPEG/WebP/GIF ones as .png); "
+                             "for one image also a file path (default for one image: <image>_inpainted.png beside it)")
     parser.add_argument("--ext", metavar="SUFFIX",
-                        help="write the outputs in a folder with this suffix, e.g. png (lossless); default: the input's")
+                        help="write the outputs in a folder with this suffix, e.g. jpg; default: the input's, "
+                             "png for lossy inputs (the pixels outside the hole stay exact)")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace outputs that exist (default: skip them; inputs are never replaced)")
     parser.add_argument("--quality", type=int, default=95, metavar="Q",
                         help="JPEG and WebP quality, 1-100 (default 95); PNG and TIFF are lossless")
-    parser.add_argument("--mask-threshold", type=int, default=1, metavar="LEVEL",
-                        help="grey levels at or above LEVEL are hole (default 1: any nonzero level, as lama's "
-                             "predict.py; IOPaint's batch mode uses 127)")
+    parser.add_argument("--mask-threshold", type=int, default=MASK_THRESHOLD, metavar="LEVEL",
+                        help=f"grey levels at or above LEVEL are hole (default {MASK_THRESHOLD}, IOPaint's batch "
+                             "mode; 1: any nonzero level, as lama's predict.py)")
     parser.add_argument("--dilate", type=int, default=0, metavar="PIXELS",
                         help="grow every hole by this many pixels (square, as cv2.dilate; default 0)")
     parser.add_argument("--hd-strategy", choices=HD_STRATEGIES, default="crop",
@@ -86,6 +96,9 @@ def check_arguments(args) -> int | None:
     Returns an exit code when nothing is left to inpaint (the model is then never loaded).
     """
     check_options(args)
+    args.images = [*args.images, *args.image_flags]
+    if not args.images:
+        raise UsageError("no images given: pass image files or folders (IMAGES... or --image PATH)")
     mask_arg = Path(args.mask)
     if not mask_arg.exists():
         raise ZooError(f"mask not found: {mask_arg}")
@@ -97,7 +110,7 @@ def check_arguments(args) -> int | None:
     if not images:
         raise ZooError(f"no images to inpaint in {', '.join(args.images)}: the files there are all masks")
     args.single = len(images) == 1 and not folders  # one image named: its problem is the run's error
-    args.failed = 0
+    args.failed = args.unmasked = 0
 
     def fail(message: str) -> None:
         if args.single:
@@ -105,7 +118,17 @@ def check_arguments(args) -> int | None:
         print(f"error: {message}", file=sys.stderr)
         args.failed += 1
 
-    pairs = pair_masks(images, masks, mask_arg, fail, report_unused=bool(folders))
+    def unmatched(message: str, fix: str, image: bool) -> None:
+        """An image without a mask, or a mask without an image: a note, and skipped (IOPaint logs and goes on)."""
+        if args.single:
+            raise ZooError(f"{message}: {fix}")
+        print(f"note: {message}: skipped ({fix})", file=sys.stderr)
+        args.unmasked += image
+
+    pairs = pair_masks(images, masks, mask_arg, fail, unmatched, report_unused=bool(folders))
+    if args.unmasked == len(images):
+        raise ZooError(f"no image of {', '.join(args.images)} has a mask in {mask_arg}: name each mask after its "
+                       f"image (a.jpg <- a.png or a{MASK_MARK}.png), or pass one mask file for every image")
     outputs = output_paths(args, [image for image, _ in pairs])
     inputs = Inputs([*args.images, mask_arg, *images, *masks, args.weights])
     args.jobs, skipped, writers = [], [], {}
@@ -137,7 +160,7 @@ def check_arguments(args) -> int | None:
         where = skipped[0] if len(skipped) == 1 else f"{len(skipped)} outputs in {skipped[0].parent}"
         print(f"note: skipping {where}: already written (--overwrite replaces them)", file=sys.stderr)
     if not args.jobs:
-        print(summary(0, args.skipped, args.failed, 0.0, args.out or outputs[0]), file=sys.stderr)
+        print(summary(0, args, 0.0, args.out or outputs[0]), file=sys.stderr)
         return 1 if args.failed else 0
     for folder in dict.fromkeys(job.out.parent for job in args.jobs):
         make_output_folder(folder, "--out" if args.out else "output folder")
@@ -159,8 +182,8 @@ def check_options(args) -> None:
 
 
 def output_paths(args, images: list[Path]) -> list[Path]:
-    """Outputs named like the inputs in the --out folder (suffix --ext if given); one image may
-    also name its output file, or write <image>_inpainted.png beside itself."""
+    """Outputs named like the inputs in the --out folder (suffix --ext if given, else the input's, .png
+    for a lossy one); one image may also name its output file, or write <image>_inpainted.png beside itself."""
     out = Path(args.out) if args.out else None
     if out is not None and args.single and out.suffix and not out.is_dir():
         if args.ext:
@@ -170,9 +193,16 @@ def output_paths(args, images: list[Path]) -> list[Path]:
         if not args.single:
             raise UsageError("several images need an output folder: pass --out DIR")
         return [images[0].with_name(f"{images[0].stem}_inpainted.png")]
-    check_output_folder(out, "--out", args.images)
-    ext = f".{args.ext.lstrip('.')}" if args.ext else None
-    return [out / f"{image.stem}{ext or image.suffix}" for image in images]
+    check_output_folder(out, "--out", [*args.images, args.mask])  # never into an input or mask folder
+    if args.ext:
+        return [out / f"{image.stem}.{args.ext.lstrip('.')}" for image in images]
+    lossy = sorted({image.suffix for image in images if image.suffix.lower() in LOSSY_SUFFIXES})
+    if lossy:
+        # IOPaint writes every output as PNG: a JPEG written again changes pixels outside the hole too
+        print(f"note: {', '.join(lossy)} inputs are written as .png, which keeps the pixels outside the hole "
+              f"exact (--ext {lossy[0].lstrip('.')} keeps their format, lossy)", file=sys.stderr)
+    return [out / f"{image.stem}{'.png' if image.suffix.lower() in LOSSY_SUFFIXES else image.suffix}"
+            for image in images]
 
 
 def check_files(image: Path, mask: Path, args) -> None:
@@ -200,11 +230,12 @@ def mask_files(mask: Path, shared: bool) -> list[Path]:
     return masks
 
 
-def pair_masks(images: list[Path], masks: list[Path], mask_arg: Path, fail, report_unused: bool) -> list[tuple[Path, Path]]:
+def pair_masks(images: list[Path], masks: list[Path], mask_arg: Path, fail, unmatched,
+               report_unused: bool) -> list[tuple[Path, Path]]:
     """Each image's mask: the one mask, or the mask of the same stem, else lama's <stem>_mask*.
 
-    An image without a mask, an image with several candidates and (when images
-    came from folders) a mask no image uses are each reported through ``fail``.
+    An image with several candidates is reported through ``fail``; an image without a
+    mask and (when images came from folders) a mask no image uses through ``unmatched``.
     """
     if not mask_arg.is_dir():
         return [(image, mask_arg) for image in images]
@@ -217,8 +248,8 @@ def pair_masks(images: list[Path], masks: list[Path], mask_arg: Path, fail, repo
     for image in images:
         found = by_stem.get(image.stem) or by_mark.get(image.stem) or []
         if not found:
-            fail(f"{image}: no mask in {mask_arg} (looked for {image.stem}.* and {image.stem}{MASK_MARK}*.*): "
-                 "add one, or pass one mask file for every image")
+            unmatched(f"{image}: no mask in {mask_arg} (looked for {image.stem}.* and {image.stem}{MASK_MARK}*.*)",
+                      "add one to inpaint it, or pass one mask file for every image", image=True)
         elif len(found) > 1:
             fail(f"{image}: {len(found)} masks match it ({', '.join(m.name for m in found)}): keep one")
         else:
@@ -227,8 +258,8 @@ def pair_masks(images: list[Path], masks: list[Path], mask_arg: Path, fail, repo
     if report_unused:
         for m in masks:
             if m not in used:
-                fail(f"{m}: mask of no image (no image named {m.stem.rsplit(MASK_MARK, 1)[0]}.*): "
-                     "add the image, or remove or rename the mask")
+                unmatched(f"{m}: mask of no image (no image named {m.stem.rsplit(MASK_MARK, 1)[0]}.*)",
+                          "add the image, or remove or rename the mask", image=False)
     return pairs
 
 
@@ -248,16 +279,18 @@ def run(args, model) -> int:
 
     run.run(process)
     args.failed += run.failed
-    print(summary(run.done, args.skipped, args.failed, run.seconds, args.out or args.jobs[0].out), file=sys.stderr)
+    print(summary(run.done, args, run.seconds, args.out or args.jobs[0].out), file=sys.stderr)
     return run.exit_code if run.interrupted else 1 if args.failed else 0
 
 
-def summary(done: int, skipped: int, failed: int, seconds: float, out) -> str:
+def summary(done: int, args, seconds: float, out) -> str:
     parts = [f"{done} inpainted"]
-    if skipped:
-        parts.append(f"{skipped} skipped (already written)")
-    if failed:
-        parts.append(f"{failed} failed (see the error lines)")
+    if args.skipped:
+        parts.append(f"{args.skipped} skipped (already written)")
+    if args.unmasked:
+        parts.append(f"{args.unmasked} skipped (no mask)")
+    if args.failed:
+        parts.append(f"{args.failed} failed (see the error lines)")
     return f"lama: {', '.join(parts)} in {seconds:.1f} s -> {out}"
 
 
@@ -320,7 +353,8 @@ def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
             f"({args.hd_strategy}), {time.perf_counter() - start:.1f} s")
     if result.mode == "RGBA" and job.format == "JPEG":
         raise ZooError(f"{job.image} has transparency, which {job.out.suffix} cannot store: pass --ext png")
-    write_atomic(job.out, lambda tmp: result.save(tmp, format=job.format, **read.options))
+    write_atomic(job.out, lambda file: result.save(file, format=job.format, **read.options),
+                 replace=args.overwrite)
 
 
 def metadata(path: Path) -> dict:

@@ -20,9 +20,10 @@ from pathlib import Path
 
 from zoo import ray as zoo_ray
 from zoo import registry
-from zoo.cli import ArgumentParser, add_model_arguments, usage_errors
+from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, usage_errors
 from zoo.errors import UsageError, ZooError
-from zoo.files import Inputs, check_output_file, increment_path, write_atomic
+from zoo.files import Inputs, check_output_file, check_output_folder, increment_path, write_atomic
+from zoo.registry import is_weights_file
 
 TASKS = ("classify", "detect")
 
@@ -49,6 +50,10 @@ def parser_for(spec) -> ArgumentParser:
     parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
                         help="replace a predictions file that exists (inputs are never replaced)")
+    if spec.task == "classify":
+        from zoo.cli.classify import add_model_options
+
+        add_model_options(parser)
     if spec.task == "detect":
         parser.add_argument("--conf", type=float, default=0.25)
         parser.add_argument("--iou", type=float, default=0.7)
@@ -71,12 +76,16 @@ def schema_for(task: str):
 
 
 def main(spec, argv: list[str]) -> int:
+    if spec.task not in zoo_ray.CLASSES:
+        raise UsageError(f"{spec.name} ({spec.task}) does not run on Ray yet: run it without --ray")
     if spec.task not in TASKS:
         raise UsageError(f"--ray runs classify and detect models from the command line; {spec.name} "
                          f"({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
                          "in Python (docs/ray.md)")
     args = parser_for(spec).parse_args(argv)
-    ray = zoo_ray.import_ray()  # missing: one line before any work
+    if is_weights_file(args.model):  # python -m zoo.run best.pt ... --ray: the family's name, the file as weights
+        refuse_second_checkpoint(args.model, args.weights)
+        args.model, args.weights = spec.name, args.model
     if args.actors is not None and args.actors < 1:
         raise UsageError(f"--actors {args.actors} must be 1 or more")
     if args.batch < 1:
@@ -84,9 +93,15 @@ def main(spec, argv: list[str]) -> int:
     uri = len(args.images) == 1 and zoo_ray.is_uri(args.images[0])
     inputs = args.images[0] if uri else zoo_ray.image_paths(args.images, args.recursive)
     out = Path(args.out) if args.out else increment_path(f"runs/{spec.task}/ray")
-    path = check_output_file(out / f"predictions.{args.format}", "output",
-                             Inputs([] if uri else [*args.images, *inputs, args.weights]), args.overwrite)
+    given = Inputs([] if uri else [*args.images, *inputs, args.weights])
+    path = check_output_file(check_output_folder(out, "--out", given) / f"predictions.{args.format}", "output",
+                             given, args.overwrite)
+    ray = zoo_ray.import_ray()  # missing: one line before any work (after the checks of the command line)
     options = {"batch": args.batch}
+    if spec.task == "classify":
+        from zoo.cli.classify import model_options
+
+        options.update(model_options(args))
     if spec.task == "detect":
         from zoo.models.yolov8 import check_imgsz, check_thresholds
 
@@ -164,7 +179,7 @@ def run_dataset(ray, spec, args, inputs, weights, options: dict, path: Path) -> 
     schema = schema_for(spec.task)
     write = write_parquet if args.format == "parquet" else write_jsonl
     try:
-        write_atomic(path, lambda tmp: write(tmp, tables(dataset, schema, counts), schema))
+        write_atomic(path, lambda file: write(file, tables(dataset, schema, counts), schema), replace=args.overwrite)
     except ray.exceptions.RayError as e:  # e.g. an actor that could not build its model
         raise ZooError(f"the Ray run failed: {root_cause(e)}") from None
     failed = f", {counts['failed']} failed" if counts["failed"] else ""
@@ -202,20 +217,19 @@ def tables(dataset, schema, counts: dict):
         yield table
 
 
-def write_parquet(tmp: Path, tables, schema) -> None:
+def write_parquet(file, tables, schema) -> None:
     import pyarrow.parquet as pq
 
-    with pq.ParquetWriter(tmp, schema) as writer:
+    with pq.ParquetWriter(file, schema) as writer:
         for table in tables:
             writer.write_table(table)
 
 
-def write_jsonl(tmp: Path, tables, schema) -> None:
+def write_jsonl(file, tables, schema) -> None:
     """One record a line: the path and its results, or the path and its error."""
     results = [name for name in schema.names if name not in ("path", "error")]
-    with open(tmp, "w", encoding="utf-8") as f:
-        for table in tables:
-            for row in table.to_pylist():
-                keep = ("path", "error") if row["error"] else ("path", *results)
-                f.write(json.dumps({k: row[k] for k in keep}) + "\n")
-            f.flush()  # a batch at a time: the temporary file shows the progress
+    for table in tables:
+        for row in table.to_pylist():
+            keep = ("path", "error") if row["error"] else ("path", *results)
+            file.write((json.dumps({k: row[k] for k in keep}) + "\n").encode("utf-8"))
+        file.flush()  # a batch at a time: the temporary file shows the progress

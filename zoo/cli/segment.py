@@ -34,7 +34,7 @@ from zoo.cli import usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.extras import require
 from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
-                       refuse_inputs, save_mask, save_png, write_atomic)
+                       refuse_inputs, save_mask, save_png, write_text)
 from zoo.images import IMAGE_SUFFIXES, image_size, load_image
 from zoo.models.mobilesam.automatic_mask_generator import SamAutomaticMaskGenerator
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
@@ -157,12 +157,24 @@ def checked_prompts(size: tuple[int, int], prompts: list[dict]) -> list[dict]:
     return out
 
 
-def remove_stale_masks(out: Path, stem: str, keep: set[str]) -> None:
-    """Delete the mask PNGs of ``stem`` that a previous run wrote and the new JSON does not list
-    (only with --overwrite: without it, check_arguments refused an --out holding them)."""
-    for path in out.iterdir():
-        if is_mask_of(path.name, stem) and path.name not in keep:
-            path.unlink(missing_ok=True)
+def listed_masks(json_path: Path) -> set[str]:
+    """The mask files an earlier run's JSON of this image lists: the only files of that run a new one
+    removes when it does not write them again. An unreadable or foreign JSON lists none."""
+    try:
+        summary = json.loads(json_path.read_text(encoding="utf-8"))
+        entries = summary["masks"] if "masks" in summary else [m for o in summary["objects"] for m in o["masks"]]
+        return {entry["file"] for entry in entries if isinstance(entry["file"], str)}
+    except (OSError, ValueError, LookupError, TypeError):
+        return set()
+
+
+def remove_stale_masks(out: Path, stem: str, earlier: set[str], keep: set[str]) -> None:
+    """Delete the mask PNGs of ``stem`` that the previous run's JSON listed (``earlier``) and the new
+    one does not (only with --overwrite: without it, check_arguments refused an --out holding
+    them). A file no run of ours listed is never deleted, whatever its name."""
+    for name in earlier - keep:
+        if is_mask_of(name, stem):  # a plain name of this image's masks: nothing outside --out
+            (out / name).unlink(missing_ok=True)
 
 
 def is_mask_of(name: str, stem: str) -> bool:
@@ -200,6 +212,7 @@ def overlay(rgb: np.ndarray, objects: list[dict]) -> Image.Image:
 def segment_prompts(model, rgb: np.ndarray, item, prompts: list[dict], multimask: bool, out: Path) -> None:
     """The prompts' masks, overlay and JSON of one image."""
     stem = item.name
+    earlier = listed_masks(out / f"{stem}_masks.json")
     prompts = checked_prompts(rgb.shape[:2], prompts)
     predictor = model.predictor()
     predictor.set_image(rgb)  # the encoder runs once for every object below
@@ -228,9 +241,9 @@ def segment_prompts(model, rgb: np.ndarray, item, prompts: list[dict], multimask
     summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "objects": records}
     json_path = out / f"{stem}_masks.json"
-    write_atomic(json_path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
+    write_text(json_path, json.dumps(summary, indent=2))
     # after the JSON, not before the run: until the new JSON is in place, the old one's files all exist
-    remove_stale_masks(out, stem, {entry["file"] for record in records for entry in record["masks"]})
+    remove_stale_masks(out, stem, earlier, {entry["file"] for record in records for entry in record["masks"]})
 
     lines = [f"{item.path}: {width}x{height}, {len(records)} object(s)"]
     for k, record in enumerate(records):
@@ -247,6 +260,7 @@ def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path
     """Every mask of one image: a PNG per mask, the COCO-RLE records as JSON, an overlay of all masks."""
     from zoo.models.mobilesam import amg
 
+    earlier = listed_masks(out / f"{item.name}_masks.json")
     with tqdm(desc=f"{item.name}: everything", unit="batch", file=sys.stderr, leave=False) as bar:
         def progress(done, total, crop, crops):
             bar.total = total
@@ -270,8 +284,8 @@ def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path
     summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "mode": "everything", "parameters": params, "masks": entries}
     json_path = out / f"{item.name}_masks.json"
-    write_atomic(json_path, lambda tmp: tmp.write_text(json.dumps(summary, indent=2)))
-    remove_stale_masks(out, item.name, {entry["file"] for entry in entries})
+    write_text(json_path, json.dumps(summary, indent=2))
+    remove_stale_masks(out, item.name, earlier, {entry["file"] for entry in entries})
     tqdm.write(f"{item.path}: {width}x{height}, {len(entries)} masks -> {out / (item.name + '_everything*.png')}\n"
                f"overlay: {overlay_path}\njson: {json_path}")
 

@@ -16,7 +16,7 @@ from collections import defaultdict
 from zoo import devices
 from zoo.cli import ArgumentParser, guarded, usage_errors
 from zoo.errors import UsageError
-from zoo.files import check_output_file, write_atomic
+from zoo.files import check_output_file, write_text
 
 
 def parse_dtypes(text: str) -> tuple[str, ...]:
@@ -102,7 +102,7 @@ def main(argv: list[str]) -> int:
           + (f"; failing ops: {', '.join(failed)}" if failed else ""))
     if args.json:
         report = opcheck.report_dict(env, rows)
-        write_atomic(args.json, lambda tmp: tmp.write_text(json.dumps(report, indent=1)))
+        write_text(args.json, json.dumps(report, indent=1))
     return 1 if failed else 0
 
 

@@ -1,0 +1,164 @@
+"""Other people's code on our Results, unchanged: a script written against ultralytics' documented Results
+API gives what ultralytics' own Results give (tests/fixtures/ultralytics), supervision reads and draws our
+detections and MobileSAM's records, and --save-json evaluates with pycocotools as written."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import zoo
+from conftest import MANIFESTS
+from zoo.errors import ZooError
+from zoo.results import Results, TensorArray
+
+FIXTURES = Path(__file__).parent / "fixtures" / "ultralytics"
+sys.path.insert(0, str(FIXTURES))
+import results_script  # noqa: E402
+
+
+def ours() -> Results:
+    image = np.zeros(results_script.IMAGE_SHAPE, np.uint8)
+    return Results(image, "bus.jpg", results_script.NAMES, np.array(results_script.BOXES, np.float32))
+
+
+def test_an_ultralytics_script_gives_ultralytics_values(tmp_path):
+    expected = json.loads((FIXTURES / "expected.json").read_text())["values"]
+    got = json.loads(json.dumps(results_script.run(ours(), tmp_path)))  # tuples as JSON lists, as expected's
+    assert got.keys() == expected.keys()
+    for key in expected:
+        assert got[key] == expected[key], key
+
+
+def test_values_answer_torch_methods():
+    boxes = ours().boxes
+    assert isinstance(boxes.xyxy, TensorArray) and type(boxes.xyxy.numpy()) is np.ndarray
+    assert boxes.cls.long().dtype == np.int64 and boxes.conf.half().dtype == np.float16
+    assert boxes.xyxy.to("cuda:0", dtype="float16").dtype == np.float16 and boxes.to("mps").data.dtype == np.float32
+    assert boxes.conf.to(np.zeros(1, np.float64)).dtype == np.float64  # .to(other): other's dtype
+    assert ours().to("float16").boxes.data.dtype == np.float16 and ours().cuda().boxes is not None
+    assert f"{boxes[0].conf:.2f}" == "0.91" and boxes.xyxy.numel() == 16 and boxes.xyxy.dim() == 2
+    with pytest.raises(ZooError, match=r"to\(device='tpu'\): not a device"):
+        boxes.xyxy.to(device="tpu")
+    with pytest.raises(ValueError):  # as torch: only a one-element value is a number
+        int(boxes.cls)
+
+
+def test_saves_follow_ultralytics_and_never_replace_the_input(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    photo = tmp_path / "bus.jpg"
+    Image.new("RGB", (120, 100)).save(photo)
+    r = ours()
+    r.path = str(photo)
+    for call in (lambda: r.save(photo), lambda: r.plot(save=True, filename=photo), lambda: r.save_txt(photo)):
+        with pytest.raises(ZooError, match="is the input file"):
+            call()
+    assert r.plot(save=True, filename="plots/a.png").shape == (100, 120, 3) and Path("plots/a.png").is_file()
+    assert r.save() == "results_bus.jpg"
+    with pytest.raises(ZooError, match="results_bus.jpg exists: pass overwrite=True"):
+        r.save()  # a name the user did not give replaces nothing
+    assert r.save(overwrite=True) == "results_bus.jpg"
+    array = zoo.results.Results(np.zeros((8, 8, 3), np.uint8), "image0.jpg", {0: "a"})
+    assert array.save() == "results_image0.jpg"  # an in-memory image's name, as ultralytics gives it
+
+
+def test_supervision_reads_and_draws_our_detections():
+    import supervision as sv
+
+    r = ours()
+    detections = sv.Detections.from_ultralytics(r)
+    assert np.array_equal(detections.xyxy, r.boxes.xyxy) and detections.class_id.tolist() == [0, 5, 0, 2]
+    assert np.allclose(detections.confidence, r.boxes.conf) and detections["class_name"].tolist() == [
+        "person", "bus", "person", "car"]
+    scene = r.orig_img.copy()
+    scene = sv.BoxAnnotator(thickness=1).annotate(scene, detections)
+    scene = sv.LabelAnnotator().annotate(scene, detections)
+    assert scene[50, 10].any() and not scene[50, 30].any()  # box 0 (x 10.25-50.75): its left edge drawn, not its inside
+    empty = sv.Detections.from_ultralytics(r.new())  # boxes None: an image without results
+    assert len(empty) == 0
+
+
+def test_supervision_reads_mobilesam_records():
+    import supervision as sv
+    from zoo.models.mobilesam import amg
+
+    # the generator's records from known masks (generate() makes its records with the same records())
+    masks = np.zeros((2, 24, 32), bool)
+    masks[0, 2:6, 3:9] = True  # small
+    masks[1, 10:22, 5:30] = True  # large
+    boxes = np.array([[3, 2, 8, 5], [5, 10, 29, 21]], np.float32)  # XYXY, inclusive as upstream's
+    data = {"rles": amg.mask_to_rle(masks), "boxes": boxes, "iou_preds": np.array([0.9, 0.8], np.float32),
+            "stability_score": np.array([0.97, 0.96], np.float32), "points": np.array([[5, 4], [17, 16]], np.float32),
+            "crop_boxes": np.array([[0, 0, 32, 24]] * 2, np.float32)}
+    generator = zoo.load("mobilesam", weights="synthetic:0", device="cpu").mask_generator()
+    records = generator.records(data)
+    detections = sv.Detections.from_sam(records)  # largest first
+    assert np.array_equal(detections.mask, masks[::-1]) and detections.xyxy.tolist() == boxes[::-1].tolist()
+    assert detections.area.tolist() == [300, 24]
+
+
+# COCO's own category ids, from its instances_val2017.json (independent of zoo's mapping)
+COCO_IDS = {"bird": 16, "remote": 75}
+
+
+def coco_ap(ground_truth: dict, predictions) -> float:
+    from pycocotools.coco import COCO
+    from pycocotools.cocoeval import COCOeval
+
+    gt = COCO()
+    gt.dataset = ground_truth
+    gt.createIndex()
+    evaluation = COCOeval(gt, gt.loadRes(predictions), "bbox")  # a path: the file as written
+    evaluation.evaluate()
+    evaluation.accumulate()
+    evaluation.summarize()
+    return float(evaluation.stats[0])  # AP at IoU 0.50:0.95
+
+
+def test_save_json_evaluates_with_pycocotools_as_written(tmp_path):
+    from safetensors.numpy import save_file
+
+    from zoo.run import main
+    from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+    # COCO's 80 classes (no names stored); random weights but the DFL's arange(16), as in every real file,
+    # so that boxes have x1 < x2 (the synthetic DFL's random bins turn them inside out)
+    weights = synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0)
+    weights["model.22.dfl.conv.weight"] = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
+    save_file(weights, str(tmp_path / "coco80.safetensors"))
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(1)
+    for name in ("000000397133.png", "street.png"):  # a numeric stem: its number; else a running id after it
+        Image.fromarray(rng.integers(0, 256, (60, 80, 3), np.uint8)).save(folder / name)
+    options = {"conf": 0.05, "imgsz": 64, "classes": ",".join(COCO_IDS), "max_det": 20}
+    assert main(["yolov8n", str(folder), "--weights", str(tmp_path / "coco80.safetensors"), "--device", "cpu",
+                 "--save-json", "--out", str(tmp_path / "out"),
+                 *(f"--{k.replace('_', '-')}={v}" for k, v in options.items())]) == 0
+    predictions = tmp_path / "out" / "predictions.json"
+    # the ground truth these detections imply: the same boxes from the Python API, categories by name
+    det = zoo.load("yolov8n", weights=tmp_path / "coco80.safetensors", device="cpu")
+    image_ids = {"000000397133.png": 397133, "street.png": 397135}
+    annotations = []
+    for r in det.predict(str(folder), **options):
+        for (x1, y1, x2, y2), c in zip(r.boxes.xyxy.tolist(), r.boxes.cls.int().tolist()):
+            annotations.append({"id": len(annotations) + 1, "image_id": image_ids[Path(r.path).name],
+                                "category_id": COCO_IDS[r.names[c]], "bbox": [x1, y1, x2 - x1, y2 - y1],
+                                "area": (x2 - x1) * (y2 - y1), "iscrowd": 0})
+    ground_truth = {"images": [{"id": i} for i in image_ids.values()], "annotations": annotations,
+                    "categories": [{"id": i, "name": n} for n, i in COCO_IDS.items()]}
+    assert annotations and len(annotations) == len(json.loads(predictions.read_text()))
+    assert coco_ap(ground_truth, str(predictions)) == pytest.approx(1.0)
+    # category_id = class + 1 (what a custom model's file holds) would put remote (class 65) on COCO's 66 (bed)
+    shifted = [{**p, "category_id": yolov8_class(p["category_id"]) + 1} for p in json.loads(predictions.read_text())]
+    assert coco_ap(ground_truth, shifted) == 0
+
+
+def yolov8_class(coco_id: int) -> int:
+    from zoo.models.yolov8 import COCO91_IDS
+
+    return COCO91_IDS.index(coco_id)

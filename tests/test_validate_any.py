@@ -1,0 +1,211 @@
+"""zoo.validate.compare / assert_close / compare_torch / --module on models written for these tests
+(tests/any_models.py). The GPU half, the custom kernel's GPU-only fault, is tests/gpu/ (run by hand
+on a GPU machine: docs/validate-any-model.md)."""
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+import any_models
+import zoo.validate
+from zoo.cli.validate import main as validate_main
+from zoo.errors import UsageError, ZooError
+from zoo.validate import modules, torch_port
+from zoo.validate.capture import submodules
+
+
+@pytest.fixture(scope="module", params=sorted(any_models.FACTORIES))
+def case(request):
+    """(name, model, inputs on the host, its float64 reference with inputs kept)."""
+    name = request.param
+    model = any_models.FACTORIES[name]()
+    host = modules.inputs_on_host(any_models.inputs(name))
+    with modules.evaluation_mode(model):
+        reference = modules.reference_pass(model, host, mx.float64, keep_inputs=True)
+    return name, model, host, reference
+
+
+def test_correct_models_pass_on_the_cpu_in_float32_and_float16(case):
+    name, model, _, _ = case
+    report = zoo.validate.compare(model, *any_models.inputs(name), device="cpu", dtype=["float32", "float16"])
+    assert report.passed, (name, report.first_failure)
+    assert [(m.dtype, m.mode) for m in report.modes] == [
+        ("float32", "end-to-end"), ("float32", "isolated"), ("float16", "end-to-end"), ("float16", "isolated")]
+    called = {key for key, calls in case[3].calls.items()}
+    rows = {r.name.split("/")[0].split("#")[0] for r in report.modes[0].compared}
+    assert rows == called | {"output"}
+    assert report.modes[2].worst.rel > 1e-4  # float16 really ran in float16
+
+
+def test_a_fault_in_any_called_leaf_is_the_first_failure_in_isolated_mode(case):
+    name, model, host, reference = case
+    found = dict(submodules(model))
+    leaves = [n for n in reference.calls if not any(o.startswith(n + ".") for o in found)]
+    assert len(leaves) >= 4
+    with modules.evaluation_mode(model):
+        for leaf in leaves:
+            report = modules.test_pass(model, host, reference, mx.cpu, "float32", "isolated", (leaf, "noise"))
+            assert report.first_failure.split("/")[0].split("#")[0] == leaf, (name, leaf)
+            assert all(r.name.split("/")[0].split("#")[0] in {leaf, "output"} or leaf.startswith(r.name.split("#")[0])
+                       for r in report.layers if r.failed), (name, leaf)  # only it and the blocks holding it
+
+
+def test_rows_are_module_calls_and_output_parts():
+    model = any_models.conv_net()
+    report = zoo.validate.compare(model, *any_models.inputs("conv_net"), mode="end-to-end")
+    names = [r.name for r in report.modes[0].layers]
+    # completion order; a module called twice is two rows; modules in a list and a dict are found
+    assert names == ["stem", "bn", "act#0", "blocks.0", "act#1", "blocks.1", "heads.pool", "heads.fc", "output"]
+    depthwise = report.modes[0].layers[5]
+    assert depthwise.status == "pass" and depthwise.flags[0].startswith("reference in float32: float64 raised")
+
+    tower = zoo.validate.compare(any_models.vision_tower(), *any_models.inputs("vision_tower"), mode="end-to-end")
+    outputs = [r.name for r in tower.modes[0].layers if r.name.startswith("output")]
+    assert outputs == ["output/pooled", "output/last_hidden_state", "output/hidden_states/0", "output/hidden_states/1"]
+    assert json.loads(tower.to_json())["reference"] == "cpu-float64 (the same MLX model)"
+
+
+def test_the_model_is_left_as_it_was():
+    model = any_models.unet()
+    model.train()
+    before = {k: (v, np.array(v)) for k, v in dict(_flat(model)).items()}
+    classes = {n: type(m) for n, m in submodules(model)}
+    zoo.validate.compare(model, *any_models.inputs("unet"), dtype="float16", inject="mid.0.conv1=noise")
+    after = dict(_flat(model))
+    assert after.keys() == before.keys()
+    assert all(after[k] is v and after[k].dtype == mx.float32 and np.array_equal(np.array(after[k]), a)
+               for k, (v, a) in before.items())
+    assert {n: type(m) for n, m in submodules(model)} == classes
+    assert model.training and all(m.training for _, m in submodules(model))
+
+
+def _flat(model):
+    from mlx.utils import tree_flatten
+
+    return tree_flatten(model.parameters())
+
+
+def test_the_custom_kernel_fault_is_absent_on_the_cpu():
+    """On the CPU KernelAdd runs MLX's add: the model passes, and the coverage says which add ran.
+    On a GPU its kernel drops the second operand: tests/gpu/test_validate_any_gpu.py."""
+    report = zoo.validate.compare(any_models.kernel_net(), *any_models.inputs("kernel_net"), device="cpu")
+    assert report.passed
+    assert {"layer": "add", "module": "KernelAdd", "op": "add", "implementation": "MLX op"} in report.coverage()
+
+
+def test_tolerances_are_the_dtypes_and_overridable():
+    model, x = any_models.causal_lm(), any_models.inputs("causal_lm")
+    report = zoo.validate.compare(model, *x, dtype="float16", mode="isolated")
+    assert report.passed and report.modes[0].tolerance == 1e-2
+    strict = zoo.validate.compare(model, *x, dtype="float16", mode="isolated", rtol=1e-6)
+    assert not strict.passed and strict.modes[0].tolerance == 1e-6
+    assert zoo.validate.compare(model, *x, dtype="float16", mode="isolated", rtol=1e-6, atol=1.0).passed
+    with pytest.raises(AssertionError, match=r"first failing layer layers\.1\.mlp\.fc2 \(float32, isolated\)"):
+        zoo.validate.assert_close(model, *x, mode="isolated", inject="layers.1.mlp.fc2=zero")
+
+
+def test_bad_input_is_one_error_naming_the_fix():
+    model, x = any_models.conv_net(), any_models.inputs("conv_net")
+    with pytest.raises(UsageError, match="takes an mlx.nn.Module, got function"):
+        zoo.validate.compare(lambda v: v, *x)
+    with pytest.raises(UsageError, match=r"stem \(Conv2d\), in the reference pass, raised ValueError.*argument 0 \(1, 3, 8, 8\).*NHWC"):
+        zoo.validate.compare(model, np.zeros((1, 3, 8, 8), np.float32))
+    with pytest.raises(UsageError, match=r"raised.*argument 0 \(8, 8, 3\)"):
+        zoo.validate.compare(model, np.zeros((8, 8, 3), np.float32))  # rank 3 where 4 is taken
+    with pytest.raises(UsageError, match="no module named 'blocks.7'.*pass one of the model's module paths"):
+        zoo.validate.compare(model, *x, inject="blocks.7=zero")
+    with pytest.raises(UsageError, match="no inputs"):
+        zoo.validate.compare(model)
+    with pytest.raises(UsageError, match="reference 'gpu-float64'"):
+        zoo.validate.compare(model, *x, reference="gpu-float64")
+    with pytest.raises(ZooError, match="called embeddings.positions 0 time"):
+        zoo.validate.compare(any_models.vision_tower(), *any_models.inputs("vision_tower"),
+                             inject="embeddings.positions=zero")
+
+
+def test_command_line(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = ["--module", "tests/any_models.py:unet", "--input", "1,8,8,4", "--input", "1", "--input", "1,3,6"]
+    assert validate_main([*argv, "--json", str(out), "--show", "failures"]) == 0
+    assert "isolated: PASS 34/34" in capsys.readouterr().out
+    assert json.loads(out.read_text())["passed"]
+    assert validate_main([*argv, "--mode", "isolated", "--inject", "up.conv2=noise"]) == 1
+    assert "first failing layer: up.conv2" in capsys.readouterr().out
+    assert validate_main(["--module", "any_models:kernel_net", "--input", "1,8,8,3", "--mode", "isolated"]) == 0
+    assert "isolated: PASS 5/5" in capsys.readouterr().out
+    assert validate_main(["--module", "tests/any_models.py:nothing", "--input", "1,8,8,3"]) == 2
+    assert validate_main(["--module", "tests/any_models.py:conv_net", "--input", "1,8,x"]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors == ["error: --module tests/any_models.py:nothing: tests/any_models.py has no function nothing: "
+                      "name one that returns the model",
+                      "error: --input '1,8,x': use SHAPE[:int32[:HIGH]], e.g. 1,224,224,3 or 1,77:int32:49408"]
+
+
+# ---- compare_torch without torch: PyTorch's side stood in for by the MLX model's own float64
+# reference, moved to PyTorch's layouts and names ---------------------------------------------
+
+
+def as_torch(reference, parameters, prefix="net."):
+    """``reference`` and MLX ``parameters`` as record_torch would give them for a PyTorch twin
+    whose paths start with ``prefix``: 4-D values NCHW, conv weights (O, I, kH, kW)."""
+    def nchw(values):
+        return {p: np.moveaxis(v, -1, 1) if v.ndim == 4 else v for p, v in values.items()}
+
+    calls = {prefix + name: [modules.ReferenceCall(nchw(c.output), None if c.inputs is None else nchw(c.inputs))
+                             for c in entries] for name, entries in reference.calls.items()}
+    calls[prefix + "dropout"] = [modules.ReferenceCall({"": np.zeros(3)})]  # a layer the port does not have
+    weights = {prefix + k: np.moveaxis(np.array(v), -1, 1) if v.ndim == 4 else np.array(v) for k, v in parameters}
+    weights[prefix + "bn.num_batches_tracked"] = np.array(3)
+    return torch_port.Recorded(calls, modules.ReferenceCall(reference.output.output), weights)
+
+
+def test_torch_pairing_layouts_and_weights_on_recorded_arrays():
+    model = any_models.conv_net()
+    host = modules.inputs_on_host(any_models.inputs("conv_net"))
+    with modules.evaluation_mode(model):
+        reference = modules.reference_pass(model, host, mx.float64, keep_inputs=True)
+    recorded = as_torch(reference, _flat(model))
+    rename = torch_port.renamer({"net": ""})
+    paired, unpaired = torch_port.pair(recorded, [n for n, _ in submodules(model)], rename)
+    assert unpaired == ["net.dropout"] and set(paired.calls) == set(reference.calls)
+    align = torch_port.aligner("auto")
+    with modules.evaluation_mode(model):
+        for mode in ("end-to-end", "isolated"):
+            report = modules.test_pass(model, host, paired, mx.cpu, "float32", mode, align=align)
+            assert report.passed and not any("not fed" in r.flags for r in report.layers), mode
+    params = torch_port.parameter_report(recorded.parameters, model, rename, "float32")
+    assert params.passed and len(params.compared) == 12
+    recorded.parameters["net.stem.weight"] = recorded.parameters["net.stem.weight"].swapaxes(2, 3)  # a port's bug
+    assert torch_port.parameter_report(recorded.parameters, model, rename, "float32").first_failure == "stem.weight"
+    rows = torch_port.unpaired_rows(unpaired)
+    assert [(r.name, r.status) for r in rows] == [("net.dropout", "n/a")]
+
+
+def test_torch_names_and_layouts():
+    rename = torch_port.renamer({"features": "layers", "features.0": "stem", "classifier.1": "head", "aux": None})
+    assert [rename(p) for p in ("features.0.weight", "features.3", "classifier.1.bias", "aux.fc", "featuresx")] == \
+        ["stem.weight", "layers.3", "head.bias", None, "featuresx"]
+    align = torch_port.aligner("auto")
+    nchw = np.arange(2 * 3 * 4 * 5, dtype=float).reshape(2, 3, 4, 5)
+    assert np.array_equal(align(nchw, (2, 4, 5, 3), "x")[0], np.moveaxis(nchw, 1, -1))
+    tokens = np.ones((1, 7, 16))
+    assert align(tokens, (1, 7, 16), "x") == (tokens, None)  # (B, N, C) as it is
+    assert align(np.arange(8.0).reshape(1, 2, 2, 2), (1, 2, 2, 2), "x")[1] == "layout ambiguous: taken as NCHW -> NHWC"
+    with pytest.raises(ValueError, match="no layout"):
+        align(nchw, (2, 3, 5, 4), "x")
+    same = torch_port.aligner({"head.*": "same", "*": "channels-last"})
+    assert same(tokens, (1, 7, 16), "head.fc")[0] is tokens
+    with pytest.raises(ValueError):
+        same(tokens, (1, 7, 16), "body")
+    with pytest.raises(UsageError, match="layout 'nchw'"):
+        torch_port.aligner("nchw")
+    assert [a.shape for a in torch_port.torch_inputs((nchw, tokens), "auto")] == [(2, 5, 3, 4), (1, 7, 16)]
+
+
+def test_html_report_names_the_reference():
+    report = zoo.validate.compare(any_models.kernel_net(), *any_models.inputs("kernel_net"), mode="isolated",
+                                  inject="conv=zero")
+    page = report.to_html()
+    assert "MLX vs cpu-float64 (the same MLX model)" in page and "first failing layer <b>conv</b>" in page
+

@@ -1,0 +1,173 @@
+"""Instance masks and keypoints after NMS, as ultralytics' ``utils/ops.py`` computes them, in numpy.
+
+    process_mask(protos, coefficients, boxes, frame)     masks at the letterboxed input's size (predict's default)
+    process_mask_native(protos, coefficients, boxes, image_shape)   masks at the image's size (retina_masks)
+    scale_masks(masks, image_shape)                       input-size maps -> the image's size (padding cut off)
+    scale_coords(frame, points, image_shape)              input pixels -> image pixels, clipped
+    masks2segments(masks)                                 each mask's outer contours as one polygon (OpenCV)
+
+Same crops, interpolation and thresholds as upstream: a mask is the prototypes weighted by the
+detection's 32 coefficients, zeroed outside its box (box edges rounded, as upstream's CPU path for
+fewer than 50 masks; compared as floats otherwise, as its GPU path), upsampled bilinearly (half-pixel
+centres, no antialiasing: torch's F.interpolate) and kept where positive. Masks are made one at a
+time, so a batch of masks costs one float map at the output size besides the boolean results.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import ZooError
+
+FLOAT_CROP_FROM = 50  # upstream crops this many masks or more by comparing coordinates as floats
+
+
+def bilinear_resize(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(N, h, w) float32 -> (N, H, W): torch's F.interpolate(mode="bilinear", align_corners=False)."""
+    out = maps
+    for axis, (before, after) in enumerate(zip(maps.shape[1:], size), start=1):
+        if before == after:
+            continue
+        scale = np.float32(before / after)
+        source = np.maximum((np.arange(after, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5), 0)
+        low = np.minimum(source.astype(np.int64), before - 1)
+        high = np.minimum(low + 1, before - 1)
+        weight = (source - low).astype(np.float32)
+        shape = [1, 1, 1]
+        shape[axis] = after
+        weight = weight.reshape(shape)
+        out = np.take(out, low, axis=axis) * (1 - weight) + np.take(out, high, axis=axis) * weight
+    return out.astype(np.float32, copy=False)
+
+
+def crop_mask(masks: np.ndarray, boxes: np.ndarray) -> np.ndarray:
+    """Zero each (N, H, W) mask outside its x1 y1 x2 y2 box (pixels of the mask), in place, as upstream:
+    fewer than 50 masks by slicing at the rounded edges (a negative edge slices from the far side, as
+    upstream's does), more by comparing each pixel's index with the edges."""
+    if len(masks) < FLOAT_CROP_FROM:
+        for mask, (x1, y1, x2, y2) in zip(masks, np.round(boxes).astype(np.int64)):
+            mask[:y1] = 0
+            mask[y2:] = 0
+            mask[:, :x1] = 0
+            mask[:, x2:] = 0
+        return masks
+    h, w = masks.shape[1:]
+    x1, y1, x2, y2 = (boxes[:, i, None, None] for i in range(4))
+    columns, rows = np.arange(w, dtype=np.float32)[None, None], np.arange(h, dtype=np.float32)[None, :, None]
+    masks *= (columns >= x1) & (columns < x2) & (rows >= y1) & (rows < y2)
+    return masks
+
+
+def mask_logits(protos: np.ndarray, coefficients: np.ndarray) -> np.ndarray:
+    """protos (h, w, nm) NHWC and (N, nm) coefficients -> (N, h, w) float32: their weighted sums."""
+    h, w, nm = protos.shape
+    flat = protos.astype(np.float32).reshape(-1, nm)
+    return (coefficients.astype(np.float32) @ flat.T).reshape(-1, h, w)
+
+
+def process_mask(protos: np.ndarray, coefficients: np.ndarray, boxes: np.ndarray, frame: tuple[int, int]) -> np.ndarray:
+    """(N, H, W) bool masks at the input's size ``frame``: ultralytics' process_mask(upsample=True), the boxes
+    in input pixels (scaled to the prototypes' grid for the crop)."""
+    logits = mask_logits(protos, coefficients)
+    h, w = logits.shape[1:]
+    ratios = np.array([w / frame[1], h / frame[0], w / frame[1], h / frame[0]], np.float32)
+    logits = crop_mask(logits, boxes.astype(np.float32) * ratios)
+    return np.stack([bilinear_resize(m[None], frame)[0] > 0 for m in logits]) if len(logits) else \
+        np.zeros((0, *frame), bool)
+
+
+def process_mask_native(protos: np.ndarray, coefficients: np.ndarray, boxes: np.ndarray,
+                        image_shape: tuple[int, int]) -> np.ndarray:
+    """(N, H, W) bool masks at the image's size (ultralytics' process_mask_native, predict's
+    ``retina_masks``): the prototypes' maps scaled to the image first, then cropped by the boxes in image pixels."""
+    out = np.zeros((len(coefficients), *image_shape[:2]), bool)
+    for i, (logits, box) in enumerate(zip(mask_logits(protos, coefficients), boxes)):
+        scaled = scale_masks(logits[None], image_shape)
+        out[i] = crop_mask(scaled, box[None].astype(np.float32))[0] > 0
+    return out
+
+
+def letterbox_padding(frame: tuple[int, int], image_shape: tuple[int, int]) -> tuple[float, float, float]:
+    """(gain, pad_x, pad_y) of an image letterboxed into ``frame`` (centred), as upstream computes them."""
+    gain = min(frame[0] / image_shape[0], frame[1] / image_shape[1])
+    return gain, (frame[1] - image_shape[1] * gain) / 2, (frame[0] - image_shape[0] * gain) / 2
+
+
+def scale_masks(maps: np.ndarray, image_shape: tuple[int, int]) -> np.ndarray:
+    """(N, h, w) maps of the letterboxed input -> (N, H, W) float32 of the image: the padding cut off as
+    ultralytics' scale_masks (rounded as LetterBox pads), the rest resized bilinearly."""
+    h, w = maps.shape[1:]
+    if (h, w) == tuple(image_shape[:2]):
+        return maps.astype(np.float32, copy=False)
+    _, pad_x, pad_y = letterbox_padding((h, w), image_shape)
+    top, left = round(pad_y - 0.1), round(pad_x - 0.1)
+    bottom, right = h - round(pad_y + 0.1), w - round(pad_x + 0.1)
+    return bilinear_resize(maps[:, top:bottom, left:right].astype(np.float32), tuple(image_shape[:2]))
+
+
+def scale_coords(frame: tuple[int, int], points: np.ndarray, image_shape: tuple[int, int],
+                 normalize: bool = False) -> np.ndarray:
+    """(..., 2 or more) points in the letterboxed input's pixels -> the image's (x, y; the other values kept),
+    clipped to the image as ultralytics' scale_coords; ``normalize``: x / width, y / height."""
+    gain, pad_x, pad_y = letterbox_padding(frame, image_shape)
+    out = np.array(points, dtype=np.float32)
+    out[..., 0] = ((out[..., 0] - pad_x) / gain).clip(0, image_shape[1])
+    out[..., 1] = ((out[..., 1] - pad_y) / gain).clip(0, image_shape[0])
+    if normalize:
+        out[..., 0] /= image_shape[1]
+        out[..., 1] /= image_shape[0]
+    return out
+
+
+def outer_contours(mask: np.ndarray) -> list[np.ndarray]:
+    """An (H, W) mask's outer contours, each (K, 2) int x, y: OpenCV's findContours (external contours,
+    CHAIN_APPROX_SIMPLE), as ultralytics finds them."""
+    try:
+        import cv2
+    except ImportError:
+        raise ZooError("mask polygons (masks.xy, YOLO-seg labels) need OpenCV: "
+                       "pip install opencv-python-headless") from None
+    contours = cv2.findContours(np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL,
+                                cv2.CHAIN_APPROX_SIMPLE)[0]
+    return [c.reshape(-1, 2) for c in contours]
+
+
+def closest_points(a: np.ndarray, b: np.ndarray) -> tuple[int, int]:
+    """Indexes of the closest pair of points between two polygons."""
+    distances = ((a[:, None, :].astype(np.float64) - b[None, :, :]) ** 2).sum(-1)
+    i, j = np.unravel_index(np.argmin(distances), distances.shape)
+    return int(i), int(j)
+
+
+def join_polygons(polygons: list[np.ndarray]) -> np.ndarray:
+    """Several polygons as one, each linked to the next at their closest points by a thin two-way
+    seam, as ultralytics' merge_multi_segment: forward through the first, each middle polygon's path
+    from its entry to its exit point and the last, then back through the middle ones' remainders."""
+    n = len(polygons)
+    links: list[list[int]] = [[] for _ in range(n)]
+    for i in range(1, n):
+        a, b = closest_points(polygons[i - 1], polygons[i])
+        links[i - 1].append(a)
+        links[i].append(b)
+    parts, rolled = [], []
+    for i, (polygon, link) in enumerate(zip(polygons, links)):
+        if len(link) == 2 and link[0] > link[1]:  # enter and leave a middle polygon in index order
+            link = link[::-1]
+            polygon = polygon[::-1]
+        polygon = np.roll(polygon, -link[0], axis=0)
+        polygon = np.concatenate([polygon, polygon[:1]])
+        rolled.append(polygon)
+        parts.append(polygon if i in (0, n - 1) else polygon[: link[1] - link[0] + 1])
+    for i in range(n - 2, 0, -1):  # the way back: what the forward pass skipped of each middle polygon
+        parts.append(rolled[i][abs(links[i][1] - links[i][0]):])
+    return np.concatenate(parts)
+
+
+def masks2segments(masks: np.ndarray) -> list[np.ndarray]:
+    """Each (H, W) mask's polygon, (K, 2) float32 x, y in mask pixels: its outer contour, or all of
+    them joined (join_polygons); (0, 2) for an empty mask. ultralytics' masks2segments(strategy="all")."""
+    segments = []
+    for mask in masks:
+        contours = outer_contours(mask)
+        polygon = (join_polygons(contours) if len(contours) > 1 else contours[0]) if contours else np.zeros((0, 2))
+        segments.append(polygon.astype(np.float32))
+    return segments
