@@ -76,7 +76,7 @@ def plain(task: str, listing: Path, out: Path, args) -> int:
         for path in paths:
             image = open_image(path)
             hole = load_mask(mask_levels(listing.parent / f"mask{args.size}.png"), (image.height, image.width))
-            model.inpaint(image, hole).save(out / Path(path).name, quality=95)
+            Image.fromarray(model.inpaint(image, hole)).save(out / Path(path).name, quality=95)
         return len(paths)
     if task == "segment":
         from zoo.files import save_mask

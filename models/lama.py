@@ -39,7 +39,7 @@ from PIL import Image
 from zoo.compiled import CompiledForward, fold_batch_norm, folded, kept, recording_layers, with_winograd
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
 from zoo.images import load_image, open_image
 from zoo.kernels import few_outputs, implicit_gemm
 from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, irfft2_parts,
@@ -407,14 +407,13 @@ class LaMa(nn.Module):
     def inpaint(self, image, mask, hd_strategy: str = "crop", resize_limit: int = RESIZE_LIMIT,
                 crop_margin: int = CROP_MARGIN, crop_trigger_size: int = CROP_TRIGGER_SIZE,
                 max_megapixels: float | None = None, progress: bool = False):
-        """Fill the hole of ``image`` marked by ``mask`` (nonzero = hole); returns the kind given.
+        """Fill the hole of ``image`` marked by ``mask`` (nonzero = hole): an (H, W, 3) uint8 array.
 
-        ``image``: a path or a PIL image -> a PIL image; an (H, W, 3) or (H, W, 4)
-        array -> a uint8 array of as many channels. An alpha channel is set aside
-        and put back unchanged (the model sees the raw colours, as IOPaint); a PIL
-        result carries the input's ICC profile, EXIF (orientation applied, as on
-        read) and dpi in ``info``. ``mask``: path, PIL image or HxW array of the
-        image's size (see ``load_mask``).
+        ``image``: a path, a PIL image or an (H, W, 3) / (H, W, 4) array; whatever the kind, the
+        result is a numpy uint8 array, (H, W, 4) when the image has an alpha channel: alpha is set
+        aside and put back unchanged (the model sees the raw colours, as IOPaint).
+        ``Image.fromarray(out)`` makes it a PIL image. ``mask``: path, PIL image or HxW array of
+        the image's size (see ``load_mask``).
 
         Pixels outside the hole are returned unchanged. A mask with no hole
         returns a copy of the image (with a warning) without running the model.
@@ -425,8 +424,7 @@ class LaMa(nn.Module):
         ``crop_margin`` pixels of context. ``max_megapixels`` bounds one model
         pass (default: what fits in the device's memory).
         """
-        pil = open_image(image) if isinstance(image, (str, Path)) else image if isinstance(image, Image.Image) else None
-        rgb, alpha = split_alpha(image if pil is None else pil)
+        rgb, alpha = split_alpha(open_image(image) if isinstance(image, (str, Path)) else image)
         hole = load_mask(mask, rgb.shape[:2])
         if not hole.any():
             warnings.warn("the mask marks no pixel as hole: the image is returned unchanged", stacklevel=2)
@@ -434,13 +432,7 @@ class LaMa(nn.Module):
         else:
             out = self.inpaint_array(rgb, hole, hd_strategy, resize_limit, crop_margin, crop_trigger_size,
                                      max_megapixels, progress)
-        if alpha is not None:
-            out = np.dstack([out, alpha])
-        if pil is None:
-            return out
-        result = Image.fromarray(out, "RGBA" if alpha is not None else "RGB")
-        result.info = {k: pil.info[k] for k in ("icc_profile", "exif", "dpi") if k in pil.info}
-        return result
+        return out if alpha is None else np.dstack([out, alpha])
 
     @serialized()
     def inpaint_array(self, image: np.ndarray, hole: np.ndarray, hd_strategy: str = "crop",
@@ -620,11 +612,11 @@ def check_memory(size: tuple[int, int], max_megapixels: float | None, dtype: mx.
     elif pixels <= max_megapixels * 1e6:
         return
     else:
-        limit = f"--max-megapixels {max_megapixels:g}"
+        limit = option("max_megapixels", max_megapixels)
     raise ZooError(
-        f"one big-lama pass over {w}x{h} pixels needs about {need / 1e9:.3g} GB of memory ({limit}): "
-        "use --hd-strategy crop (small holes) or resize (large holes), or a larger --max-megapixels "
-        "if the device has the memory")
+        f"one big-lama pass over {w}x{h} pixels needs about {need / 1e9:.3g} GB of memory ({limit}): use "
+        f"{option('hd_strategy', 'crop')} (small holes) or {option('hd_strategy', 'resize')} (large holes), or a "
+        f"larger {option('max_megapixels', 'N')} if the device has the memory")
 
 
 def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin: int,

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import zoo
 from conftest import cli_error, synthetic_checkpoint
 from zoo.errors import ZooError
-from zoo.files import image_format, write_atomic, write_text
+from zoo.files import check_new_file, image_format, write_atomic, write_text
 from zoo.run import main
 
 
@@ -71,7 +72,29 @@ def test_missing_weights_file(photo, capsys):
 
 def test_offline_without_weights(photo, capsys):
     err = cli_error(["resnet18", str(photo)], capsys)
-    assert "timm/resnet18.tv_in1k/model.safetensors" in err and "--weights" in err
+    assert "timm/resnet18.tv_in1k/model.safetensors" in err and "pass --weights PATH" in err
+
+
+def test_api_errors_name_keyword_arguments_and_cli_errors_flags(photo, tmp_path, capsys):
+    """One check, two interfaces: the Python API's error names its keyword argument, the CLI's its flag."""
+    with pytest.raises(ZooError, match=r"pass weights=PATH .* weights='synthetic'") as api:
+        zoo.load("resnet18")
+    assert "--" not in str(api.value)
+    (tmp_path / "out.json").write_text("{}")
+    with pytest.raises(ZooError, match="pass overwrite=True to replace it"):
+        check_new_file(tmp_path / "out.json", "output", overwrite=False)
+    assert "pass --overwrite to replace it" in cli_error(
+        ["resnet18", str(photo), "--json", str(tmp_path / "out.json"), "--weights", "synthetic"], capsys)
+
+
+def test_zoo_weights_synthetic_runs_offline_and_says_so(photo, monkeypatch, capsys):
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic:3")
+    assert main(["resnet18", str(photo), "--top-k", "1"]) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if "synthetic" in line]
+    assert said == ["WARNING: ZOO_WEIGHTS=synthetic:3: resnet18 runs on synthetic:3 weights (random values: outputs "
+                    "are meaningless) in place of timm/resnet18.tv_in1k/model.safetensors"]
+    monkeypatch.setenv("ZOO_WEIGHTS", "yes")
+    assert "ZOO_WEIGHTS='yes': use synthetic or synthetic:SEED" in cli_error(["resnet18", str(photo)], capsys)
 
 
 def test_no_network_without_weights_fails_fast(photo, tmp_path):
@@ -82,7 +105,8 @@ def test_no_network_without_weights_fails_fast(photo, tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         "error: cannot reach the Hugging Face Hub to download timm/resnet18.tv_in1k/model.safetensors (no network): "
-        "pass --weights PATH to a local checkpoint (or --weights synthetic for random test weights)"]
+        "pass --weights PATH to a local checkpoint (or --weights synthetic for random test weights; "
+        "ZOO_WEIGHTS=synthetic for every model)"]
 
 
 def test_bad_dtype_and_device_choices(photo, capsys):
@@ -137,3 +161,25 @@ def test_no_readable_image_fails_and_writes_nothing(tmp_path, capsys):
     err = cli_error(["resnet18", str(tmp_path), "--weights", "synthetic:0", "--device", "cpu", "--json", str(out)], capsys)
     assert "none of the 2 images could be read" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.jpg"]
+
+
+@pytest.mark.parametrize("entry, argv, own", [
+    ("zoo.run", [], "task options:"),
+    ("zoo.run", ["yolov8n"], "--save-json"),
+    ("zoo.run", ["annotate"], "--det DET"),
+    ("zoo.run", ["resnet50", "--ray"], "--ray-address"),
+    ("zoo.cli.validate", [], "--inject NAME=KIND"),
+    ("zoo.cli.validate", ["lama"], "--calibrate-bn"),
+    ("zoo.cli.validate", ["ops"], "--inject-op"),
+])
+def test_every_entry_point_helps_with_its_own_options(entry, argv, own, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as done:
+        importlib.import_module(entry).main([*argv, "--help"])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    prog = "python -m zoo.validate" if entry == "zoo.cli.validate" else "python -m zoo.run"
+    assert out.startswith(f"usage: {prog}") and own in out
+    if entry == "zoo.cli.validate":
+        assert "--save-json" not in out and "--top-k" not in out  # not zoo.run's options

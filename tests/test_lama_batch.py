@@ -240,30 +240,23 @@ def test_cli_argument_errors(photos, tmp_path, capsys):
          str(tmp_path / "x.png"), "--ext", "png", *WEIGHTS], capsys)
 
 
-def test_inpaint_returns_the_kind_it_was_given(tmp_path):
+def test_inpaint_returns_an_array_for_every_kind_of_image(tmp_path):
     lama = zoo.load("lama", weights="synthetic:0", device="cpu")
     rng = np.random.default_rng(4)
     rgb = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
     hole = np.zeros((H, W), bool)
     hole[HOLE] = True
     from_array = lama.inpaint(rgb, hole)
-    assert isinstance(from_array, np.ndarray) and from_array.shape == (H, W, 3)
-    pil = Image.fromarray(rgb)
-    pil.info.update(icc_profile=ICC, dpi=(300, 300))
-    from_pil = lama.inpaint(pil, hole)
-    assert isinstance(from_pil, Image.Image) and from_pil.mode == "RGB"
-    assert np.array_equal(np.asarray(from_pil), from_array)
-    assert from_pil.info["icc_profile"] == ICC and from_pil.info["dpi"] == (300, 300)
+    assert isinstance(from_array, np.ndarray) and from_array.shape == (H, W, 3) and from_array.dtype == np.uint8
+    assert np.array_equal(lama.inpaint(Image.fromarray(rgb), hole), from_array)
     Image.fromarray(rgb).save(tmp_path / "p.png", icc_profile=ICC)
     Image.fromarray(hole.astype(np.uint8) * 255).save(tmp_path / "m.png")
-    from_path = lama.inpaint(tmp_path / "p.png", str(tmp_path / "m.png"))
-    assert isinstance(from_path, Image.Image) and np.array_equal(np.asarray(from_path), from_array)
-    assert from_path.info["icc_profile"] == ICC
+    assert np.array_equal(lama.inpaint(tmp_path / "p.png", str(tmp_path / "m.png")), from_array)
+    assert np.array_equal(lama.inpaint(str(tmp_path / "p.png"), hole), from_array)
     # alpha is set aside and put back: the model sees the raw colours
     alpha = rng.integers(0, 256, (H, W), dtype=np.uint8)
     rgba = np.dstack([rgb, alpha])
-    from_rgba = lama.inpaint(Image.fromarray(rgba, "RGBA"), hole)
-    assert from_rgba.mode == "RGBA" and np.array_equal(np.asarray(from_rgba), np.dstack([from_array, alpha]))
+    assert np.array_equal(lama.inpaint(Image.fromarray(rgba, "RGBA"), hole), np.dstack([from_array, alpha]))
     assert np.array_equal(lama.inpaint(rgba, hole), np.dstack([from_array, alpha]))
 
 

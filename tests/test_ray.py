@@ -193,3 +193,22 @@ def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path
     assert {r["path"]: (r["label"], r["name"], r["prob"], "") for r in records if "error" not in r} == \
         {p: expected[p] for p in chosen}
     assert sorted(p.name for p in out.iterdir()) == ["predictions.jsonl", "predictions.parquet"]
+
+
+@pytest.mark.ray
+def test_a_successful_cli_run_prints_only_its_own_lines(tmp_path):
+    """A cluster of the CLI's own (a process of its own: Ray prints its noise as the process ends): no Ray
+    start-up line, progress bar or raylet log (the actors ended at exit reported as SYSTEM_ERROR), only ours."""
+    import os
+    import subprocess
+    import sys
+
+    write_images(tmp_path / "photos", 3)
+    env = {**os.environ, "ZOO_WEIGHTS": "synthetic"}
+    done = subprocess.run([sys.executable, "-m", "zoo.run", "resnet18", "photos/", "--ray", "--out", "out"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        "WARNING: ZOO_WEIGHTS=synthetic: resnet18 runs on synthetic weights (random values: outputs are meaningless) "
+        "in place of timm/resnet18.tv_in1k/model.safetensors",
+        "3 images; results in out/predictions.parquet"]

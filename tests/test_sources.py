@@ -67,7 +67,7 @@ def test_recursive_folder_and_empty_folder(tmp_path):
     assert [i.name for i in open_source(tmp_path, recursive=True)] == ["x", "top"]
     (tmp_path / "empty" / "sub").mkdir(parents=True)
     save(tmp_path / "empty" / "sub" / "y.png")
-    with pytest.raises(ZooError, match="no images or videos in folder .*--recursive"):
+    with pytest.raises(ZooError, match="no images or videos in folder .*recursive=True"):
         Folder(tmp_path / "empty")
     with pytest.raises(ZooError, match="^not found: "):
         open_source(tmp_path / "nope")
@@ -229,7 +229,7 @@ def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
         JsonlWriter(path, resume=True, header=HEADER)
     writer.close()
     assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]
-    with pytest.raises(ZooError, match="exists: pass --resume .* or --overwrite"):
+    with pytest.raises(ZooError, match="exists: pass resume=True .* or overwrite=True"):
         JsonlWriter(path)
     with JsonlWriter(path, resume=True, header=HEADER) as writer:
         assert writer.records == [{"path": "a", "label": 1}]
@@ -261,7 +261,7 @@ def test_json_list_is_written_whole_and_never_over_a_file_that_appeared(tmp_path
     with JsonListWriter(path, resume=True, keep=lambda r: r["image_id"] == 1) as writer:
         writer.write({"image_id": 2})
     assert json.loads(path.read_text()) == [{"image_id": 1}, {"image_id": 2}]
-    with pytest.raises(ZooError, match="exists: pass --resume"):
+    with pytest.raises(ZooError, match="exists: pass resume=True"):
         JsonListWriter(path)
     late = JsonListWriter(tmp_path / "late.json")
     (tmp_path / "late.json").write_text("a user's file")  # appeared after the checks
@@ -269,7 +269,7 @@ def test_json_list_is_written_whole_and_never_over_a_file_that_appeared(tmp_path
         late.close()
     assert (tmp_path / "late.json").read_text() == "a user's file"
     (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(ZooError, match="is not a JSON list: pass --overwrite"):
+    with pytest.raises(ZooError, match="is not a JSON list: pass overwrite=True"):
         JsonListWriter(tmp_path / "bad.json", resume=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "late.json", "predictions.json"]
 
@@ -303,7 +303,7 @@ def test_a_damaged_or_foreign_record_file_is_one_error_and_stays_as_it_was(tmp_p
     path.write_bytes(content)
     with pytest.raises(ZooError, match=re.escape(message)) as raised:
         JsonlWriter(path, resume=True, header=HEADER)
-    assert "\n" not in str(raised.value) and "--overwrite" in str(raised.value)
+    assert "\n" not in str(raised.value) and "overwrite=True" in str(raised.value)
     assert path.read_bytes() == content and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
 
 

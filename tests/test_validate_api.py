@@ -64,7 +64,7 @@ def test_bad_options_are_usage_errors_before_the_weights_are_read(tmp_path):
         zoo.validate.run("resnet18", missing, imgsz=[64])
     with pytest.raises(UsageError, match="dtype float8"):
         zoo.validate.run("resnet18", missing, dtype="float8")
-    with pytest.raises(UsageError, match="--size 0"):
+    with pytest.raises(UsageError, match="size=0"):
         zoo.validate.run("resnet18", missing, size=0)
     with pytest.raises(UsageError, match="KIND one of"):
         zoo.validate.run("resnet18", missing, inject="fc=explode")
@@ -112,7 +112,7 @@ def test_lama_mask_file(photo):
     assert hole.shape == (32, 32) and 0 < hole.sum() < 32 * 32 and hole[:4].sum() == 0 and hole[13, 16] == 1
     assert zoo.validate.run("lama", weights="synthetic:0", image=settings.image, mask=settings.mask, size=32,
                             mode="isolated").passed
-    with pytest.raises(UsageError, match="--mask needs --image"):
+    with pytest.raises(UsageError, match="mask=PATH needs image=PATH"):
         zoo.validate.run("lama", weights="synthetic:0", mask=settings.mask, size=32)
 
 

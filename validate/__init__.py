@@ -50,7 +50,7 @@ def run(model: str, weights=None, *, device: str | None = None, dtype="float32",
 
     from zoo import devices, registry
     from zoo.cli import usage_errors
-    from zoo.errors import UsageError
+    from zoo.errors import UsageError, option
     from zoo.validate import engine
     from zoo.validate.capture import parse_fault
     from zoo.validate.report import Report
@@ -62,7 +62,7 @@ def run(model: str, weights=None, *, device: str | None = None, dtype="float32",
         modes = _modes(mode)
         fault = parse_fault(inject)
         if seed < 0:
-            raise UsageError(f"--seed {seed}: use a non-negative integer")
+            raise UsageError(f"{option('seed', seed)}: use a non-negative integer")
         settings = case_defaults(case)
         for name, value in {**options, "image": image, "seed": seed}.items():
             if not hasattr(settings, name):

@@ -20,7 +20,7 @@ import mlx.core as mx
 import mlx.nn as nn
 from mlx.utils import tree_map
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
 from zoo.kernels import coverage
 
 FAULTS = ("zero", "noise", "nan", "drop-residual")
@@ -124,7 +124,7 @@ def parse_fault(spec: str | None) -> tuple[str, str] | None:
     name, _, kind = spec.partition("=")
     module, _, index = name.partition("#")
     if not module or kind not in FAULTS or (index and not index.isdigit()):
-        raise ZooError(f"bad --inject {spec!r}: use NAME=KIND or NAME#CALL=KIND with KIND one of {', '.join(FAULTS)}")
+        raise ZooError(f"bad {option('inject', spec)}: use NAME=KIND or NAME#CALL=KIND with KIND one of {', '.join(FAULTS)}")
     return name, kind
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 from zoo.errors import ZooError
+from zoo.extras import require
 
 
 @dataclass
@@ -108,10 +109,7 @@ def _png(fig) -> str:
 
 
 def pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise ZooError("the HTML report needs matplotlib: pip install 'mlx-zoo[validate]'") from None
+    matplotlib = require("matplotlib", "the HTML report")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

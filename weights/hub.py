@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlparse
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
 from zoo.files import write_text
 
 
@@ -59,7 +59,8 @@ def download(repo_id: str, filename: str, licence: str | None = None) -> Path:
     from huggingface_hub import constants, hf_hub_download
     from huggingface_hub.utils import logging as hf_logging
 
-    fix = "pass --weights PATH to a local checkpoint (or --weights synthetic for random test weights)"
+    fix = (f"pass {option('weights', 'PATH')} to a local checkpoint (or {option('weights', 'synthetic')} for random "
+           "test weights; ZOO_WEIGHTS=synthetic for every model)")
     cached = cached_file(repo_id, filename)
     if cached is not None:
         problem = verify(cached)

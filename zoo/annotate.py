@@ -36,6 +36,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from .errors import UsageError, ZooError
+from .extras import require
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
                     save_png, write_text)
 from .instances import outer_contours
@@ -105,6 +106,8 @@ def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
     x1, y1, x2, y2 = box
     corners = np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], np.float64) / np.array([width, height])
     return np.clip(corners, 0, 1)
+
+
 
 
 def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, conf: float = 0.25, iou: float = 0.45,
@@ -323,6 +326,7 @@ class AnnotationRun:
         from zoo import devices
         from zoo.models.yolov8 import check_imgsz, check_thresholds
 
+        require("cv2", "the label polygons (OpenCV's contours)")  # before any work
         check_thresholds(conf, iou, max_det)
         imgsz = None if imgsz is None else check_imgsz(imgsz)
         self.source = open_source(data, recursive=recursive, bgr=True)

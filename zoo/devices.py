@@ -13,7 +13,7 @@ import os
 import mlx.core as mx
 import numpy as np
 
-from .errors import ZooError
+from .errors import ZooError, option
 
 DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 
@@ -41,10 +41,10 @@ def use(device: str | None = None) -> str:
             return _chosen
         device = "gpu" if gpu_backend() else "cpu"
     if device not in ("gpu", "cpu"):
-        raise ZooError(f"unknown device {device!r}: use --device gpu or --device cpu")
+        raise ZooError(f"unknown device {device!r}: use {option('device', 'gpu')} or {option('device', 'cpu')}")
     if device == "gpu" and gpu_backend() is None:
         raise ZooError(
-            "no GPU backend in this MLX build: use --device cpu, or install mlx with Metal "
+            f"no GPU backend in this MLX build: use {option('device', 'cpu')}, or install mlx with Metal "
             "(macOS) or MLX's CUDA build, e.g. `pip install 'mlx[cuda13]'` (Linux with an NVIDIA GPU)"
         )
     if _chosen is not None and device != _chosen:

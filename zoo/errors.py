@@ -1,4 +1,6 @@
-"""The exceptions users see: a one-line message naming the problem and the fix."""
+"""The exceptions users see: a one-line message naming the problem and the fix, in the words of the
+interface that was called (a command line's flags, the Python API's keyword arguments)."""
+from contextlib import contextmanager
 
 
 class ZooError(Exception):
@@ -12,3 +14,28 @@ class ZooError(Exception):
 class UsageError(ZooError):
     """A command line or call that can never work as written (a bad option value, a malformed
     prompt, an output that is an input): the CLIs exit 2, as argparse does."""
+
+
+# True while a command line runs (zoo.cli.guarded): its errors name flags, the Python API's keyword arguments.
+# A process-wide flag, not a context variable: the pipelines' reader and decoding threads raise errors too.
+_in_command_line = False
+
+
+@contextmanager
+def command_line():
+    """Errors raised inside speak the command line's words (``--overwrite``), not the API's."""
+    global _in_command_line
+    outer, _in_command_line = _in_command_line, True
+    try:
+        yield
+    finally:
+        _in_command_line = outer
+
+
+def option(name: str, value: object = True) -> str:
+    """How the reader of an error sets option ``name`` (the keyword argument's name) to ``value``: ``--name
+    VALUE`` (``--name`` for True) inside a command line, ``name=VALUE`` from Python (``name='text'`` for text, ``name=PATH`` for a placeholder)."""
+    if _in_command_line:
+        flag = f"--{name.replace('_', '-')}"
+        return flag if value is True else f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+    return f"{name}={value if isinstance(value, str) and value.isupper() else repr(value)}"  # PATH, N: placeholders

@@ -19,7 +19,7 @@ from typing import BinaryIO, Callable, Iterable
 
 from PIL import Image
 
-from .errors import UsageError, ZooError
+from .errors import UsageError, ZooError, option
 
 
 def create_exclusive(path: Path, mode: int = 0o666) -> int:
@@ -81,7 +81,7 @@ def place(tmp: Path, path: Path, replace: bool) -> None:
 def cannot_write(path: Path, error: OSError) -> ZooError:
     if isinstance(error, FileExistsError):
         return ZooError(f"cannot write {path}: it appeared while this run was writing it (another run?): "
-                        "pass another path, or --overwrite to replace it")
+                        f"pass another path, or {option('overwrite')} to replace it")
     return ZooError(f"cannot write {path}: {error.strerror or error}; check the folder exists and is writable")
 
 
@@ -235,18 +235,19 @@ def check_distinct(outputs: dict[str, str | Path]) -> None:
             raise UsageError(f"{what} {path} is also the {other} path: pass another path")
 
 
-def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str = "--overwrite") -> Path:
-    """ZooError when ``path`` exists and ``overwrite`` was not asked for (``flag`` names how to ask)."""
+def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str | None = None) -> Path:
+    """ZooError when ``path`` exists and ``overwrite`` was not asked for (``flag`` names how to ask; default
+    ``--overwrite`` / ``overwrite=True``, as the caller's interface says it)."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder: pass a file path")
     if path.exists() and not overwrite:
-        raise UsageError(f"{what} {path} exists: pass {flag} to replace it, or another path")
+        raise UsageError(f"{what} {path} exists: pass {flag or option('overwrite')} to replace it, or another path")
     return path
 
 
 def check_output_file(path: str | Path, what: str, inputs: Iterable = (), overwrite: bool = False,
-                      flag: str = "--overwrite") -> Path:
+                      flag: str | None = None) -> Path:
     """Fail now, before any work, when ``path`` cannot become a new file: it is an input or a folder,
     it exists (without ``overwrite``), or its folder cannot be created or written."""
     path = refuse_inputs(path, inputs, what)

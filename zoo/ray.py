@@ -52,8 +52,7 @@ import numpy as np
 
 from . import blas
 from .errors import UsageError, ZooError
-
-INSTALL_RAY = 'pip install "mlx-zoo[ray]"'
+from .extras import require
 
 # Defaults that cannot deadlock: a read task (read_images) needs a CPU of its own while the
 # actors hold theirs (with 1-CPU actors on every CPU, Ray's reads wait forever, "backpressured").
@@ -64,12 +63,8 @@ BATCH_SIZE = 8
 
 
 def import_ray():
-    try:
-        import ray
-        import ray.data  # noqa: F401
-    except ImportError:
-        raise ZooError(f"Ray is not installed: {INSTALL_RAY}") from None
-    return ray
+    require("ray.data", "Ray Data")
+    return require("ray", "Ray Data")
 
 
 def assigned_cpus() -> float | None:
@@ -316,6 +311,10 @@ def run(model: str, inputs, weights: str | None = None, actors: int | None = Non
     from . import registry
 
     spec = registry.get_spec(model)
+    if spec.task == "segment":  # the Segmenter's masks: checked here, not in every actor after the reads
+        from .models.mobilesam.amg import import_pycocotools
+
+        import_pycocotools()
     if isinstance(inputs, ray.data.Dataset):
         dataset = inputs
     elif is_uri(inputs):  # s3://, gs://, ...: Ray's readers; a read task per file, on READ_CPUS

@@ -17,6 +17,7 @@ import fnmatch
 import functools
 import importlib
 import inspect
+import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -140,16 +141,39 @@ class Weights:
     synthetic: bool = False
 
 
+# ZOO_WEIGHTS=synthetic[:SEED]: every model given no weights gets synthetic ones in place of its Hub
+# file (no network: trying the commands out, CI running the docs' examples); said in one line when used
+WEIGHTS_VARIABLE = "ZOO_WEIGHTS"
+
+
+def default_weights(spec: ModelSpec) -> str | None:
+    """The weights a model given none gets: None (its Hub file) unless ZOO_WEIGHTS names synthetic ones."""
+    from zoo.weights import synthetic
+
+    chosen = os.environ.get(WEIGHTS_VARIABLE, "")
+    if not chosen:
+        return None
+    if synthetic.parse_synthetic(chosen) is None:
+        raise UsageError(f"{WEIGHTS_VARIABLE}={chosen!r}: use synthetic or synthetic:SEED, or unset it for "
+                         "the Hub weights")
+    print(f"WARNING: {WEIGHTS_VARIABLE}={chosen}: {spec.name} runs on {chosen} weights (random values: outputs "
+          f"are meaningless) in place of {spec.hub_repo}/{spec.hub_file}", file=sys.stderr)
+    return chosen
+
+
 def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fallback: bool = False) -> Weights:
     """Read a model's checkpoint in its upstream naming and layout.
 
-    ``weights``: None (the default Hub file), a path, or ``synthetic[:SEED]``.
-    ``offline_fallback``: when no weights are given and the Hub file is not
+    ``weights``: None (the default Hub file, or synthetic ones under ZOO_WEIGHTS), a path, or
+    ``synthetic[:SEED]``. ``offline_fallback``: when no weights are given and the Hub file is not
     cached, use synthetic:0 instead of the network (the validator's default).
     """
     from zoo.weights import hub, synthetic
     from zoo.weights.checkpoint import read_checkpoint_with_meta
 
+    from_variable = weights is None and bool(os.environ.get(WEIGHTS_VARIABLE))
+    if weights is None:
+        weights = default_weights(spec)
     if weights is None and offline_fallback and hub.cached_file(spec.hub_repo, spec.hub_file) is None:
         print(f"note: {spec.hub_repo}/{spec.hub_file} is not cached; using synthetic:0 weights "
               "(parity does not depend on trained weights)", file=sys.stderr)
@@ -161,7 +185,8 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
         sd, meta = read_checkpoint_with_meta(path)
         source = f"{spec.hub_repo}/{spec.hub_file}"
     elif seed is not None:
-        synthetic.warn_synthetic(seed)
+        if not from_variable:  # default_weights said so
+            synthetic.warn_synthetic(seed)
         sd, meta = synthetic.synthetic_state_dict(manifest(spec.variant), seed), {}
         source = f"synthetic:{seed}"
     else:

@@ -76,7 +76,8 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 from PIL import Image
 
-from .errors import ZooError
+from .errors import ZooError, option
+from .extras import install_hint, require
 from .files import (ClosedOnExit, OutputFile, cannot_write, create_exclusive, create_temporary, file_identity,
                     place, remove_own)
 from .images import IMAGE_SUFFIXES, load_image
@@ -85,7 +86,6 @@ VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpe
 STREAM_SCHEMES = ("rtsp://", "rtmp://", "http://", "https://", "udp://", "tcp://")
 LIST_SUFFIXES = (".txt", ".csv")
 CSV_PATH_COLUMNS = ("path", "filename", "file", "image", "img")
-INSTALL_VIDEO = 'pip install "mlx-zoo[video]"'
 
 
 def is_video(path: str | Path) -> bool:
@@ -224,7 +224,7 @@ class Folder(Files):
             raise ZooError(f"folder not found: {folder}")
         files = sorted(media_files(folder.rglob("*") if recursive else folder.iterdir()))
         if not files:
-            deeper = "" if recursive else "; pass --recursive to look in its sub-folders"
+            deeper = "" if recursive else f"; pass {option('recursive')} to look in its sub-folders"
             raise ZooError(f"no images or videos in folder {folder} (looked for "
                            f"{', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)}){deeper}")
         super().__init__(files, vid_stride)
@@ -307,11 +307,7 @@ class Arrays(Source):
 # -- videos and cameras ---------------------------------------------------------------------------
 
 def import_av():
-    try:
-        import av
-    except ImportError:
-        raise ZooError(f"reading and writing videos needs PyAV: {INSTALL_VIDEO}") from None
-    return av
+    return require("av", "reading and writing videos")
 
 
 def check_stride(vid_stride: int) -> int:
@@ -443,7 +439,7 @@ class Camera(FrameSource):
         opencv = OpenCVCamera.open(self.index)
         if opencv is not None:
             return opencv, opencv
-        fix = "" if av is not None else f" ({INSTALL_VIDEO} or opencv-python)"
+        fix = "" if av is not None else f" ({install_hint('av')} or opencv-python)"
         raise ZooError(f"camera {self.index} does not open ({problem}); check it is connected and not in use{fix}")
 
 
@@ -595,7 +591,7 @@ class VideoWriter(ClosedOnExit):
         if suffix not in VIDEO_FORMATS:
             raise ZooError(f"cannot write video {self.path}: use one of {', '.join(VIDEO_FORMATS)}")
         if self.path.exists() and not overwrite:
-            raise ZooError(f"{self.path} exists: pass another name or the flag to overwrite it")
+            raise ZooError(f"{self.path} exists: pass another name, or {option('overwrite')} to replace it")
         if not fps or fps <= 0:
             raise ZooError(f"cannot write video {self.path} at {fps} frames per second")
         self.format, self.codec = VIDEO_FORMATS[suffix]
@@ -663,7 +659,11 @@ class VideoWriter(ClosedOnExit):
 
 HEADER_KEY = "mlx_zoo"  # the first line of a record file the CLIs write: {"mlx_zoo": 1, "task": ..., "model": ...}
 RECORDS_VERSION = 1
-NOT_OURS = "pass another --jsonl, or --overwrite to replace it"
+
+
+def not_ours() -> str:
+    """The fix for a record file this program did not write (or another task's)."""
+    return f"pass another {option('jsonl', 'PATH')}, or {option('overwrite')} to replace it"
 
 
 def records_header(task: str, model: str) -> dict:
@@ -700,26 +700,26 @@ def parse_records(data: bytes, path: Path, header: dict | None = None) -> Record
                 found.torn = True
                 break
             raise ZooError(f"{path} line {n} is not a JSON record (damaged, or not a file this program wrote): "
-                           f"{NOT_OURS}") from None
+                           f"{not_ours()}") from None
         if isinstance(record, dict) and HEADER_KEY in record and found.header is None and not found.records:
             found.header = record
         elif isinstance(record, dict) and isinstance(record.get("path"), str) and HEADER_KEY not in record:
             found.records.append(record)
         else:
             raise ZooError(f"{path} line {n} is not a record of this program (a JSON object with a \"path\"): "
-                           f"{NOT_OURS}")
+                           f"{not_ours()}")
     found.whole = len(data) - len(lines[-1]) if found.torn else len(data)
     if header is not None and (found.header is not None or found.records):
         if found.header is None:
             raise ZooError(f"{path} has no header line: it is not a record file this program wrote (or an older "
-                           f"version's): {NOT_OURS}")
+                           f"version's): {not_ours()}")
         if found.header.get(HEADER_KEY) != header[HEADER_KEY]:
             raise ZooError(f"{path} is a record file of another version of this program (format "
-                           f"{found.header.get(HEADER_KEY)!r}, this one writes {header[HEADER_KEY]}): {NOT_OURS}")
+                           f"{found.header.get(HEADER_KEY)!r}, this one writes {header[HEADER_KEY]}): {not_ours()}")
         theirs = (found.header.get("task"), found.header.get("model"))
         if theirs != (header["task"], header["model"]):
             raise ZooError(f"{path} holds {theirs[1]} ({theirs[0]}) records, not {header['model']} "
-                           f"({header['task']}): {NOT_OURS}")
+                           f"({header['task']}): {not_ours()}")
     return found
 
 
@@ -778,7 +778,8 @@ class JsonlWriter:
         self.pending: Path | None = None  # --overwrite: the new file, renamed over the old one with its first record
         exists = os.path.lexists(self.path)
         if exists and not (resume or overwrite):
-            raise ZooError(f"{self.path} exists: pass --resume to continue it or --overwrite to replace it")
+            raise ZooError(f"{self.path} exists: pass {option('resume')} to continue it or {option('overwrite')} to "
+                               "replace it")
         try:
             if exists and resume:
                 self._resume(keep)
@@ -789,8 +790,8 @@ class JsonlWriter:
                 self.created = True
                 self._start([])
         except FileExistsError:
-            raise ZooError(f"{self.path} was created by another run after this one started: pass --resume to "
-                           "continue it once that run ends, or another path") from None
+            raise ZooError(f"{self.path} was created by another run after this one started: pass {option('resume')} "
+                           "to continue it once that run ends, or another path") from None
         except OSError as e:
             raise cannot_write(self.path, e) from None
 
@@ -898,12 +899,12 @@ def read_json_list(path: str | Path) -> list:
     path = Path(path)
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
-            raise ZooError(f"{path} is not a regular file: pass --overwrite to replace it")
+            raise ZooError(f"{path} is not a regular file: pass {option('overwrite')} to replace it")
         records = json.loads(path.read_bytes().decode("utf-8"))
     except (OSError, ValueError, RecursionError):
         records = None
     if not isinstance(records, list):
-        raise ZooError(f"{path} is not a JSON list: pass --overwrite to replace it")
+        raise ZooError(f"{path} is not a JSON list: pass {option('overwrite')} to replace it")
     return records
 
 
@@ -925,7 +926,8 @@ class JsonListWriter(ClosedOnExit):
             if resume:
                 self.records = [r for r in read_json_list(self.path) if keep is None or keep(r)]
             elif not overwrite:
-                raise ZooError(f"{self.path} exists: pass --resume to continue it or --overwrite to replace it")
+                raise ZooError(f"{self.path} exists: pass {option('resume')} to continue it or {option('overwrite')} to "
+                               "replace it")
         self.output = OutputFile(self.path, replace=resume or overwrite, text=True)
         for n, record in enumerate(self.records):
             self._record(record, n)

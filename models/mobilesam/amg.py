@@ -24,7 +24,8 @@ from itertools import product
 import mlx.core as mx
 import numpy as np
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
+from zoo.extras import require
 
 # A mask box this close (pixels) to a crop's edge that is not the image's edge is cut by the crop.
 CROP_EDGE_TOLERANCE = 20.0
@@ -188,17 +189,8 @@ def remove_small_regions(mask: np.ndarray, area_thresh: float, mode: str) -> tup
 
 
 def import_cv2():
-    try:
-        import cv2
-    except ImportError:
-        raise ZooError("min_mask_region_area > 0 and polygons need OpenCV: "
-                       "pip install opencv-python-headless (or mlx-zoo[sam])") from None
-    return cv2
+    return require("cv2", f"{option('min_mask_region_area', 'N')} above 0")
 
 
 def import_pycocotools():
-    try:
-        from pycocotools import mask as mask_utils
-    except ImportError:
-        raise ZooError("output_mode='coco_rle' needs pycocotools: pip install pycocotools (or mlx-zoo[sam])") from None
-    return mask_utils
+    return require("pycocotools.mask", option("output_mode", "coco_rle"))

@@ -9,7 +9,7 @@ and centre-cropped square; ``--mask``: a mask file of the photo's size (nonzero 
 import mlx.core as mx
 import numpy as np
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
 from zoo.images import center_crop, load_image, resize_shorter_side
 from zoo.models.lama import load_mask
 from zoo.validate.reference import lama
@@ -26,9 +26,9 @@ def add_arguments(parser):
 def make_inputs(spec, args):
     size = args.size
     if size % 8 or size < 16:
-        raise ZooError(f"--size {size}: use a multiple of 8 of at least 16")
+        raise ZooError(f"{option('size', size)}: use a multiple of 8 of at least 16")
     if args.mask and not args.image:
-        raise ZooError("--mask needs --image: the mask marks the hole of that image")
+        raise ZooError(f"{option('mask', 'PATH')} needs {option('image', 'PATH')}: the mask marks the hole of that image")
     mask = np.zeros((1, 1, size, size), np.float32)
     if args.image:
         photo = load_image(args.image)

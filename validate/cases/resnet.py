@@ -4,7 +4,7 @@ size * 256/224, centre crop ``--size``, ImageNet normalisation)."""
 import mlx.core as mx
 import numpy as np
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
 from zoo.images import center_crop, load_image, resize_shorter_side
 from zoo.validate.reference import resnet
 
@@ -16,7 +16,7 @@ def add_arguments(parser):
 
 def make_inputs(spec, args):
     if not 1 <= args.size <= 4096:
-        raise ZooError(f"--size {args.size}: use a side from 1 to 4096 pixels, e.g. 224")
+        raise ZooError(f"{option('size', args.size)}: use a side from 1 to 4096 pixels, e.g. 224")
     if args.image:
         p = spec.preprocess
         image = load_image(args.image)

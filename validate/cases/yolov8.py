@@ -8,7 +8,7 @@ models their keypoints to each anchor's row.
 import mlx.core as mx
 import numpy as np
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, option
 from zoo.images import load_image
 from zoo.models.yolov8.ops import letterbox
 from zoo.validate.reference import yolo11, yolov8
@@ -22,7 +22,8 @@ def add_arguments(parser):
 
 def input_shape(imgsz) -> tuple[int, int]:
     if len(imgsz) not in (1, 2) or any(s < 32 or s % 32 for s in imgsz):
-        raise ZooError(f"--imgsz {' '.join(map(str, imgsz))}: give one or two positive multiples of 32, e.g. --imgsz 320")
+        raise ZooError(f"{option('imgsz', list(imgsz))}: give one or two positive multiples of 32, e.g. "
+                       f"{option('imgsz', 320)}")
     return (imgsz[0], imgsz[-1])
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 from contextlib import contextmanager
+from typing import Callable
 
 from zoo.devices import DTYPES
-from zoo.errors import UsageError, ZooError
+from zoo.errors import UsageError, ZooError, command_line
 from zoo.files import remove_created_folders
 
 # exit codes: a command line that cannot work as written, as argparse; a problem met while running
@@ -49,8 +50,9 @@ def refuse_second_checkpoint(model: str, weights: str | None) -> None:
         raise UsageError(f"{model} is already the checkpoint: drop --weights {weights}")
 
 
-def model_name_from(argv: list[str], prog: str) -> str:
-    """The MODEL positional, wherever it stands: it decides which options the task has."""
+def model_name_from(argv: list[str], prog: str, help_text: Callable[[], str] | None = None) -> str:
+    """The MODEL positional, wherever it stands: it decides which options the task has. Without one,
+    ``--help`` prints ``help_text()`` (default: zoo.run's general help) and exits."""
     peek = ArgumentParser(prog=prog, add_help=False)
     add_model_arguments(peek, dtypes=None)  # the task's parser checks the value (zoo.validate takes --dtype all)
     peek.add_argument("model", nargs="?")
@@ -58,7 +60,7 @@ def model_name_from(argv: list[str], prog: str) -> str:
     if known.model is not None:
         return known.model
     if any(a in ("-h", "--help") for a in argv):
-        print(general_help(prog))
+        print(help_text() if help_text else general_help(prog))
         sys.exit(0)
     raise UsageError(f"no model given: usage {prog} MODEL ... (see {prog} --help)")
 
@@ -95,7 +97,8 @@ def guarded(main):
         argv = sys.argv[1:] if argv is None else argv
         debug = "--debug" in argv
         try:
-            code = main(argv)
+            with command_line():
+                code = main(argv)
         except ZooError as e:
             if debug:
                 raise

@@ -342,8 +342,8 @@ def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
         say(f"note: {job.mask.name} marks no pixel as hole: {job.out} is {job.image.name} unchanged")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the empty hole: said above
-        result = model.inpaint(image, hole, args.hd_strategy, args.resize_limit, args.crop_margin,
-                               args.crop_trigger_size, args.max_megapixels, progress=verbose)
+        result = Image.fromarray(model.inpaint(image, hole, args.hd_strategy, args.resize_limit, args.crop_margin,
+                                               args.crop_trigger_size, args.max_megapixels, progress=verbose))
     if verbose and hole.any():
         from zoo.models.lama import plan_passes
 

@@ -11,11 +11,15 @@ line and one row with its ``error``; the exit code is 1 when any image failed.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 from zoo import ray as zoo_ray
+from zoo import registry
 from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, check_output_file, check_output_folder, increment_path, write_atomic
@@ -92,6 +96,7 @@ def main(spec, argv: list[str]) -> int:
     given = Inputs([] if uri else [*args.images, *inputs, args.weights])
     path = check_output_file(check_output_folder(out, "--out", given) / f"predictions.{args.format}", "output",
                              given, args.overwrite)
+    ray = zoo_ray.import_ray()  # missing: one line before any work (after the checks of the command line)
     options = {"batch": args.batch}
     if spec.task == "classify":
         from zoo.cli.classify import model_options
@@ -105,19 +110,69 @@ def main(spec, argv: list[str]) -> int:
             imgsz = None if not args.imgsz else check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
         options.update(conf=args.conf, iou=args.iou, classes=args.classes, agnostic_nms=args.agnostic_nms,
                        max_det=args.max_det, imgsz=imgsz)
-    fetch_weights(spec, args.weights)
-    ray = zoo_ray.import_ray()
-    if not ray.is_initialized():
+    weights = args.weights or registry.default_weights(spec)  # ZOO_WEIGHTS: said once, here, not per actor
+    fetch_weights(spec, weights)
+    started = not ray.is_initialized()
+    if started:
         if args.ray_address is None and "RAY_ADDRESS" not in os.environ:
             # a local cluster of our own: its workers at this process's priority, as the in-process loop
             # (Ray's default, niceness +15, made them yield to every other program on a shared machine)
             os.environ.setdefault("RAY_worker_niceness", "0")
+        # Ray's own lines (its start, the workers' and raylet's logs, e.g. the actors ended at shutdown
+        # reported as "A worker died ... SYSTEM_ERROR") stay off the output: failures come back as
+        # exceptions, said in one error line
         try:
-            ray.init(address=args.ray_address)
+            ray.init(address=args.ray_address, log_to_driver=False, include_dashboard=False,
+                     logging_level=logging.ERROR)
         except (ConnectionError, RuntimeError, ValueError) as e:
             raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}): start one with "
                            "`ray start --head`, or leave --ray-address out for a local one") from None
-    dataset = zoo_ray.run(args.model, inputs, weights=args.weights, actors=args.actors,
+    logging.getLogger("ray.data").setLevel(logging.ERROR)
+    ray.data.DataContext.get_current().enable_progress_bars = False  # our one summary line says the result
+    try:
+        with warnings.catch_warnings(), native_output_to(ray_log(ray)):
+            warnings.filterwarnings("ignore", module="ray")  # Ray Data's advice on its scheduling (fewer inputs than actors)
+            return run_dataset(ray, spec, args, inputs, weights, options, path)
+    finally:
+        if started:  # the actors end here, before the process exits, not killed at its exit
+            ray.shutdown()
+
+
+def ray_log(ray) -> str:
+    """A file in the Ray session's log folder for what Ray's C++ core prints in this process."""
+    try:
+        return str(Path(ray._private.worker.global_worker.node.get_logs_dir_path()) / f"zoo-run-{os.getpid()}.err")
+    except (AttributeError, OSError):  # Ray's private layout moved: its notes go nowhere
+        return os.devnull
+
+
+@contextmanager
+def native_output_to(path: str):
+    """Ray's C++ core in this process writes its notes (e.g. on actors' constructor arguments) to file
+    descriptor 2: they go to ``path`` while Python's sys.stderr (our lines) keeps the terminal."""
+    try:
+        ours = sys.stderr.fileno() == 2
+    except (AttributeError, OSError, ValueError):  # a captured or replaced stderr: fd 2 is not ours
+        ours = False
+    sys.stderr.flush()
+    saved = os.dup(2)
+    python_stderr = sys.stderr
+    if ours:
+        sys.stderr = open(os.dup(saved), "w", buffering=1, encoding=python_stderr.encoding, errors="backslashreplace")
+    try:
+        with open(path, "ab") as log:
+            os.dup2(log.fileno(), 2)
+        yield
+    finally:
+        if ours:
+            sys.stderr.close()
+            sys.stderr = python_stderr
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def run_dataset(ray, spec, args, inputs, weights, options: dict, path: Path) -> int:
+    dataset = zoo_ray.run(args.model, inputs, weights=weights, actors=args.actors,
                           batch_size=max(zoo_ray.BATCH_SIZE, args.batch), actor_cpus=args.actor_cpus,
                           num_gpus=args.actor_gpus, **options)
     counts = {"rows": 0, "failed": 0}

@@ -72,6 +72,47 @@ def add_report_arguments(parser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace the --json/--report file if it exists")
 
 
+PROG = "python -m zoo.validate"
+OPS_LINE = (f"{PROG} ops [--device gpu|cpu] [--dtype LIST] [--json PATH]: every op the models run against the numpy "
+            f"reference ({PROG} ops --help)")
+MODULE_LINE = (f"{PROG} --module PKG.MOD:FACTORY --input SHAPE [--input ...]: any MLX model against itself on the CPU "
+               f"in float64 ({PROG} --module X --help)")
+
+
+def validate_parser(case=None) -> ArgumentParser:
+    """The validator's command line; with a family's parity ``case``, its input options too."""
+    parser = ArgumentParser(prog=PROG, description=__doc__,
+                            usage=None if case else f"{PROG} MODEL [options] | {PROG} ops [options] | "
+                                                    f"{PROG} --module PKG.MOD:FACTORY --input SHAPE [options]")
+    parser.add_argument("model", help=", ".join(registry.list_models()) + " (a family name, e.g. yolov8, takes "
+                        "the variant of --weights)")
+    add_model_arguments(parser, (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report")
+    add_report_arguments(parser)
+    parser.add_argument("--calibrate-bn", action="store_true",
+                        help="first set every BatchNorm's running mean and variance to its input's statistics on "
+                             "this input, as training leaves them: synthetic weights then keep a trained network's "
+                             "magnitudes (float16 LaMa needs it with synthetic weights)")
+    if case is not None and hasattr(case, "add_arguments"):
+        case.add_arguments(parser)
+    return parser
+
+
+def general_help() -> str:
+    """``--help`` without a model: the validator's options, each family's input options, the ops suite, --module."""
+    lines = [validate_parser().format_help(), "model input options (MODEL --help shows them in full):"]
+    for family in dict.fromkeys(spec.family for spec in registry.REGISTRY.values()):
+        case = engine.case_module(family)
+        names = [name for name, spec in registry.REGISTRY.items() if spec.family == family]
+        case_parser = ArgumentParser(prog=f"{PROG} {names[0]}", add_help=False)
+        if hasattr(case, "add_arguments"):
+            case.add_arguments(case_parser)
+        usage = case_parser.format_usage().removeprefix("usage: ").strip()
+        lines.append(f"  {family} ({', '.join(names)}):\n    {' '.join(usage.split())}")
+    lines.append(f"\nop known-answer suite:\n  {OPS_LINE}")
+    lines.append(f"\nany MLX model:\n  {MODULE_LINE}")
+    return "\n".join(lines)
+
+
 def check_outputs(args, inputs: list) -> None:
     """The --json/--report files, before anything runs (and matplotlib for --report)."""
     for path, flag in ((args.json, "--json"), (args.report, "--report")):
@@ -116,23 +157,9 @@ def main(argv: list[str]) -> int:
         return ops_main(argv[1:])
     if any(a == "--module" or a.startswith("--module=") for a in argv):  # any MLX model, against itself
         return module_main(argv)
-    if argv[:1] in (["-h"], ["--help"]):
-        print("python -m zoo.validate ops [--device gpu|cpu] [--dtype LIST] [--json PATH]: every op the models "
-              "run against the numpy reference (ops --help)\n")
-        print("python -m zoo.validate --module PKG.MOD:FACTORY --input SHAPE [--input ...]: any MLX model against "
-              "itself on the CPU in float64 (--module X --help)\n")
-    spec = registry.get_spec(model_name_from(argv, "python -m zoo.validate"))
+    spec = registry.get_spec(model_name_from(argv, PROG, general_help))
     case = engine.case_module(spec.family)
-    parser = ArgumentParser(prog="python -m zoo.validate", description=__doc__)
-    parser.add_argument("model")
-    add_model_arguments(parser, (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report")
-    add_report_arguments(parser)
-    parser.add_argument("--calibrate-bn", action="store_true",
-                        help="first set every BatchNorm's running mean and variance to its input's statistics on "
-                             "this input, as training leaves them: synthetic weights then keep a trained network's "
-                             "magnitudes (float16 LaMa needs it with synthetic weights)")
-    if hasattr(case, "add_arguments"):
-        case.add_arguments(parser)
+    parser = validate_parser(case)
     args = parser.parse_args(argv)
     options = {name: getattr(args, name) for name in vars(validate.case_defaults(case))}
     check_outputs(args, [args.weights, *(v for k, v in options.items() if k in ("image", "mask") and v)])
@@ -145,7 +172,7 @@ def main(argv: list[str]) -> int:
 
 def module_main(argv: list[str]) -> int:
     """python -m zoo.validate --module pkg.mod:factory --input SHAPE ...: zoo.validate.compare."""
-    parser = ArgumentParser(prog="python -m zoo.validate",
+    parser = ArgumentParser(prog=PROG,
                             description="Any MLX model layer by layer: on --device in --dtype against itself on the "
                                         "CPU in float64 (docs/validate-any-model.md).")
     parser.add_argument("--module", required=True, metavar="PKG.MOD:FACTORY",

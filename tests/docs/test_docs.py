@@ -1,0 +1,293 @@
+"""Every code block of README.md and docs/*.md runs as written, in order, twice.
+
+The blocks are found, not listed: a fenced block tagged ``python`` runs in one namespace per page; a
+block tagged ``bash``/``sh``/``shell`` or an untagged one holding commands (``python ...``, ``pip ...``)
+runs command by command; other blocks (output, tables) are text. Every page runs in a folder of its
+own holding tiny copies of the files the docs name (bus.jpg, photo.jpg, mask.png, photos/, best.pt ...),
+with ``ZOO_WEIGHTS=synthetic`` (the documented offline default weights) and no network. The second
+run of a page proves its examples can be run again: each command then succeeds or refuses in one
+``error:`` line that names ``--overwrite``/``--resume``, and a refused command changes no file.
+
+A block that cannot run here says why in an HTML comment on the line before it
+(``<!-- not-run: needs a GPU -->``); the test lists those. Commands that start Ray (``--ray``,
+``import ray``) run in the ``ray``-marked test (``pytest -m ray``), in the same order.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import linecache
+import os
+import re
+import shlex
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import FIXTURES, MANIFESTS
+from torch_writer import tensor, write_torch_zip
+from zoo.errors import ZooError
+
+ROOT = Path(__file__).parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+-]*)")
+NOT_RUN = re.compile(r"<!--\s*not-run:\s*(.*?)\s*-->")
+SHELL_TAGS = {"bash", "sh", "shell", "console", "zsh"}
+COMMAND = re.compile(r"^(\w+=\S*\s+)*(nice\s+)?(python3?|pip|ray|zoo-run|zoo-validate)\s")
+
+
+@dataclass
+class Block:
+    page: Path
+    line: int  # of the opening fence, 1-based
+    tag: str
+    text: str
+    not_run: str | None  # the reason given in a <!-- not-run: ... --> comment before it
+
+    @property
+    def where(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def kind(self) -> str:
+        if self.tag in ("python", "py"):
+            return "python"
+        if self.tag in SHELL_TAGS or (not self.tag and any(COMMAND.match(c) for c in commands(self.text))):
+            return "shell"
+        return "text"
+
+    @property
+    def uses_ray(self) -> bool:
+        return self.kind == "python" and re.search(r"^\s*import ray\b|zoo\.ray\b", self.text, re.M) is not None
+
+
+def blocks(page: Path) -> list[Block]:
+    found, lines, i = [], page.read_text().splitlines(), 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if not opening:
+            i += 1
+            continue
+        fence, end = opening.group(1), i + 1
+        while end < len(lines) and not lines[end].strip().startswith(fence):
+            end += 1
+        before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
+        reason = NOT_RUN.search(before)
+        found.append(Block(page, i + 1, opening.group(2).lower(), "\n".join(lines[i + 1:end]),
+                           reason.group(1) if reason else None))
+        i = end + 1
+    return found
+
+
+def commands(text: str) -> list[str]:
+    """A shell block's commands: continuation lines joined, comment lines and blank lines dropped (a
+    command's own comment stays: ``# exit 1`` there is the exit code the docs promise)."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    return [part.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")
+            for part in line.split(" && ")]
+
+
+def uses_ray(command: str) -> bool:
+    return "--ray" in shlex.split(command, comments=True)
+
+
+# --- the files the docs name, tiny --------------------------------------------------------------------------
+
+def _image(path: Path, size: tuple[int, int], seed: int) -> None:
+    """A smooth picture with a few blocks of colour (JPEG-friendly, not noise)."""
+    width, height = size
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width]
+    rgb = np.stack([x * 255 // max(width - 1, 1), y * 255 // max(height - 1, 1), (x + y) % 256], -1).astype(np.uint8)
+    for _ in range(3):
+        x0, y0 = rng.integers(0, width // 2), rng.integers(0, height // 2)
+        rgb[y0:y0 + height // 3, x0:x0 + width // 3] = rng.integers(0, 255, 3)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(rgb).save(path)
+
+
+def _mask(path: Path, size: tuple[int, int]) -> None:
+    width, height = size
+    mask = np.zeros((height, width), np.uint8)
+    mask[height // 3:height // 2, width // 3:width // 2] = 255
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(mask).save(path)
+
+
+def _video(path: Path, frames: int = 4, size: tuple[int, int] = (64, 48)) -> None:
+    import av
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
+        for i in range(frames):
+            rgb = np.full((size[1], size[0], 3), 40 * i, np.uint8)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+        container.mux(stream.encode())
+
+
+def _make_samples(root: Path) -> None:
+    from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+    (root / "samples").mkdir()
+    shutil.copy(ROOT / "samples" / "chelsea.png", root / "samples")
+    small = (64, 48)
+    photo = (640, 480)  # the docs' prompts (--point 320,240, --box 320,40,600,400) lie in a 640x480 photo
+    _image(root / "photo.jpg", photo, 0)
+    _mask(root / "mask.png", photo)
+    for i, name in enumerate(["bus.jpg", "cat.jpg", "a.jpg", "b.jpg", "images/street.jpg", "images/park.jpg",
+                              "data/a.png", "panorama.tif"]):
+        _image(root / name, small, i + 1)
+    for i, name in enumerate(["a", "b"]):  # the folder of photos: big enough for --box 10,10,200,200
+        _image(root / "photos" / f"{name}.jpg", (208, 208), 10 + i)
+        _mask(root / "masks" / f"{name}.png", (208, 208))
+    for name in ["hole.png", "a_mask.png", "data/a_mask001.png"]:
+        _mask(root / name, small)
+    _video(root / "clip.mp4")
+    _video(root / "video.mp4")
+    for path in ["best.pt", "runs/detect/train/weights/best.pt", "runs/train/weights/best.pt"]:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(FIXTURES / "yolov8" / "custom_best.pt", root / path)  # a `yolo train` best.pt, 3 classes
+    state_dict = synthetic_state_dict(read_manifest(MANIFESTS / "mobilesam.json"), 0)
+    write_torch_zip(root / "mobile_sam.pt", {k: tensor(v) for k, v in state_dict.items()})
+
+
+@pytest.fixture(scope="session")
+def samples(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("doc-samples")
+    _make_samples(root)
+    return root
+
+
+@pytest.fixture
+def page_folder(samples, tmp_path, monkeypatch) -> Path:
+    """A fresh folder with the samples (hard links: no command writes into an input), the page's cwd."""
+    folder = tmp_path / "page"
+    shutil.copytree(samples, folder, copy_function=os.link)
+    monkeypatch.chdir(folder)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    return folder
+
+
+# --- running them --------------------------------------------------------------------------------------------
+
+ENTRY_POINTS = {"zoo.run": "zoo.run", "zoo.validate": "zoo.cli.validate"}
+
+
+def run_command(command: str, monkeypatch) -> tuple[int, str]:
+    """One documented command, in-process: its exit code and what it printed."""
+    import importlib
+
+    words = shlex.split(command, comments=True)
+    with monkeypatch.context() as scoped:
+        while words and re.fullmatch(r"\w+=.*", words[0]):  # VAR=value before the command
+            name, _, value = words.pop(0).partition("=")
+            scoped.setenv(name, value)
+        if words[:2] != ["python", "-m"] or len(words) < 3 or words[2] not in ENTRY_POINTS:
+            pytest.fail(f"cannot run {command!r}: run it here, or mark its block <!-- not-run: REASON -->")
+        main, argv = importlib.import_module(ENTRY_POINTS[words[2]]).main, words[3:]
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            try:
+                code = main(argv)
+            except SystemExit as e:  # --help
+                code = e.code or 0
+    return code, out.getvalue()
+
+
+def files(folder: Path) -> dict[str, int]:
+    return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
+
+
+def run_shell(block: Block, folder: Path, monkeypatch, again: bool, ray: bool) -> None:
+    for command in commands(block.text):
+        if command.startswith("pip "):
+            continue  # installing is the reader's step
+        if uses_ray(command) != ray:
+            continue
+        before = files(folder)
+        code, printed = run_command(command, monkeypatch)
+        last = printed.strip().splitlines()[-1] if printed.strip() else ""
+        promised = re.search(r"#.*\bexit (\d+)", command)
+        if code == (int(promised.group(1)) if promised else 0):
+            continue
+        assert again, f"{block.where}: {command!r} exited {code}:\n{printed[-3000:]}"
+        # run again: refusing to replace what the first run wrote is right, in one line that says how
+        assert last.startswith("error: ") and ("--overwrite" in last or "--resume" in last), \
+            f"{block.where}: run again, {command!r} exited {code}:\n{printed[-3000:]}"
+        assert files(folder) == before, f"{block.where}: {command!r} refused but changed files"
+
+
+def run_python(block: Block, namespace: dict, folder: Path, again: bool) -> None:
+    text = block.text + "\n"
+    linecache.cache[block.where] = (len(text), None, text.splitlines(True), block.where)  # tracebacks show it
+    code = compile(text, block.where, "exec")
+    before = files(folder)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            exec(code, namespace)
+    except ZooError as e:
+        # run again: refusing to replace what the first run wrote is right, saying how to ask for it
+        if not again or not ("overwrite=True" in str(e) or "resume=True" in str(e)):
+            raise
+        assert files(folder) == before, f"{block.where}: refused ({e}) but changed files"
+
+
+def run_page(page: Path, folder: Path, monkeypatch, ray: bool) -> list[str]:
+    """Run the page's blocks twice in ``folder``; the not-run ones are returned as 'where: reason'."""
+    skipped = []
+    for again in (False, True):
+        namespace = {"__name__": f"docs:{page.name}"}
+        for block in blocks(page):
+            if block.kind == "text":
+                continue
+            if block.not_run is not None:
+                if not again:
+                    skipped.append(f"{block.where}: {block.not_run}")
+                continue
+            if block.kind == "shell":
+                run_shell(block, folder, monkeypatch, again, ray)
+            elif block.uses_ray == ray:
+                run_python(block, namespace, folder, again)
+        if ray:  # the page's script ends: so does the cluster its ray.init started
+            import ray as ray_module
+
+            ray_module.shutdown()
+    return skipped
+
+
+def page_id(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=page_id)
+def test_every_block_runs_twice(page, page_folder, monkeypatch, capsys):
+    skipped = run_page(page, page_folder, monkeypatch, ray=False)
+    with capsys.disabled():  # the list of blocks that did not run, in every run's output
+        print("".join(f"\nnot run: {line}" for line in skipped), end="\n" if skipped else "")
+
+
+RAY_PAGES = [page for page in PAGES
+             if any(b.kind == "python" and b.uses_ray or b.kind == "shell" and b.not_run is None
+                    and any(uses_ray(c) for c in commands(b.text)) for b in blocks(page))]
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("page", RAY_PAGES, ids=page_id)
+def test_every_ray_block_runs_twice(page, page_folder, monkeypatch):
+    run_page(page, page_folder, monkeypatch, ray=True)
+
+
+def test_blocks_are_found_and_marked_with_reasons():
+    """The finder sees every kind of block, and a not-run mark gives a reason."""
+    found = [b for page in PAGES for b in blocks(page)]
+    kinds = {b.kind for b in found}
+    assert kinds == {"python", "shell", "text"}
+    assert all(b.not_run for b in found if b.not_run is not None)
+    assert sum(text.count("```") for text in (p.read_text() for p in PAGES)) == 2 * len(found)

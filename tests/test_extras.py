@@ -1,0 +1,58 @@
+"""A missing optional dependency is one ``error:`` line naming the mlx-zoo extra that installs it, said before
+any work: every command here names ``zero.pt`` (an empty file) as weights, which would fail if it were read."""
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import zoo
+from conftest import cli_error, cli_inputs
+from zoo.errors import ZooError
+from zoo.models.mobilesam.automatic_mask_generator import SamAutomaticMaskGenerator
+
+
+def block(monkeypatch, *modules: str) -> None:
+    for name in modules:  # None in sys.modules: `import name` raises ImportError
+        monkeypatch.setitem(sys.modules, name, None)
+
+
+@pytest.fixture
+def inputs(tmp_path, monkeypatch):
+    monkeypatch.chdir(cli_inputs(tmp_path))
+    (tmp_path / "clip.mp4").write_bytes(b"not read: PyAV is checked first")
+    return tmp_path
+
+
+@pytest.mark.parametrize("missing, argv, said", [
+    (["cv2"], ["annotate", "imgs/", "--det-weights", "zero.pt", "--sam-weights", "zero.pt"],
+     "the label polygons (OpenCV's contours) needs OpenCV"),
+    (["pycocotools", "pycocotools.mask"], ["mobilesam", "ok.jpg", "--everything", "--weights", "zero.pt"],
+     "--everything (its JSON holds every mask as COCO RLE) needs pycocotools"),
+    (["cv2"], ["mobilesam", "ok.jpg", "--everything", "--min-mask-region-area", "100", "--weights", "zero.pt"],
+     "--min-mask-region-area N above 0 needs OpenCV"),
+    (["ray", "ray.data"], ["resnet18", "imgs/", "--ray", "--weights", "zero.pt"], "Ray Data needs Ray"),
+    (["av"], ["yolov8n", "clip.mp4", "--weights", "zero.pt"], "reading and writing videos needs PyAV"),
+])
+def test_cli_names_the_extra_before_any_work(missing, argv, said, inputs, monkeypatch, capsys):
+    block(monkeypatch, *missing)
+    extra = {"cv2": "sam", "pycocotools": "sam", "ray": "ray", "av": "video"}[missing[0]]
+    assert cli_error(argv, capsys) == f'error: {said}: pip install "mlx-zoo[{extra}]"'
+
+
+def test_validate_report_names_the_extra_before_any_work(inputs, monkeypatch, capsys):
+    from zoo.cli.validate import main
+
+    block(monkeypatch, "matplotlib")
+    assert main(["resnet18", "--weights", "zero.pt", "--report", "r.html"]) == 1
+    assert capsys.readouterr().err.strip() == 'error: the HTML report needs matplotlib: pip install "mlx-zoo[validate]"'
+
+
+def test_api_names_the_extra_in_its_own_words(inputs, monkeypatch):
+    block(monkeypatch, "cv2", "pycocotools", "pycocotools.mask")
+    with pytest.raises(ZooError, match=r'label polygons .* needs OpenCV: pip install "mlx-zoo\[sam\]"'):
+        zoo.auto_annotate("imgs/", det_weights="zero.pt", sam_weights="zero.pt")
+    with pytest.raises(ZooError, match=r"output_mode='coco_rle' needs pycocotools"):
+        SamAutomaticMaskGenerator(None, output_mode="coco_rle")
+    with pytest.raises(ZooError, match=r"min_mask_region_area=N above 0 needs OpenCV"):
+        SamAutomaticMaskGenerator(None, min_mask_region_area=10)
