@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 from zoo.bench.cases import MODELS
-from zoo.errors import ZooError
+from zoo.errors import ZooError, command_line
 from zoo.files import check_output_file
 
 VARIANTS = ("eager", "user", "torch")
@@ -129,8 +129,13 @@ def import_torch(args, notes):
 
 
 def main(argv=None) -> int:
+    with command_line():  # its errors name flags (--overwrite), not keyword arguments
+        return run_command(sys.argv[1:] if argv is None else argv)
+
+
+def run_command(argv) -> int:
     try:
-        args = parse_args(sys.argv[1:] if argv is None else argv)
+        args = parse_args(argv)
         notes = prepare_environment(args)
         torch, tdev = import_torch(args, notes)
         from zoo import devices
