@@ -9,7 +9,7 @@ import pytest
 
 import zoo
 from zoo import devices
-from zoo.errors import ZooError
+from zoo.errors import ZooError, command_line
 
 
 def test_second_device_decision_is_refused(monkeypatch):
@@ -65,7 +65,9 @@ def test_cpu_leaves_the_cuda_pool_alone(monkeypatch):
 def test_gpu_request_without_backend(monkeypatch):
     monkeypatch.setattr(devices, "_chosen", None)
     monkeypatch.setattr(devices, "gpu_backend", lambda: None)
-    with pytest.raises(ZooError, match="no GPU backend.*--device cpu"):
+    with pytest.raises(ZooError, match="no GPU backend.*use device='cpu'"):  # the Python API's words
+        devices.use("gpu")
+    with command_line(), pytest.raises(ZooError, match="no GPU backend.*--device cpu"):  # a command line's
         devices.use("gpu")
 
 
