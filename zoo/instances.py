@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import ZooError
+from .extras import require
 
 FLOAT_CROP_FROM = 50  # upstream crops this many masks or more by comparing coordinates as floats
 
@@ -121,11 +121,7 @@ def scale_coords(frame: tuple[int, int], points: np.ndarray, image_shape: tuple[
 def outer_contours(mask: np.ndarray) -> list[np.ndarray]:
     """An (H, W) mask's outer contours, each (K, 2) int x, y: OpenCV's findContours (external contours,
     CHAIN_APPROX_SIMPLE), as ultralytics finds them."""
-    try:
-        import cv2
-    except ImportError:
-        raise ZooError("mask polygons (masks.xy, YOLO-seg labels) need OpenCV: "
-                       "pip install opencv-python-headless") from None
+    cv2 = require("cv2", "mask polygons (masks.xy, YOLO-seg labels)")
     contours = cv2.findContours(np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL,
                                 cv2.CHAIN_APPROX_SIMPLE)[0]
     return [c.reshape(-1, 2) for c in contours]
