@@ -9,7 +9,7 @@ from PIL import Image
 
 from zoo.errors import ZooError
 from zoo.sources import (Arrays, Camera, Chain, Files, Folder, Glob, JsonListWriter, JsonlWriter, PathList, Video,
-                         VideoWriter, open_source, read_jsonl)
+                         VideoWriter, open_source, read_json_list, read_jsonl)
 
 av = pytest.importorskip("av")  # the `video` extra, part of `test`
 
@@ -252,26 +252,62 @@ def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
 
 
-def test_json_list_is_written_whole_and_never_over_a_file_that_appeared(tmp_path):
+def test_json_list_is_written_in_place_and_resumed_from_what_a_killed_run_left(tmp_path, capsys):
     path = tmp_path / "predictions.json"
     writer = JsonListWriter(path)
     writer.write({"image_id": 1})
-    assert not path.exists()  # streamed under a temporary name until close
+    writer.write({"image_id": 2})
+    writer.sync()
+    assert path.read_text() == '[\n  {"image_id": 1},\n  {"image_id": 2}'  # on disk as it comes, no "]" yet
+    with pytest.raises(ZooError, match="is being written by another run: wait for it"):
+        JsonListWriter(path, resume=True)
     writer.close()
-    with JsonListWriter(path, resume=True, keep=lambda r: r["image_id"] == 1) as writer:
-        writer.write({"image_id": 2})
-    assert json.loads(path.read_text()) == [{"image_id": 1}, {"image_id": 2}]
-    with pytest.raises(ZooError, match="exists: pass resume=True"):
+    assert path.read_text() == '[\n  {"image_id": 1},\n  {"image_id": 2}\n]\n'  # json.dumps(indent)-like
+    with pytest.raises(ZooError, match="exists: pass resume=True .* or overwrite=True"):
         JsonListWriter(path)
-    late = JsonListWriter(tmp_path / "late.json")
-    (tmp_path / "late.json").write_text("a user's file")  # appeared after the checks
-    with pytest.raises(ZooError, match="appeared while this run was writing it"):
-        late.close()
-    assert (tmp_path / "late.json").read_text() == "a user's file"
-    (tmp_path / "bad.json").write_text("{}")
-    with pytest.raises(ZooError, match="is not a JSON list: pass overwrite=True"):
-        JsonListWriter(tmp_path / "bad.json", resume=True)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.json", "late.json", "predictions.json"]
+    with JsonListWriter(path, resume=True, keep=lambda r: r["image_id"] == 1) as writer:  # a finished list
+        assert writer.records == [{"image_id": 1}]
+        writer.write({"image_id": 3})
+    assert json.loads(path.read_text()) == [{"image_id": 1}, {"image_id": 3}]
+    # what a killed run leaves: no "]", a torn last line, or a comma before the record that never came
+    for left, records in [('[\n  {"image_id": 1},\n  {"image_id": 2},\n  {"image_', [1, 2]),
+                          ('[\n  {"image_id": 1},\n  {"image_id": 2},', [1, 2]),
+                          ('[\n  {"image_id": 1},\n', [1]), ("[", []), ("", [])]:
+        path.write_text(left)
+        assert read_json_list(path).records == [{"image_id": n} for n in records]
+        with JsonListWriter(path, resume=True) as writer:
+            writer.write({"image_id": 9})
+        assert json.loads(path.read_text()) == [{"image_id": n} for n in [*records, 9]]
+        assert ("its last line was cut off" in capsys.readouterr().err) == left.endswith("image_")
+    with JsonListWriter(path, overwrite=True) as writer:
+        writer.write({"image_id": 5})
+        assert json.loads(path.read_text()) == [{"image_id": 9}]  # the old file, until the first sync
+        writer.sync()
+        assert path.read_text() == '[\n  {"image_id": 5}'
+    JsonListWriter(tmp_path / "none.json").close()
+    assert (tmp_path / "none.json").read_text() == "[]\n"  # a run without detections says so
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["none.json", "predictions.json"]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{}", "is not a JSON list of records: pass overwrite=True to replace it"),
+    ("[1, 2]", "is not a JSON list of records"),
+    ('{"image_id": 1\n', "is not a JSON list: pass overwrite=True"),
+    ('[\n  {"image_id": 1},\n  garbage,\n  {"image_id": 2}', "line 3 is not a record of an unfinished JSON list"),
+    ('[\n  {"image_id": 1}\n  {"image_id": 2}', "line 3 is not a record of an unfinished JSON list"),
+    ('[\n  {"image_id": 1},\n  \udcff,\n  {"image_id": 2}', "line 3 is not a record"),
+    ('[\n  {"image_id": 1},\n  [3],\n', "line 3 is not a record"),
+    ('[\n  {"image_id": 1}\n]\n]\n', "line 3 is not a record"),
+])
+def test_json_list_damaged_beyond_a_torn_tail_is_refused_in_one_line(tmp_path, content, message):
+    path = tmp_path / "predictions.json"
+    path.write_bytes(content.encode("utf-8", "surrogateescape"))
+    for read in (read_json_list, lambda p: JsonListWriter(p, resume=True)):
+        with pytest.raises(ZooError, match=message) as e:
+            read(path)
+        assert "\n" not in str(e.value) and str(path) in str(e.value)
+    assert path.read_bytes() == content.encode("utf-8", "surrogateescape")
+    assert [p.name for p in tmp_path.iterdir()] == ["predictions.json"]
 
 
 def test_jsonl_resume_drops_what_keep_refuses_and_a_missing_header_is_written(tmp_path):

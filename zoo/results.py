@@ -661,14 +661,15 @@ class ResultFiles:
 
     def write(self, result: Results, item) -> None:
         result.save_dir = str(self.out)
-        if self.save and item.frame is None:
-            result.save(self.out / output_name(item.path, item.name), overwrite=self.overwrite)
-        elif self.save:
-            self.write_frame(item, result.plot()[..., ::-1])
         if self.save_txt:
             result.save_txt(self.out / "labels" / f"{item.name}.txt", self.save_conf, overwrite=self.labels)
         if self.save_crop:
             result.save_crop(self.out / "crops", f"{item.name}.jpg")
+        # the annotated image last: --resume takes an image whose annotated file exists as done
+        if self.save and item.frame is None:
+            result.save(self.out / output_name(item.path, item.name), overwrite=self.overwrite)
+        elif self.save:
+            self.write_frame(item, result.plot()[..., ::-1])
 
     def write_frame(self, item, rgb: np.ndarray) -> None:
         from zoo.sources import VideoWriter

@@ -52,11 +52,12 @@ outputs, unique in the source, ignoring case as macOS and Windows folders do
 (``cat``, ``cat_2`` for a second cat.*, ``clip_12`` for frame 12 of clip.mp4);
 ``stem`` is the same without the frame number (one annotated video per video).
 
-Writers, both writing to a temporary name in the output's folder and renaming
-it when closed, so no reader ever sees half a file: ``VideoWriter`` (an
-annotated video at the source's frame rate, PyAV) and ``JsonlWriter`` (one JSON
-record a line, flushed as it comes; ``read_jsonl`` reads one back for
-``--resume``).
+Writers: ``VideoWriter`` (an annotated video at the source's frame rate, PyAV),
+written to a temporary name in the output's folder and renamed when closed, so
+no reader ever sees half a file; ``JsonlWriter`` (one JSON record a line) and
+``JsonListWriter`` (a JSON list, one record a line), written in place and put
+on disk per batch, so a killed run keeps its records and ``--resume`` reads
+them back (``read_records``, ``read_json_list``).
 """
 from __future__ import annotations
 
@@ -741,6 +742,11 @@ def read_jsonl(path: str | Path) -> list[dict]:
     return read_records(path).records
 
 
+def note_torn(path: Path) -> None:
+    print(f"note: {path}: its last line was cut off (a run killed while writing it): dropped, its item is done again",
+          file=sys.stderr)
+
+
 def lock(fd: int, path: Path) -> None:
     """An exclusive lock on an open record file: a second run on the same file stops in one line."""
     try:
@@ -804,35 +810,56 @@ class JsonlWriter:
         """The header and ``records`` at the start of the file just opened, on disk before any new one."""
         for record in ([self.header] if self.header else []) + records:
             self.file.write(json.dumps(record) + "\n")
-        self.sync()
+        self._flush()
 
     def _resume(self, keep) -> None:
-        fd = os.open(self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-        lock(fd, self.path)
+        fd, data = self._read_locked()
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise ZooError(f"{self.path} is not a regular file: pass a file path for the results")
-            with os.fdopen(os.dup(fd), "rb") as f:
-                found = parse_records(f.read(), self.path, self.header)
+            found = parse_records(data, self.path, self.header)
         except BaseException:
             os.close(fd)
             raise
         self.records = [r for r in found.records if keep is None or keep(r)]
         if found.torn:
-            print(f"note: {self.path}: its last line was cut off (a run killed while writing it): dropped, "
-                  "its item is done again", file=sys.stderr)
+            note_torn(self.path)
         if len(self.records) == len(found.records) and (found.header or not self.header) \
                 and data_ends_a_line(fd, found.whole):
             os.ftruncate(fd, found.whole)  # the torn line, if any
             os.lseek(fd, 0, os.SEEK_END)
             self._open(fd)
             return
-        # records dropped (or no header yet): the kept ones in a new file, renamed over this one
-        os.close(fd)
-        fd, tmp = create_temporary(self.path)
-        self._open(fd)
-        self._start(self.records)
-        os.replace(tmp, self.path)
+        self._rewrite(fd)  # records dropped (or no header yet)
+
+    def _read_locked(self) -> tuple[int, bytes]:
+        """The existing file opened (never through a link) and locked, and its bytes."""
+        fd = os.open(self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        lock(fd, self.path)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ZooError(f"{self.path} is not a regular file: pass a file path for the results")
+            if file_identity(fd) != file_identity(self.path):  # renamed over while this run waited for it
+                raise ZooError(f"{self.path} is being written by another run: wait for it to end, or pass another "
+                               "path")
+            with os.fdopen(os.dup(fd), "rb") as f:
+                return fd, f.read()
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _rewrite(self, old: int) -> None:
+        """The kept records (``self.records``) in a new file created exclusively, on disk, then renamed over the
+        old one, whose lock (``old``, an open descriptor) is held until then: no second run reads it meanwhile."""
+        try:
+            fd, tmp = create_temporary(self.path)
+            try:
+                self._open(fd)
+                self._start(self.records)
+                os.replace(tmp, self.path)
+            except BaseException:
+                remove_own(tmp, self.identity)
+                raise
+        finally:
+            os.close(old)
 
     def _replace(self) -> None:
         try:
@@ -857,16 +884,27 @@ class JsonlWriter:
         self.file.flush()
         self.written += 1
 
-    def sync(self) -> None:
-        """Every line written so far on disk (fsync); with --overwrite, the first records replace the old file."""
+    def _flush(self) -> None:
+        """Every line written so far on disk (fsync)."""
         try:
             self.file.flush()
             os.fsync(self.file.fileno())
-            if self.pending is not None and self.count:
-                place(self.pending, self.path, replace=True)
-                self.pending = None
         except OSError as e:
             raise cannot_write(self.path, e) from None
+
+    def sync(self) -> None:
+        """Every line written so far on disk; with --overwrite, the first records replace the old file."""
+        self._flush()
+        if self.pending is not None and self.count:
+            self._place()
+
+    def _place(self) -> None:
+        """--overwrite: the new file renamed over the old one."""
+        try:
+            place(self.pending, self.path, replace=True)
+        except OSError as e:
+            raise cannot_write(self.path, e) from None
+        self.pending = None
 
     def close(self) -> Path:
         """Keep every record written (also after an interrupt); a file this run made and wrote no
@@ -894,69 +932,131 @@ def data_ends_a_line(fd: int, whole: int) -> bool:
     return whole == 0 or os.pread(fd, 1, whole - 1) == b"\n"
 
 
-def read_json_list(path: str | Path) -> list:
-    """The list a JSON file holds (a regular file: not a folder, a FIFO or a device); one-line ZooError otherwise."""
+@dataclass
+class JsonList:
+    """A JSON list file as read: its records, whether it was finished (its closing ``]``) and whether a torn
+    last line (a run killed while writing it) was left out."""
+
+    records: list[dict]
+    finished: bool
+    torn: bool
+
+
+def parse_json_list(data: bytes, path: Path) -> JsonList:
+    """The records of a JSON list file: a finished list (any JSON layout), or one that JsonListWriter left
+    unfinished when its run was killed (``[``, then one record a line, each followed by a comma but the
+    last, no ``]``; an empty file: killed before the ``[``), whose torn last line is left out. One-line
+    ZooErrors for anything else: not a list of objects, or a damaged line before the last."""
+    refuse = f"pass {option('overwrite')} to replace it"
+    try:
+        whole = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return unfinished_json_list(data, path, refuse)
+    if not isinstance(whole, list) or not all(isinstance(r, dict) for r in whole):
+        raise ZooError(f"{path} is not a JSON list of records: {refuse}")
+    return JsonList(whole, True, False)
+
+
+def unfinished_json_list(data: bytes, path: Path, refuse: str) -> JsonList:
+    found = JsonList([], False, False)
+    lines = data.split(b"\n")
+    if not data.strip():
+        return found
+    if lines[0].strip() != b"[":
+        raise ZooError(f"{path} is not a JSON list: {refuse}")
+    comma = True  # whether the line before ends with one: a record may follow
+    for n, line in enumerate(lines[1:], 2):
+        text = line.strip()
+        if not text:
+            continue
+        try:
+            record = json.loads(text.removesuffix(b",").decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
+            if n == len(lines):
+                found.torn = True
+                break
+            record = None
+        if not comma or not isinstance(record, dict):
+            raise ZooError(f"{path} line {n} is not a record of an unfinished JSON list (damaged, or not a file "
+                           f"this program wrote): {refuse}")
+        found.records.append(record)
+        comma = text.endswith(b",")
+    return found
+
+
+def read_json_list(path: str | Path) -> JsonList:
+    """parse_json_list of the file at ``path`` (a regular file: not a folder, a FIFO or a device)."""
     path = Path(path)
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
             raise ZooError(f"{path} is not a regular file: pass {option('overwrite')} to replace it")
-        records = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, ValueError, RecursionError):
-        records = None
-    if not isinstance(records, list):
-        raise ZooError(f"{path} is not a JSON list: pass {option('overwrite')} to replace it")
-    return records
+        return parse_json_list(path.read_bytes(), path)
+    except OSError as e:
+        raise ZooError(f"cannot read {path}: {e.strerror or e}") from None
 
 
-class JsonListWriter(ClosedOnExit):
-    """A JSON list, one record a line (``[``, records, ``]``). A whole file, so written as every whole
-    output is (files.OutputFile): records stream into a temporary file created exclusively beside
-    ``path``, which ``close()`` completes and renames into place (the CLIs call it on an interrupt
-    too: the records so far are kept); ``abort()`` drops it. ``resume=True`` starts with the existing
-    list's records that ``keep(record)`` accepts (``self.records``); with ``resume`` or ``overwrite``
-    the rename replaces the old file, without either an existing ``path`` is an error and one that
-    appeared after the checks is kept (the rename fails in one line)."""
+class JsonListWriter(JsonlWriter):
+    """A JSON list, one record a line (``[``, records each but the last followed by a comma, ``]``; pycocotools
+    and json.load read it), written in place as JsonlWriter writes lines: ``write`` buffers a record,
+    ``sync`` puts the records so far on disk (the CLIs call it after every batch, before the batch's
+    other outputs), ``close()`` adds the ``]`` (also after an error or an interrupt: the records so far
+    stand). A killed run leaves a list without its ``]``, perhaps with a torn last line; ``resume=True``
+    reads it back (complete records only; a finished list too), keeps those ``keep(record)`` accepts
+    (``self.records``), and writes them to a new file created exclusively, renamed over the old one,
+    which is then appended to. Damaged or foreign files are one-line ZooErrors. ``overwrite=True``: the
+    new file replaces the old one at the first ``sync()``. Without either, an existing ``path`` is an
+    error, and the file is created exclusively. Locked while open: a second writer stops in one line."""
 
     def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False,
                  keep: Callable[[dict], bool] | None = None):
-        self.path = Path(path)
-        self.records: list[dict] = []
-        self.written = 0
-        if os.path.lexists(self.path):
-            if resume:
-                self.records = [r for r in read_json_list(self.path) if keep is None or keep(r)]
-            elif not overwrite:
-                raise ZooError(f"{self.path} exists: pass {option('resume')} to continue it or {option('overwrite')} to "
-                               "replace it")
-        self.output = OutputFile(self.path, replace=resume or overwrite, text=True)
-        for n, record in enumerate(self.records):
+        super().__init__(path, resume, overwrite, keep)
+
+    def _start(self, records: list[dict]) -> None:
+        self.file.write("[")
+        for n, record in enumerate(records):
             self._record(record, n)
+        self._flush()
 
-    @property
-    def count(self) -> int:
-        """Records in the list: those kept from an earlier run and those written since."""
-        return len(self.records) + self.written
-
-    def _put(self, text: str) -> None:
+    def _resume(self, keep) -> None:
+        fd, data = self._read_locked()
         try:
-            self.output.file.write(text)
-        except OSError as e:  # a full disk
-            raise cannot_write(self.path, e) from None
+            found = parse_json_list(data, self.path)
+            self.records = [r for r in found.records if keep is None or keep(r)]
+        except BaseException:
+            os.close(fd)
+            raise
+        if found.torn:
+            note_torn(self.path)
+        self._rewrite(fd)  # without its ``]`` and its torn line, if any
 
     def _record(self, record: dict, n: int) -> None:
         """The list's ``n``-th record (from 0)."""
-        self._put(("[\n  " if n == 0 else ",\n  ") + json.dumps(record))
+        self.file.write(("\n  " if n == 0 else ",\n  ") + json.dumps(record))
 
     def write(self, record: dict) -> None:
-        self._record(record, self.count)
+        try:
+            self._record(record, self.count)
+        except OSError as e:  # a full disk
+            raise cannot_write(self.path, e) from None
         self.written += 1
 
-    def close(self) -> Path:
-        """The closing bracket, then the file renamed into place (a no-op once closed)."""
-        if not self.output.file.closed:
-            self._put("\n]\n" if self.count else "[]\n")
-            self.output.close()
-        return self.path
+    def sync(self) -> None:
+        """The records so far on disk; with --overwrite, the first sync replaces the old file (whatever the count:
+        the run's other outputs follow, and the old file's records are not theirs)."""
+        self._flush()
+        if self.pending is not None:
+            self._place()
 
-    def abort(self) -> None:
-        self.output.abort()
+    def close(self) -> Path:
+        """The closing bracket, on disk (a no-op once closed)."""
+        if self.file.closed:
+            return self.path
+        try:
+            try:
+                self.file.write("\n]\n" if self.count else "]\n")
+            except OSError as e:
+                raise cannot_write(self.path, e) from None
+            self.sync()
+        finally:
+            self.file.close()  # the lock goes with it
+        return self.path

@@ -29,7 +29,7 @@ from zoo.files import (Inputs, check_distinct, check_new_file, check_output_fold
                        refuse_inputs)
 from zoo.results import ResultFiles, output_name
 from zoo.sources import (Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths, open_source,
-                         read_records, records_header)
+                         read_json_list, read_records, records_header)
 from zoo.weights.synthetic import parse_synthetic
 
 RUNS = "runs/detect/predict"
@@ -114,6 +114,8 @@ def check_arguments(args):
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
     if args.save_json:
         check_new_file(refuse_inputs(out / PREDICTIONS, inputs, "output"), "output", args.overwrite or args.resume)
+        if args.resume and (out / PREDICTIONS).exists():
+            read_json_list(out / PREDICTIONS)  # a damaged file: refused before the model loads
     if args.jsonl:
         check_new_file(refuse_inputs(args.jsonl, inputs, "--jsonl"), "--jsonl", args.overwrite or args.resume)
         make_output_folder(Path(args.jsonl).parent, f"--jsonl {args.jsonl}: its folder")
@@ -187,12 +189,16 @@ def run(args, model) -> int:
 
     def process(batch):
         results = predict_batch(model, [ready.data for ready in batch], [ready.item for ready in batch], **options)
+        if coco is not None:
+            # the batch's records on disk before its annotated images, which --resume takes as done: a killed
+            # run leaves no image done without its records (records of images not done are dropped on --resume)
+            for ready, result in zip(batch, results):
+                for record in result.to_coco(args.image_ids(ready.item), category_ids):
+                    coco.write(record)
+            coco.sync()
         for ready, result in zip(batch, results):
             item = ready.item
             files.write(result, item)
-            if coco is not None:
-                for record in result.to_coco(args.image_ids(item), category_ids):
-                    coco.write(record)
             if jsonl is not None:
                 jsonl.write({**item.meta, "detections": result.summary(), "speed": result.speed})
             counts.update(result.names[int(c)] for c in result.boxes.cls)
@@ -206,11 +212,13 @@ def run(args, model) -> int:
     try:
         run.run(process)
     finally:
-        files.close(complete=not run.interrupted)
-        if jsonl is not None:
-            jsonl.close()
-        if coco is not None:
-            coco.close()  # a run without detections still says so: []
+        try:
+            if coco is not None:
+                coco.close()  # before the last video, its frames' resume mark; a run without detections says so: []
+        finally:
+            files.close(complete=not run.interrupted)
+            if jsonl is not None:
+                jsonl.close()
     if run.done == 0 and run.failed and not run.skipped:
         raise ZooError(f"none of the {run.failed} images could be read: pass image files Pillow can open")
     print(run_summary(run, counts, speed, out, args), file=sys.stderr)
