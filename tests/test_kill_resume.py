@@ -1,0 +1,192 @@
+"""`kill -9` at any moment, then --resume: every input exactly once in every record file (issue 35).
+
+A real SIGKILL (no handler runs, as the OOM killer or a power cut) ends a child `python -m zoo.run`
+at chosen moments, by a hook the child installs on the writers before it runs (no sleeps tuned to
+the machine's speed): right after a batch's records reached predictions.json and before its
+annotated images, halfway through writing a record (a torn last line), right after an annotated
+image (the last of an image's files: --resume takes it as done) and before its --jsonl record, just
+before the closing ``]``; and at a moment the test does
+not choose (once a file grows, wherever the run has got to by then). Each kill is followed by
+--resume, killed again; the last --resume finishes. The records then equal an uninterrupted run's:
+none lost, none twice, predictions.json read by json.load and pycocotools' COCO.loadRes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import cli_error
+from zoo.run import main
+from zoo.sources import read_jsonl
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# the child: install the hook named by argv[1] ("WHERE:K"), then run zoo.run with the rest of argv
+CHILD = r"""
+import json, os, signal, sys
+from zoo.results import Results, ResultFiles
+from zoo.sources import JsonListWriter, JsonlWriter
+from zoo.run import main
+
+where, k = sys.argv[1].split(":")
+k, calls = int(k), [0]
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def after(owner, name):  # SIGKILL once the k-th call has returned
+    original = getattr(owner, name)
+    def hooked(self, *args, **kwargs):
+        out = original(self, *args, **kwargs)
+        calls[0] += 1
+        if calls[0] == k:
+            die()
+        return out
+    setattr(owner, name, hooked)
+
+def torn_record(self, record):  # the k-th record half written, on disk, then SIGKILL
+    calls[0] += 1
+    if calls[0] == k:
+        line = json.dumps(record)
+        self.file.write((",\n  " if self.count else "\n  ") + line[: len(line) // 2])
+        self.file.flush()
+        die()
+    written(self, record)
+
+written = JsonListWriter.write
+if where == "synced":      # the batch's records on disk, its annotated images not yet
+    after(JsonListWriter, "sync")
+elif where == "annotated":  # an image's outputs written, its --jsonl record not yet
+    after(ResultFiles, "write")
+elif where == "saved":      # an annotated image written (the last of an image's outputs)
+    after(Results, "save")
+elif where == "torn":
+    JsonListWriter.write = torn_record
+elif where == "closing":   # every image done, the list's "]" not yet
+    JsonListWriter.close = lambda self: die()
+sys.exit(main(sys.argv[2:]))
+"""
+
+# (name, height, width) in the folder's order: numeric stems take their number as COCO image_id, the others
+# a running one; with --classes refrigerator the synthetic weights find 3 in a 64x64 image and none in a
+# wide one (letterboxed to 32x64): images without detections
+IMAGES = [("000000000139", 64, 64), ("000000000285", 8, 64), ("42", 64, 64), ("7", 20, 64), ("cat", 64, 64),
+          ("dog", 8, 64), ("street", 64, 64), ("wide", 20, 64)]
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("kill") / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for name, h, w in IMAGES:
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(folder / f"{name}.png")
+    return folder
+
+
+def detect_argv(images: Path, out: Path, jsonl: Path | None) -> list[str]:
+    return ["yolov8n", str(images), "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64", "--conf", "0.59",
+            "--classes", "refrigerator", "--batch", "1", "--save-json", "--save-txt", "--out", str(out),
+            *(["--jsonl", str(jsonl)] if jsonl else [])]
+
+
+def killed_run(argv: list[str], hook: str) -> None:
+    """The run in a child process, ended by SIGKILL where ``hook`` says (or finished, when it never came)."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, hook, *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode in (-signal.SIGKILL, 0), proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def killed_somewhere(argv: list[str], grows: Path) -> None:
+    """The run in a child process, SIGKILLed once ``grows`` has more bytes than before: wherever the run has
+    got to by the time the signal lands (a moment the test does not choose), or finished before it."""
+    before = grows.stat().st_size if grows.exists() else 0
+    proc = subprocess.Popen([sys.executable, "-m", "zoo.run", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        while proc.poll() is None and (grows.stat().st_size if grows.exists() else 0) <= before:
+            time.sleep(0.005)  # polling: how soon the kill lands does not matter
+    finally:
+        proc.kill()
+        proc.wait(timeout=60)
+
+
+def outputs(out: Path) -> dict[str, bytes]:
+    """The run folder's finished files (a killed run's hidden temporary files left out)."""
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*"))
+            if p.is_file() and not p.name.startswith(".")}
+
+
+def check_coco(path: Path, image_ids: set[int]) -> list[dict]:
+    """predictions.json as json.load and pycocotools read it."""
+    from pycocotools.coco import COCO
+
+    with open(path) as f:
+        records = json.load(f)
+    ground_truth = COCO()
+    ground_truth.dataset = {"images": [{"id": i} for i in sorted(image_ids)], "annotations": [],
+                            "categories": [{"id": c} for c in {r["category_id"] for r in records}]}
+    ground_truth.createIndex()
+    assert len(ground_truth.loadRes(str(path)).getAnnIds()) == len(records)
+    return records
+
+
+@pytest.mark.parametrize("hooks, with_jsonl", [
+    (["synced:2", "saved:2", "torn:4", "closing:0"], False),
+    (["synced:1", "annotated:3", "torn:2", "somewhere"], True),
+])
+def test_detect_killed_at_any_moment_then_resumed_has_every_image_once(images, tmp_path, capsys, hooks, with_jsonl):
+    fresh_out = tmp_path / "fresh"
+    fresh_jsonl = tmp_path / "fresh.jsonl" if with_jsonl else None
+    assert main(detect_argv(images, fresh_out, fresh_jsonl)) == 0
+    expected = outputs(fresh_out)
+    fresh = json.loads(expected.pop("predictions.json"))
+    assert {r["file_name"] for r in fresh} == {f"{n}.png" for n, h, w in IMAGES if (h, w) == (64, 64)}  # 3 each
+    ids = {r["image_id"] for r in fresh} | {139, 42, 7, 285} | set(range(286, 286 + len(IMAGES)))
+
+    out, jsonl = tmp_path / "out", tmp_path / "d.jsonl" if with_jsonl else None
+    argv = detect_argv(images, out, jsonl)
+    for n, hook in enumerate(hooks):
+        resume = ["--resume"] * (n > 0)
+        if hook == "somewhere":
+            killed_somewhere(argv + resume, out / "predictions.json")
+        else:
+            killed_run(argv + resume, hook)
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 0
+    assert "internal error" not in capsys.readouterr().err
+    # every image once: the same records as the uninterrupted run's (order aside), and the same files
+    records = check_coco(out / "predictions.json", ids)
+    assert sorted(map(json.dumps, records)) == sorted(map(json.dumps, fresh))
+    assert {k: v for k, v in outputs(out).items() if k != "predictions.json"} == expected
+    if with_jsonl:
+        def summary(path):
+            return sorted((r["path"], json.dumps(r["detections"])) for r in read_jsonl(path))
+        assert summary(jsonl) == summary(fresh_jsonl)  # one record an image, none twice
+
+
+def test_a_damaged_predictions_json_is_refused_before_the_model_loads(images, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = detect_argv(images, out, None)
+    killed_run(argv, "synced:1")
+    left = (out / "predictions.json").read_bytes()
+    assert left.startswith(b"[\n  {") and not left.rstrip().endswith(b"]")  # unfinished: its records on disk
+    # left by a killed run: still refused without --resume
+    assert "predictions.json exists: pass --overwrite" in cli_error(argv, capsys)
+    damaged = left.replace(b",\n", b",\n  garbage\n", 1) + b",\n  {}"
+    (out / "predictions.json").write_bytes(damaged)
+    before = outputs(out)
+    error = cli_error([*argv, "--resume"], capsys)
+    assert error == (f"error: {out / 'predictions.json'} line 3 is not a record of an unfinished JSON list "
+                     "(damaged, or not a file this program wrote): pass --overwrite to replace it")
+    assert outputs(out) == before  # nothing written, nothing removed
