@@ -1,6 +1,6 @@
 """Fuzzing (hypothesis) of everything that reads a user's bytes: torch files (zip and legacy
-pickles), safetensors, images and LaMa masks, JSONL record files on --resume, temporary output
-names already taken, and the command lines of zoo.run and zoo.validate.
+pickles), safetensors, images and LaMa masks, JSONL record files and JSON lists (predictions.json)
+on --resume, temporary output names already taken, and the command lines of zoo.run and zoo.validate.
 
 Every mutated or forged input is read or refused with one ZooError line: never another
 exception, never a swallowed MemoryError, never more memory than the file justifies (traced
@@ -434,6 +434,42 @@ def test_record_files(work, data):
         assert path.read_bytes().startswith(json.dumps(HEADER).encode() + b"\n")
         assert read_records(path, HEADER).records == [*kept, new]
     assert [p.name for p in folder.iterdir()] == ["r.jsonl"]
+    path.unlink()
+
+
+def json_list_seeds() -> list[bytes]:
+    records = [json.dumps({"image_id": i, "file_name": f"{i}.jpg", "category_id": 1, "bbox": [1.5, 2, 3, 4],
+                           "score": 0.5}) for i in range(3)]
+    unfinished = ("[\n  " + ",\n  ".join(records)).encode()
+    return [unfinished, unfinished + b"\n]\n", unfinished[:-7], unfinished + b",", b"[", b"", b"[]\n",
+            json.dumps(records).encode()]
+
+
+@FUZZ
+@given(data=mutated(json_list_seeds()))
+def test_json_list_files(work, data):
+    """--resume on a damaged predictions.json (what a killed run leaves -- no closing bracket, a torn
+    last line -- then bit flips, inserted and deleted bytes): it continues -- the records read back,
+    then the new one, a list json.loads reads -- or refuses in one ZooError line and leaves the file
+    as it was; no temporary file is left either way."""
+    from zoo.sources import JsonListWriter
+
+    folder = work / "lists"
+    folder.mkdir(exist_ok=True)
+    path = folder / "predictions.json"
+    path.write_bytes(data)
+    new = {"image_id": 9}
+    try:
+        with timed_case(), contextlib.redirect_stderr(io.StringIO()):
+            with JsonListWriter(path, resume=True) as writer:
+                kept = writer.records
+                writer.write(new)
+    except ZooError as error:
+        assert str(error) and "\n" not in str(error), str(error)
+        assert path.read_bytes() == data
+    else:
+        assert json.loads(path.read_bytes()) == [*kept, new]
+    assert [p.name for p in folder.iterdir()] == ["predictions.json"]
     path.unlink()
 
 
