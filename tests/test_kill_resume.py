@@ -69,6 +69,8 @@ elif where == "annotated":  # an image's outputs written, its --jsonl record not
     after(ResultFiles, "write")
 elif where == "saved":      # an annotated image written (the last of an image's outputs)
     after(Results, "save")
+elif where == "recorded":   # a batch's --jsonl records on disk
+    after(JsonlWriter, "sync")
 elif where == "torn":
     JsonListWriter.write = torn_record
 elif where == "closing":   # every image done, the list's "]" not yet
@@ -190,3 +192,21 @@ def test_a_damaged_predictions_json_is_refused_before_the_model_loads(images, tm
     assert error == (f"error: {out / 'predictions.json'} line 3 is not a record of an unfinished JSON list "
                      "(damaged, or not a file this program wrote): pass --overwrite to replace it")
     assert outputs(out) == before  # nothing written, nothing removed
+
+
+def test_classify_killed_then_resumed_writes_json_and_csv_with_every_image_once(images, tmp_path, capsys):
+    """classify's --json and --csv are whole files (a killed run leaves none under their names); --resume,
+    which needs --jsonl, writes them again from every record the killed run left."""
+    def argv(name: str) -> list[str]:
+        return ["resnet18", str(images), "--weights", "synthetic:0", "--device", "cpu", "--top-k", "2", "--batch", "2",
+                *(f"--{kind}={tmp_path / name}.{kind}" for kind in ("jsonl", "json", "csv"))]
+
+    assert main(argv("fresh")) == 0
+    killed_run(argv("run"), "recorded:2")
+    assert len(read_jsonl(tmp_path / "run.jsonl")) >= 4 and not (tmp_path / "run.json").exists()
+    capsys.readouterr()
+    assert main([*argv("run"), "--resume"]) == 0
+    assert f"{len(IMAGES) - 4} images classified, 4 skipped" in capsys.readouterr().err
+    assert json.loads((tmp_path / "run.json").read_text()) == json.loads((tmp_path / "fresh.json").read_text())
+    rows = sorted((tmp_path / "run.csv").read_text().splitlines())
+    assert rows == sorted((tmp_path / "fresh.csv").read_text().splitlines()) and len(rows) == len(IMAGES) + 1
