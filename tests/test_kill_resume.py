@@ -95,8 +95,8 @@ def images(tmp_path_factory) -> Path:
     return folder
 
 
-def detect_argv(images: Path, out: Path, jsonl: Path | None) -> list[str]:
-    return ["yolov8n", str(images), "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64", "--conf", "0.59",
+def detect_argv(inputs: list[Path], out: Path, jsonl: Path | None) -> list[str]:
+    return ["yolov8n", *map(str, inputs), "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64", "--conf", "0.59",
             "--classes", "refrigerator", "--batch", "1", "--save-json", "--save-txt", "--out", str(out),
             *(["--jsonl", str(jsonl)] if jsonl else [])]
 
@@ -150,14 +150,14 @@ def check_coco(path: Path, image_ids: set[int]) -> list[dict]:
 def test_detect_killed_at_any_moment_then_resumed_has_every_image_once(images, tmp_path, capsys, hooks, with_jsonl):
     fresh_out = tmp_path / "fresh"
     fresh_jsonl = tmp_path / "fresh.jsonl" if with_jsonl else None
-    assert main(detect_argv(images, fresh_out, fresh_jsonl)) == 0
+    assert main(detect_argv([images], fresh_out, fresh_jsonl)) == 0
     expected = outputs(fresh_out)
     fresh = json.loads(expected.pop("predictions.json"))
     assert {r["file_name"] for r in fresh} == {f"{n}.png" for n, h, w in IMAGES if (h, w) == (64, 64)}  # 3 each
     ids = {r["image_id"] for r in fresh} | {139, 42, 7, 285} | set(range(286, 286 + len(IMAGES)))
 
     out, jsonl = tmp_path / "out", tmp_path / "d.jsonl" if with_jsonl else None
-    argv = detect_argv(images, out, jsonl)
+    argv = detect_argv([images], out, jsonl)
     for n, hook in enumerate(hooks):
         resume = ["--resume"] * (n > 0)
         if hook == "somewhere":
@@ -179,7 +179,7 @@ def test_detect_killed_at_any_moment_then_resumed_has_every_image_once(images, t
 
 def test_a_damaged_predictions_json_is_refused_before_the_model_loads(images, tmp_path, capsys):
     out = tmp_path / "out"
-    argv = detect_argv(images, out, None)
+    argv = detect_argv([images], out, None)
     killed_run(argv, "synced:1")
     left = (out / "predictions.json").read_bytes()
     assert left.startswith(b"[\n  {") and not left.rstrip().endswith(b"]")  # unfinished: its records on disk
@@ -210,3 +210,20 @@ def test_classify_killed_then_resumed_writes_json_and_csv_with_every_image_once(
     assert json.loads((tmp_path / "run.json").read_text()) == json.loads((tmp_path / "fresh.json").read_text())
     rows = sorted((tmp_path / "run.csv").read_text().splitlines())
     assert rows == sorted((tmp_path / "fresh.csv").read_text().splitlines()) and len(rows) == len(IMAGES) + 1
+
+
+def test_resume_tells_images_of_one_file_name_apart(images, tmp_path, capsys):
+    """Two inputs named x.png (running ids 1 and 2): the second killed after its records, before its
+    annotated image x_2.png; --resume keeps the first's records and makes the second's again, once."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "x.png").write_bytes((images / "cat.png").read_bytes())
+    argv = detect_argv([tmp_path / "a" / "x.png", tmp_path / "b" / "x.png"], tmp_path / "out", None)
+    assert main(argv) == 0
+    fresh = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert sorted({(r["image_id"], r["file_name"]) for r in fresh}) == [(1, "x.png"), (2, "x.png")]
+    (tmp_path / "out" / "x_2.png").unlink()
+    assert main([*argv, "--resume"]) == 0
+    assert "1 image processed, 1 skipped" in capsys.readouterr().err
+    again = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, fresh))

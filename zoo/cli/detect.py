@@ -98,8 +98,8 @@ def check_arguments(args):
     # --resume: names, inputs (resolved) and input file names of those done before
     args.skip, args.done, args.done_files = set(), set(), set()
     outputs = list(fixed_outputs(args.source, out))
-    args.image_ids = CocoImageIds([name for _, _, name, is_video in outputs if not is_video])
-    for given, path, name, is_video in outputs:
+    args.image_ids = CocoImageIds({name: index for _, _, name, is_video, index in outputs if not is_video})
+    for given, path, name, is_video, _ in outputs:
         refuse_inputs(path, inputs, "output")
         if args.resume and path.exists():
             if recorded is None or pipeline.input_identity(given) in recorded:
@@ -134,21 +134,24 @@ def latest_run(base: str) -> Path:
 
 
 def fixed_outputs(source, out: Path):
-    """(input, annotated output, name, is a video) for each image, video and camera of a source, named as
-    the source's items will be (zoo.sources' unique names), without decoding anything."""
-    names = UniqueNames()
+    """(input, annotated output, name, is a video, index) for each image, video and camera of a source, named
+    as the source's items will be (zoo.sources' unique names), without decoding anything. ``index``: the
+    item's position in the source, None after a video or camera (its frames are counted by decoding)."""
+    names, index = UniqueNames(), 0
     for part in getattr(source, "sources", [source]):
         if isinstance(part, Files):
             for path in part.paths:
                 name = names(path.stem)
                 video = part.videos.get(path)
                 if video is None:
-                    yield str(path), out / output_name(path, name), name, False
+                    yield str(path), out / output_name(path, name), name, False, index
                 elif isinstance(video, FrameSource):  # else a video that does not open: a bad item
-                    yield str(path), out / f"{name}.mp4", name, True
+                    yield str(path), out / f"{name}.mp4", name, True, index
+                index = None if isinstance(video, FrameSource) or index is None else index + 1
         elif isinstance(part, FrameSource):
             name = names(Path(part.path).stem if part.kind == "video" else part.path)
-            yield part.path, out / f"{name}.mp4", name, True
+            yield part.path, out / f"{name}.mp4", name, True, index
+            index = None
 
 
 def item_files(out: Path, name: str, is_video: bool, args) -> list[Path]:
@@ -228,14 +231,17 @@ def run(args, model) -> int:
 class CocoImageIds:
     """ultralytics' save_json image_id of each item: the number a numeric stem is (``000000397133.jpg`` ->
     397133); else a running number, the largest of those plus the item's position in the run plus 1, so
-    that no two images share one. ``names``: the image files' unique names, known before the run."""
+    that no two images share one. ``positions``: the image files' unique names, known before the run, and
+    their positions in the source (None where a video before them makes it unknown until decoded)."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, positions: dict[str, int | None]):
         self.ids: dict[str, int] = {}
-        for name in names:
+        for name in positions:
             if name.isascii() and name.isdigit() and int(name) not in self.ids.values():
                 self.ids[name] = int(name)  # '01' after '1' reads as the same number: it takes a running one
         self.after = max(self.ids.values(), default=0)
+        self.running = {name: self.after + index + 1 for name, index in positions.items()
+                        if name not in self.ids and index is not None}  # known before the run
 
     def __call__(self, item) -> int:
         if item.frame is None and item.name in self.ids:
@@ -243,11 +249,13 @@ class CocoImageIds:
         return self.after + item.index + 1
 
     def kept(self, skipped: set[str], done_files: set[str]):
-        """--resume: whether an earlier run's record belongs to an image or video skipped now: by its numeric
-        id, else by its file's name (an image with a running number, or a video's frames)."""
-        numeric = {self.ids[name] for name in skipped if name in self.ids}
-        return lambda r: r.get("image_id") in numeric or (
-            r.get("image_id") not in self.ids.values() and r.get("file_name") in done_files)
+        """--resume: whether an earlier run's record belongs to an image or video skipped now: by its id where
+        the id is known before the run (a numeric stem, a running number of an image before any video),
+        else by its file's name (an image after a video, a video's frames)."""
+        known = {*self.ids.values(), *self.running.values()}
+        done = {ids[name] for ids in (self.ids, self.running) for name in skipped if name in ids}
+        return lambda r: r.get("image_id") in done or (
+            r.get("image_id") not in known and r.get("file_name") in done_files)
 
 
 def run_summary(run, counts: Counter, speed: Counter, out: Path, args) -> str:
