@@ -851,12 +851,13 @@ class JsonlWriter:
         old one, whose lock (``old``, an open descriptor) is held until then: no second run reads it meanwhile."""
         try:
             fd, tmp = create_temporary(self.path)
+            identity = file_identity(fd)
             try:
                 self._open(fd)
                 self._start(self.records)
                 os.replace(tmp, self.path)
             except BaseException:
-                remove_own(tmp, self.identity)
+                remove_own(tmp, identity)
                 raise
         finally:
             os.close(old)
@@ -934,11 +935,10 @@ def data_ends_a_line(fd: int, whole: int) -> bool:
 
 @dataclass
 class JsonList:
-    """A JSON list file as read: its records, whether it was finished (its closing ``]``) and whether a torn
-    last line (a run killed while writing it) was left out."""
+    """A JSON list file as read: its records, and whether a torn last line (a run killed while writing it)
+    was left out."""
 
     records: list[dict]
-    finished: bool
     torn: bool
 
 
@@ -954,11 +954,12 @@ def parse_json_list(data: bytes, path: Path) -> JsonList:
         return unfinished_json_list(data, path, refuse)
     if not isinstance(whole, list) or not all(isinstance(r, dict) for r in whole):
         raise ZooError(f"{path} is not a JSON list of records: {refuse}")
-    return JsonList(whole, True, False)
+    return JsonList(whole, False)
 
 
 def unfinished_json_list(data: bytes, path: Path, refuse: str) -> JsonList:
-    found = JsonList([], False, False)
+    """parse_json_list of a file that is not valid JSON: a list JsonListWriter did not finish, or a damaged file."""
+    found = JsonList([], False)
     lines = data.split(b"\n")
     if not data.strip():
         return found
@@ -1009,7 +1010,7 @@ class JsonListWriter(JsonlWriter):
 
     def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False,
                  keep: Callable[[dict], bool] | None = None):
-        super().__init__(path, resume, overwrite, keep)
+        super().__init__(path, resume, overwrite, keep)  # no header: the file stays a plain JSON list
 
     def _start(self, records: list[dict]) -> None:
         self.file.write("[")
