@@ -227,3 +227,25 @@ def test_resume_tells_images_of_one_file_name_apart(images, tmp_path, capsys):
     assert "1 image processed, 1 skipped" in capsys.readouterr().err
     again = json.loads((tmp_path / "out" / "predictions.json").read_text())
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, fresh))
+
+
+def test_detect_killed_inside_a_video_then_resumed_has_every_frame_once(images, tmp_path):
+    """A video's annotated file is renamed into place when its last frame is written: killed after some of
+    its frames' records reached predictions.json, --resume does the video again and drops those records."""
+    from zoo.sources import VideoWriter
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    with VideoWriter(inputs / "clip.mp4", fps=10) as video:
+        for i in range(6):
+            video.write(np.full((64, 64, 3), 40 * i, np.uint8))
+    (inputs / "street.png").write_bytes((images / "cat.png").read_bytes())
+    assert main(detect_argv([inputs], tmp_path / "fresh", None)) == 0
+    fresh = json.loads((tmp_path / "fresh" / "predictions.json").read_text())
+    assert {r["file_name"] for r in fresh} == {"clip.mp4", "street.png"}
+    argv = detect_argv([inputs], tmp_path / "out", None)
+    killed_run(argv, "synced:3")  # three frames' records on disk, the video not yet
+    assert not (tmp_path / "out" / "clip.mp4").exists()
+    assert main([*argv, "--resume"]) == 0
+    records = check_coco(tmp_path / "out" / "predictions.json", {r["image_id"] for r in fresh})
+    assert sorted(map(json.dumps, records)) == sorted(map(json.dumps, fresh))
