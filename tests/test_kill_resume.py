@@ -8,7 +8,9 @@ image (the last of an image's files: --resume takes it as done) and before its -
 before the closing ``]``; and at a moment the test does
 not choose (once a file grows, wherever the run has got to by then). Each kill is followed by
 --resume, killed again; the last --resume finishes. The records then equal an uninterrupted run's:
-none lost, none twice, predictions.json read by json.load and pycocotools' COCO.loadRes.
+none lost, none twice, predictions.json read by json.load and pycocotools' COCO.loadRes. Also: a
+video killed halfway, two inputs of one file name, classify's --json/--csv (written again from
+--jsonl), and a damaged list refused in one line.
 """
 from __future__ import annotations
 
