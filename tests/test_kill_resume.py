@@ -254,3 +254,14 @@ def test_detect_killed_inside_a_video_then_resumed_has_every_frame_once(images, 
     assert main([*argv, "--resume"]) == 0
     records = check_coco(tmp_path / "out" / "predictions.json", {r["image_id"] for r in fresh})
     assert sorted(map(json.dumps, records)) == sorted(map(json.dumps, fresh))
+
+
+def test_save_json_first_given_on_resume_is_refused(images, tmp_path, capsys):
+    """A list of only the resumed images' records would miss the images done before: refused, nothing written."""
+    out = tmp_path / "out"
+    argv = [a for a in detect_argv([images], out, None) if a != "--save-json"]
+    killed_run(argv, "annotated:2")
+    before = outputs(out)
+    error = cli_error([*argv, "--save-json", "--resume"], capsys)
+    assert "predictions.json is not there" in error and "done before would have no records" in error
+    assert outputs(out) == before

@@ -116,6 +116,12 @@ def check_arguments(args):
         check_new_file(refuse_inputs(out / PREDICTIONS, inputs, "output"), "output", args.overwrite or args.resume)
         if args.resume and (out / PREDICTIONS).exists():
             read_json_list(out / PREDICTIONS)  # a damaged file: refused before the model loads
+        elif args.resume and args.skip:
+            # the run being continued had no --save-json (its list is created before its first image):
+            # a list of only the new images' records would miss the skipped ones without a word
+            raise UsageError(f"--save-json on --resume: {out / PREDICTIONS} is not there, so the {len(args.skip)} "
+                             f"input(s) done before would have no records in it: continue without --save-json, "
+                             f"or run again into a new --out")
     if args.jsonl:
         check_new_file(refuse_inputs(args.jsonl, inputs, "--jsonl"), "--jsonl", args.overwrite or args.resume)
         make_output_folder(Path(args.jsonl).parent, f"--jsonl {args.jsonl}: its folder")
