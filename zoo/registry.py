@@ -304,14 +304,18 @@ def fitted_to_file(spec: ModelSpec, path: str | Path) -> ModelSpec:
 
 
 def spec_for(name: str, weights: str | Path | None = None) -> ModelSpec:
-    """The spec ``load(name, weights)`` builds: the name's, fitted to a weights file when one is given
-    (a file that is not there is left to the loader to name)."""
+    """The spec ``load(name, weights)`` builds: the name's, fitted to a weights file when one is given.
+    A file that is not there or not this model's is the name's spec here: ``load`` reads the same file
+    and names its problem, after the command line's own checks (bad inputs first, then the weights)."""
     from zoo.weights.synthetic import parse_synthetic
 
     spec = get_spec(name)
     if weights is None or parse_synthetic(str(weights)) is not None or not Path(weights).is_file():
         return spec
-    return fitted_to_file(spec, weights)
+    try:
+        return fitted_to_file(spec, weights)
+    except ZooError:
+        return spec
 
 
 def load(name: str, weights: str | Path | None = None, dtype: str = "float32", device: str | None = None,
