@@ -210,3 +210,14 @@ def test_registry_names_take_ultralytics_hub_files(monkeypatch):
             zoo.load(name)
     assert asked == [("Ultralytics/YOLO11", "yolo11x.pt"), ("Ultralytics/YOLOv8", "yolov8s-seg.pt"),
                      ("Ultralytics/YOLO11", "yolo11n-pose.pt")]
+
+
+def test_pose_classes_are_the_models_not_cocos(tmp_path, images, capsys):
+    """--classes with synthetic (or default) weights is checked early against COCO's 80 names for
+    detection and segmentation; a pose model's one class is its own (class0 here, person in the official files)."""
+    argv = ["yolo11n-pose", str(images), "--weights", "synthetic", *FAST, "--out"]
+    assert main([*argv, str(tmp_path / "a"), "--classes", "class0"]) == 0
+    capsys.readouterr()
+    assert main([*argv, str(tmp_path / "b"), "--classes", "car"]) == 2
+    assert "error: unknown classes 'car': use names or ids 0-0 of class0" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()

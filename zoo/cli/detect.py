@@ -80,8 +80,10 @@ def check_arguments(args):
         args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
     if args.save_conf and not args.save_txt:
         raise UsageError("--save-conf adds the score to the --save-txt labels: pass --save-txt too")
-    if args.classes is not None and (args.weights is None or parse_synthetic(str(args.weights)) is not None):
-        # default and synthetic weights carry the COCO names: check now, before any download
+    if args.classes is not None and args.spec.task != "pose" and (
+            args.weights is None or parse_synthetic(str(args.weights)) is not None):
+        # default and synthetic weights carry the COCO names: check now, before any download (a pose
+        # model's one class, person in the official files and class0 in synthetic ones, is the model's to check)
         resolve_classes(args.classes, dict(enumerate(class_names())))
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
