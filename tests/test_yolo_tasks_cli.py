@@ -221,3 +221,16 @@ def test_pose_classes_are_the_models_not_cocos(tmp_path, images, capsys):
     assert main([*argv, str(tmp_path / "b"), "--classes", "car"]) == 2
     assert "error: unknown classes 'car': use names or ids 0-0 of class0" in capsys.readouterr().err
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize("case", ["yolo11n-seg", "yolov8n-pose"])
+def test_validate_takes_a_checkpoint_as_the_model(case, checkpoints, tmp_path, capsys):
+    """python -m zoo.validate best.pt, as zoo.run: the file names its model (task and kpt_shape included)."""
+    from zoo.cli.validate import main as validate_main
+
+    path = tmp_path / "best.pt"
+    path.write_bytes(checkpoints[case].read_bytes())
+    assert validate_main([str(path), "--device", "cpu", "--imgsz", "64", "--mode", "end-to-end"]) == 0
+    assert "end-to-end: PASS" in capsys.readouterr().out
+    assert validate_main([str(path), "--weights", "synthetic"]) == 2
+    assert capsys.readouterr().err.strip() == "error: " + f"{path} is already the checkpoint: drop --weights synthetic"
