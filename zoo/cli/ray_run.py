@@ -1,4 +1,5 @@
-"""``python -m zoo.run MODEL INPUT... --ray``: a classify, detect, segmentation or pose model over images with Ray Data.
+"""``python -m zoo.run MODEL INPUT... --ray``: a classify, detect, segmentation or pose model over images
+with Ray Data.
 
     python -m zoo.run resnet50 photos/ --ray --out results/               # a local Ray cluster
     python -m zoo.run yolov8n s3://bucket/photos/ --ray --ray-address auto --format jsonl
@@ -88,8 +89,8 @@ def main(spec, argv: list[str]) -> int:
     if spec.task not in zoo_ray.CLASSES:
         raise UsageError(f"{spec.name} ({spec.task}) does not run on Ray yet: run it without --ray")
     if spec.task not in TASKS:
-        raise UsageError(f"--ray runs classify, detect, segmentation and pose models from the command line; {spec.name} "
-                         f"({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
+        raise UsageError(f"--ray runs classify, detect, segmentation and pose models from the command line; "
+                         f"{spec.name} ({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
                          "in Python (docs/ray.md)")
     args = parser_for(spec).parse_args(argv)
     if is_weights_file(args.model):  # python -m zoo.run best.pt ... --ray: the family's name, the file as weights
