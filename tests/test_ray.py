@@ -212,3 +212,31 @@ def test_a_successful_cli_run_prints_only_its_own_lines(tmp_path):
         "WARNING: ZOO_WEIGHTS=synthetic: resnet18 runs on synthetic weights (random values: outputs are meaningless) "
         "in place of timm/resnet18.tv_in1k/model.safetensors",
         "3 images; results in out/predictions.parquet"]
+
+
+@pytest.mark.ray
+def test_cli_runs_seg_and_pose_checkpoints_into_their_task_folders(cluster, tmp_path, monkeypatch, capsys):
+    """A segmentation checkpoint's rows carry masks (COCO RLE structs in the Parquet file), a pose
+    checkpoint's keypoints (the family's name given the file: its task); each in ultralytics' task folder."""
+    import pyarrow.parquet as pq
+
+    from yolo_tasks_fixtures import fixture_input, rebuild
+    from zoo.run import main
+
+    monkeypatch.chdir(tmp_path)
+    seg, pose = rebuild("yolov8n-seg", tmp_path / "seg.pt"), rebuild("yolo11n-pose", tmp_path / "pose.pt")
+    images = tmp_path / "images"  # absolute: the actors run where the cluster started, not here
+    images.mkdir()
+    Image.fromarray((fixture_input()[0].transpose(1, 2, 0) * 255).astype(np.uint8)).save(images / "a.png")
+    options = ["--imgsz", "64", "--conf", "0.5", "--max-det", "3"]
+    assert main([str(seg), str(images), "--ray", *options]) == 0
+    table = pq.read_table("runs/segment/ray/predictions.parquet")
+    assert str(table.schema.field("masks").type) == "list<element: struct<size: list<element: int64>, counts: string>>"
+    row = table.to_pylist()[0]
+    assert row["error"] == "" and len(row["masks"]) == len(row["boxes"]) > 0
+    assert all(rle["size"] == [128, 160] and rle["counts"] for rle in row["masks"])
+    assert main(["yolov8", str(images), "--weights", str(pose), "--ray", "--format", "jsonl", *options]) == 0
+    record = json.loads(Path("runs/pose/ray/predictions.jsonl").read_text())
+    assert len(record["keypoints"]) == len(record["boxes"]) > 0
+    assert all(len(points) == 5 and all(len(p) == 2 for p in points) for points in record["keypoints"])
+    assert "1 images; results in runs/pose/ray/predictions.jsonl" in capsys.readouterr().err

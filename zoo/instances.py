@@ -5,6 +5,7 @@
     scale_masks(masks, image_shape)                       input-size maps -> the image's size (padding cut off)
     scale_coords(frame, points, image_shape)              input pixels -> image pixels, clipped
     masks2segments(masks)                                 each mask's outer contours as one polygon (OpenCV)
+    coco_rle(mask)                                        a mask as COCO's compressed RLE {size, counts: str}
 
 Same crops, interpolation and thresholds as upstream: a mask is the prototypes weighted by the
 detection's 32 coefficients, zeroed outside its box (box edges rounded, as upstream's CPU path for
@@ -167,3 +168,42 @@ def masks2segments(masks: np.ndarray) -> list[np.ndarray]:
         polygon = (join_polygons(contours) if len(contours) > 1 else contours[0]) if contours else np.zeros((0, 2))
         segments.append(polygon.astype(np.float32))
     return segments
+
+
+def mask_to_rle(masks: np.ndarray) -> list[dict]:
+    """(N, H, W) bool -> uncompressed RLEs {"size": [H, W], "counts": [...]} (column-major, zeros first)."""
+    n, h, w = masks.shape
+    flat = masks.transpose(0, 2, 1).reshape(n, h * w)
+    out = []
+    for row in flat:
+        changes = np.flatnonzero(row[1:] != row[:-1]) + 1
+        bounds = np.concatenate([[0], changes, [h * w]])
+        counts = np.diff(bounds).tolist()
+        if row.size and row[0]:
+            counts.insert(0, 0)
+        out.append({"size": [h, w], "counts": counts})
+    return out
+
+
+def rle_string(counts: list[int]) -> str:
+    """Uncompressed RLE counts -> COCO's compressed string (pycocotools' rleToString, ultralytics'
+    save_json ``to_string``): each count after the second as its difference from the one two before,
+    in 5-bit groups with a continuation bit, offset into printable ASCII."""
+    out = []
+    for i, count in enumerate(counts):
+        x = int(count) - (int(counts[i - 2]) if i > 2 else 0)
+        while True:
+            c = x & 0x1F
+            x >>= 5
+            more = x != -1 if c & 0x10 else x != 0
+            out.append(chr(c + (0x20 if more else 0) + 48))
+            if not more:
+                break
+    return "".join(out)
+
+
+def coco_rle(mask: np.ndarray) -> dict:
+    """An (H, W) mask -> COCO's compressed RLE ``{"size": [H, W], "counts": str}``, as pycocotools'
+    ``mask.encode`` and ultralytics' save_json write it (pycocotools decodes it; needs no pycocotools)."""
+    rle = mask_to_rle(np.asarray(mask, bool)[None])[0]
+    return {"size": rle["size"], "counts": rle_string(rle["counts"])}

@@ -18,14 +18,16 @@ without ``image``, a ``path`` the actor decodes itself (EXIF orientation and eve
 handled exactly as the in-process CLI). Rows out: plain columns, ``path`` kept when present, and
 ``error`` ("" when the row worked; else one line naming the problem, the other columns empty).
 
-==============  =======================  ====================================================
-class           columns in               columns out
-==============  =======================  ====================================================
-``Classifier``  image or path            label (int), name, prob (top-1)
-``Detector``    image or path            boxes ([[x1, y1, x2, y2], ...]), conf, cls, names
-``Segmenter``   image or path, boxes     masks (COCO RLE {size, counts} per box), scores
-``Inpainter``   image or path, mask      image (inpainted, uint8 RGB)
-==============  =======================  ====================================================
+=====================  =======================  ===============================================================
+class                  columns in               columns out
+=====================  =======================  ===============================================================
+``Classifier``         image or path            label (int), name, prob (top-1)
+``Detector``           image or path            boxes ([[x1, y1, x2, y2], ...]), conf, cls, names
+``InstanceSegmenter``  image or path            Detector's and masks (COCO RLE {size, counts} per box)
+``PoseEstimator``      image or path            Detector's and keypoints ([[x, y, visibility], ...] per box)
+``Segmenter``          image or path, boxes     masks (COCO RLE {size, counts} per box), scores
+``Inpainter``          image or path, mask      image (inpainted, uint8 RGB)
+=====================  =======================  ===============================================================
 
 Each class takes ``batch`` (images per forward pass, default 1): Ray's ``batch_size`` is how many
 rows an actor gets at a time, ``batch`` how many of them go through the model together. With 1,
@@ -93,7 +95,7 @@ class _Task(ABC):
             blas.set_threads(max(1, round(cpus)))
         from . import registry
 
-        spec = registry.get_spec(model)
+        spec = registry.spec_for(model, weights)
         if spec.task != self.task:
             raise UsageError(f"{model} is a {spec.task} model: use zoo.ray.{CLASSES[spec.task].__name__}")
         self.model = registry.load(model, weights=weights, dtype=dtype, device=device, **load_options)
@@ -172,10 +174,11 @@ class Classifier(_Task):
 
 
 class Detector(_Task):
-    """YOLOv8 boxes per row: ``boxes`` [[x1, y1, x2, y2], ...] in the image's pixels, ``conf``, ``cls``,
+    """YOLO boxes per row: ``boxes`` [[x1, y1, x2, y2], ...] in the image's pixels, ``conf``, ``cls``,
     ``names``. Options as ``model.predict`` (conf, iou, classes, agnostic_nms, max_det, imgsz)."""
 
     task = "detect"
+    COLUMNS = ("boxes", "conf", "cls", "names")
 
     def __init__(self, model: str, weights: str | None = None, dtype: str = "float32", device: str | None = None,
                  batch: int = 1, conf: float = 0.25, iou: float = 0.7, classes=None, agnostic_nms: bool = False,
@@ -198,13 +201,46 @@ class Detector(_Task):
             for k, r in zip(group, predict_batch(self.model, [images[k] for k in group], [None] * len(group),
                                                  **self.options)):
                 results[k] = r
+        return self.columns(results)
+
+    def columns(self, results) -> dict[str, list]:
         return {"boxes": [r.boxes.xyxy.tolist() for r in results],
                 "conf": [r.boxes.conf.tolist() for r in results],
                 "cls": [r.boxes.cls.astype(int).tolist() for r in results],
                 "names": [[r.names[int(c)] for c in r.boxes.cls] for r in results]}
 
     def empty(self, rows):
-        return {name: [[] for _ in range(rows)] for name in ("boxes", "conf", "cls", "names")}
+        return {name: [[] for _ in range(rows)] for name in self.COLUMNS}
+
+
+class InstanceSegmenter(Detector):
+    """A YOLO segmentation model's rows: Detector's columns and ``masks``, one per box, each at the image's
+    size as COCO's compressed RLE ``{"size": [H, W], "counts": str}`` (pycocotools' ``mask.decode``
+    reads it; as the Segmenter's masks and ultralytics' save_json). ``retina_masks`` as ``model.predict``:
+    False, the letterboxed input's masks scaled to the image; True, masks computed at the image's size."""
+
+    task = "instance-segment"
+    COLUMNS = (*Detector.COLUMNS, "masks")
+
+    def __init__(self, model: str, weights: str | None = None, dtype: str = "float32", device: str | None = None,
+                 batch: int = 1, conf: float = 0.25, iou: float = 0.7, classes=None, agnostic_nms: bool = False,
+                 max_det: int = 300, imgsz=None, retina_masks: bool = False):
+        super().__init__(model, weights, dtype, device, batch, conf, iou, classes, agnostic_nms, max_det, imgsz)
+        self.options["retina_masks"] = bool(retina_masks)
+
+    def columns(self, results):
+        return {**super().columns(results), "masks": [r.masks.coco_rles() for r in results]}
+
+
+class PoseEstimator(Detector):
+    """A YOLO pose model's rows: Detector's columns and ``keypoints``, per box its K points [x, y, visibility]
+    in the image's pixels ([x, y] for a model without visibility)."""
+
+    task = "pose"
+    COLUMNS = (*Detector.COLUMNS, "keypoints")
+
+    def columns(self, results):
+        return {**super().columns(results), "keypoints": [r.keypoints.data.tolist() for r in results]}
 
 
 class Segmenter(_Task):
@@ -269,7 +305,8 @@ class Inpainter(_Task):
         return {"image": [np.zeros((0, 0, 3), np.uint8) for _ in range(rows)]}
 
 
-CLASSES = {"classify": Classifier, "detect": Detector, "segment": Segmenter, "inpaint": Inpainter}
+CLASSES = {"classify": Classifier, "detect": Detector, "instance-segment": InstanceSegmenter, "pose": PoseEstimator,
+           "segment": Segmenter, "inpaint": Inpainter}
 
 
 def image_paths(inputs, recursive: bool = False) -> list[str]:
@@ -310,7 +347,7 @@ def run(model: str, inputs, weights: str | None = None, actors: int | None = Non
     ray = import_ray()
     from . import registry
 
-    spec = registry.get_spec(model)
+    spec = registry.spec_for(model, weights)  # a family's name given a file: the file's task (yolov8 + seg best.pt)
     if spec.task == "segment":  # the Segmenter's masks: checked here, not in every actor after the reads
         from .models.mobilesam.amg import import_pycocotools
 

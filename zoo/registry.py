@@ -293,6 +293,31 @@ def fitted_spec(spec: ModelSpec, weights: Weights) -> ModelSpec:
     return fam.checkpoint_spec(spec, weights) if hasattr(fam, "checkpoint_spec") else spec
 
 
+def fitted_to_file(spec: ModelSpec, path: str | Path) -> ModelSpec:
+    """``spec`` fitted to a checkpoint file from its header, before any tensor is read: what a name
+    given a file will be (``yolov8`` with a segmentation model's best.pt: its task, for the run's folder)."""
+    if not hasattr(family(spec), "checkpoint_spec"):
+        return spec
+    check_header(spec, path)
+    header, meta = named_header(spec, path)
+    return fitted_spec(spec, Weights(header, str(path), meta))
+
+
+def spec_for(name: str, weights: str | Path | None = None) -> ModelSpec:
+    """The spec ``load(name, weights)`` builds: the name's, fitted to a weights file when one is given.
+    A file that is not there or not this model's is the name's spec here: ``load`` reads the same file
+    and names its problem, after the command line's own checks (bad inputs first, then the weights)."""
+    from zoo.weights.synthetic import parse_synthetic
+
+    spec = get_spec(name)
+    if weights is None or parse_synthetic(str(weights)) is not None or not Path(weights).is_file():
+        return spec
+    try:
+        return fitted_to_file(spec, weights)
+    except ZooError:
+        return spec
+
+
 def load(name: str, weights: str | Path | None = None, dtype: str = "float32", device: str | None = None,
          pretrained: bool = True, **options) -> nn.Module:
     """Build a registered model with its weights, on the process's device, in eval mode.

@@ -32,7 +32,7 @@ from PIL import Image, ImageDraw, ImageFont
 from zoo.errors import ZooError
 from zoo.files import (check_new_file, image_format, make_output_folder, refuse_inputs, writable_format, write_atomic,
                        write_text)
-from zoo.instances import masks2segments, scale_coords, scale_masks
+from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
 PALETTE = [
@@ -328,8 +328,17 @@ class Masks(BaseTensor):
         """(N, H, W) bool at the image's size: the masks themselves, or scaled to it (drawing)."""
         if self.data.shape[1:] == self.orig_shape:
             return self.data.astype(bool)
-        return np.stack([scale_masks(m[None].astype(np.float32), self.orig_shape)[0] > 0.5 for m in self.data]) \
-            if len(self.data) else np.zeros((0, *self.orig_shape), bool)
+        return np.stack(list(self.image_masks())) if len(self.data) else np.zeros((0, *self.orig_shape), bool)
+
+    def image_masks(self):
+        """Each mask as (H, W) bool at the image's size, one at a time (a mask of a large image is large)."""
+        for mask in self.data:
+            yield (mask.astype(bool) if mask.shape == self.orig_shape else
+                   scale_masks(mask[None].astype(np.float32), self.orig_shape)[0] > 0.5)
+
+    def coco_rles(self) -> list[dict]:
+        """Each mask at the image's size as COCO's compressed RLE {"size": [H, W], "counts": str}."""
+        return [coco_rle(mask) for mask in self.image_masks()]
 
     def __repr__(self) -> str:
         return f"Masks({len(self)} masks of {self.data.shape[1]}x{self.data.shape[2]}, orig_shape={self.orig_shape})"
@@ -488,15 +497,25 @@ class Results:
         return text.getvalue() or "\n"
 
     def to_coco(self, image_id: int, category_ids: list[int] | None = None) -> list[dict]:
-        """The boxes as COCO detection records, as ultralytics' save_json writes them: image_id, file_name,
-        category_id (``category_ids[class]``, default class + 1), bbox [x, y, width, height] in pixels, score."""
+        """The boxes as COCO result records, as ultralytics' save_json writes them: image_id, file_name,
+        category_id (``category_ids[class]``, default class + 1), bbox [x, y, width, height] in pixels, score;
+        a segmentation model's adds "segmentation", the mask at the image's size as COCO's compressed RLE
+        (upstream's val encodes process_mask_native's masks: ``retina_masks=True`` gives those), a pose
+        model's "keypoints", [x1, y1, v1, x2, ...] in pixels (COCO's layout; x, y only without visibility)."""
         name = Path(self.path).name if self.path else None
-        return [
+        records = [
             {"image_id": image_id, "file_name": name,
              "category_id": category_ids[int(c)] if category_ids is not None else int(c) + 1,
              "bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)], "score": round(s, 5)}
             for x1, y1, x2, y2, s, c in self.box_rows.data.tolist()
         ]
+        if self.masks is not None:
+            for record, rle in zip(records, self.masks.coco_rles()):
+                record["segmentation"] = rle
+        if self.keypoints is not None:
+            for record, points in zip(records, np.asarray(self.keypoints.data, np.float64).round(3)):
+                record["keypoints"] = points.reshape(-1).tolist()
+        return records
 
     def label_lines(self, save_conf: bool = False) -> list[str]:
         """YOLO label format, one object a line, values 0-1, as ultralytics' save_txt: detection

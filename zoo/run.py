@@ -18,8 +18,8 @@ def main(argv: list[str]) -> int:
     if registry.is_weights_file(name):  # read once, before the options: the file decides the task
         spec, checkpoint = registry.identify(name)
         spec = registry.fitted_spec(spec, checkpoint)
-    else:
-        spec, checkpoint = registry.get_spec(name), None
+    else:  # a family's name given a file (yolov8 --weights seg.pt) is the file's task and variant
+        spec, checkpoint = registry.spec_for(name, weights_option(argv)), None
     if "--ray" in argv:  # Ray Data in place of the in-process loop: options of its own (zoo/cli/ray_run.py)
         return importlib.import_module("zoo.cli.ray_run").main(spec, argv)
     task = task_module(spec.task)
@@ -40,6 +40,13 @@ def main(argv: list[str]) -> int:
     model = (registry.build(spec, checkpoint, args.dtype, **options) if checkpoint is not None else
              registry.load(args.model, weights=args.weights, dtype=args.dtype, device=args.device, **options))
     return task.run(args, model)
+
+
+def weights_option(argv: list[str]) -> str | None:
+    """--weights' value, before the task's parser exists."""
+    peek = ArgumentParser(prog="python -m zoo.run", add_help=False)
+    peek.add_argument("--weights")
+    return peek.parse_known_args(argv)[0].weights
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ import numpy as np
 
 from zoo.errors import ZooError, option
 from zoo.extras import require
+from zoo.instances import mask_to_rle  # shared with the YOLO segmentation models' COCO records
 
 # A mask box this close (pixels) to a crop's edge that is not the image's edge is cut by the crop.
 CROP_EDGE_TOLERANCE = 20.0
@@ -96,21 +97,6 @@ def is_box_near_crop_edge(boxes: mx.array, crop_box, orig_box, atol: float = CRO
 def box_xyxy_to_xywh(box) -> list:
     x0, y0, x1, y1 = (v.item() if hasattr(v, "item") else v for v in box)
     return [x0, y0, x1 - x0, y1 - y0]
-
-
-def mask_to_rle(masks: np.ndarray) -> list[dict]:
-    """(N, H, W) bool -> uncompressed RLEs {"size": [H, W], "counts": [...]} (column-major, zeros first)."""
-    n, h, w = masks.shape
-    flat = masks.transpose(0, 2, 1).reshape(n, h * w)
-    out = []
-    for row in flat:
-        changes = np.flatnonzero(row[1:] != row[:-1]) + 1
-        bounds = np.concatenate([[0], changes, [h * w]])
-        counts = np.diff(bounds).tolist()
-        if row.size and row[0]:
-            counts.insert(0, 0)
-        out.append({"size": [h, w], "counts": counts})
-    return out
 
 
 def mask_columns_to_rle(columns: np.ndarray, occupied: np.ndarray, crop_box, image_size) -> list[dict]:

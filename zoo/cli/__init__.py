@@ -19,6 +19,13 @@ EXIT_USAGE, EXIT_RUNTIME = 2, 1
 # tasks whose command line is another task's: YOLO segmentation and pose models run as detectors do
 # (their Results add masks / keypoints to what is drawn and written)
 TASK_COMMANDS = {"instance-segment": "detect", "pose": "detect"}
+# ultralytics names its run folders by its own task names: runs/segment for YOLO segmentation models
+RUN_FOLDERS = {"instance-segment": "segment"}
+
+
+def runs_folder(task: str) -> str:
+    """The runs/<task> folder of a registry task, as ultralytics': runs/detect, runs/segment, runs/pose."""
+    return f"runs/{RUN_FOLDERS.get(task, task)}"
 
 
 def task_module(task: str):

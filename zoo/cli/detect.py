@@ -5,7 +5,7 @@
 Inputs are anything zoo.sources opens (files, folders, globs, .txt/.csv lists, videos, a camera
 index, stream URLs). Runs on zoo.pipeline (decoding overlaps the model, memory stays flat, Ctrl-C
 keeps every finished output, --resume skips the images already annotated). In --out
-(default runs/detect/predict, predict2, ...):
+(default runs/<task>/predict, predict2, ... as ultralytics: runs/detect, runs/segment, runs/pose):
 
     <name>.<suffix>            annotated image          <video stem>.mp4   annotated video, the source's rate
     labels/<name>.txt          --save-txt (YOLO format, --save-conf adds the score)
@@ -24,6 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from zoo import pipeline
+from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, check_distinct, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs)
@@ -32,7 +33,6 @@ from zoo.sources import (Files, FrameSource, JsonListWriter, JsonlWriter, Unique
                          read_json_list, read_records, records_header)
 from zoo.weights.synthetic import parse_synthetic
 
-RUNS = "runs/detect/predict"
 PREDICTIONS = "predictions.json"  # --save-json's file in --out, ultralytics' name
 
 
@@ -49,8 +49,8 @@ def add_arguments(parser):
     parser.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE",
                         help="inference size: one value or height width, rounded up to multiples of 32 "
                              "(default: the size the checkpoint was trained at, 640 for the official ones)")
-    parser.add_argument("--out", help=f"folder for the outputs (default: a new {RUNS}, predict2, ... as ultralytics; "
-                        "with --resume the latest of them)")
+    parser.add_argument("--out", help="folder for the outputs (default: a new runs/<task>/predict, predict2, ... as "
+                        "ultralytics: runs/detect, runs/segment, runs/pose; with --resume the latest of them)")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
                         help="replace outputs that exist in --out (inputs are never replaced)")
     parser.add_argument("--save-json", action="store_true", help=f"also write <out>/{PREDICTIONS}: the run's "
@@ -80,13 +80,16 @@ def check_arguments(args):
         args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
     if args.save_conf and not args.save_txt:
         raise UsageError("--save-conf adds the score to the --save-txt labels: pass --save-txt too")
-    if args.classes is not None and (args.weights is None or parse_synthetic(str(args.weights)) is not None):
-        # default and synthetic weights carry the COCO names: check now, before any download
+    if args.classes is not None and args.spec.task != "pose" and (
+            args.weights is None or parse_synthetic(str(args.weights)) is not None):
+        # default and synthetic weights carry the COCO names: check now, before any download (a pose
+        # model's one class, person in the official files and class0 in synthetic ones, is the model's to check)
         resolve_classes(args.classes, dict(enumerate(class_names())))
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     if args.out is None:
-        args.out = latest_run(RUNS) if args.resume else increment_path(RUNS, exist_ok=args.overwrite)
+        runs = f"{runs_folder(args.spec.task)}/predict"
+        args.out = latest_run(runs) if args.resume else increment_path(runs, exist_ok=args.overwrite)
     out = check_output_folder(args.out, "--out", inputs)
     check_distinct({"--out": out, **({"--jsonl": args.jsonl} if args.jsonl else {}),
                     **({"--save-json": out / PREDICTIONS} if args.save_json else {})})

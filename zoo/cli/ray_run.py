@@ -1,10 +1,11 @@
-"""``python -m zoo.run MODEL INPUT... --ray``: a classify or detect model over images with Ray Data.
+"""``python -m zoo.run MODEL INPUT... --ray``: a classify, detect, segmentation or pose model over images
+with Ray Data.
 
     python -m zoo.run resnet50 photos/ --ray --out results/               # a local Ray cluster
     python -m zoo.run yolov8n s3://bucket/photos/ --ray --ray-address auto --format jsonl
 
 Writes ``<out>/predictions.parquet`` (or ``.jsonl``), one row per image, in the columns of
-zoo.ray's Classifier or Detector; rows arrive as the actors finish them and the file appears
+zoo.ray's Classifier, Detector, InstanceSegmenter or PoseEstimator; rows arrive as the actors finish them and the file appears
 whole when the run ends (written under a temporary name, renamed). A bad image is one warning
 line and one row with its ``error``; the exit code is 1 when any image failed.
 """
@@ -20,12 +21,14 @@ from pathlib import Path
 
 from zoo import ray as zoo_ray
 from zoo import registry
-from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, usage_errors
+from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, runs_folder, usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, check_output_file, check_output_folder, increment_path, write_atomic
 from zoo.registry import is_weights_file
 
-TASKS = ("classify", "detect")
+# the YOLO tasks: detection's options and columns, and a segmentation model's masks / a pose model's keypoints
+YOLO_TASKS = ("detect", "instance-segment", "pose")
+TASKS = ("classify", *YOLO_TASKS)
 
 
 def parser_for(spec) -> ArgumentParser:
@@ -46,7 +49,7 @@ def parser_for(spec) -> ArgumentParser:
                         "of one-at-a-time runs; more is faster on a GPU and differs in float rounding)")
     parser.add_argument("--recursive", action="store_true", help="look in sub-folders too")
     parser.add_argument("--out", metavar="DIR", help=f"folder for predictions.parquet/.jsonl (default: a new "
-                        f"runs/{spec.task}/ray, ray2, ...)")
+                        f"{runs_folder(spec.task)}/ray, ray2, ...)")
     parser.add_argument("--format", choices=("parquet", "jsonl"), default="parquet")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
                         help="replace a predictions file that exists (inputs are never replaced)")
@@ -54,13 +57,16 @@ def parser_for(spec) -> ArgumentParser:
         from zoo.cli.classify import add_model_options
 
         add_model_options(parser)
-    if spec.task == "detect":
+    if spec.task in YOLO_TASKS:
         parser.add_argument("--conf", type=float, default=0.25)
         parser.add_argument("--iou", type=float, default=0.7)
         parser.add_argument("--classes", help="only these classes: comma-separated names or ids")
         parser.add_argument("--agnostic-nms", action="store_true")
         parser.add_argument("--max-det", type=int, default=300)
         parser.add_argument("--imgsz", type=int, nargs="+", metavar="SIZE")
+    if spec.task == "instance-segment":
+        parser.add_argument("--retina-masks", action="store_true", help="masks computed at the image's size "
+                            "(default: at the letterboxed input's, then scaled to the image, as ultralytics)")
     return parser
 
 
@@ -69,9 +75,13 @@ def schema_for(task: str):
     any box would otherwise make its list columns null-typed)."""
     import pyarrow as pa
 
+    detect = [("boxes", pa.list_(pa.list_(pa.float64()))), ("conf", pa.list_(pa.float64())),
+              ("cls", pa.list_(pa.int64())), ("names", pa.list_(pa.string()))]
+    rle = pa.struct([("size", pa.list_(pa.int64())), ("counts", pa.string())])
     columns = {"classify": [("label", pa.int64()), ("name", pa.string()), ("prob", pa.float64())],
-               "detect": [("boxes", pa.list_(pa.list_(pa.float64()))), ("conf", pa.list_(pa.float64())),
-                          ("cls", pa.list_(pa.int64())), ("names", pa.list_(pa.string()))]}[task]
+               "detect": detect,
+               "instance-segment": [*detect, ("masks", pa.list_(rle))],
+               "pose": [*detect, ("keypoints", pa.list_(pa.list_(pa.list_(pa.float64()))))]}[task]
     return pa.schema([("path", pa.string()), *columns, ("error", pa.string())])
 
 
@@ -79,8 +89,8 @@ def main(spec, argv: list[str]) -> int:
     if spec.task not in zoo_ray.CLASSES:
         raise UsageError(f"{spec.name} ({spec.task}) does not run on Ray yet: run it without --ray")
     if spec.task not in TASKS:
-        raise UsageError(f"--ray runs classify and detect models from the command line; {spec.name} "
-                         f"({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
+        raise UsageError(f"--ray runs classify, detect, segmentation and pose models from the command line; "
+                         f"{spec.name} ({spec.task}) runs on Ray through zoo.ray.{zoo_ray.CLASSES[spec.task].__name__} "
                          "in Python (docs/ray.md)")
     args = parser_for(spec).parse_args(argv)
     if is_weights_file(args.model):  # python -m zoo.run best.pt ... --ray: the family's name, the file as weights
@@ -92,7 +102,7 @@ def main(spec, argv: list[str]) -> int:
         raise UsageError(f"--batch {args.batch} must be 1 or more")
     uri = len(args.images) == 1 and zoo_ray.is_uri(args.images[0])
     inputs = args.images[0] if uri else zoo_ray.image_paths(args.images, args.recursive)
-    out = Path(args.out) if args.out else increment_path(f"runs/{spec.task}/ray")
+    out = Path(args.out) if args.out else increment_path(f"{runs_folder(spec.task)}/ray")
     given = Inputs([] if uri else [*args.images, *inputs, args.weights])
     path = check_output_file(check_output_folder(out, "--out", given) / f"predictions.{args.format}", "output",
                              given, args.overwrite)
@@ -102,7 +112,7 @@ def main(spec, argv: list[str]) -> int:
         from zoo.cli.classify import model_options
 
         options.update(model_options(args))
-    if spec.task == "detect":
+    if spec.task in YOLO_TASKS:
         from zoo.models.yolov8 import check_imgsz, check_thresholds
 
         with usage_errors():  # the actors would each fail on them
@@ -110,6 +120,8 @@ def main(spec, argv: list[str]) -> int:
             imgsz = None if not args.imgsz else check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
         options.update(conf=args.conf, iou=args.iou, classes=args.classes, agnostic_nms=args.agnostic_nms,
                        max_det=args.max_det, imgsz=imgsz)
+    if spec.task == "instance-segment":
+        options["retina_masks"] = args.retina_masks
     weights = args.weights or registry.default_weights(spec)  # ZOO_WEIGHTS: said once, here, not per actor
     fetch_weights(spec, weights)
     started = not ray.is_initialized()

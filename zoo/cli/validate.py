@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from zoo import registry, validate
-from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
+from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint
 from zoo.cli.validate_ops import main as ops_main
 from zoo.errors import UsageError
 from zoo.files import check_output_file, write_text
@@ -85,7 +85,7 @@ def validate_parser(case=None) -> ArgumentParser:
                             usage=None if case else f"{PROG} MODEL [options] | {PROG} ops [options] | "
                                                     f"{PROG} --module PKG.MOD:FACTORY --input SHAPE [options]")
     parser.add_argument("model", help=", ".join(registry.list_models()) + " (a family name, e.g. yolov8, takes "
-                        "the variant of --weights)")
+                        "the variant of --weights), or a checkpoint file (best.pt) that says which model it holds")
     add_model_arguments(parser, (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report")
     add_report_arguments(parser)
     parser.add_argument("--calibrate-bn", action="store_true",
@@ -157,10 +157,16 @@ def main(argv: list[str]) -> int:
         return ops_main(argv[1:])
     if any(a == "--module" or a.startswith("--module=") for a in argv):  # any MLX model, against itself
         return module_main(argv)
-    spec = registry.get_spec(model_name_from(argv, PROG, general_help))
+    name, checkpoint = model_name_from(argv, PROG, general_help), None
+    if registry.is_weights_file(name):  # python -m zoo.validate best.pt: the file names its model, as in zoo.run
+        checkpoint, name = name, registry.identify(name)[0].name
+    spec = registry.get_spec(name)
     case = engine.case_module(spec.family)
     parser = validate_parser(case)
     args = parser.parse_args(argv)
+    if checkpoint is not None:  # validated as the family's name with the file as its weights
+        refuse_second_checkpoint(checkpoint, args.weights)
+        args.model, args.weights = name, checkpoint
     options = {name: getattr(args, name) for name in vars(validate.case_defaults(case))}
     check_outputs(args, [args.weights, *(v for k, v in options.items() if k in ("image", "mask") and v)])
 
