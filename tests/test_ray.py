@@ -161,6 +161,18 @@ def test_ray_data_gives_in_process_results_for_every_image(cluster, folder):
 
 
 @pytest.mark.ray
+def test_run_reads_relative_paths_from_the_drivers_folder(cluster, folder, monkeypatch):
+    """The actors' working folder is the cluster's (the repo here), not the driver's: zoo.ray.run makes
+    the paths absolute where the driver sees them (a weights file too)."""
+    images, expected = folder
+    monkeypatch.chdir(images.parent)
+    chosen = sorted(expected)[:4]
+    relative = [str(Path(p).relative_to(images.parent)) for p in chosen]
+    rows = zoo.ray.run("resnet18", relative, weights="synthetic:0", actors=1).take_all()
+    assert {r["path"]: (r["label"], r["name"], r["prob"], r["error"]) for r in rows} == {p: expected[p] for p in chosen}
+
+
+@pytest.mark.ray
 def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path, capsys):
     """zoo.ray.run's defaults (paths decoded in the actors, one actor per CPU) through the CLI; a bad
     image is one warning and one error row, and the exit code is 1."""

@@ -357,10 +357,13 @@ def run(model: str, inputs, weights: str | None = None, actors: int | None = Non
     elif is_uri(inputs):  # s3://, gs://, ...: Ray's readers; a read task per file, on READ_CPUS
         dataset = ray.data.read_images(inputs, mode="RGB", include_paths=True, num_cpus=READ_CPUS)
     else:
-        paths = image_paths(inputs, recursive)
+        # absolute: an actor resolves a relative path in its own working folder, the one its cluster started in
+        paths = [os.path.abspath(p) for p in image_paths(inputs, recursive)]
         # a block per batch: the actors share the work a batch at a time
         dataset = ray.data.from_items([{"path": p} for p in paths],
                                       override_num_blocks=max(1, math.ceil(len(paths) / batch_size)))
+    if weights is not None and Path(weights).exists():
+        weights = os.path.abspath(weights)  # read in the actors too
     if actors is None:
         actors = max(1, int(ray.cluster_resources().get("CPU", 1) // max(1.0, actor_cpus)))
     return dataset.map_batches(CLASSES[spec.task], fn_constructor_kwargs={"model": model, "weights": weights, **options},
