@@ -118,12 +118,12 @@ def scale_coords(frame: tuple[int, int], points: np.ndarray, image_shape: tuple[
     return out
 
 
-def outer_contours(mask: np.ndarray) -> list[np.ndarray]:
-    """An (H, W) mask's outer contours, each (K, 2) int x, y: OpenCV's findContours (external contours,
-    CHAIN_APPROX_SIMPLE), as ultralytics finds them."""
+def outer_contours(mask: np.ndarray, offset: tuple[int, int] = (0, 0)) -> list[np.ndarray]:
+    """An (H, W) mask's outer contours, each (K, 2) int x, y (plus ``offset``, x and y): OpenCV's
+    findContours (external contours, CHAIN_APPROX_SIMPLE), as ultralytics finds them."""
     cv2 = require("cv2", "mask polygons (masks.xy, YOLO-seg labels)")
     contours = cv2.findContours(np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL,
-                                cv2.CHAIN_APPROX_SIMPLE)[0]
+                                cv2.CHAIN_APPROX_SIMPLE, offset=tuple(map(int, offset)))[0]
     return [c.reshape(-1, 2) for c in contours]
 
 
