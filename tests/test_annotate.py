@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import zoo
-from conftest import FIXTURES, synthetic_checkpoint
+from conftest import FIXTURES, PEAK_RSS_KB, synthetic_checkpoint
 from zoo import registry
 from zoo.annotate import annotate_image, box_polygon, mask_polygon
 from zoo.errors import ZooError
@@ -227,6 +227,38 @@ def test_masks_made_in_windows_are_the_full_size_masks(models, shape, monkeypatc
     assert crafted.label_lines() == lines and crafted.from_box  # the empty masks: their boxes
     np.testing.assert_array_equal(crafted.masks, masks)
     assert 0 < masks.mean() < 1
+
+
+def test_memory_of_many_boxes_on_a_big_photo_is_one_box_s(tmp_path):
+    """24 boxes on a 1500x2000 photo (SAM's masks cover most of it) raise a child's peak RSS over one box's
+    by less than two full-size float32 maps: masks are made and traced one at a time, none kept (16 bool
+    masks at once and their float32 logits: +540 MB at 2000x3000 before)."""
+    h, w, count = 1500, 2000, 24
+    np.save(tmp_path / "boxes.npy", detections((h, w), count))
+    child = PEAK_RSS_KB + f"""
+import dataclasses
+from types import SimpleNamespace
+import numpy as np
+import zoo.models.yolov8.predict as predict
+from zoo import registry
+from zoo.annotate import annotate_image
+spec = dataclasses.replace(registry.get_spec("mobilesam"), preprocess={{"image_size": 128}})
+sam = registry.build(spec, registry.read_weights(spec, "synthetic:0"))
+boxes = np.load({str(tmp_path / "boxes.npy")!r})
+rgb = np.random.default_rng(0).integers(0, 256, ({h}, {w}, 3), dtype=np.uint8)
+predict.prediction_options = lambda *args: {{}}
+peaks = []
+for n in (1, {count}):
+    predict.predict_batch = lambda *args, **kwargs: [SimpleNamespace(boxes=SimpleNamespace(data=boxes[:n].copy()))]
+    annotation = annotate_image(None, sam, rgb, keep_masks=False)
+    peaks.append(peak_rss_kb())
+print(len(annotation.polygons), len(annotation.from_box), *peaks)
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines, from_box, one_box, many = map(int, done.stdout.split())
+    assert lines == count and from_box == 0  # every mask has pixels
+    assert (many - one_box) * 1024 < 2 * h * w * 4
 
 
 def test_no_detections_is_an_empty_label_file_and_a_note(models, photos, tmp_path, capsys):
