@@ -94,13 +94,15 @@ def letterbox_padding(frame: tuple[int, int], image_shape: tuple[int, int]) -> t
 
 def scale_masks(maps: np.ndarray, image_shape: tuple[int, int]) -> np.ndarray:
     """(N, h, w) maps of the letterboxed input -> (N, H, W) float32 of the image: the padding cut off as
-    ultralytics' scale_masks (rounded as LetterBox pads), the rest resized bilinearly."""
+    ultralytics' scale_masks (rounded as LetterBox pads; at least one row and column), the rest resized
+    bilinearly."""
     h, w = maps.shape[1:]
     if (h, w) == tuple(image_shape[:2]):
         return maps.astype(np.float32, copy=False)
     _, pad_x, pad_y = letterbox_padding((h, w), image_shape)
     top, left = round(pad_y - 0.1), round(pad_x - 0.1)
-    bottom, right = h - round(pad_y + 0.1), w - round(pad_x + 0.1)
+    # a strip (1x60000) is under a pixel wide on the maps: its one row / column there (upstream fails)
+    bottom, right = max(top + 1, h - round(pad_y + 0.1)), max(left + 1, w - round(pad_x + 0.1))
     return bilinear_resize(maps[:, top:bottom, left:right].astype(np.float32), tuple(image_shape[:2]))
 
 
