@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 import zoo
-from conftest import FIXTURES, synthetic_checkpoint
+from conftest import FIXTURES, PEAK_RSS_KB, synthetic_checkpoint
 from zoo import registry
 from zoo.annotate import annotate_image, box_polygon, mask_polygon
 from zoo.errors import ZooError
@@ -140,6 +140,125 @@ def test_boxes_are_segmented_in_chunks_and_masks_kept_only_when_asked(models, ph
     np.testing.assert_array_equal(chunked.masks, whole.masks)
     np.testing.assert_allclose(chunked.mask_scores, whole.mask_scores, rtol=1e-5)  # batch size: float rounding
     assert polygons_only.masks is None and polygons_only.label_lines() == whole.label_lines() == chunked.label_lines()
+
+
+def crafted_low_res(count: int, extent: tuple[int, int], rng) -> np.ndarray:
+    """(count, 1, 256, 256) low-res logits, objects within the ``extent`` (rows, columns) of the grid that
+    covers the image: blobs, a cell at a corner, nothing, everything, speckle, sharp rectangles on a
+    barely negative ground (the pixels that sample their edges at all are true): masks whose full-size
+    rectangles are small, at the edges, empty or the whole image."""
+    h, w = extent
+    ys, xs = np.mgrid[0:256, 0:256]
+    out = np.full((count, 1, 256, 256), -1e-3, np.float32)
+    for i in range(count):
+        kind = i % 6
+        if kind == 0:  # a blob (or two) of a few cells
+            cy, cx = rng.uniform(0, [h, w])
+            out[i, 0] = 4 - ((ys - cy) ** 2 + (xs - cx) ** 2) / rng.uniform(1, 60)
+            if i % 2:
+                out[i, 0] = np.maximum(out[i, 0], 3 - np.abs(ys - cy / 2) - np.abs(xs - (w - 1)))
+        elif kind == 1:
+            out[i, 0, (h - 1) * (i // 6 % 2), (w - 1) * (i // 6 % 2)] = 5
+        elif kind == 2:
+            out[i, 0] = -rng.uniform(0.1, 3, (256, 256))
+        elif kind == 3:
+            out[i, 0] = rng.uniform(0.1, 3, (256, 256))
+        elif kind == 4:
+            out[i, 0] = rng.standard_normal((256, 256)) - 1.5
+        else:
+            top, left = rng.integers(0, [h, w])
+            out[i, 0, top:top + rng.integers(1, h // 2 + 2), left:left + rng.integers(1, w // 2 + 2)] = 5
+    return out
+
+
+def detections(shape: tuple[int, int], count: int, seed: int = 0) -> np.ndarray:
+    """(count, 6) x1 y1 x2 y2 score class: boxes of any size anywhere in an image of ``shape``."""
+    h, w = shape
+    rng = np.random.default_rng(seed)
+    corners = rng.uniform(0, 1, (count, 2, 2)) * [w, h]
+    return np.concatenate([corners.min(1), corners.max(1), rng.uniform(0.3, 1, (count, 1)),
+                           rng.integers(0, 3, (count, 1))], axis=1).astype(np.float32)
+
+
+def detector_finding(monkeypatch, data: np.ndarray) -> None:
+    """The detector's step of annotate_image finds ``data`` (N, 6) whatever the image."""
+    from types import SimpleNamespace
+
+    import zoo.models.yolov8.predict as predict
+
+    monkeypatch.setattr(predict, "predict_batch", lambda *args, **kwargs: [
+        SimpleNamespace(boxes=SimpleNamespace(data=data.copy()))])
+
+
+@pytest.mark.parametrize("shape", [(500, 90), (40, 60)], ids=["enlarged", "shrunk"])
+def test_masks_made_in_windows_are_the_full_size_masks(models, shape, monkeypatch):
+    """Each mask is made only over the rectangle where it can be true (SamPredictor.mask_crop): the same
+    masks and label lines as thresholding SAM's full-size logits (postprocess_masks) and tracing the
+    whole masks, for SAM's own masks and for crafted ones (small objects, edges, empty, everything)."""
+    import mlx.core as mx
+
+    from zoo.models.mobilesam.predictor import SamPredictor
+
+    det, sam = models
+    rgb = np.random.default_rng(11).integers(0, 256, (*shape, 3), dtype=np.uint8)
+    detector_finding(monkeypatch, detections(shape, 10))
+    predictor = sam.predictor()
+    predictor.set_image(rgb)
+
+    def full_size(annotation, low_res):
+        """The straightforward computation: every mask at full size, then its polygon."""
+        logits = sam.postprocess_masks(mx.array(low_res.transpose(0, 2, 3, 1)), predictor.input_size, shape)
+        masks = np.array(logits > sam.mask_threshold)[..., 0]
+        polygons = [box_polygon(box, shape) if (polygon := mask_polygon(mask)) is None else polygon
+                    for mask, box in zip(masks, annotation.boxes)]
+        return masks, dataclasses.replace(annotation, polygons=polygons).label_lines()
+
+    sams = annotate_image(det, sam, rgb)
+    masks, lines = full_size(sams, predictor.predict_low_res(boxes=sams.boxes, multimask_output=False)[1])
+    assert len(lines) == 10 and sams.label_lines() == lines
+    np.testing.assert_array_equal(sams.masks, masks)
+
+    cells = [-(-256 * side // sam.img_size) for side in predictor.input_size]  # the grid over the image
+    low_res = crafted_low_res(10, cells, np.random.default_rng(1))
+    monkeypatch.setattr(SamPredictor, "predict_low_res", lambda predictor, boxes, multimask_output: (
+        np.zeros((len(boxes), 1), np.float32), low_res[:len(boxes)]))
+    crafted = annotate_image(det, sam, rgb)
+    masks, lines = full_size(crafted, low_res)
+    assert crafted.label_lines() == lines and crafted.from_box  # the empty masks: their boxes
+    np.testing.assert_array_equal(crafted.masks, masks)
+    assert 0 < masks.mean() < 1
+
+
+def test_memory_of_many_boxes_on_a_big_photo_is_one_box_s(tmp_path):
+    """24 boxes on a 1500x2000 photo (SAM's masks cover most of it) raise a child's peak RSS over one box's
+    by less than two full-size float32 maps: masks are made and traced one at a time, none kept (16 bool
+    masks at once and their float32 logits: +540 MB at 2000x3000 before)."""
+    h, w, count = 1500, 2000, 24
+    np.save(tmp_path / "boxes.npy", detections((h, w), count))
+    child = PEAK_RSS_KB + f"""
+import dataclasses
+from types import SimpleNamespace
+import numpy as np
+import zoo.models.yolov8.predict as predict
+from zoo import registry
+from zoo.annotate import annotate_image
+spec = dataclasses.replace(registry.get_spec("mobilesam"), preprocess={{"image_size": 128}})
+sam = registry.build(spec, registry.read_weights(spec, "synthetic:0"))
+boxes = np.load({str(tmp_path / "boxes.npy")!r})
+rgb = np.random.default_rng(0).integers(0, 256, ({h}, {w}, 3), dtype=np.uint8)
+predict.prediction_options = lambda *args: {{}}
+peaks = []
+for n in (1, {count}):
+    predict.predict_batch = lambda *args, **kwargs: [SimpleNamespace(boxes=SimpleNamespace(data=boxes[:n].copy()))]
+    annotation = annotate_image(None, sam, rgb, keep_masks=False)
+    peaks.append(peak_rss_kb())
+print(len(annotation.polygons), len(annotation.from_box), *peaks)
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines, from_box, one_box, many = map(int, done.stdout.split())
+    assert lines == count and from_box == 0  # every mask has pixels
+    assert (many - one_box) * 1024 < 2 * h * w * 4
 
 
 def test_no_detections_is_an_empty_label_file_and_a_note(models, photos, tmp_path, capsys):

@@ -115,3 +115,15 @@ def test_mobilesam_segments_a_strip(small_sam, shape):
     assert predictor.input_size == ((1, 128) if shape[0] == 1 else (128, 1))
     masks, scores, _ = predictor.predict(point_coords=[[0, 0]], point_labels=[1], multimask_output=False)
     assert masks.shape == (1, *shape) and np.isfinite(scores).all()
+
+
+@pytest.mark.parametrize("shape", [(6000, 1), (1, 6000)])
+def test_retina_masks_of_a_strip_come_from_its_row_or_column_of_the_maps(shape):
+    """A strip is under one cell wide on the 160x160 prototype grid: its padding cut off left nothing and
+    --retina-masks failed (internal error, IndexError); now the centre row / column is resized."""
+    from zoo.instances import scale_masks
+
+    maps = np.broadcast_to(np.arange(160, dtype=np.float32), (1, 160, 160))  # each cell holds its column
+    maps = maps if shape[1] == 1 else maps.transpose(0, 2, 1).copy()  # or its row
+    out = scale_masks(maps, shape)
+    assert out.shape == (1, *shape) and np.all(out == 80)

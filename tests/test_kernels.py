@@ -258,6 +258,20 @@ def test_resize_rounds_the_source_coordinate_once_like_pytorch(variant):
 
 
 @pytest.mark.parametrize("mode, align_corners", MODES)
+@pytest.mark.parametrize("size", [(61, 40), (5, 7), (130, 3), (1, 29)], ids=["up", "down", "mixed", "one row"])
+def test_resize_windows_are_the_whole_resize_cut_to_them(variant, size, mode, align_corners):
+    """band= and columns= give each pixel bit for bit as the whole resize does (SAM's masks are made in
+    windows of the full-size resize, and their polygons must not move)."""
+    x = mx.array(np.random.default_rng(9).standard_normal((2, 13, 17, 3)).astype(np.float32))
+    whole = np.array(resize(x, size, mode, align_corners))
+    for band, columns in [((0, size[0]), (0, size[1])), ((size[0] // 3, size[0]), (1, size[1] - 1)),
+                          ((size[0] - 1, size[0]), (size[1] // 2, size[1] // 2 + 1)), (None, (2, size[1]))]:
+        part = np.array(resize(x, size, mode, align_corners, band=band, columns=columns))
+        rows = slice(*band) if band else slice(None)
+        np.testing.assert_array_equal(part.view(np.uint32), whole[:, rows, slice(*columns)].view(np.uint32))
+
+
+@pytest.mark.parametrize("mode, align_corners", MODES)
 def test_resize_float16(variant, mode, align_corners):
     x = np.random.default_rng(7).standard_normal((1, 15, 9, 2)).astype(np.float16)
     out = resize(mx.array(x), (32, 7), mode, align_corners)

@@ -7,8 +7,8 @@
 
 Per image: the detector's boxes (any checkpoint the YOLO loader takes: a name, a ``.pt``
 path such as a trained ``best.pt``, or a loaded model), then batched SAM decoder calls of up to
-16 boxes each (one mask per box, ``multimask_output=False`` as ultralytics; masks are kept only
-when they are written),
+16 boxes each (one mask per box, ``multimask_output=False`` as ultralytics; each mask made only
+over the rectangle where it can be true, and kept only when it is written),
 then one label file ``<out>/<name>.txt``, one line per detection, ultralytics' format::
 
     class x1 y1 x2 y2 ... xn yn        (n >= 3 points, x / width and y / height, all in [0, 1])
@@ -42,8 +42,10 @@ from .files import (Inputs, check_new_file, check_output_folder, make_output_fol
 from .instances import outer_contours
 from .sources import Item, open_source, planned_names
 
-
-CHUNK_MASK_BYTES = 128 << 20  # full-size bool masks segmented at a time
+# Boxes decoded at once: fewer on a big photo (16 up to 8 Mpixels, 3 at 6000x6000), as when a chunk's
+# full-size masks were held together. Kept although masks are now made one at a time because the
+# decoder's float rounding depends on its batch: the same chunks give the same labels.
+DECODE_CHUNK_PIXELS = 128 << 20
 
 
 @dataclass
@@ -79,11 +81,14 @@ class Annotation:
         return notes
 
 
-def mask_polygon(mask: np.ndarray) -> np.ndarray | None:
+def mask_polygon(mask: np.ndarray, shape: tuple[int, int] | None = None,
+                 origin: tuple[int, int] = (0, 0)) -> np.ndarray | None:
     """(H, W) bool -> its largest outer contour as (K, 2) x, y in [0, 1] (x / W, y / H), K >= 3; the rectangle
-    around its pixels when that contour is a line or a point; None for an empty mask."""
-    height, width = mask.shape
-    contours = outer_contours(mask)
+    around its pixels when that contour is a line or a point; None for an empty mask. ``mask`` may be the
+    part at column, row ``origin`` of a mask of ``shape`` (H, W) that is false elsewhere: the same polygon
+    (OpenCV pads the image with zeros, so its contours do not depend on the zeros around them)."""
+    height, width = mask.shape if shape is None else shape
+    contours = outer_contours(mask, origin)
     if not contours:
         return None
     largest = max(contours, key=lambda c: (polygon_area(c), len(c))).astype(np.float64)
@@ -113,8 +118,10 @@ def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, conf: float = 0.25, iou: float = 0.45,
                    imgsz=640, max_det: int = 300, classes=None, keep_masks: bool = True) -> Annotation:
     """One (H, W, 3) uint8 RGB image -> its Annotation, masks included unless ``keep_masks`` is False
-    (nothing is written). The boxes are segmented a chunk at a time, so without the masks memory
-    does not grow with the number of boxes (300 full-size masks of a 6000x6000 photo are 10 GB)."""
+    (nothing is written). The boxes are decoded a chunk at a time and each mask is made only over
+    the rectangle where it can be true (SamPredictor.mask_crop), its polygon found there: without
+    the masks, memory does not grow with the number of boxes (300 full-size masks of a 6000x6000
+    photo are 10 GB) and a small object costs its own size, not the photo's."""
     from zoo.models.mobilesam.predictor import PROMPTS_PER_DECODE
     from zoo.models.yolov8.predict import predict_batch, prediction_options
 
@@ -128,21 +135,22 @@ def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, con
     boxes = np.clip(boxes, 0, [width, height, width, height]).astype(np.float64)
     predictor = sam.predictor()
     predictor.set_image(rgb)
-    kept, mask_scores, polygons, from_box = [], [], [], []
-    chunk = max(1, min(PROMPTS_PER_DECODE, CHUNK_MASK_BYTES // (height * width)))  # a big photo: fewer at once
+    masks = np.zeros((len(boxes), height, width), bool) if keep_masks else None
+    mask_scores, polygons, from_box = [], [], []
+    chunk = max(1, min(PROMPTS_PER_DECODE, DECODE_CHUNK_PIXELS // (height * width)))
     for start in range(0, len(boxes), chunk):
-        masks, scores, _ = predictor.predict(boxes=boxes[start:start + chunk], multimask_output=False)
+        scores, low_res = predictor.predict_low_res(boxes=boxes[start:start + chunk], multimask_output=False)
         mask_scores.append(scores[:, 0])
-        for i, mask in enumerate(masks[:, 0], start):
-            polygon = mask_polygon(mask)
+        for i, logits in enumerate(low_res[:, 0], start):
+            top, left, crop = predictor.mask_crop(logits)
+            polygon = mask_polygon(crop, shape, (left, top))
             if polygon is None:
                 polygon = box_polygon(boxes[i], shape)
                 from_box.append(i)
             polygons.append(polygon)
-        if keep_masks:
-            kept.append(masks[:, 0])
+            if keep_masks:
+                masks[i, top:top + crop.shape[0], left:left + crop.shape[1]] = crop
     mask_scores = np.concatenate(mask_scores) if mask_scores else np.zeros(0, np.float32)
-    masks = np.concatenate(kept) if kept else np.zeros((0, height, width), bool) if keep_masks else None
     name = item.name if item is not None else "image0"
     path = item.path if item is not None else "image0"
     return Annotation(path, name, shape, data[:, 5].astype(np.int64), boxes, data[:, 4].copy(), mask_scores,

@@ -95,13 +95,15 @@ def letterbox_padding(frame: tuple[int, int], image_shape: tuple[int, int]) -> t
 
 def scale_masks(maps: np.ndarray, image_shape: tuple[int, int]) -> np.ndarray:
     """(N, h, w) maps of the letterboxed input -> (N, H, W) float32 of the image: the padding cut off as
-    ultralytics' scale_masks (rounded as LetterBox pads), the rest resized bilinearly."""
+    ultralytics' scale_masks (rounded as LetterBox pads; at least one row and column), the rest resized
+    bilinearly."""
     h, w = maps.shape[1:]
     if (h, w) == tuple(image_shape[:2]):
         return maps.astype(np.float32, copy=False)
     _, pad_x, pad_y = letterbox_padding((h, w), image_shape)
     top, left = round(pad_y - 0.1), round(pad_x - 0.1)
-    bottom, right = h - round(pad_y + 0.1), w - round(pad_x + 0.1)
+    # a strip (1x60000) is under a pixel wide on the maps: its one row / column there (upstream fails)
+    bottom, right = max(top + 1, h - round(pad_y + 0.1)), max(left + 1, w - round(pad_x + 0.1))
     return bilinear_resize(maps[:, top:bottom, left:right].astype(np.float32), tuple(image_shape[:2]))
 
 
@@ -119,12 +121,12 @@ def scale_coords(frame: tuple[int, int], points: np.ndarray, image_shape: tuple[
     return out
 
 
-def outer_contours(mask: np.ndarray) -> list[np.ndarray]:
-    """An (H, W) mask's outer contours, each (K, 2) int x, y: OpenCV's findContours (external contours,
-    CHAIN_APPROX_SIMPLE), as ultralytics finds them."""
+def outer_contours(mask: np.ndarray, offset: tuple[int, int] = (0, 0)) -> list[np.ndarray]:
+    """An (H, W) mask's outer contours, each (K, 2) int x, y (plus ``offset``, x and y): OpenCV's
+    findContours (external contours, CHAIN_APPROX_SIMPLE), as ultralytics finds them."""
     cv2 = require("cv2", "mask polygons (masks.xy, YOLO-seg labels)")
     contours = cv2.findContours(np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL,
-                                cv2.CHAIN_APPROX_SIMPLE)[0]
+                                cv2.CHAIN_APPROX_SIMPLE, offset=tuple(map(int, offset)))[0]
     return [c.reshape(-1, 2) for c in contours]
 
 

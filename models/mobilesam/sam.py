@@ -9,6 +9,7 @@ import numpy as np
 
 from zoo.compiled import CompiledForward
 from zoo.kernels import resize
+from zoo.kernels.resize import source_taps
 
 from .automatic_mask_generator import SamAutomaticMaskGenerator
 from .mask_decoder import MaskDecoder, image_projections_with_pe, merged_projections, stack_heads
@@ -85,29 +86,77 @@ class Sam(nn.Module):
         sizes already agree (a 1024 x 1024 image): a resize to the same size is the identity
         (weights 1 and 0; PyTorch copies too), and it costs a full-size pass per mask.
         """
-        masks = resize(masks.astype(mx.float32), (self.img_size, self.img_size), mode="bilinear")
-        masks = masks[:, : input_size[0], : input_size[1]]
+        masks = self.input_logits(masks, input_size)
         if masks.shape[1:3] == tuple(original_size):
             return masks
         return resize(masks, tuple(original_size), mode="bilinear")
 
+    def input_logits(self, masks: mx.array, input_size: tuple[int, int]) -> mx.array:
+        """postprocess_masks' first resize: (B, 256, 256, C) -> (B, h, w, C) float32 at the resized image's size."""
+        masks = resize(masks.astype(mx.float32), (self.img_size, self.img_size), mode="bilinear")
+        return masks[:, : input_size[0], : input_size[1]]
+
     def masks_into(self, masks: mx.array, input_size: tuple[int, int], out: np.ndarray) -> np.ndarray:
         """``postprocess_masks`` written into ``out`` (B, C, H, W): bool ``out`` gets logits >
-        mask_threshold, float32 the logits. The full-size resize runs in bands of rows, so a big
-        image holds one band of float32 logits beside the result (8000x8000: 3.3 GB at once before)."""
+        mask_threshold (each mask made only where it can be true: ``mask_crop``), float32 the
+        logits, made in bands of rows, so a big image holds one band of float32 logits beside the
+        result (8000x8000: 3.3 GB at once before)."""
         height, width = out.shape[2:]
-        masks = resize(masks.astype(mx.float32), (self.img_size, self.img_size), mode="bilinear")
-        masks = masks[:, : input_size[0], : input_size[1]]
+        if out.dtype == bool:
+            out[:] = False
+            for b in range(out.shape[0]):
+                for c in range(out.shape[1]):
+                    top, left, crop = self.mask_crop(masks[b:b + 1, ..., c:c + 1], input_size, (height, width))
+                    out[b, c, top:top + crop.shape[0], left:left + crop.shape[1]] = crop
+            return out
+        masks = self.input_logits(masks, input_size)
         mx.eval(masks)  # once, not once per band
         rows = max(1, BAND_BYTES // (4 * out.shape[0] * out.shape[1] * width))  # float32 logits per band
         for start in range(0, height, rows):
             band = (start, min(height, start + rows))
             logits = (masks[:, band[0]:band[1]] if masks.shape[1:3] == (height, width) else
                       resize(masks, (height, width), mode="bilinear", band=band))
-            if out.dtype == bool:
-                logits = logits > self.mask_threshold
             out[:, :, band[0]:band[1]] = np.array(logits).transpose(0, 3, 1, 2)
         return out
+
+    def mask_crop(self, low_res: mx.array, input_size: tuple[int, int],
+                  original_size: tuple[int, int]) -> tuple[int, int, np.ndarray]:
+        """One mask's low-res logits (1, 256, 256, 1) -> (top, left, crop): its full-size mask
+        (postprocess_masks > mask_threshold) is ``crop`` (bool) at rows top.., columns left.. and
+        false elsewhere. The crop is the rectangle where the mask can be true, plus one pixel each
+        side, made in bands of rows: a small object on a big photo costs its own size, not the photo's.
+
+        Why the pixels outside are false: mask_threshold is 0 and the second resize makes each pixel
+        from its two source rows and two source columns with weights >= 0; products and sums of
+        non-positive numbers by non-negative weights are non-positive in floating point too
+        (rounding keeps signs, NaN is not > 0), so a pixel is > 0 only if one of its four sources is.
+        The rectangle is the output rows and columns that sample a source row and column of the
+        rectangle around the positive sources."""
+        height, width = original_size
+        logits = self.input_logits(low_res, input_size)
+        positive = np.array(logits[0, ..., 0] > self.mask_threshold)
+        if not positive.any():
+            return 0, 0, np.zeros((0, 0), bool)
+        resized = positive.shape != (height, width)
+        spans = []
+        for axis, size in ((0, height), (1, width)):
+            sources = np.flatnonzero(positive.any(axis=1 - axis))
+            first, last = int(sources[0]), int(sources[-1])
+            if resized:  # the output pixels whose source pair reaches [first, last] (taps never decrease)
+                taps = np.array(source_taps(positive.shape[axis], size, "bilinear", False)[0])
+                first = int(np.searchsorted(taps[:, 1], first))
+                last = int(np.searchsorted(taps[:, 0], last, "right")) - 1
+            spans.append((max(0, first - 1), min(size, last + 2)))
+        (top, bottom), (left, right) = spans
+        if not resized:
+            return top, left, positive[top:bottom, left:right]
+        crop = np.empty((bottom - top, right - left), bool)
+        rows = max(1, BAND_BYTES // (4 * (right - left)))  # float32 logits per band
+        for start in range(top, bottom, rows):
+            band = (start, min(bottom, start + rows))
+            part = resize(logits, (height, width), mode="bilinear", band=band, columns=(left, right))
+            crop[start - top:band[1] - top] = np.array(part[0, ..., 0] > self.mask_threshold)
+        return top, left, crop
 
     def predictor(self) -> SamPredictor:
         """A SamPredictor on this model: set_image once, predict many times."""

@@ -74,20 +74,25 @@ RESIZE = core.Kernel(
 )
 
 
-def resize(x, size, mode="bilinear", align_corners=False, band: tuple[int, int] | None = None) -> mx.array:
+def resize(x, size, mode="bilinear", align_corners=False, band: tuple[int, int] | None = None,
+           columns: tuple[int, int] | None = None) -> mx.array:
     """Resize NHWC `x` (N, H, W, C) to `size` = (out_H, out_W); same dtype as `x`.
 
-    ``band`` = (start, stop): only those output rows, each as the whole resize makes it: a big
-    output made in bands never holds more than one band."""
+    ``band`` = (start, stop): only those output rows, ``columns`` = (start, stop): only those
+    output columns, each pixel as the whole resize makes it: a big output made in bands never
+    holds more than one band, and a window of it costs only the window."""
     x, (out_h, out_w) = _checked(x, size, mode, align_corners)
-    row_taps = source_taps(x.shape[1], out_h, mode, align_corners)
-    rows, row_weights = row_taps if band is None else (taps[band[0]:band[1]] for taps in row_taps)
-    cols, col_weights = source_taps(x.shape[2], out_w, mode, align_corners)
+    rows, row_weights = _part(source_taps(x.shape[1], out_h, mode, align_corners), band)
+    cols, col_weights = _part(source_taps(x.shape[2], out_w, mode, align_corners), columns)
     backend = core.native_backend()
     coverage.note(f"resize {mode}", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
     if backend is None:
         return _fallback(x, rows, row_weights, cols, col_weights, mode == "nearest")
     return core.run(resize_launch(x, rows, row_weights, cols, col_weights, mode == "nearest"), backend)[0]
+
+
+def _part(taps: tuple[mx.array, mx.array], span: tuple[int, int] | None) -> tuple[mx.array, mx.array]:
+    return taps if span is None else (taps[0][span[0]:span[1]], taps[1][span[0]:span[1]])
 
 
 def _checked(x, size, mode, align_corners):
@@ -152,9 +157,8 @@ def resize_launch(x, rows, row_weights, cols, col_weights, nearest: bool) -> cor
 
 
 def _fallback(x, rows, row_weights, cols, col_weights, nearest: bool) -> mx.array:
-    top = mx.take(x, rows[:, 0], axis=1)
     if nearest:
-        return mx.take(top, cols[:, 0], axis=2)
+        return mx.take(mx.take(x, rows[:, 0], axis=1), cols[:, 0], axis=2)
     w_left = col_weights[None, None, :, 0, None]
     w_right = col_weights[None, None, :, 1, None]
 
@@ -163,7 +167,15 @@ def _fallback(x, rows, row_weights, cols, col_weights, nearest: bool) -> mx.arra
         right = mx.take(image_rows, cols[:, 1], axis=2).astype(mx.float32)
         return w_left * left + w_right * right
 
-    upper = blend_columns(top)
-    lower = blend_columns(mx.take(x, rows[:, 1], axis=1))
+    first, last = int(rows.min().item()), int(rows.max().item())
+    if last + 1 - first < 2 * rows.shape[0]:
+        # Enlarging: each source row is blended across the columns once, then its blend is taken by
+        # the output rows that sample it (the same products and sums per pixel as below, ~6x fewer
+        # from 1024 to 6000 rows).
+        blended = blend_columns(x[:, first:last + 1])
+        upper, lower = (mx.take(blended, rows[:, k] - first, axis=1) for k in (0, 1))
+    else:
+        upper = blend_columns(mx.take(x, rows[:, 0], axis=1))
+        lower = blend_columns(mx.take(x, rows[:, 1], axis=1))
     out = row_weights[None, :, 0, None, None] * upper + row_weights[None, :, 1, None, None] * lower
     return out.astype(x.dtype)
