@@ -72,10 +72,11 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
                 lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
-                lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p]
+                lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
                 from zoo import blas
 
-                lib.zoo_set_sgemm(blas.sgemm_address())  # None (no OpenBLAS): zoo_conv2d_f32 declines
+                # None (no OpenBLAS): zoo_conv2d_f32 declines
+                lib.zoo_set_sgemm(blas.sgemm_address(), *blas.threads_addresses())
                 _lib = lib
     return _lib
 
