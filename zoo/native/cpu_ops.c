@@ -431,15 +431,20 @@ void zoo_set_sgemm(void *fn, void *get_threads, void *set_threads) {
  * its own threads costs one wake-up and wait of its workers per product: on a loaded 2-core host
  * (load average ~10) LaMa's Winograd 3x3 at 32x32x128->384 took 255 ms of CPU time with its 16
  * products so, 10 ms on one thread. One product per thread waits once per batch. */
+static pthread_mutex_t blas_threads_lock = PTHREAD_MUTEX_INITIALIZER; /* callers on several threads: one
+                                                                      at a time reads and puts back the count */
+
 static void parallel_products(range_fn fn, const void *args, ptrdiff_t n, int threads) {
   if (threads < 2 || blas_get_threads == NULL || blas_set_threads == NULL) {
     fn(args, 0, n);
     return;
   }
+  pthread_mutex_lock(&blas_threads_lock);
   const int before = blas_get_threads();
   blas_set_threads(1);
   parallel_for(fn, args, n, threads);
   blas_set_threads(before);
+  pthread_mutex_unlock(&blas_threads_lock);
 }
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
