@@ -1,5 +1,7 @@
 """zoo.blas: MLX's Linux CPU matmul runs on OpenBLAS when zoo is imported first."""
 import json
+import platform
+import re
 import subprocess
 import sys
 
@@ -60,3 +62,24 @@ def test_reference_blas_on_request():
 def test_malloc_keeps_freed_memory_unless_told_not_to():
     assert "kept for reuse" in _info("import zoo")["malloc"]
     assert _info("import zoo", {"ZOO_MALLOC": "system"})["malloc"] == "system"
+
+
+# The x86-64 levels as /proc/cpuinfo names their features ("abm" is LZCNT); GCC's target_clones
+# resolver takes the x86-64-v4 clone where all of these are present, v3 without the AVX-512 ones.
+X86_64_V3 = {"cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma",
+             "abm", "movbe", "xsave"}
+X86_64_V4 = X86_64_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+
+
+@linux_only
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the C forms' clones are x86-64 levels")
+def test_import_logs_the_blas_and_the_cpu_forms_in_use():
+    """`import zoo` says at debug level which BLAS MLX calls and which clone of the C forms this CPU takes."""
+    flags = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split(":")[1].split())
+    level = "avx512" if X86_64_V4 <= flags else "avx2" if X86_64_V3 <= flags else "generic"
+    out = subprocess.run([sys.executable, "-c", "import logging; logging.basicConfig(level=logging.DEBUG); import zoo"],
+                         capture_output=True, text=True, check=True)
+    lines = [line for line in out.stderr.splitlines() if line.startswith("DEBUG:zoo:CPU: ")]
+    assert len(lines) == 1, out.stderr
+    assert re.fullmatch(r"DEBUG:zoo:CPU: BLAS OpenBLAS .+ \(scipy-openblas32\), \w+ kernels, \d+ threads; "
+                        rf"C forms {level} \(.+\)", lines[0]), lines[0]

@@ -460,3 +460,24 @@ def test_results_do_not_depend_on_the_thread_count(threads, monkeypatch):
     for name, a, b in zip(["gelu", "silu", "softmax", "layer_norm", "depthwise", "conv2d", "winograd", "window"],
                           one, outputs()):
         assert a.shape == b.shape and mx.array_equal(a, b).item(), name
+
+
+def test_winograd_products_leave_openblas_threads_as_they_were(monkeypatch):
+    """The C Winograd form runs its 16 products one per thread of its own, OpenBLAS on one thread
+    meanwhile: OpenBLAS's thread count is put back after the call."""
+    from zoo import blas
+    from zoo.kernels import winograd
+
+    if blas.info().get("threads") is None:
+        pytest.skip("OpenBLAS is not loaded")
+    before = blas.info()["threads"]
+    x = mx.random.normal((1, 32, 32, 64), key=mx.random.key(1))
+    u = winograd.transform_weight(mx.random.normal((64, 3, 3, 64), key=mx.random.key(2)))
+    try:
+        for threads in (2, 3):
+            blas.set_threads(threads)
+            monkeypatch.setattr(cpu, "_threads", lambda: threads)
+            assert cpu.winograd_conv3x3(x, u, None, 1) is not None
+            assert blas.info()["threads"] == threads
+    finally:
+        blas.set_threads(before)

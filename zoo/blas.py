@@ -24,12 +24,16 @@ serve large blocks from its heap and keep up to 1 GiB of freed memory for reuse.
 
 macOS keeps Accelerate. ``ZOO_BLAS=reference`` keeps MLX's own BLAS (to compare).
 Nothing here raises: without the pieces, MLX keeps its own BLAS and ``info()`` says why.
+
+``preload`` logs one line at debug level (logger "zoo"): the BLAS (with OpenBLAS's kernel set and
+threads) and which clone of zoo/native/cpu_ops' routines this CPU takes (avx512, avx2 or generic).
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 import importlib.util
+import logging
 import os
 import sys
 from pathlib import Path
@@ -82,11 +86,17 @@ def _forwarder() -> Path | None:
 
 
 def preload() -> dict:
-    """Bind MLX's BLAS calls to OpenBLAS, if this is Linux and mlx is not imported yet. Returns info()."""
+    """Bind MLX's BLAS calls to OpenBLAS, if this is Linux and mlx is not imported yet (the first
+    call; ``describe()`` logged at debug level). Returns info()."""
+    if _library is None and _state["reason"] == "not tried":
+        keep_freed_memory()
+        _bind_openblas()
+        logging.getLogger("zoo").debug(describe())
+    return info()
+
+
+def _bind_openblas() -> None:
     global _library
-    if _library is not None or _state["reason"] != "not tried":
-        return info()
-    keep_freed_memory()
     if not sys.platform.startswith("linux"):
         _state["reason"] = "not Linux: MLX uses the platform's BLAS (Accelerate on macOS)"
     elif os.environ.get("ZOO_BLAS", "").lower() == "reference":
@@ -98,11 +108,11 @@ def preload() -> dict:
             import scipy_openblas32
         except ImportError:
             _state["reason"] = "scipy-openblas32 is not installed (pip install scipy-openblas32)"
-            return info()
+            return
         forwarder = _forwarder()
         if forwarder is None:
             _state["reason"] = "zoo.native.cblas_forward was not compiled at install (no C compiler?)"
-            return info()
+            return
         os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", THREAD_TIMEOUT)
         try:
             path = Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so"
@@ -110,10 +120,35 @@ def preload() -> dict:
             ctypes.CDLL(str(forwarder), mode=ctypes.RTLD_GLOBAL)
         except OSError as e:
             _state["reason"] = f"could not load OpenBLAS ({e})"
-            return info()
+            return
         _library = library
         _state.update(blas=f"OpenBLAS {scipy_openblas32.__version__} (scipy-openblas32)", reason="")
-    return info()
+
+
+def cpu_forms() -> str | None:
+    """Which clone of zoo/native/cpu_ops' routines this CPU takes, e.g. "avx512 (x86-64-v4)", "avx2
+    (x86-64-v3)", "generic (x86-64)"; None where the library was not compiled."""
+    spec = importlib.util.find_spec("zoo.native.cpu_ops")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        forms = ctypes.CDLL(spec.origin).zoo_cpu_forms
+    except (OSError, AttributeError):
+        return None
+    forms.restype = ctypes.c_char_p
+    return forms().decode()
+
+
+def describe() -> str:
+    """One line: the BLAS MLX's CPU backend calls (OpenBLAS's kernel set and threads) and the C forms in use."""
+    if _library is None:
+        blas = f"MLX's own BLAS ({_state['reason']})"
+    else:
+        _library.scipy_openblas_get_corename.restype = ctypes.c_char_p
+        blas = (f"{_state['blas']}, {_library.scipy_openblas_get_corename().decode()} kernels, "
+                f"{_library.scipy_openblas_get_num_threads()} threads")
+    forms = cpu_forms()
+    return f"CPU: BLAS {blas}; C forms {forms or 'not compiled (MLX ops instead)'}"
 
 
 def info() -> dict:
@@ -129,6 +164,15 @@ def sgemm_address() -> int | None:
     if _library is None:
         return None
     return ctypes.cast(_library.scipy_cblas_sgemm, ctypes.c_void_p).value
+
+
+def threads_addresses() -> tuple[int | None, int | None]:
+    """Addresses of OpenBLAS's openblas_get_num_threads and openblas_set_num_threads (for
+    zoo.native.cpu_ops, which runs independent products one per thread), None without OpenBLAS."""
+    if _library is None:
+        return None, None
+    return tuple(ctypes.cast(getattr(_library, f"scipy_openblas_{verb}_num_threads"), ctypes.c_void_p).value
+                 for verb in ("get", "set"))
 
 
 def set_threads(n: int) -> None:

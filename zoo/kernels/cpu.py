@@ -72,10 +72,11 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
                 lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
-                lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p]
+                lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
                 from zoo import blas
 
-                lib.zoo_set_sgemm(blas.sgemm_address())  # None (no OpenBLAS): zoo_conv2d_f32 declines
+                # None (no OpenBLAS): zoo_conv2d_f32 declines
+                lib.zoo_set_sgemm(blas.sgemm_address(), *blas.threads_addresses())
                 _lib = lib
     return _lib
 
@@ -370,7 +371,8 @@ def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: i
                      activation: str | None = None) -> mx.array | None:
     """activation(conv3x3(x) + bias), stride 1, as Winograd F(2x2, 3x3) in C (zoo.kernels.winograd has
     the maths): the input transform, 16 OpenBLAS sgemm with ``u`` (winograd.transform_weight: (16,
-    C_in, C_out)), the output transform with the bias and the activation; zero or (``reflect``)
+    C_in, C_out); one product per thread, each on one OpenBLAS thread), the output transform with
+    the bias and the activation; zero or (``reflect``)
     torch's reflect padding of 0 or 1. None where it cannot run (no OpenBLAS, no memory, a trace):
     the caller runs its other form."""
     n, h, w, c = x.shape

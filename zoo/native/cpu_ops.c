@@ -34,6 +34,24 @@
 #define ZOO_CLONES
 #endif
 
+/* Which clone of the entry points the loader takes on this CPU, by the test GCC's target_clones
+ * resolver makes (zoo.blas logs it at import) */
+const char *zoo_cpu_forms(void) {
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("x86-64-v4")) return "avx512 (x86-64-v4)";
+  if (__builtin_cpu_supports("x86-64-v3")) return "avx2 (x86-64-v3)";
+  return "generic (x86-64)";
+#elif defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return "avx512 (avx512f)";
+  if (__builtin_cpu_supports("avx2")) return "avx2 (avx2)";
+  return "generic (x86-64)";
+#else
+  return "generic (one build)";
+#endif
+}
+
 /* Before a loop whose stores never alias its loads, which the compiler cannot prove (the
  * Winograd transforms read 16 pointers and write 16 planes: more alias checks than GCC makes) */
 #if defined(__clang__)
@@ -395,8 +413,39 @@ typedef void (*sgemm_fn)(int order, int trans_a, int trans_b, int m, int n, int 
                          int lda, const float *b, int ldb, float beta, float *c, int ldc);
 static sgemm_fn sgemm = NULL;
 
-/* The library knows no BLAS: the Python side passes OpenBLAS's cblas_sgemm. */
-void zoo_set_sgemm(void *fn) { sgemm = (sgemm_fn)fn; }
+typedef int (*get_threads_fn)(void);
+typedef void (*set_threads_fn)(int);
+static get_threads_fn blas_get_threads = NULL;
+static set_threads_fn blas_set_threads = NULL;
+
+/* The library knows no BLAS: the Python side passes OpenBLAS's cblas_sgemm and its
+ * openblas_get/set_num_threads (either may be NULL). */
+void zoo_set_sgemm(void *fn, void *get_threads, void *set_threads) {
+  sgemm = (sgemm_fn)fn;
+  blas_get_threads = (get_threads_fn)get_threads;
+  blas_set_threads = (set_threads_fn)set_threads;
+}
+
+/* Many independent products, [0, n) over ``threads`` of ours, each product one sgemm on one OpenBLAS
+ * thread (OpenBLAS set to 1 thread meanwhile, then put back). OpenBLAS splitting each product over
+ * its own threads costs one wake-up and wait of its workers per product: on a loaded 2-core host
+ * (load average ~10) LaMa's Winograd 3x3 at 32x32x128->384 took 255 ms of CPU time with its 16
+ * products so, 10 ms on one thread. One product per thread waits once per batch. */
+static pthread_mutex_t blas_threads_lock = PTHREAD_MUTEX_INITIALIZER; /* callers on several threads: one
+                                                                      at a time reads and puts back the count */
+
+static void parallel_products(range_fn fn, const void *args, ptrdiff_t n, int threads) {
+  if (threads < 2 || blas_get_threads == NULL || blas_set_threads == NULL) {
+    fn(args, 0, n);
+    return;
+  }
+  pthread_mutex_lock(&blas_threads_lock);
+  const int before = blas_get_threads();
+  blas_set_threads(1);
+  parallel_for(fn, args, n, threads);
+  blas_set_threads(before);
+  pthread_mutex_unlock(&blas_threads_lock);
+}
 
 enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
 
@@ -593,6 +642,22 @@ ZOO_CLONES static void winograd_output_tiles(const void *p, ptrdiff_t b, ptrdiff
   }
 }
 
+typedef struct {
+  const float *v, *u; /* (16, tiles, C), (16, C, O) */
+  float *m;           /* (16, tiles, O) */
+  ptrdiff_t tiles;
+  int C, O;
+} winograd_products_args;
+
+/* M[k] = V[k] @ U[k] for k in [b, e) */
+static void winograd_products(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const winograd_products_args *a = (const winograd_products_args *)p;
+  for (ptrdiff_t k = b; k < e; ++k)
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)a->tiles, a->O, a->C, 1.0f,
+          a->v + (size_t)k * a->tiles * a->C, a->C, a->u + (size_t)k * a->C * a->O, a->O, 0.0f,
+          a->m + (size_t)k * a->tiles * a->O, a->O);
+}
+
 /* y (N, OH, OW, O) = act(conv3x3(x (N, H, W, C), g) + bias), stride 1, padding pad (0 or 1; zero
  * or reflect), from u = G g G^T laid out (16, C, O). Returns 0, or -1 when no sgemm was given or
  * memory ran out (nothing written: the caller falls back). */
@@ -610,9 +675,9 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
   }
   winograd_in_args in = {x, v, zeros, tiles, H, W, C, pad, reflect, tile_rows, tile_cols};
   parallel_for(winograd_input_tiles, &in, tiles, tiles * C < UNARY_GRAIN ? 1 : threads);
-  for (int k = 0; k < 16; ++k)
-    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)tiles, O, C, 1.0f, v + (size_t)k * tiles * C, C,
-          u + (size_t)k * C * O, O, 0.0f, m + (size_t)k * tiles * O, O);
+  winograd_products_args products = {v, u, m, tiles, C, O};
+  /* products OpenBLAS would run on one thread anyway (m*n*k up to 2^18) in a row on this one */
+  parallel_products(winograd_products, &products, 16, (double)tiles * C * O <= (1 << 18) ? 1 : threads);
   /* half tiles (odd maps) are the last row and column of tiles: done by one thread, with its spares */
   const ptrdiff_t whole = (OH % 2 || OW % 2) ? 0 : tiles;
   const size_t width = (size_t)(C > O ? C : O);
