@@ -68,8 +68,8 @@ PROCESS_BYTES = 600_000_000
 # more) ...
 BYTES_PER_PIXEL = {4: 450, 2: 800}
 # ... plus this much per pixel of one band of the full-resolution tail (FFCResNetGenerator.banded,
-# its halo rows included: band_pixels); with the above, 1.53 GB estimated for a float32 pass over
-# 1280x1280, 1.43 GB measured
+# its halo rows included: band_pixels); with the above and below, 1.57 GB estimated for a float32
+# pass over a 1280x1280 image, 1.43 GB measured
 BAND_BYTES_PER_PIXEL = 2_500
 # ... plus this much per pixel of the whole image, which the command holds beside its passes (decoded,
 # the hole, the output, the resize strategy's copies: 240 MB measured for a 4000x3000 photo resized)
@@ -381,7 +381,6 @@ class FFCResNetGenerator(nn.Module):
             else:
                 x = layer(x)
         return sigmoid(few_outputs.conv2d(x, arrays["weight"], arrays["bias"], pad.pad, reflect=True))
-
 
     def banded(self, x: mx.array) -> mx.array:
         """The generator on the CPU, its upsamplings and last convolution (``model.24`` on) in bands of
