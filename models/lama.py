@@ -363,8 +363,8 @@ class FFCResNetGenerator(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         *body, pad, conv, sigmoid = self.model.children_in_order()
         arrays = folded(conv)
-        if arrays is None and cpu_ops.on_cpu() and not recording_layers():
-            return self.banded(x)
+        if arrays is None and cpu_ops.on_cpu() and not recording_layers() and band_rows(x.shape[2]) < x.shape[1]:
+            return self.banded(x)  # a map of more than one band; a smaller one runs its layers as they are
         if arrays is None or not few_outputs.preferred(x.dtype, conv.weight.shape, conv.stride, conv.groups,
                                                        conv.dilation):
             return self.model(x)
