@@ -41,6 +41,7 @@ from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import ZooError, option
 from zoo.images import load_image, open_image
+from zoo.kernels import cpu as cpu_ops
 from zoo.kernels import few_outputs, implicit_gemm
 from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, irfft2_parts,
                                reflect_pad, rfft2_parts)
@@ -57,11 +58,29 @@ HD_STRATEGIES = ("original", "resize", "crop")
 RESIZE_LIMIT = 1280
 CROP_MARGIN = 128
 CROP_TRIGGER_SIZE = 800
-# Peak memory of one float32 pass above the weights, per padded input pixel:
-# measured with mx.get_peak_memory() on the CPU backend (MLX 0.32.4) at 64x64
-# and 128x128 (14.9 and 14.8 kB); mostly the 64-channel full-resolution layers.
-BYTES_PER_PIXEL = 15_000
-MEMORY_SHARE = 0.8  # of the device's memory that one pass may plan to use
+# Memory of one LaMa command on the CPU (peak RSS, glibc's malloc keeping freed memory as zoo sets
+# it: zoo.blas), from VmHWM of `python -m zoo.run lama` on MLX 0.32.4 (docs/hardening.md, 2026-11-29):
+# what a command holds before its pixels (Python, MLX, the weights, their Winograd forms; 585 MB
+# measured at 32x32) ...
+PROCESS_BYTES = 600_000_000
+# ... plus this much per padded pixel of a pass, by the model's dtype size (the full-resolution
+# front and the maps kept; half precision converts to float32 around the C forms, so it takes
+# more) ...
+BYTES_PER_PIXEL = {4: 450, 2: 800}
+# ... plus this much per pixel of one band of the full-resolution tail (FFCResNetGenerator.banded,
+# its halo rows included: band_pixels); with the above and below, 1.57 GB estimated for a float32
+# pass over a 1280x1280 image, 1.43 GB measured
+BAND_BYTES_PER_PIXEL = 2_500
+# ... plus this much per pixel of the whole image, which the command holds beside its passes (decoded,
+# the hole, the output, the resize strategy's copies: 240 MB measured for a 4000x3000 photo resized)
+IMAGE_BYTES_PER_PIXEL = 25
+# The default bound of one command's memory on the CPU: issue 35's 2 GB per single-image command.
+# On a GPU a pass may plan to use MEMORY_SHARE of the device's memory instead.
+PROCESS_BOUND = 2_000_000_000
+MEMORY_SHARE = 0.8
+# A GPU pass's memory per padded pixel in float32 (a CPU measurement before the C forms and bands,
+# mx.get_peak_memory() at 64x64 and 128x128: 14.9 and 14.8 kB; nothing better measured on a GPU)
+GPU_BYTES_PER_PIXEL = 15_000
 # Largest side of a Fourier unit's map whose spectrum is computed as matrix products
 # (rfft2_planar) instead of FFTs: they were faster up to 64 (inputs of 512 px), the largest
 # measured (H100: in LaMa 512's compiled forward; CPU, 192 channels: 1.8 against 3.5 ms per unit
@@ -344,6 +363,8 @@ class FFCResNetGenerator(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         *body, pad, conv, sigmoid = self.model.children_in_order()
         arrays = folded(conv)
+        if arrays is None and cpu_ops.on_cpu() and not recording_layers() and band_rows(x.shape[2]) < x.shape[1]:
+            return self.banded(x)  # a map of more than one band; a smaller one runs its layers as they are
         if arrays is None or not few_outputs.preferred(x.dtype, conv.weight.shape, conv.stride, conv.groups,
                                                        conv.dilation):
             return self.model(x)
@@ -360,6 +381,69 @@ class FFCResNetGenerator(nn.Module):
             else:
                 x = layer(x)
         return sigmoid(few_outputs.conv2d(x, arrays["weight"], arrays["bias"], pad.pad, reflect=True))
+
+    def banded(self, x: mx.array) -> mx.array:
+        """The generator on the CPU, its upsamplings and last convolution (``model.24`` on) in bands of
+        output rows, each evaluated before the next: at full resolution their temporaries (the
+        transposed convolutions' taps and phase sums, the 7x7 convolution's taps; 2 kB per pixel)
+        live for one band only. Each band computes the rows its kernels reach (halo), so it holds
+        the values of the whole map's forward, up to float rounding (OpenBLAS's GEMM rows)."""
+        layers = self.model.children_in_order()
+        head, upsamplings, (pad, conv, sigmoid) = layers[:24], layers[24:-3], layers[-3:]
+        for layer in head:
+            x = layer(x)
+        stages = [upsamplings[i:i + 3] for i in range(0, len(upsamplings), 3)]
+        height, width = x.shape[1] * 2 ** len(stages), x.shape[2] * 2 ** len(stages)
+        step = band_rows(width)
+        bands = []
+        for start in range(0, height, step):
+            # the rows the 7x7 convolution reads: its reflect padding of the map's rows at the borders
+            rows = reflected_rows(start - pad.pad, min(start + step, height) + pad.pad, height)
+            low, high = int(rows.min()), int(rows.max()) + 1
+            band = mx.take(upsampled_rows(x, stages, low, high), mx.array(rows - low), axis=1)
+            band = sigmoid(conv(reflect_pad(band, 0, pad.pad)))
+            try:
+                mx.eval(band)
+            except ValueError:  # inside a caller's mx.compile / vmap: no data yet, the trace holds every band
+                pass
+            bands.append(band)
+        return mx.concatenate(bands, axis=1) if len(bands) > 1 else bands[0]
+
+
+# Output rows of one band of the generator's full-resolution tail on the CPU: about this many pixels
+BAND_PIXELS = 1 << 16
+BAND_HALO = 8
+
+
+def band_pixels(height: int, width: int) -> int:
+    """Pixels of the widest band of ``FFCResNetGenerator.banded`` over a padded map, its halo included
+    (3 rows each side for the 7x7 convolution, and the upsamplings' rows)."""
+    return min(height, band_rows(width) + BAND_HALO) * width
+
+
+def band_rows(width: int) -> int:
+    """Rows per band of ``FFCResNetGenerator.banded`` for a map ``width`` pixels wide: at least 8."""
+    return max(PAD_MULTIPLE, BAND_PIXELS // width)
+
+
+def reflected_rows(start: int, stop: int, height: int) -> np.ndarray:
+    """Rows [start, stop) of a map of ``height`` rows reflect-padded (torch's: the edge row is not
+    repeated), as rows of the map; the padding is less than the height."""
+    rows = np.arange(start, stop)
+    rows = np.where(rows < 0, -rows, rows)
+    return np.where(rows >= height, 2 * (height - 1) - rows, rows)
+
+
+def upsampled_rows(x: mx.array, stages: list, start: int, stop: int) -> mx.array:
+    """Rows [start, stop) of ``stages`` (each a [ConvTranspose2d k3 s2 p1 op1, BatchNorm, ReLU], doubling
+    the map) applied to x, computed from the input rows they reach: output row r of such a
+    transposed convolution sums input rows r // 2 and (r + 1) // 2."""
+    if not stages:
+        return x[:, start:stop]
+    *inner, (upsample, bn, relu) = stages
+    first, last = start // 2, min(stop // 2 + 1, x.shape[1] * 2 ** len(inner))
+    y = relu(bn(upsample(upsampled_rows(x, inner, first, last))))
+    return y[:, start - 2 * first:stop - 2 * first]
 
 
 class LaMa(nn.Module):
@@ -442,7 +526,7 @@ class LaMa(nn.Module):
         """``inpaint`` on an (H, W, 3) uint8 image and an (H, W) bool hole that marks some pixel."""
         scale, boxes = plan_passes(hole, hd_strategy, resize_limit, crop_margin, crop_trigger_size)
         for size in pass_sizes(hole.shape, scale, boxes):  # all of them before the first pass
-            check_memory(size, max_megapixels, self.dtype)
+            check_memory(size, max_megapixels, self.dtype, hole.size)
         if scale != 1:
             return self._inpaint_resized(image, hole, scale)
         out = image.copy()
@@ -599,24 +683,40 @@ def device_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_memory(size: tuple[int, int], max_megapixels: float | None, dtype: mx.Dtype) -> None:
-    """Refuse a pass that would not fit, before MLX runs out of memory (or swaps for minutes)."""
+def pass_memory(size: tuple[int, int], dtype: mx.Dtype, image_pixels: int = 0) -> int:
+    """Bytes a LaMa command on the CPU holds at most while it runs one pass over ``size`` (H, W)
+    pixels, padded, in ``dtype``, on an image of ``image_pixels``: the constants above, measured for
+    float32 and float16."""
+    h, w = padded_size(size[0]), padded_size(size[1])
+    return (PROCESS_BYTES + image_pixels * IMAGE_BYTES_PER_PIXEL + h * w * BYTES_PER_PIXEL[min(dtype.size, 4)]
+            + band_pixels(h, w) * BAND_BYTES_PER_PIXEL)
+
+
+def check_memory(size: tuple[int, int], max_megapixels: float | None, dtype: mx.Dtype, image_pixels: int = 0) -> None:
+    """Refuse a pass that would not fit, before anything is allocated for it: on the CPU one command
+    (its image of ``image_pixels`` included) within PROCESS_BOUND, on a GPU MEMORY_SHARE of its
+    memory; ``max_megapixels`` replaces either."""
     h, w = size
     pixels = padded_size(h) * padded_size(w)
-    need = pixels * BYTES_PER_PIXEL * dtype.size / 4
-    if max_megapixels is None:
-        have = device_memory()
+    if max_megapixels is not None:
+        if pixels <= max_megapixels * 1e6:
+            return
+        problem = f"has {pixels / 1e6:.3g} megapixels, more than {option('max_megapixels', max_megapixels)}"
+    elif mx.default_device() == mx.cpu:
+        need = pass_memory(size, dtype, image_pixels)
+        if need <= PROCESS_BOUND:
+            return
+        problem = (f"needs about {need / 1e9:.3g} GB of memory, more than the {PROCESS_BOUND / 1e9:.3g} GB "
+                   "one command may use by default")
+    else:
+        need, have = pixels * GPU_BYTES_PER_PIXEL * dtype.size / 4, device_memory()
         if need <= MEMORY_SHARE * have:
             return
-        limit = f"the device has {have / 1e9:.0f} GB"
-    elif pixels <= max_megapixels * 1e6:
-        return
-    else:
-        limit = option("max_megapixels", max_megapixels)
+        problem = f"needs about {need / 1e9:.3g} GB of memory (the device has {have / 1e9:.0f} GB)"
     raise ZooError(
-        f"one big-lama pass over {w}x{h} pixels needs about {need / 1e9:.3g} GB of memory ({limit}): use "
-        f"{option('hd_strategy', 'crop')} (small holes) or {option('hd_strategy', 'resize')} (large holes), or a "
-        f"larger {option('max_megapixels', 'N')} if the device has the memory")
+        f"one big-lama pass over {w}x{h} pixels {problem}: use {option('hd_strategy', 'crop')} (small holes) or "
+        f"{option('hd_strategy', 'resize')} with a smaller {option('resize_limit', 'N')} (large holes), or a larger "
+        f"{option('max_megapixels', 'N')} if the machine has the memory")
 
 
 def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin: int,

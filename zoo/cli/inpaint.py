@@ -87,7 +87,8 @@ def add_arguments(parser):
     parser.add_argument("--crop-trigger-size", type=int, default=CROP_TRIGGER_SIZE, metavar="PIXELS",
                         help=f"crop: only crop when the longer side exceeds this (default {CROP_TRIGGER_SIZE})")
     parser.add_argument("--max-megapixels", type=float, metavar="MP",
-                        help="refuse a pass larger than this (default: what fits in the device's memory)")
+                        help="refuse a pass larger than this (default: what keeps the command under 2 GB on the CPU, "
+                             "80%% of the device's memory on a GPU)")
 
 
 def check_arguments(args) -> int | None:
@@ -217,7 +218,7 @@ def check_files(image: Path, mask: Path, args) -> None:
     plan = plan_passes(np.broadcast_to(False, size), args.hd_strategy, args.resize_limit, args.crop_margin,
                        args.crop_trigger_size)
     for pass_size in pass_sizes(size, *plan):
-        check_memory(pass_size, args.max_megapixels, parse_dtype(args.dtype))
+        check_memory(pass_size, args.max_megapixels, parse_dtype(args.dtype), size[0] * size[1])
 
 
 def mask_files(mask: Path, shared: bool) -> list[Path]:

@@ -1,0 +1,121 @@
+"""LaMa's memory on the CPU (issue 35: peak RSS of a single-image command under 2 GB): the
+full-resolution tail runs in bands with the whole map's values, and a pass the bound cannot hold is
+refused before anything is allocated for it, in one line naming the fixes."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from PIL import Image
+
+import zoo
+from conftest import PEAK_RSS_KB
+from zoo.errors import ZooError
+from zoo.models import lama
+
+
+@pytest.fixture(scope="module")
+def model():
+    return zoo.load("lama", weights="synthetic:0", device="cpu")
+
+
+def generator_input(model, h: int, w: int, seed: int = 1) -> mx.array:
+    rng = np.random.default_rng(seed)
+    image = mx.array(rng.random((1, h, w, 3), np.float32))
+    mask = mx.array((rng.random((1, h, w, 1)) > 0.5).astype(np.float32))
+    return model.generator_input(image, mask)
+
+
+@pytest.mark.parametrize("h, w", [(48, 40), (16, 72)])
+def test_banded_tail_equals_the_whole_map(model, monkeypatch, h, w):
+    x = generator_input(model, h, w)
+    whole = model.generator.model(x)  # the layers in order, one map
+    monkeypatch.setattr(lama, "BAND_PIXELS", lama.PAD_MULTIPLE * w)  # bands of 8 rows
+    assert -(-h // lama.band_rows(w)) == h // 8
+    banded = model.generator(x)  # the CPU's path: banded
+    assert banded.shape == whole.shape
+    assert mx.abs(banded - whole).max().item() < 1e-5
+
+
+def test_bands_lower_the_peak(model, monkeypatch):
+    """The tail's temporaries (about 2 kB per pixel) live for one band: the forward's peak is then
+    the front's, well below the whole map's."""
+    x = generator_input(model, 128, 64)
+    mx.eval(x, model.generator.model(x[:, :16, :16]))  # the weights' CPU forms, made once
+
+    def peak(forward):
+        mx.eval(x)
+        mx.reset_peak_memory()
+        before = mx.get_active_memory()
+        mx.eval(forward(x))
+        return mx.get_peak_memory() - before
+
+    whole = peak(model.generator.model)
+    monkeypatch.setattr(lama, "BAND_PIXELS", 16 * 64)  # 8 bands
+    banded = peak(model.generator.banded)
+    assert banded < 0.6 * whole, (banded, whole)
+
+
+def test_the_default_bound_is_the_process_on_the_cpu():
+    # the default strategies' largest passes fit: a resize pass at 1280 (either way round) and a crop
+    # at the crop trigger with its margins
+    for size, image_pixels in [((1280, 1280), 1280 * 1280), ((960, 1280), 4000 * 3000), ((1280, 960), 4000 * 3000),
+                               ((800, 800), 800 * 800), ((1056, 1056), 4000 * 3000)]:
+        assert lama.pass_memory(size, mx.float32, image_pixels) <= lama.PROCESS_BOUND
+        lama.check_memory(size, None, mx.float32, image_pixels)
+    with pytest.raises(ZooError, match="over 1280x960 pixels needs about 2.\\d+ GB"):  # the image counts too
+        lama.check_memory((960, 1280), None, mx.float32, 60_000_000)
+    with pytest.raises(ZooError, match=r"^one big-lama pass over 4000x3000 pixels needs about 6.\d+ GB of memory, "
+                                       r"more than the 2 GB one command may use by default: use "
+                                       r"hd_strategy='crop' \(small holes\) or hd_strategy='resize' with a smaller "
+                                       r"resize_limit=N \(large holes\), or a larger max_megapixels=N"):
+        lama.check_memory((3000, 4000), None, mx.float32)
+    # a strip's tail cannot be banded along its rows: its whole map counts as one band
+    assert lama.band_pixels(16, 100_000) == 16 * 100_000
+    with pytest.raises(ZooError, match="over 100000x16 pixels needs about"):
+        lama.check_memory((16, 100_000), None, mx.float16)
+    lama.check_memory((3000, 4000), 13, mx.float32)  # the user's own bound replaces it
+    with pytest.raises(ZooError, match="has 12 megapixels, more than max_megapixels=4.0"):
+        lama.check_memory((3000, 4000), 4.0, mx.float32)
+
+
+def run_child(tmp_path, *argv: str) -> tuple[int, list[str], int]:
+    """``python -m zoo.run`` in a child process: (exit status, stderr lines, its own peak RSS in KB)."""
+    child = (PEAK_RSS_KB + "import sys\nfrom zoo.run import main\n"
+             "try:\n    code = main(sys.argv[1:])\nexcept SystemExit as e:\n    code = e.code\n"
+             "print(code, peak_rss_kb())")
+    done = subprocess.run([sys.executable, "-c", child, *argv], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    code, peak_kb = done.stdout.split()[-2:]
+    return int(code), [line for line in done.stderr.splitlines() if not line.startswith("WARNING")], int(peak_kb)
+
+
+def test_adversarial_shapes_stay_under_the_bound(tmp_path):
+    """A 1x100000 strip all hole and a 4000x3000 photo with a hole over most of it: refused before the
+    weights are read (one error line naming the fix) or run, the child's peak under 2 GB either way."""
+    Image.new("RGB", (100_000, 1)).save(tmp_path / "strip.png")
+    Image.new("L", (100_000, 1), 255).save(tmp_path / "strip_mask.png")
+    photo_mask = np.zeros((3000, 4000), np.uint8)
+    photo_mask[100:2900, 100:3900] = 255
+    Image.new("RGB", (4000, 3000)).save(tmp_path / "photo.png")
+    Image.fromarray(photo_mask).save(tmp_path / "photo_mask.png")
+    common = ["--weights", "synthetic:0", "--device", "cpu"]
+
+    code, err, peak_kb = run_child(tmp_path, "lama", "photo.png", "--mask", "photo_mask.png", *common)
+    assert code == 1 and len(err) == 1, err
+    # the crop around that hole (its margins reach the borders) is the whole photo
+    assert err[0].startswith("error: one big-lama pass over 4000x3000 pixels needs about")
+    assert "use --hd-strategy crop (small holes) or --hd-strategy resize with a smaller --resize-limit N" in err[0]
+    assert peak_kb * 1024 < lama.PROCESS_BOUND  # refused once the hole was read, before the pass
+
+    code, err, _ = run_child(tmp_path, "lama", "strip.png", "--mask", "strip_mask.png", *common)
+    assert code == 1 and "one big-lama pass over 100000x1 pixels" in err[-1], err
+    code, err, peak_kb = run_child(tmp_path, "lama", "strip.png", "--mask", "strip_mask.png", "--hd-strategy",
+                                   "resize", "--resize-limit", "256", "--out", "strip_out.png", *common)
+    assert code == 0, err
+    assert Image.open(tmp_path / "strip_out.png").size == (100_000, 1)
+    assert peak_kb * 1024 < lama.PROCESS_BOUND
