@@ -22,6 +22,7 @@ import re
 import shlex
 import shutil
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,28 +132,67 @@ def _video(path: Path, frames: int = 4, size: tuple[int, int] = (64, 48)) -> Non
         container.mux(stream.encode())
 
 
+def _untrained_head(source: Path, target: Path) -> None:
+    """``source``, a `yolo train` best.pt, with the head an untrained detector has (the synthetic weights'
+    zoo.models.yolov8.synthetic_init): its random head scores every anchor ~0.5 (300 boxes per image,
+    minutes of annotate), this one finds a few dozen boxes of its first class. Each tensor lies in a
+    storage of its own in the zip: those of the changed tensors are found by their bytes and replaced."""
+    from zoo.models.yolov8 import synthetic_init
+    from zoo.weights.checkpoint import read_checkpoint_with_meta
+
+    state_dict, _ = read_checkpoint_with_meta(source)
+    head = synthetic_init({name: a.astype(np.float32) for name, a in state_dict.items()})
+    replaced = {state_dict[name].tobytes(): head[name].astype(state_dict[name].dtype).tobytes()
+                for name in state_dict if not np.array_equal(state_dict[name], head[name])}
+    found = set()
+    with zipfile.ZipFile(source) as original, zipfile.ZipFile(target, "w") as copy:
+        for item in original.infolist():
+            data = original.read(item)
+            if data in replaced:
+                found.add(data)
+            copy.writestr(item, replaced.get(data, data))
+    assert len(found) == len(replaced), f"{source}: a changed tensor shares its storage"
+
+
+SMALL = (64, 48)
+# The photo and the folder of photos, as small as each page's commands allow (their cost grows with
+# the pixels: LaMa's pass, segment everything's masks): a page's prompts must lie in them.
+PHOTO_SIZES = {"photo": (640, 480), "photos": SMALL}  # --box 320,40,600,400 (mobilesam.md, ray.md)
+PAGE_PHOTO_SIZES = {
+    "README.md": {"photo": (416, 408)},  # --point 100,400,0 --box 50,60,400,300
+    "lama.md": {"photo": SMALL},  # no prompts
+    "mobilesam.md": {"photos": (208, 208)},  # mobilesam photos/ --box 10,10,200,200
+}
+
+
+def _photos(root: Path, sizes: dict[str, tuple[int, int]]) -> None:
+    """photo.jpg with mask.png, photos/ with masks/ (a mask per photo), replacing any there."""
+    for path in [root / "photo.jpg", root / "mask.png", *root.glob("photos/*"), *root.glob("masks/*")]:
+        path.unlink(missing_ok=True)  # a hard link to the shared samples: never written through
+    _image(root / "photo.jpg", sizes["photo"], 0)
+    _mask(root / "mask.png", sizes["photo"])
+    for i, name in enumerate(["a", "b"]):
+        _image(root / "photos" / f"{name}.jpg", sizes["photos"], 10 + i)
+        _mask(root / "masks" / f"{name}.png", sizes["photos"])
+
+
 def _make_samples(root: Path) -> None:
     from zoo.weights.synthetic import read_manifest, synthetic_state_dict
 
     (root / "samples").mkdir()
     shutil.copy(ROOT / "samples" / "chelsea.png", root / "samples")
-    small = (64, 48)
-    photo = (640, 480)  # the docs' prompts (--point 320,240, --box 320,40,600,400) lie in a 640x480 photo
-    _image(root / "photo.jpg", photo, 0)
-    _mask(root / "mask.png", photo)
+    _photos(root, PHOTO_SIZES)
     for i, name in enumerate(["bus.jpg", "cat.jpg", "a.jpg", "b.jpg", "images/street.jpg", "images/park.jpg",
                               "data/a.png", "panorama.tif"]):
-        _image(root / name, small, i + 1)
-    for i, name in enumerate(["a", "b"]):  # the folder of photos: big enough for --box 10,10,200,200
-        _image(root / "photos" / f"{name}.jpg", (208, 208), 10 + i)
-        _mask(root / "masks" / f"{name}.png", (208, 208))
+        _image(root / name, SMALL, i + 1)
     for name in ["hole.png", "a_mask.png", "data/a_mask001.png"]:
-        _mask(root / name, small)
+        _mask(root / name, SMALL)
     _video(root / "clip.mp4")
     _video(root / "video.mp4")
-    for path in ["best.pt", "runs/detect/train/weights/best.pt", "runs/train/weights/best.pt"]:
+    _untrained_head(FIXTURES / "yolov8" / "custom_best.pt", root / "best.pt")  # a `yolo train` best.pt, 3 classes
+    for path in ["runs/detect/train/weights/best.pt", "runs/train/weights/best.pt"]:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(FIXTURES / "yolov8" / "custom_best.pt", root / path)  # a `yolo train` best.pt, 3 classes
+        shutil.copy(root / "best.pt", root / path)
     state_dict = synthetic_state_dict(read_manifest(MANIFESTS / "mobilesam.json"), 0)
     write_torch_zip(root / "mobile_sam.pt", {k: tensor(v) for k, v in state_dict.items()})
 
@@ -165,10 +205,14 @@ def samples(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def page_folder(samples, tmp_path, monkeypatch) -> Path:
-    """A fresh folder with the samples (hard links: no command writes into an input), the page's cwd."""
+def page_folder(samples, tmp_path, monkeypatch, request) -> Path:
+    """A fresh folder with the samples (hard links: no command writes into an input) and the page's
+    photo sizes, the page's cwd."""
     folder = tmp_path / "page"
     shutil.copytree(samples, folder, copy_function=os.link)
+    sizes = PAGE_PHOTO_SIZES.get(request.node.callspec.params["page"].name)
+    if sizes:
+        _photos(folder, {**PHOTO_SIZES, **sizes})
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
     return folder
