@@ -168,16 +168,16 @@ def synthetic_init(state_dict: dict) -> dict:
     ones: the DFL conv arange(16) (every real file's: random bins made sides negative), each level's
     box bias 1 and class biases its object prior, as Detect.bias_init (conf ~1e-5: no box). Random
     weights' features no longer depend on the input some 20 layers down, so each class scores about
-    the same everywhere: the first class of the coarsest level (stride 32) gets bias 0 (conf ~0.5, above
-    the default 0.25), and NMS leaves a few dozen large boxes of it per image (yolov8n/yolo11n seeds
-    0 and 1: 25-70 at 640x480)."""
+    the same everywhere: the first class of the coarsest level (stride 32) gets bias 1 (conf ~0.7, above
+    the default 0.25 and a --conf 0.5), and NMS leaves a few dozen large boxes of it per image (yolov8n,
+    yolov8s, yolo11n, yolo11n-pose, seeds 0 and 1: 61-67 at 640x480)."""
     for head in head_indexes(state_dict):
         state_dict[f"model.{head}.dfl.conv.weight"] = np.arange(REG_MAX, dtype=np.float32).reshape(1, REG_MAX, 1, 1)
         for level, stride in enumerate(STRIDES):
             state_dict[f"model.{head}.cv2.{level}.2.bias"][:] = 1.0
             classes = state_dict[f"model.{head}.cv3.{level}.2.bias"]
             classes[:] = math.log(5 / len(classes) / (640 / stride) ** 2)
-        state_dict[f"model.{head}.cv3.{len(STRIDES) - 1}.2.bias"][0] = 0.0
+        state_dict[f"model.{head}.cv3.{len(STRIDES) - 1}.2.bias"][0] = 1.0
     return state_dict
 
 
