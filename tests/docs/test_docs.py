@@ -31,7 +31,7 @@ import pytest
 from PIL import Image
 
 from conftest import FIXTURES, MANIFESTS
-from torch_writer import tensor, write_torch_zip
+from torch_writer import module_tree, tensor, write_torch_zip
 from zoo.errors import ZooError
 
 ROOT = Path(__file__).parents[2]
@@ -165,6 +165,33 @@ PAGE_PHOTO_SIZES = {
 }
 
 
+# Pages whose best.pt is another `yolo train` file than the 3-class YOLOv8n detector the others use:
+# (manifest, ultralytics' model class, names or None for COCO's, yaml file, training imgsz)
+PAGE_BEST_PT = {
+    "segment-pose.md": (MANIFESTS / "yolov8n-seg.json", "SegmentationModel", None, "yolov8n-seg.yaml", 640),
+    "yolo11.md": (FIXTURES / "yolo11" / "custom_best.manifest.json", "DetectionModel",
+                  {0: "person", 1: "forklift", 2: "pallet"}, "yolo11n.yaml", 320),
+}
+
+
+def _yolo_best_pt(path: Path, manifest: Path, model_class: str, names: dict | None, yaml: str, imgsz: int) -> None:
+    """A `yolo train` best.pt as strip_optimizer leaves it (the model in fp16, its training args) holding
+    synthetic:0 weights with an untrained detector's head (zoo.models.yolov8.synthetic_init)."""
+    from zoo.models.yolov8 import class_names, synthetic_init
+    from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+    names = names or dict(enumerate(class_names()))
+    state_dict = synthetic_init(synthetic_state_dict(read_manifest(manifest), 0))
+    half = {name: a.astype(np.float16) for name, a in state_dict.items() if a.dtype == np.float32}
+    args = {"task": "segment" if model_class == "SegmentationModel" else "detect", "mode": "train", "model": yaml,
+            "imgsz": imgsz}
+    model = module_tree(half, f"ultralytics.nn.tasks.{model_class}", names=names, nc=len(names),
+                        stride=tensor([8, 16, 32]), yaml={"nc": len(names), "scale": "n", "yaml_file": yaml}, args=args)
+    path.unlink(missing_ok=True)  # a hard link to the shared samples: never written through
+    write_torch_zip(path, {"epoch": -1, "best_fitness": None, "model": model, "ema": None, "updates": None,
+                           "optimizer": None, "train_args": args})
+
+
 def _photos(root: Path, sizes: dict[str, tuple[int, int]]) -> None:
     """photo.jpg with mask.png, photos/ with masks/ (a mask per photo), replacing any there."""
     for path in [root / "photo.jpg", root / "mask.png", *root.glob("photos/*"), *root.glob("masks/*")]:
@@ -183,7 +210,7 @@ def _make_samples(root: Path) -> None:
     shutil.copy(ROOT / "samples" / "chelsea.png", root / "samples")
     _photos(root, PHOTO_SIZES)
     for i, name in enumerate(["bus.jpg", "cat.jpg", "a.jpg", "b.jpg", "images/street.jpg", "images/park.jpg",
-                              "data/a.png", "panorama.tif"]):
+                              "data/a.png", "panorama.tif", "people.jpg", "yard.jpg"]):
         _image(root / name, SMALL, i + 1)
     for name in ["hole.png", "a_mask.png", "data/a_mask001.png"]:
         _mask(root / name, SMALL)
@@ -213,6 +240,9 @@ def page_folder(samples, tmp_path, monkeypatch, request) -> Path:
     sizes = PAGE_PHOTO_SIZES.get(request.node.callspec.params["page"].name)
     if sizes:
         _photos(folder, {**PHOTO_SIZES, **sizes})
+    best_pt = PAGE_BEST_PT.get(request.node.callspec.params["page"].name)
+    if best_pt:
+        _yolo_best_pt(folder / "best.pt", *best_pt)
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
     return folder
