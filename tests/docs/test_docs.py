@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import linecache
 import os
 import re
@@ -203,6 +204,20 @@ def _photos(root: Path, sizes: dict[str, tuple[int, int]]) -> None:
         _mask(root / "masks" / f"{name}.png", sizes["photos"])
 
 
+def _coco_val(root: Path) -> None:
+    """val2017/ with one image named as COCO's, and annotations/instances_val2017.json: its ground truth
+    (one person), in COCO's 91-id categories."""
+    from zoo.models.yolov8 import COCO91_IDS, class_names
+
+    _image(root / "val2017" / "000000397133.jpg", SMALL, 20)
+    (root / "annotations").mkdir()
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps({
+        "images": [{"id": 397133, "file_name": "000000397133.jpg", "width": SMALL[0], "height": SMALL[1]}],
+        "annotations": [{"id": 1, "image_id": 397133, "category_id": 1, "bbox": [8, 8, 32, 24], "area": 768,
+                         "iscrowd": 0}],
+        "categories": [{"id": i, "name": name} for i, name in zip(COCO91_IDS, class_names())]}))
+
+
 def _make_samples(root: Path) -> None:
     from zoo.weights.synthetic import read_manifest, synthetic_state_dict
 
@@ -216,6 +231,7 @@ def _make_samples(root: Path) -> None:
         _mask(root / name, SMALL)
     _video(root / "clip.mp4")
     _video(root / "video.mp4")
+    _coco_val(root)
     _untrained_head(FIXTURES / "yolov8" / "custom_best.pt", root / "best.pt")  # a `yolo train` best.pt, 3 classes
     for path in ["runs/detect/train/weights/best.pt", "runs/train/weights/best.pt"]:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
