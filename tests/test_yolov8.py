@@ -43,7 +43,10 @@ def yolov8n_file(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def yolov8n():
-    return zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    """The model of the upstream case's weights: synthetic_state_dict as drawn (zoo.load's synthetic:0
+    gives its head an untrained detector's biases, zoo.models.yolov8.synthetic_init)."""
+    sd = synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0)
+    return registry.build(registry.get_spec("yolov8n"), registry.Weights(sd, "synthetic:0", {}))
 
 
 def sampled(full: np.ndarray, sampling: dict) -> np.ndarray:

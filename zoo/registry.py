@@ -8,7 +8,9 @@ what a model built with options does not take, e.g. a head of another size, and
 name the parameters that keep the model's own values) and
 ``apply_metadata(model, meta)`` (e.g. class names stored in the checkpoint) and
 ``checkpoint_spec(spec, weights) -> spec`` (the spec fitted to what the file holds, e.g. YOLOv8's
-scale, classes and training size in ``config``; the family's own name, ``yolov8``, takes any variant).
+scale, classes and training size in ``config``; the family's own name, ``yolov8``, takes any variant) and
+``synthetic_init(state_dict) -> state_dict`` (synthetic weights given the values an untrained model
+has where random ones would make its outputs useless, e.g. YOLO's DFL bins and class priors).
 Options of ``load`` (``num_classes=10``, ``features_only=True``) go to ``build``.
 """
 from __future__ import annotations
@@ -188,6 +190,8 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
         if not from_variable:  # default_weights said so
             synthetic.warn_synthetic(seed)
         sd, meta = synthetic.synthetic_state_dict(manifest(spec.variant), seed), {}
+        init = getattr(family(spec), "synthetic_init", None)
+        sd = init(sd) if init else sd
         source = f"synthetic:{seed}"
     else:
         check_header(spec, weights)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, COCO91_IDS, REGISTRY_TASKS, TASK_SUFFIXES, CheckpointInfo,
                          checkpoint_spec, class_names, coco_category_ids, describe, holds, parse_names, sanitize,
-                         split_variant)
+                         split_variant, synthetic_init)
 from .heads import Pose, Proto, Segment, task_architecture
 from .model import ARCHITECTURES, REG_MAX, STRIDES, YOLO11, YOLOV8, Architecture, DetectionModel
 from .ops import (MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thresholds, letterbox, letterbox_batch,

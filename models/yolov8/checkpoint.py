@@ -4,13 +4,16 @@ and tensor shapes."""
 from __future__ import annotations
 
 import ast
+import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from zoo.errors import ZooError
 
-from .model import ARCHITECTURES, Architecture, scaled_channels
+from .model import ARCHITECTURES, REG_MAX, STRIDES, Architecture, scaled_channels
 
 CLASS_NAMES = Path(__file__).parent.parent / "data" / "coco_classes.txt"
 
@@ -157,6 +160,25 @@ def keypoint_shape(state_dict: dict, meta: dict, attributes: dict, yaml: dict, a
         raise ZooError(f"{source}: its kpt_shape {list(shape)} means {shape[0] * shape[1]} keypoint values but its "
                        f"pose head has {values}: the file is inconsistent; re-export it")
     return shape
+
+
+def synthetic_init(state_dict: dict) -> dict:
+    """Synthetic weights (zoo.weights.synthetic) with the head ultralytics gives an untrained detector,
+    so that ``--weights synthetic`` finds some boxes the right way round instead of 300 inside-out
+    ones: the DFL conv arange(16) (every real file's: random bins made sides negative), each level's
+    box bias 1 and class biases its object prior, as Detect.bias_init (conf ~1e-5: no box). Random
+    weights' features no longer depend on the input some 20 layers down, so each class scores about
+    the same everywhere: the first class of the coarsest level (stride 32) gets bias 1 (conf ~0.7, above
+    the default 0.25 and a --conf 0.5), and NMS leaves a few dozen large boxes of it per image (yolov8n,
+    yolov8s, yolo11n, yolo11n-pose, seeds 0 and 1: 61-67 at 640x480)."""
+    for head in head_indexes(state_dict):
+        state_dict[f"model.{head}.dfl.conv.weight"] = np.arange(REG_MAX, dtype=np.float32).reshape(1, REG_MAX, 1, 1)
+        for level, stride in enumerate(STRIDES):
+            state_dict[f"model.{head}.cv2.{level}.2.bias"][:] = 1.0
+            classes = state_dict[f"model.{head}.cv3.{level}.2.bias"]
+            classes[:] = math.log(5 / len(classes) / (640 / stride) ** 2)
+        state_dict[f"model.{head}.cv3.{len(STRIDES) - 1}.2.bias"][0] = 1.0
+    return state_dict
 
 
 def head_indexes(state_dict: dict) -> list[int]:

@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import linecache
 import os
 import re
 import shlex
 import shutil
 import sys
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +32,7 @@ import pytest
 from PIL import Image
 
 from conftest import FIXTURES, MANIFESTS
-from torch_writer import tensor, write_torch_zip
+from torch_writer import module_tree, tensor, write_torch_zip
 from zoo.errors import ZooError
 
 ROOT = Path(__file__).parents[2]
@@ -131,28 +133,109 @@ def _video(path: Path, frames: int = 4, size: tuple[int, int] = (64, 48)) -> Non
         container.mux(stream.encode())
 
 
+def _untrained_head(source: Path, target: Path) -> None:
+    """``source``, a `yolo train` best.pt, with the head an untrained detector has (the synthetic weights'
+    zoo.models.yolov8.synthetic_init): its random head scores every anchor ~0.5 (300 boxes per image,
+    minutes of annotate), this one finds a few dozen boxes of its first class. Each tensor lies in a
+    storage of its own in the zip: those of the changed tensors are found by their bytes and replaced."""
+    from zoo.models.yolov8 import synthetic_init
+    from zoo.weights.checkpoint import read_checkpoint_with_meta
+
+    state_dict, _ = read_checkpoint_with_meta(source)
+    head = synthetic_init({name: a.astype(np.float32) for name, a in state_dict.items()})
+    replaced = {state_dict[name].tobytes(): head[name].astype(state_dict[name].dtype).tobytes()
+                for name in state_dict if not np.array_equal(state_dict[name], head[name])}
+    found = set()
+    with zipfile.ZipFile(source) as original, zipfile.ZipFile(target, "w") as copy:
+        for item in original.infolist():
+            data = original.read(item)
+            if data in replaced:
+                found.add(data)
+            copy.writestr(item, replaced.get(data, data))
+    assert len(found) == len(replaced), f"{source}: a changed tensor shares its storage"
+
+
+SMALL = (64, 48)
+# The photo and the folder of photos, as small as each page's commands allow (their cost grows with
+# the pixels: LaMa's pass, segment everything's masks): a page's prompts must lie in them.
+PHOTO_SIZES = {"photo": (640, 480), "photos": SMALL}  # --box 320,40,600,400 (mobilesam.md, ray.md)
+PAGE_PHOTO_SIZES = {
+    "README.md": {"photo": (416, 408)},  # --point 100,400,0 --box 50,60,400,300
+    "lama.md": {"photo": SMALL},  # no prompts
+    "mobilesam.md": {"photos": (208, 208)},  # mobilesam photos/ --box 10,10,200,200
+}
+
+
+# Pages whose best.pt is another `yolo train` file than the 3-class YOLOv8n detector the others use:
+# (manifest, ultralytics' model class, names or None for COCO's, yaml file, training imgsz)
+PAGE_BEST_PT = {
+    "segment-pose.md": (MANIFESTS / "yolov8n-seg.json", "SegmentationModel", None, "yolov8n-seg.yaml", 640),
+    "yolo11.md": (FIXTURES / "yolo11" / "custom_best.manifest.json", "DetectionModel",
+                  {0: "person", 1: "forklift", 2: "pallet"}, "yolo11n.yaml", 320),
+}
+
+
+def _yolo_best_pt(path: Path, manifest: Path, model_class: str, names: dict | None, yaml: str, imgsz: int) -> None:
+    """A `yolo train` best.pt as strip_optimizer leaves it (the model in fp16, its training args) holding
+    synthetic:0 weights with an untrained detector's head (zoo.models.yolov8.synthetic_init)."""
+    from zoo.models.yolov8 import class_names, synthetic_init
+    from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+    names = names or dict(enumerate(class_names()))
+    state_dict = synthetic_init(synthetic_state_dict(read_manifest(manifest), 0))
+    half = {name: a.astype(np.float16) for name, a in state_dict.items() if a.dtype == np.float32}
+    args = {"task": "segment" if model_class == "SegmentationModel" else "detect", "mode": "train", "model": yaml,
+            "imgsz": imgsz}
+    model = module_tree(half, f"ultralytics.nn.tasks.{model_class}", names=names, nc=len(names),
+                        stride=tensor([8, 16, 32]), yaml={"nc": len(names), "scale": "n", "yaml_file": yaml}, args=args)
+    path.unlink(missing_ok=True)  # a hard link to the shared samples: never written through
+    write_torch_zip(path, {"epoch": -1, "best_fitness": None, "model": model, "ema": None, "updates": None,
+                           "optimizer": None, "train_args": args})
+
+
+def _photos(root: Path, sizes: dict[str, tuple[int, int]]) -> None:
+    """photo.jpg with mask.png, photos/ with masks/ (a mask per photo), replacing any there."""
+    for path in [root / "photo.jpg", root / "mask.png", *root.glob("photos/*"), *root.glob("masks/*")]:
+        path.unlink(missing_ok=True)  # a hard link to the shared samples: never written through
+    _image(root / "photo.jpg", sizes["photo"], 0)
+    _mask(root / "mask.png", sizes["photo"])
+    for i, name in enumerate(["a", "b"]):
+        _image(root / "photos" / f"{name}.jpg", sizes["photos"], 10 + i)
+        _mask(root / "masks" / f"{name}.png", sizes["photos"])
+
+
+def _coco_val(root: Path) -> None:
+    """val2017/ with one image named as COCO's, and annotations/instances_val2017.json: its ground truth
+    (one person), in COCO's 91-id categories."""
+    from zoo.models.yolov8 import COCO91_IDS, class_names
+
+    _image(root / "val2017" / "000000397133.jpg", SMALL, 20)
+    (root / "annotations").mkdir()
+    (root / "annotations" / "instances_val2017.json").write_text(json.dumps({
+        "images": [{"id": 397133, "file_name": "000000397133.jpg", "width": SMALL[0], "height": SMALL[1]}],
+        "annotations": [{"id": 1, "image_id": 397133, "category_id": 1, "bbox": [8, 8, 32, 24], "area": 768,
+                         "iscrowd": 0}],
+        "categories": [{"id": i, "name": name} for i, name in zip(COCO91_IDS, class_names())]}))
+
+
 def _make_samples(root: Path) -> None:
     from zoo.weights.synthetic import read_manifest, synthetic_state_dict
 
     (root / "samples").mkdir()
     shutil.copy(ROOT / "samples" / "chelsea.png", root / "samples")
-    small = (64, 48)
-    photo = (640, 480)  # the docs' prompts (--point 320,240, --box 320,40,600,400) lie in a 640x480 photo
-    _image(root / "photo.jpg", photo, 0)
-    _mask(root / "mask.png", photo)
+    _photos(root, PHOTO_SIZES)
     for i, name in enumerate(["bus.jpg", "cat.jpg", "a.jpg", "b.jpg", "images/street.jpg", "images/park.jpg",
-                              "data/a.png", "panorama.tif"]):
-        _image(root / name, small, i + 1)
-    for i, name in enumerate(["a", "b"]):  # the folder of photos: big enough for --box 10,10,200,200
-        _image(root / "photos" / f"{name}.jpg", (208, 208), 10 + i)
-        _mask(root / "masks" / f"{name}.png", (208, 208))
+                              "data/a.png", "panorama.tif", "people.jpg", "yard.jpg"]):
+        _image(root / name, SMALL, i + 1)
     for name in ["hole.png", "a_mask.png", "data/a_mask001.png"]:
-        _mask(root / name, small)
+        _mask(root / name, SMALL)
     _video(root / "clip.mp4")
     _video(root / "video.mp4")
-    for path in ["best.pt", "runs/detect/train/weights/best.pt", "runs/train/weights/best.pt"]:
+    _coco_val(root)
+    _untrained_head(FIXTURES / "yolov8" / "custom_best.pt", root / "best.pt")  # a `yolo train` best.pt, 3 classes
+    for path in ["runs/detect/train/weights/best.pt", "runs/train/weights/best.pt"]:
         (root / path).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(FIXTURES / "yolov8" / "custom_best.pt", root / path)  # a `yolo train` best.pt, 3 classes
+        shutil.copy(root / "best.pt", root / path)
     state_dict = synthetic_state_dict(read_manifest(MANIFESTS / "mobilesam.json"), 0)
     write_torch_zip(root / "mobile_sam.pt", {k: tensor(v) for k, v in state_dict.items()})
 
@@ -165,10 +248,17 @@ def samples(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def page_folder(samples, tmp_path, monkeypatch) -> Path:
-    """A fresh folder with the samples (hard links: no command writes into an input), the page's cwd."""
+def page_folder(samples, tmp_path, monkeypatch, request) -> Path:
+    """A fresh folder with the samples (hard links: no command writes into an input) and the page's
+    photo sizes, the page's cwd."""
     folder = tmp_path / "page"
     shutil.copytree(samples, folder, copy_function=os.link)
+    sizes = PAGE_PHOTO_SIZES.get(request.node.callspec.params["page"].name)
+    if sizes:
+        _photos(folder, {**PHOTO_SIZES, **sizes})
+    best_pt = PAGE_BEST_PT.get(request.node.callspec.params["page"].name)
+    if best_pt:
+        _yolo_best_pt(folder / "best.pt", *best_pt)
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
     return folder
