@@ -97,8 +97,22 @@ def images(tmp_path_factory) -> Path:
     return folder
 
 
-def detect_argv(inputs: list[Path], out: Path, jsonl: Path | None) -> list[str]:
-    return ["yolov8n", *map(str, inputs), "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64", "--conf", "0.59",
+@pytest.fixture(scope="module")
+def raw_weights(tmp_path_factory) -> Path:
+    """yolov8n's synthetic_state_dict as drawn (``synthetic:0`` gives the head an untrained detector's
+    biases, one box an image): its class scores spread, so some images have detections and some none."""
+    from safetensors.numpy import save_file
+
+    from conftest import MANIFESTS
+    from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+    path = tmp_path_factory.mktemp("weights") / "yolov8n_raw.safetensors"
+    save_file(synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0), str(path))
+    return path
+
+
+def detect_argv(inputs: list[Path], out: Path, jsonl: Path | None, weights: Path) -> list[str]:
+    return ["yolov8n", *map(str, inputs), "--weights", str(weights), "--device", "cpu", "--imgsz", "64", "--conf", "0.59",
             "--classes", "refrigerator", "--batch", "1", "--save-json", "--save-txt", "--out", str(out),
             *(["--jsonl", str(jsonl)] if jsonl else [])]
 
@@ -149,17 +163,18 @@ def check_coco(path: Path, image_ids: set[int]) -> list[dict]:
     (["synced:2", "saved:2", "torn:4", "closing:0"], False),
     (["synced:1", "annotated:3", "torn:2", "somewhere"], True),
 ])
-def test_detect_killed_at_any_moment_then_resumed_has_every_image_once(images, tmp_path, capsys, hooks, with_jsonl):
+def test_detect_killed_at_any_moment_then_resumed_has_every_image_once(images, raw_weights, tmp_path, capsys, hooks,
+                                                                     with_jsonl):
     fresh_out = tmp_path / "fresh"
     fresh_jsonl = tmp_path / "fresh.jsonl" if with_jsonl else None
-    assert main(detect_argv([images], fresh_out, fresh_jsonl)) == 0
+    assert main(detect_argv([images], fresh_out, fresh_jsonl, raw_weights)) == 0
     expected = outputs(fresh_out)
     fresh = json.loads(expected.pop("predictions.json"))
     assert {r["file_name"] for r in fresh} == {f"{n}.png" for n, h, w in IMAGES if (h, w) == (64, 64)}  # 3 each
     ids = {r["image_id"] for r in fresh} | {139, 42, 7, 285} | set(range(286, 286 + len(IMAGES)))
 
     out, jsonl = tmp_path / "out", tmp_path / "d.jsonl" if with_jsonl else None
-    argv = detect_argv([images], out, jsonl)
+    argv = detect_argv([images], out, jsonl, raw_weights)
     for n, hook in enumerate(hooks):
         resume = ["--resume"] * (n > 0)
         if hook == "somewhere":
@@ -179,9 +194,9 @@ def test_detect_killed_at_any_moment_then_resumed_has_every_image_once(images, t
         assert summary(jsonl) == summary(fresh_jsonl)  # one record an image, none twice
 
 
-def test_a_damaged_predictions_json_is_refused_before_the_model_loads(images, tmp_path, capsys):
+def test_a_damaged_predictions_json_is_refused_before_the_model_loads(images, tmp_path, capsys, raw_weights):
     out = tmp_path / "out"
-    argv = detect_argv([images], out, None)
+    argv = detect_argv([images], out, None, raw_weights)
     killed_run(argv, "synced:1")
     left = (out / "predictions.json").read_bytes()
     assert left.startswith(b"[\n  {") and not left.rstrip().endswith(b"]")  # unfinished: its records on disk
@@ -217,13 +232,13 @@ def test_classify_killed_then_resumed_writes_json_and_csv_with_every_image_once(
     assert sorted(row.split(",")[0] for row in rows[1:]) == sorted(r["path"] for r in records)
 
 
-def test_resume_tells_images_of_one_file_name_apart(images, tmp_path, capsys):
+def test_resume_tells_images_of_one_file_name_apart(images, tmp_path, capsys, raw_weights):
     """Two inputs named x.png (running ids 1 and 2): the second killed after its records, before its
     annotated image x_2.png; --resume keeps the first's records and makes the second's again, once."""
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         (tmp_path / folder / "x.png").write_bytes((images / "cat.png").read_bytes())
-    argv = detect_argv([tmp_path / "a" / "x.png", tmp_path / "b" / "x.png"], tmp_path / "out", None)
+    argv = detect_argv([tmp_path / "a" / "x.png", tmp_path / "b" / "x.png"], tmp_path / "out", None, raw_weights)
     assert main(argv) == 0
     fresh = json.loads((tmp_path / "out" / "predictions.json").read_text())
     assert sorted({(r["image_id"], r["file_name"]) for r in fresh}) == [(1, "x.png"), (2, "x.png")]
@@ -234,7 +249,7 @@ def test_resume_tells_images_of_one_file_name_apart(images, tmp_path, capsys):
     assert sorted(map(json.dumps, again)) == sorted(map(json.dumps, fresh))
 
 
-def test_detect_killed_inside_a_video_then_resumed_has_every_frame_once(images, tmp_path):
+def test_detect_killed_inside_a_video_then_resumed_has_every_frame_once(images, tmp_path, raw_weights):
     """A video's annotated file is renamed into place when its last frame is written: killed after some of
     its frames' records reached predictions.json, --resume does the video again and drops those records."""
     from zoo.sources import VideoWriter
@@ -245,10 +260,10 @@ def test_detect_killed_inside_a_video_then_resumed_has_every_frame_once(images, 
         for i in range(6):
             video.write(np.full((64, 64, 3), 40 * i, np.uint8))
     (inputs / "street.png").write_bytes((images / "cat.png").read_bytes())
-    assert main(detect_argv([inputs], tmp_path / "fresh", None)) == 0
+    assert main(detect_argv([inputs], tmp_path / "fresh", None, raw_weights)) == 0
     fresh = json.loads((tmp_path / "fresh" / "predictions.json").read_text())
     assert {r["file_name"] for r in fresh} == {"clip.mp4", "street.png"}
-    argv = detect_argv([inputs], tmp_path / "out", None)
+    argv = detect_argv([inputs], tmp_path / "out", None, raw_weights)
     killed_run(argv, "synced:3")  # three frames' records on disk, the video not yet
     assert not (tmp_path / "out" / "clip.mp4").exists()
     assert main([*argv, "--resume"]) == 0
@@ -256,10 +271,10 @@ def test_detect_killed_inside_a_video_then_resumed_has_every_frame_once(images, 
     assert sorted(map(json.dumps, records)) == sorted(map(json.dumps, fresh))
 
 
-def test_save_json_first_given_on_resume_is_refused(images, tmp_path, capsys):
+def test_save_json_first_given_on_resume_is_refused(images, tmp_path, capsys, raw_weights):
     """A list of only the resumed images' records would miss the images done before: refused, nothing written."""
     out = tmp_path / "out"
-    argv = [a for a in detect_argv([images], out, None) if a != "--save-json"]
+    argv = [a for a in detect_argv([images], out, None, raw_weights) if a != "--save-json"]
     killed_run(argv, "annotated:2")
     before = outputs(out)
     error = cli_error([*argv, "--save-json", "--resume"], capsys)
