@@ -38,6 +38,11 @@ from . import amg
 from .predictor import SamPredictor, apply_coords
 
 OUTPUT_MODES = ("binary_mask", "uncompressed_rle", "coco_rle")
+# Candidate masks are upsampled to the crop's size for their statistics and RLEs at most this many bytes at a
+# time, counted at UPSAMPLED_BYTES_PER_PIXEL (the float32 logits, the resize's temporaries, thresholded copies):
+# 192 candidates of an 8000x8000 photo at once took 4.2 GB before; a mask the size of the crop is one pass.
+UPSAMPLE_BYTES = 512 << 20
+UPSAMPLED_BYTES_PER_PIXEL = 16
 Progress = Callable[[int, int, int, int], None]  # (batches done, batches in all, crop, crops)
 
 
@@ -221,11 +226,7 @@ class SamAutomaticMaskGenerator:
             candidates = np.flatnonzero(iou > self.pred_iou_thresh) if self.pred_iou_thresh > 0 else np.arange(iou.size)
             if candidates.size:
                 low_res = mx.take(low_res.transpose(0, 3, 1, 2).reshape(n * c, h, w), mx.array(candidates), axis=0)
-                logits = self._upsample(low_res, predictor)
-                boxes = amg.batched_mask_to_box(logits > model.mask_threshold)
-                stats = (amg.stability_score(logits, model.mask_threshold, self.stability_score_offset), boxes,
-                         amg.is_box_near_crop_edge(boxes, crop_box, image_box))
-                mx.async_eval(*stats)
+                stats = self._statistics(low_res, crop_box, image_box)
             if pending is not None:
                 keep_passing(*pending)
             pending = (batch, iou, candidates, low_res, stats) if candidates.size else None
@@ -249,6 +250,29 @@ class SamAutomaticMaskGenerator:
         data["crop_boxes"] = np.tile(np.array(crop_box, np.int64), (len(order), 1))
         return data
 
+    def _masks_at_once(self) -> int:
+        """How many masks at the current crop's size fit in UPSAMPLE_BYTES (at least one)."""
+        h, w = self.predictor.original_size
+        return max(1, UPSAMPLE_BYTES // (h * w * UPSAMPLED_BYTES_PER_PIXEL))
+
+    def _statistics(self, low_res: mx.array, crop_box: list[int], image_box: list[int]) -> tuple:
+        """(K, 256, 256) low-res logits -> their stability scores, boxes (crop pixels) and crop-edge flags,
+        being evaluated: upsampled _masks_at_once() at a time, each part evaluated before the next is
+        made when there are several (each mask's statistics are its own: the same values in any grouping)."""
+        threshold, step = self.predictor.model.mask_threshold, self._masks_at_once()
+        parts = []
+        for start in range(0, low_res.shape[0], step):
+            logits = self._upsample(low_res[start : start + step], self.predictor)
+            boxes = amg.batched_mask_to_box(logits > threshold)
+            part = (amg.stability_score(logits, threshold, self.stability_score_offset), boxes,
+                    amg.is_box_near_crop_edge(boxes, crop_box, image_box))
+            if step < low_res.shape[0]:
+                mx.eval(*part)
+            parts.append(part)
+        stats = tuple(mx.concatenate(columns) for columns in zip(*parts)) if len(parts) > 1 else parts[0]
+        mx.async_eval(*stats)
+        return stats
+
     def _upsample(self, low_res: mx.array, predictor: SamPredictor) -> mx.array:
         """(K, 256, 256) low-res logits -> (K, h, w) float32 logits at the crop's size."""
         logits = predictor.model.postprocess_masks(low_res[..., None], predictor.input_size, predictor.original_size)
@@ -260,7 +284,7 @@ class SamAutomaticMaskGenerator:
         The device transposes the masks (RLE runs down the columns) and finds the columns
         that hold any pixel; the host encodes only those columns."""
         rles = []
-        step = self.points_per_batch * 3
+        step = min(self.points_per_batch * 3, self._masks_at_once())
         for start in range(0, low_res.shape[0], step):
             masks = self._upsample(low_res[start : start + step], self.predictor) > self.predictor.model.mask_threshold
             columns = masks.transpose(0, 2, 1)
