@@ -170,3 +170,32 @@ def test_a_folder_run_refuses_only_the_image_whose_retina_masks_do_not_fit(tmp_p
     assert len(errors) == 1 and errors[0].startswith("error: images/a_big.png: ")
     assert "masks at the image's size 640x512" in errors[0] and errors[0].endswith("(no --retina-masks)")
     assert (tmp_path / "out" / "b_small.png").exists() and not (tmp_path / "out" / "a_big.png").exists()
+
+
+def test_segment_everything_upsamples_a_bounded_number_of_masks_at_a_time(tmp_path):
+    """All of a batch's candidates were upsampled to the photo's size at once (192 at 8000x8000: 4.2 GB);
+    with room for two masks at a time, 48 candidates on a 1000x1500 photo raise a child's peak RSS by
+    less than 12 full-size float32 maps (two masks at 20 bytes a pixel, and headroom): 230 maps before."""
+    h, w = 1000, 1500
+    child = PEAK_RSS_KB + f"""
+import dataclasses
+import numpy as np
+from zoo import registry
+from zoo.models.mobilesam import automatic_mask_generator as generator
+generator.UPSAMPLE_BYTES = 2 * {h * w} * generator.UPSAMPLED_BYTES_PER_PIXEL
+spec = dataclasses.replace(registry.get_spec("mobilesam"), preprocess={{"image_size": 128}})
+sam = registry.build(spec, registry.read_weights(spec, "synthetic:0"))
+masks = sam.mask_generator(points_per_side=4, points_per_batch=16, pred_iou_thresh=0, stability_score_thresh=0,
+                           output_mode="uncompressed_rle")
+rng = np.random.default_rng(0)
+masks.generate(rng.integers(0, 256, (100, 150, 3), dtype=np.uint8))  # everything loaded and compiled
+photo = rng.integers(0, 256, ({h}, {w}, 3), dtype=np.uint8)
+before = peak_rss_kb()
+records = masks.generate(photo)
+print(len(records), before, peak_rss_kb())
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, before, after = map(int, done.stdout.split())
+    assert count > 0
+    assert (after - before) * 1024 < 12 * h * w * 4
