@@ -127,3 +127,75 @@ def test_retina_masks_of_a_strip_come_from_its_row_or_column_of_the_maps(shape):
     maps = maps if shape[1] == 1 else maps.transpose(0, 2, 1).copy()  # or its row
     out = scale_masks(maps, shape)
     assert out.shape == (1, *shape) and np.all(out == 80)
+
+
+@pytest.fixture
+def masks_bound(monkeypatch):
+    """check_retina_masks' bound lowered to 40,000 bytes of masks (no cost for the rest of the run)."""
+    from zoo import instances
+
+    monkeypatch.setattr(instances, "PROCESS_BOUND", 40_000)
+    monkeypatch.setattr(instances, "RETINA_RUN_BYTES", 0)
+    monkeypatch.setattr(instances, "RETINA_BYTES_PER_PIXEL", 0)
+
+
+def test_retina_masks_beyond_the_bound_are_refused_before_allocating(masks_bound):
+    """300 image-size masks of an 8000x8000 photo (17.9 GiB) ended in internal error (MemoryError); the count
+    and size are checked after NMS, before the masks are made."""
+    from zoo.instances import process_mask_native
+
+    protos, coefficients = np.ones((40, 40, 32), np.float32), np.ones((5, 32), np.float32)
+    boxes = np.array([[0, 0, 150, 100]] * 5, np.float32)
+    with pytest.raises(ZooError, match=r"^5 masks at the image's size 150x100 take 0.0 GiB, more than the 0 MiB "
+                                       r"that fit beside the image within 2 GiB: keep at most 2 detections "
+                                       r"\(max_det=2\) or make them at the model's input size \(retina_masks=False\)$"):
+        process_mask_native(protos, coefficients, boxes, (100, 150))
+    assert process_mask_native(protos, coefficients[:2], boxes[:2], (100, 150)).all()
+
+
+def test_a_folder_run_refuses_only_the_image_whose_retina_masks_do_not_fit(tmp_path, monkeypatch, masks_bound, capsys):
+    from yolo_tasks_fixtures import rebuild
+    from zoo.run import main
+
+    from test_yolo_tasks_cli import FAST, fixture_image
+
+    seg = rebuild("yolov8n-seg", tmp_path / "seg.pt")
+    images = tmp_path / "images"
+    images.mkdir()
+    Image.fromarray(fixture_image()).resize((640, 512)).save(images / "a_big.png")  # 327,680 bytes a mask
+    Image.fromarray(fixture_image()).resize((80, 64)).save(images / "b_small.png")  # 5,120 bytes a mask
+    monkeypatch.chdir(tmp_path)
+    assert main([str(seg), "images", *FAST, "--retina-masks", "--save-txt", "--out", "out"]) == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: images/a_big.png: ")
+    assert "masks at the image's size 640x512" in errors[0] and errors[0].endswith("(no --retina-masks)")
+    assert (tmp_path / "out" / "b_small.png").exists() and not (tmp_path / "out" / "a_big.png").exists()
+
+
+def test_segment_everything_upsamples_a_bounded_number_of_masks_at_a_time(tmp_path):
+    """All of a batch's candidates were upsampled to the photo's size at once (192 at 8000x8000: 4.2 GB);
+    with room for two masks at a time, 48 candidates on a 1000x1500 photo raise a child's peak RSS by
+    less than 12 full-size float32 maps (two masks at 20 bytes a pixel, and headroom): 230 maps before."""
+    h, w = 1000, 1500
+    child = PEAK_RSS_KB + f"""
+import dataclasses
+import numpy as np
+from zoo import registry
+from zoo.models.mobilesam import automatic_mask_generator as generator
+generator.UPSAMPLE_BYTES = 2 * {h * w} * generator.UPSAMPLED_BYTES_PER_PIXEL
+spec = dataclasses.replace(registry.get_spec("mobilesam"), preprocess={{"image_size": 128}})
+sam = registry.build(spec, registry.read_weights(spec, "synthetic:0"))
+masks = sam.mask_generator(points_per_side=4, points_per_batch=16, pred_iou_thresh=0, stability_score_thresh=0,
+                           output_mode="uncompressed_rle")
+rng = np.random.default_rng(0)
+masks.generate(rng.integers(0, 256, (100, 150, 3), dtype=np.uint8))  # everything loaded and compiled
+photo = rng.integers(0, 256, ({h}, {w}, 3), dtype=np.uint8)
+before = peak_rss_kb()
+records = masks.generate(photo)
+print(len(records), before, peak_rss_kb())
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    count, before, after = map(int, done.stdout.split())
+    assert count > 0
+    assert (after - before) * 1024 < 12 * h * w * 4

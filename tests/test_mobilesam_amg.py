@@ -234,3 +234,30 @@ def test_batched_boxes_and_points_equal_single_calls(crafted_model, scene):
         p.predict(boxes=boxes, point_coords=points, point_labels=labels)
     with pytest.raises(ZooError, match="outside"):
         p.predict(boxes=[[0, 0, 400, 100]])
+
+
+
+def test_upsampling_fewer_masks_at_a_time_gives_the_same_records(crafted_model, scene, monkeypatch):
+    """A big photo's candidates are upsampled a few at a time (all 192 of a batch at once took 4.2 GB at
+    8000x8000) and a batch's points decoded a few at a time: the masks, scores and boxes are those of the
+    whole batch at once."""
+    from zoo.models.mobilesam import automatic_mask_generator as generator
+
+    config = {"points_per_side": 4, "pred_iou_thresh": 0.5, "stability_score_thresh": 0.6,
+              "output_mode": "uncompressed_rle"}
+    monkeypatch.setattr(generator, "UPSAMPLE_BYTES", 1 << 40)
+    monkeypatch.setattr(generator, "DECODE_PROMPTS_AT_ONCE", 64)
+    whole = crafted_model.mask_generator(**config).generate(scene)
+    monkeypatch.setattr(generator, "DECODE_PROMPTS_AT_ONCE", 5)  # the 16 points decoded 5, 5, 5 and 1 at a time
+    calls = []
+    upsample = generator.SamAutomaticMaskGenerator._upsample
+    monkeypatch.setattr(generator.SamAutomaticMaskGenerator, "_upsample",
+                        lambda self, low_res, predictor: calls.append(low_res.shape[0]) or upsample(self, low_res, predictor))
+    for masks_at_once in (1, 3):
+        calls.clear()
+        monkeypatch.setattr(generator, "UPSAMPLE_BYTES",
+                            masks_at_once * scene.shape[0] * scene.shape[1] * generator.UPSAMPLED_BYTES_PER_PIXEL)
+        parts = crafted_model.mask_generator(**config).generate(scene)
+        assert max(calls) == masks_at_once and len(calls) > 10
+        assert parts == whole
+    assert len(whole) > 5

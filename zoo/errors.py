@@ -34,8 +34,11 @@ def command_line():
 
 def option(name: str, value: object = True) -> str:
     """How the reader of an error sets option ``name`` (the keyword argument's name) to ``value``: ``--name
-    VALUE`` (``--name`` for True) inside a command line, ``name=VALUE`` from Python (``name='text'`` for text, ``name=PATH`` for a placeholder)."""
+    VALUE`` (``--name`` for True, ``no --name`` for False) inside a command line, ``name=VALUE`` from Python
+    (``name='text'`` for text, ``name=PATH`` for a placeholder)."""
     if _in_command_line:
         flag = f"--{name.replace('_', '-')}"
+        if value is False:
+            return f"no {flag}"
         return flag if value is True else f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
     return f"{name}={value if isinstance(value, str) and value.isupper() else repr(value)}"  # PATH, N: placeholders

@@ -11,30 +11,58 @@ Same crops, interpolation and thresholds as upstream: a mask is the prototypes w
 detection's 32 coefficients, zeroed outside its box (box edges rounded, as upstream's CPU path for
 fewer than 50 masks; compared as floats otherwise, as its GPU path), upsampled bilinearly (half-pixel
 centres, no antialiasing: torch's F.interpolate) and kept where positive. Masks are made one at a
-time, so a batch of masks costs one float map at the output size besides the boolean results.
+time (image-size ones a band of rows at a time), so a batch of masks costs one float map at the output
+size (a band of one) besides the boolean results.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .errors import ZooError, option
 from .extras import require
 
 FLOAT_CROP_FROM = 50  # upstream crops this many masks or more by comparing coordinates as floats
 
+# retina_masks keeps one (H, W) bool mask per detection (ultralytics' masks.data: 300 at 8000x8000 are 17.9 GiB).
+# They may take what a 2 GiB process has left after the rest of the run: RETINA_RUN_BYTES (interpreter, MLX,
+# the model) and RETINA_BYTES_PER_PIXEL of the image's pixels (the decoded image and its copies, the annotated
+# output, one mask's float32 resize temporaries). Measured in docs/hardening.md (yolo11n-seg, 8000x8000).
+PROCESS_BOUND = 2 << 30
+RETINA_RUN_BYTES = 256 << 20
+RETINA_BYTES_PER_PIXEL = 16
+RESIZE_BAND_PIXELS = 1 << 22  # a retina mask is resized this many pixels at a time (16 MiB of float32 per map)
 
-def bilinear_resize(maps: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    """(N, h, w) float32 -> (N, H, W): torch's F.interpolate(mode="bilinear", align_corners=False)."""
+
+def check_retina_masks(count: int, image_shape: tuple[int, int]) -> None:
+    """Refuses, before allocating, ``count`` masks at the image's size that would take the process past
+    PROCESS_BOUND (a ZooError naming max_det and retina_masks)."""
+    h, w = image_shape[:2]
+    left = PROCESS_BOUND - RETINA_RUN_BYTES - RETINA_BYTES_PER_PIXEL * h * w
+    if count * h * w <= left:
+        return
+    most = max(left // (h * w), 0)
+    fix = f"keep at most {most} detections ({option('max_det', most)}) or " if most else ""
+    raise ZooError(f"{count} masks at the image's size {w}x{h} take {count * h * w / 2**30:.1f} GiB, more than the "
+                   f"{max(left, 0) / 2**20:,.0f} MiB that fit beside the image within 2 GiB: {fix}make them at the "
+                   f"model's input size ({option('retina_masks', False)})")
+
+
+def bilinear_resize(maps: np.ndarray, size: tuple[int, int], rows: slice = slice(None)) -> np.ndarray:
+    """(N, h, w) float32 -> (N, H, W): torch's F.interpolate(mode="bilinear", align_corners=False); ``rows``:
+    only those output rows (the same values as the full output's)."""
     out = maps
     for axis, (before, after) in enumerate(zip(maps.shape[1:], size), start=1):
+        wanted = np.arange(after, dtype=np.float32)[rows if axis == 1 else slice(None)]
         if before == after:
+            out = out[:, rows] if axis == 1 else out
             continue
         scale = np.float32(before / after)
-        source = np.maximum((np.arange(after, dtype=np.float32) + np.float32(0.5)) * scale - np.float32(0.5), 0)
+        source = np.maximum((wanted + np.float32(0.5)) * scale - np.float32(0.5), 0)
         low = np.minimum(source.astype(np.int64), before - 1)
         high = np.minimum(low + 1, before - 1)
         weight = (source - low).astype(np.float32)
         shape = [1, 1, 1]
-        shape[axis] = after
+        shape[axis] = len(wanted)
         weight = weight.reshape(shape)
         out = np.take(out, low, axis=axis) * (1 - weight) + np.take(out, high, axis=axis) * weight
     return out.astype(np.float32, copy=False)
@@ -79,11 +107,15 @@ def process_mask(protos: np.ndarray, coefficients: np.ndarray, boxes: np.ndarray
 def process_mask_native(protos: np.ndarray, coefficients: np.ndarray, boxes: np.ndarray,
                         image_shape: tuple[int, int]) -> np.ndarray:
     """(N, H, W) bool masks at the image's size (ultralytics' process_mask_native, predict's
-    ``retina_masks``): the prototypes' maps scaled to the image first, then cropped by the boxes in image pixels."""
+    ``retina_masks``): the prototypes' maps scaled to the image first, then cropped by the boxes in image pixels.
+    More masks than fit within 2 GiB with the image are refused before allocating (check_retina_masks)."""
+    check_retina_masks(len(coefficients), image_shape)
     out = np.zeros((len(coefficients), *image_shape[:2]), bool)
+    band = max(1, RESIZE_BAND_PIXELS // image_shape[1])
     for i, (logits, box) in enumerate(zip(mask_logits(protos, coefficients), boxes)):
-        scaled = scale_masks(logits[None], image_shape)
-        out[i] = crop_mask(scaled, box[None].astype(np.float32))[0] > 0
+        for top in range(0, image_shape[0], band):  # a band of rows at a time: its float32 temporaries bounded
+            out[i, top:top + band] = scale_masks(logits[None], image_shape, slice(top, top + band))[0] > 0
+        crop_mask(out[i:i + 1], box[None].astype(np.float32))  # zeroing after the sign test: the same masks
     return out
 
 
@@ -93,18 +125,18 @@ def letterbox_padding(frame: tuple[int, int], image_shape: tuple[int, int]) -> t
     return gain, (frame[1] - image_shape[1] * gain) / 2, (frame[0] - image_shape[0] * gain) / 2
 
 
-def scale_masks(maps: np.ndarray, image_shape: tuple[int, int]) -> np.ndarray:
+def scale_masks(maps: np.ndarray, image_shape: tuple[int, int], rows: slice = slice(None)) -> np.ndarray:
     """(N, h, w) maps of the letterboxed input -> (N, H, W) float32 of the image: the padding cut off as
     ultralytics' scale_masks (rounded as LetterBox pads; at least one row and column), the rest resized
-    bilinearly."""
+    bilinearly; ``rows``: only those rows of the image."""
     h, w = maps.shape[1:]
     if (h, w) == tuple(image_shape[:2]):
-        return maps.astype(np.float32, copy=False)
+        return maps[:, rows].astype(np.float32, copy=False)
     _, pad_x, pad_y = letterbox_padding((h, w), image_shape)
     top, left = round(pad_y - 0.1), round(pad_x - 0.1)
     # a strip (1x60000) is under a pixel wide on the maps: its one row / column there (upstream fails)
     bottom, right = max(top + 1, h - round(pad_y + 0.1)), max(left + 1, w - round(pad_x + 0.1))
-    return bilinear_resize(maps[:, top:bottom, left:right].astype(np.float32), tuple(image_shape[:2]))
+    return bilinear_resize(maps[:, top:bottom, left:right].astype(np.float32), tuple(image_shape[:2]), rows)
 
 
 def scale_coords(frame: tuple[int, int], points: np.ndarray, image_shape: tuple[int, int],

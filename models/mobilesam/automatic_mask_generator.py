@@ -10,14 +10,15 @@ crop edge; duplicates go by box NMS, per crop (by predicted IoU) and across crop
 (smaller crops first); optionally small holes and islands are removed.
 
 How it runs: the image (each crop) is encoded once; the points go through the prompt
-encoder and mask decoder ``points_per_batch`` at a time in one call; the predicted-IoU
+encoder and mask decoder ``points_per_batch`` (at most DECODE_PROMPTS_AT_ONCE) at a time in one call; the predicted-IoU
 filter comes before the masks are upsampled (it needs no pixels), so only candidates are
 resized; stability, boxes and the crop-edge test run in MLX on the batch; NMS is
 ``zoo.kernels.nms`` (the native kernel on the GPU). The batches are pipelined: the next
 batch decodes while the host reads this one's IoUs, and a batch's statistics compute while
 the host filters the previous one's, so the GPU does not wait for the host. The low-res
 logits of the candidates are kept (not their full-size masks) and the kept ones are
-upsampled again after NMS: memory stays at 256 KB per candidate whatever the image size;
+upsampled again after NMS: memory stays at 256 KB per candidate whatever the image size (the
+upsampling itself goes UPSAMPLE_BYTES at a time);
 the device transposes them for the column-major RLE, and the host encodes only the columns
 from a mask's first to its last pixel.
 """
@@ -38,6 +39,15 @@ from . import amg
 from .predictor import SamPredictor, apply_coords
 
 OUTPUT_MODES = ("binary_mask", "uncompressed_rle", "coco_rle")
+# Candidate masks are upsampled to the crop's size for their statistics and RLEs at most this many bytes at a
+# time, counted at UPSAMPLED_BYTES_PER_PIXEL (the float32 logits, the resize's temporaries, thresholded copies):
+# 192 candidates of an 8000x8000 photo at once took 4.2 GB before (48 at 1000x1500: 1.3 GB, 19 bytes a pixel a
+# mask); a mask the size of the crop is one pass.
+UPSAMPLE_BYTES = 512 << 20
+UPSAMPLED_BYTES_PER_PIXEL = 20
+# The mask decoder takes ~52 MB a prompt whatever the image (64 prompts at once: 3.3 GB): a batch of points is
+# decoded this many at a time (each prompt's outputs are its own: the same values, checked in the tests).
+DECODE_PROMPTS_AT_ONCE = 16
 Progress = Callable[[int, int, int, int], None]  # (batches done, batches in all, crop, crops)
 
 
@@ -132,7 +142,7 @@ class SamAutomaticMaskGenerator:
         image = load_image(image)
         orig_size = image.shape[:2]
         crop_boxes, layers = amg.generate_crop_boxes(orig_size, self.crop_n_layers, self.crop_overlap_ratio)
-        total = sum(-(-len(self.point_grids[layer]) // self.points_per_batch) for layer in layers)
+        total = sum(-(-len(self.point_grids[layer]) // self._points_at_once()) for layer in layers)
         counter = iter(range(1, total + 1))
         data = []
         for k, (crop_box, layer) in enumerate(zip(crop_boxes, layers)):
@@ -183,8 +193,8 @@ class SamAutomaticMaskGenerator:
         points = self.point_grids[layer] * np.array(crop_size)[None, ::-1]
         image_box = [0, 0, image.shape[1], image.shape[0]]
         kept = {"low_res": [], "iou_preds": [], "points": [], "stability_score": [], "boxes": []}
-        batches = [points[start : start + self.points_per_batch]
-                   for start in range(0, len(points), self.points_per_batch)]
+        step = self._points_at_once()
+        batches = [points[start : start + step] for start in range(0, len(points), step)]
 
         def decode(batch):
             coords = apply_coords(batch, crop_size, model.img_size)[:, None, :]
@@ -221,11 +231,7 @@ class SamAutomaticMaskGenerator:
             candidates = np.flatnonzero(iou > self.pred_iou_thresh) if self.pred_iou_thresh > 0 else np.arange(iou.size)
             if candidates.size:
                 low_res = mx.take(low_res.transpose(0, 3, 1, 2).reshape(n * c, h, w), mx.array(candidates), axis=0)
-                logits = self._upsample(low_res, predictor)
-                boxes = amg.batched_mask_to_box(logits > model.mask_threshold)
-                stats = (amg.stability_score(logits, model.mask_threshold, self.stability_score_offset), boxes,
-                         amg.is_box_near_crop_edge(boxes, crop_box, image_box))
-                mx.async_eval(*stats)
+                stats = self._statistics(low_res, crop_box, image_box)
             if pending is not None:
                 keep_passing(*pending)
             pending = (batch, iou, candidates, low_res, stats) if candidates.size else None
@@ -249,6 +255,32 @@ class SamAutomaticMaskGenerator:
         data["crop_boxes"] = np.tile(np.array(crop_box, np.int64), (len(order), 1))
         return data
 
+    def _points_at_once(self) -> int:
+        return min(self.points_per_batch, DECODE_PROMPTS_AT_ONCE)
+
+    def _masks_at_once(self) -> int:
+        """How many masks at the current crop's size fit in UPSAMPLE_BYTES (at least one)."""
+        h, w = self.predictor.original_size
+        return max(1, UPSAMPLE_BYTES // (h * w * UPSAMPLED_BYTES_PER_PIXEL))
+
+    def _statistics(self, low_res: mx.array, crop_box: list[int], image_box: list[int]) -> tuple:
+        """(K, 256, 256) low-res logits -> their stability scores, boxes (crop pixels) and crop-edge flags,
+        being evaluated: upsampled _masks_at_once() at a time, each part evaluated before the next is
+        made when there are several (each mask's statistics are its own: the same values in any grouping)."""
+        threshold, step = self.predictor.model.mask_threshold, self._masks_at_once()
+        parts = []
+        for start in range(0, low_res.shape[0], step):
+            logits = self._upsample(low_res[start : start + step], self.predictor)
+            boxes = amg.batched_mask_to_box(logits > threshold)
+            part = (amg.stability_score(logits, threshold, self.stability_score_offset), boxes,
+                    amg.is_box_near_crop_edge(boxes, crop_box, image_box))
+            if step < low_res.shape[0]:
+                mx.eval(*part)
+            parts.append(part)
+        stats = tuple(mx.concatenate(columns) for columns in zip(*parts)) if len(parts) > 1 else parts[0]
+        mx.async_eval(*stats)
+        return stats
+
     def _upsample(self, low_res: mx.array, predictor: SamPredictor) -> mx.array:
         """(K, 256, 256) low-res logits -> (K, h, w) float32 logits at the crop's size."""
         logits = predictor.model.postprocess_masks(low_res[..., None], predictor.input_size, predictor.original_size)
@@ -260,7 +292,7 @@ class SamAutomaticMaskGenerator:
         The device transposes the masks (RLE runs down the columns) and finds the columns
         that hold any pixel; the host encodes only those columns."""
         rles = []
-        step = self.points_per_batch * 3
+        step = min(self.points_per_batch * 3, self._masks_at_once())
         for start in range(0, low_res.shape[0], step):
             masks = self._upsample(low_res[start : start + step], self.predictor) > self.predictor.model.mask_threshold
             columns = masks.transpose(0, 2, 1)

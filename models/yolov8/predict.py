@@ -153,8 +153,11 @@ def detected_objects(model, det: np.ndarray, frame: tuple[int, int], image_shape
     if model.task == "segment" and len(det):
         masks = (process_mask_native(protos, det[:, 6:], boxes, image_shape) if retina_masks
                  else process_mask(protos, det[:, 6:], det[:, :4], frame))
-        keep = masks.any(axis=(1, 2))
-        objects = {"boxes": objects["boxes"][keep], "masks": masks[keep]}
+        keep = np.flatnonzero(masks.any(axis=(1, 2)))
+        for i, k in enumerate(keep):  # the kept masks moved to the front in place: no second (N, H, W) array
+            if i != k:
+                masks[i] = masks[k]
+        objects = {"boxes": objects["boxes"][keep], "masks": masks[:len(keep)]}
     elif model.task == "pose":
         objects["keypoints"] = scale_coords(frame, det[:, 6:].reshape(len(det), *model.head.kpt_shape), image_shape)
     return objects

@@ -49,7 +49,7 @@ POINT_COLOURS = {1: (0, 255, 0), 0: (255, 0, 0)}
 # --everything's options: the generator's parameters (upstream's names and defaults; None = its default)
 GENERATOR_OPTIONS = {
     "points_per_side": (int, "points per side of the prompt grid (default 32)"),
-    "points_per_batch": (int, "points through the decoder at once (default 64)"),
+    "points_per_batch": (int, "points through the decoder at once (default 64; at most 16 are decoded together: memory)"),
     "pred_iou_thresh": (float, "keep masks whose predicted IoU is above this, 0-1 (default 0.88)"),
     "stability_score_thresh": (float, "keep masks at least this stable, 0-1 (default 0.95)"),
     "stability_score_offset": (float, "logit offset of the stability score (default 1.0)"),
