@@ -691,6 +691,51 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
   return 0;
 }
 
+/* ---- attention: softmax(scale * q k^T + bias) v, one (batch, head) per product ------------- */
+
+/* MLX's CPU attention is matmul, softmax, matmul, each matmul a loop of one sgemm per (batch, head)
+ * that OpenBLAS splits over its threads: TinyViT's 49- and 196-token windows made ~5,600 small
+ * products per image, each waiting for OpenBLAS's second thread (on a loaded 2-core host ~1 ms
+ * apiece: 11.8 s of a 17.5 s forward, 2026-11-29). Here each (batch, head) runs both products on
+ * one OpenBLAS thread and the softmax between them in cache, the heads spread over our threads. */
+typedef struct {
+  const float *q, *k, *v, *bias; /* (BH, NQ, D), (BH, NK, D), (BH, NK, DV), (planes, NQ, NK) or NULL */
+  float *out;                    /* (BH, NQ, DV) */
+  ptrdiff_t planes, NQ, NK, D, DV;
+  float scale;
+  atomic_int failed; /* no memory for a thread's scores: set, the caller falls back */
+} attention_args;
+
+static void attention_heads(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  attention_args *a = (attention_args *)p;
+  float *scores = (float *)malloc(sizeof(float) * (size_t)a->NQ * a->NK);
+  if (scores == NULL) {
+    atomic_store(&a->failed, 1);
+    return;
+  }
+  for (ptrdiff_t bh = b; bh < e; ++bh) {
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)a->NQ, (int)a->NK, (int)a->D, 1.0f,
+          a->q + bh * a->NQ * a->D, (int)a->D, a->k + bh * a->NK * a->D, (int)a->D, 0.0f, scores, (int)a->NK);
+    softmax_params sp = {a->bias == NULL ? NULL : a->bias + (bh % a->planes) * a->NQ * a->NK, a->NQ, a->scale};
+    for (ptrdiff_t row = 0; row < a->NQ; ++row)
+      softmax_row(&sp, scores + row * a->NK, scores + row * a->NK, row, a->NK);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)a->NQ, (int)a->DV, (int)a->NK, 1.0f, scores,
+          (int)a->NK, a->v + bh * a->NK * a->DV, (int)a->DV, 0.0f, a->out + bh * a->NQ * a->DV, (int)a->DV);
+  }
+  free(scores);
+}
+
+/* out = softmax(scale * q k^T + bias) v per (batch, head) bh in [0, BH); bias plane bh % planes (NULL:
+ * none). Returns 0, or -1 when no sgemm was given or memory ran out (the caller falls back). */
+int zoo_attention_f32(const float *q, const float *k, const float *v, const float *bias, ptrdiff_t planes,
+                      float scale, float *out, ptrdiff_t BH, ptrdiff_t NQ, ptrdiff_t NK, ptrdiff_t D, ptrdiff_t DV,
+                      int threads) {
+  if (sgemm == NULL) return -1;
+  attention_args a = {q, k, v, bias, out, planes > 0 ? planes : 1, NQ, NK, D, DV, scale, 0};
+  parallel_products(attention_heads, &a, BH, threads);
+  return atomic_load(&a.failed) ? -1 : 0;
+}
+
 /* ---- attention heads out of a fused projection ---------------------------------------------- */
 
 typedef struct {
