@@ -347,6 +347,9 @@ def test_attention_of_other_lengths_and_masks_matches_mlx(mask_shape):
     assert mx.abs(got - want).max().item() <= 1e-6 * mx.abs(want).max().item()
     in_c = mask_shape in (None, (6, 80), (3, 6, 80))
     assert ("attention (per-head products and softmax)", coverage.CPU_FORM if in_c else coverage.MLX_OP) in noted
+    keep = mx.random.uniform(key=mx.random.key(34), shape=(6, 80)) > 0.3  # a boolean mask: which keys count
+    assert mx.allclose(cpu.attention(q, k, v, 0.25, keep),
+                       mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=keep), atol=1e-6).item()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

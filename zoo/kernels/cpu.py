@@ -293,13 +293,14 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     (..., NK, D), v (..., NK, DV) and an additive mask (or none). On the CPU one C call: per (batch,
     head) the two products on one OpenBLAS thread and the softmax between them, the heads over our
     threads (zoo/native/cpu_ops.c says why); a mask that does not broadcast as trailing planes, or no
-    C routine: MLX's unfused form (matmul, softmax() above, matmul)."""
-    if not _fast_path():
+    C routine: MLX's unfused form (matmul, softmax() above, matmul). A boolean mask (keep / drop, not
+    a bias): MLX's op."""
+    if not _fast_path() or (mask is not None and mask.dtype == mx.bool_):
         _ran("attention", False)
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
     *lead, nq, d = q.shape
     nk, dv = v.shape[-2], v.shape[-1]
-    heads = int(np.prod(lead))
+    products = int(np.prod(lead))  # (batch, head) pairs
     fits = (q.ndim >= 3 and tuple(k.shape) == (*lead, nk, d) and tuple(v.shape[:-1]) == (*lead, nk)
             and (mask is None or (2 <= mask.ndim <= q.ndim and mask.shape[-2:] == (nq, nk)
                                   and tuple(mask.shape[:-2]) == tuple(lead[len(lead) - mask.ndim + 2:]))))
@@ -310,7 +311,7 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     bias = _host(mask) if host is not None and mask is not None else None
     done = host is not None and lib.zoo_attention_f32(
         _ptr(host), _ptr(keys), _ptr(values), None if bias is None else _ptr(bias),
-        0 if bias is None else bias.size // (nq * nk), scale, _ptr(_view(out)), heads, nq, nk, d, dv,
+        0 if bias is None else bias.size // (nq * nk), scale, _ptr(_view(out)), products, nq, nk, d, dv,
         _threads()) == 0
     _ran("attention (per-head products and softmax)", done)
     if not done:
