@@ -331,6 +331,27 @@ def test_attention_and_softmax_match_mlx(dtype):
     assert mx.allclose(cpu.softmax(x).astype(mx.float32), mx.softmax(x.astype(mx.float32), axis=-1), atol=1e-7).item()
 
 
+@pytest.mark.parametrize("mask_shape", [None, (6, 80), (3, 6, 80), (2, 1, 6, 80), (6, 1)])
+def test_attention_of_other_lengths_and_masks_matches_mlx(mask_shape):
+    # queries and keys of different lengths (the SAM decoder's cross-attention), values of another width;
+    # a mask of whole trailing planes runs in C, one that broadcasts otherwise as MLX's ops
+    q = mx.random.normal((2, 3, 6, 16), key=mx.random.key(30))
+    k = mx.random.normal((2, 3, 80, 16), key=mx.random.key(31))
+    v = mx.random.normal((2, 3, 80, 24), key=mx.random.key(32))
+    mask = None if mask_shape is None else mx.random.normal(mask_shape, key=mx.random.key(33))
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append((op, impl))):
+        got = cpu.attention(q, k, v, 0.25, mask)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
+    assert got.shape == (2, 3, 6, 24)
+    assert mx.abs(got - want).max().item() <= 1e-6 * mx.abs(want).max().item()
+    in_c = mask_shape in (None, (6, 80), (3, 6, 80))
+    assert ("attention (per-head products and softmax)", coverage.CPU_FORM if in_c else coverage.MLX_OP) in noted
+    keep = mx.random.uniform(key=mx.random.key(34), shape=(6, 80)) > 0.3  # a boolean mask: which keys count
+    assert mx.allclose(cpu.attention(q, k, v, 0.25, keep),
+                       mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=keep), atol=1e-6).item()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_batchnorm_at_inference_matches_nn(dtype):
     plain, fast = nn.BatchNorm(24), layers.BatchNorm(24)

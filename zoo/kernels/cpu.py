@@ -8,9 +8,10 @@ Measured on Linux x86-64, 2 cores (docs/speed-cpu.md has the figures and ratios)
   width on x86; unary.h). Here: one vectorised pass in C (zoo/native/cpu_ops.c);
 - BatchNorm at inference: MLX's nn.BatchNorm makes four passes over the map
   ((x - mean) * rsqrt(var + eps) * weight + bias). Here: one pass of x * scale + shift;
-- softmax, and so attention (MLX's CPU scaled_dot_product_attention is its unfused
-  fallback: matmul, softmax, matmul): the same slow exp. Here: a vectorised row softmax in C
-  between MLX's (OpenBLAS) matmuls;
+- softmax: the same slow exp. Here: a vectorised row softmax in C;
+- attention (MLX's CPU scaled_dot_product_attention is its unfused fallback: matmul, softmax,
+  matmul, each matmul one sgemm per head that OpenBLAS splits over its threads). Here: per head
+  both products on one OpenBLAS thread and the softmax between them, the heads over our threads;
 - depthwise convolution (~0.5 GFLOP/s): any ``groups > 1`` takes MLX's naive
   ``slow_conv_2D`` loop (conv.cpp). Here: a channel-vectorised loop in C;
 - transposed convolution (~1.2 GFLOP/s): MLX runs it as a convolution with input
@@ -73,6 +74,7 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
+                lib.zoo_attention_f32.argtypes = [_PTR] * 4 + [size, ctypes.c_float, _PTR] + [size] * 5 + [ctypes.c_int]
                 from zoo import blas
 
                 # None (no OpenBLAS): zoo_conv2d_f32 declines
@@ -287,13 +289,34 @@ def window_merge(x: mx.array, size: tuple[int, int], window: int) -> mx.array:
 
 
 def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | None = None) -> mx.array:
-    """mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask) for an additive mask
-    (or none); on the CPU the unfused form MLX itself runs there (matmul, softmax, matmul), with
-    the scale and the mask applied inside softmax() above."""
-    _ran("attention (matmul, softmax, matmul)", _fast_path())
-    if not _fast_path():
+    """mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask) for q (..., NQ, D), k
+    (..., NK, D), v (..., NK, DV) and an additive mask (or none). On the CPU one C call: per (batch,
+    head) the two products on one OpenBLAS thread and the softmax between them, the heads over our
+    threads (zoo/native/cpu_ops.c says why); a mask that does not broadcast as trailing planes, or no
+    C routine: MLX's unfused form (matmul, softmax() above, matmul). A boolean mask (keep / drop, not
+    a bias): MLX's op."""
+    if not _fast_path() or (mask is not None and mask.dtype == mx.bool_):
+        _ran("attention", False)
         return mx.fast.scaled_dot_product_attention(q, k, v, scale=scale, mask=mask)
-    return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
+    *lead, nq, d = q.shape
+    nk, dv = v.shape[-2], v.shape[-1]
+    products = int(np.prod(lead))  # (batch, head) pairs
+    fits = (q.ndim >= 3 and tuple(k.shape) == (*lead, nk, d) and tuple(v.shape[:-1]) == (*lead, nk)
+            and (mask is None or (2 <= mask.ndim <= q.ndim and mask.shape[-2:] == (nq, nk)
+                                  and tuple(mask.shape[:-2]) == tuple(lead[len(lead) - mask.ndim + 2:]))))
+    lib = _library() if fits else None
+    out = _output((*lead, nq, dv)) if lib is not None else None
+    host = _host(q, out, k, v) if lib is not None else None
+    keys, values = (_host(k), _host(v)) if host is not None else (None, None)
+    bias = _host(mask) if host is not None and mask is not None else None
+    done = host is not None and lib.zoo_attention_f32(
+        _ptr(host), _ptr(keys), _ptr(values), None if bias is None else _ptr(bias),
+        0 if bias is None else bias.size // (nq * nk), scale, _ptr(_view(out)), products, nq, nk, d, dv,
+        _threads()) == 0
+    _ran("attention (per-head products and softmax)", done)
+    if not done:
+        return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
+    return _like(out, q)
 
 
 def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:

@@ -72,20 +72,46 @@ typedef void (*range_fn)(const void *args, ptrdiff_t begin, ptrdiff_t end);
  * tens of ms) takes fewer blocks, instead of the whole op waiting for its fixed half. */
 #define BLOCKS_PER_THREAD 8
 
+/* The work of one parallel_for, on the heap: a thread that the scheduler starts only after the
+ * caller took every block finds none left, and neither touches the caller's arguments nor is
+ * waited for (its threads are detached). Waiting to join such a thread cost a whole scheduler
+ * slice per op on a loaded host (load average ~5 on 2 cores). The last owner frees it. */
 typedef struct {
   range_fn fn;
   const void *args;
-  ptrdiff_t n, block;
-  atomic_llong next; /* the next block to take */
+  ptrdiff_t n, block, blocks;
+  atomic_llong next;  /* the next block to take */
+  atomic_llong done;  /* blocks finished */
+  atomic_int owners;  /* the caller and the threads still to leave */
+  pthread_mutex_t lock;
+  pthread_cond_t finished; /* done reached blocks */
 } work_t;
 
-static void *run_blocks(void *p) {
-  work_t *w = (work_t *)p;
-  for (;;) {
-    const ptrdiff_t begin = (ptrdiff_t)atomic_fetch_add(&w->next, 1) * w->block;
-    if (begin >= w->n) return NULL;
-    w->fn(w->args, begin, begin + w->block < w->n ? begin + w->block : w->n);
+static void leave(work_t *w) {
+  if (atomic_fetch_sub(&w->owners, 1) == 1) {
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->finished);
+    free(w);
   }
+}
+
+static void take_blocks(work_t *w) {
+  for (;;) {
+    const ptrdiff_t index = (ptrdiff_t)atomic_fetch_add(&w->next, 1), begin = index * w->block;
+    if (index >= w->blocks) return;
+    w->fn(w->args, begin, begin + w->block < w->n ? begin + w->block : w->n);
+    if (atomic_fetch_add(&w->done, 1) + 1 == w->blocks) {
+      pthread_mutex_lock(&w->lock);
+      pthread_cond_signal(&w->finished);
+      pthread_mutex_unlock(&w->lock);
+    }
+  }
+}
+
+static void *run_blocks(void *p) {
+  take_blocks((work_t *)p);
+  leave((work_t *)p);
+  return NULL;
 }
 
 /* Each started thread's attributes: on Linux, pinned to an allowed CPU other than the caller's.
@@ -115,21 +141,34 @@ static void spread_threads(pthread_attr_t *attrs, int threads) {
 static void parallel_for(range_fn fn, const void *args, ptrdiff_t n, int threads) {
   if (threads > MAX_THREADS) threads = MAX_THREADS;
   if (threads < 1 || n < 2 * threads) threads = 1;
-  const ptrdiff_t blocks = threads == 1 ? 1 : (ptrdiff_t)threads * BLOCKS_PER_THREAD;
-  work_t work = {fn, args, n, (n + blocks - 1) / blocks, 0};
-  pthread_t ids[MAX_THREADS];
+  work_t *work = threads == 1 ? NULL : (work_t *)malloc(sizeof(work_t));
+  if (work == NULL) { /* one thread, or no memory for the shared work: the caller does it all */
+    if (n > 0) fn(args, 0, n);
+    return;
+  }
+  const ptrdiff_t blocks = (ptrdiff_t)threads * BLOCKS_PER_THREAD, block = (n + blocks - 1) / blocks;
+  work->fn = fn, work->args = args, work->n = n, work->block = block, work->blocks = (n + block - 1) / block;
+  atomic_init(&work->next, 0);
+  atomic_init(&work->done, 0);
+  atomic_init(&work->owners, threads);
+  pthread_mutex_init(&work->lock, NULL);
+  pthread_cond_init(&work->finished, NULL);
   pthread_attr_t attrs[MAX_THREADS];
-  int started[MAX_THREADS] = {0};
-  for (int t = 1; t < threads; ++t) pthread_attr_init(&attrs[t]);
+  for (int t = 1; t < threads; ++t) {
+    pthread_attr_init(&attrs[t]);
+    pthread_attr_setdetachstate(&attrs[t], PTHREAD_CREATE_DETACHED);
+  }
   spread_threads(attrs, threads);
   for (int t = 1; t < threads; ++t) {
-    started[t] = pthread_create(&ids[t], &attrs[t], run_blocks, &work) == 0;
+    pthread_t id;
+    if (pthread_create(&id, &attrs[t], run_blocks, work) != 0) leave(work); /* its share, never started */
     pthread_attr_destroy(&attrs[t]);
   }
-  run_blocks(&work); /* the caller takes blocks too (all of them where no thread started) */
-  for (int t = 1; t < threads; ++t) {
-    if (started[t]) pthread_join(ids[t], NULL);
-  }
+  take_blocks(work); /* the caller takes blocks too (all of them where no thread started in time) */
+  pthread_mutex_lock(&work->lock);
+  while (atomic_load(&work->done) < work->blocks) pthread_cond_wait(&work->finished, &work->lock);
+  pthread_mutex_unlock(&work->lock);
+  leave(work);
 }
 
 /* ---- exp for x <= 0, vectorisable (no library calls) -------------------------------------- */
@@ -689,6 +728,51 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
     winograd_output_tiles(&out, 0, tiles);
   free(v), free(m), free(zeros);
   return 0;
+}
+
+/* ---- attention: softmax(scale * q k^T + bias) v, one (batch, head) per product ------------- */
+
+/* MLX's CPU attention is matmul, softmax, matmul, each matmul a loop of one sgemm per (batch, head)
+ * that OpenBLAS splits over its threads: TinyViT's 49- and 196-token windows made ~5,600 small
+ * products per image, each waiting for OpenBLAS's second thread (on a loaded 2-core host ~1 ms
+ * apiece: 11.8 s of a 17.5 s forward, 2026-11-29). Here each (batch, head) runs both products on
+ * one OpenBLAS thread and the softmax between them in cache, the heads spread over our threads. */
+typedef struct {
+  const float *q, *k, *v, *bias; /* (BH, NQ, D), (BH, NK, D), (BH, NK, DV), (planes, NQ, NK) or NULL */
+  float *out;                    /* (BH, NQ, DV) */
+  ptrdiff_t planes, NQ, NK, D, DV;
+  float scale;
+  atomic_int failed; /* no memory for a thread's scores: set, the caller falls back */
+} attention_args;
+
+static void attention_heads(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  attention_args *a = (attention_args *)p;
+  float *scores = (float *)malloc(sizeof(float) * (size_t)a->NQ * a->NK);
+  if (scores == NULL) {
+    atomic_store(&a->failed, 1);
+    return;
+  }
+  for (ptrdiff_t bh = b; bh < e; ++bh) {
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)a->NQ, (int)a->NK, (int)a->D, 1.0f,
+          a->q + bh * a->NQ * a->D, (int)a->D, a->k + bh * a->NK * a->D, (int)a->D, 0.0f, scores, (int)a->NK);
+    softmax_params sp = {a->bias == NULL ? NULL : a->bias + (bh % a->planes) * a->NQ * a->NK, a->NQ, a->scale};
+    for (ptrdiff_t row = 0; row < a->NQ; ++row)
+      softmax_row(&sp, scores + row * a->NK, scores + row * a->NK, row, a->NK);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)a->NQ, (int)a->DV, (int)a->NK, 1.0f, scores,
+          (int)a->NK, a->v + bh * a->NK * a->DV, (int)a->DV, 0.0f, a->out + bh * a->NQ * a->DV, (int)a->DV);
+  }
+  free(scores);
+}
+
+/* out = softmax(scale * q k^T + bias) v per (batch, head) bh in [0, BH); bias plane bh % planes (NULL:
+ * none). Returns 0, or -1 when no sgemm was given or memory ran out (the caller falls back). */
+int zoo_attention_f32(const float *q, const float *k, const float *v, const float *bias, ptrdiff_t planes,
+                      float scale, float *out, ptrdiff_t BH, ptrdiff_t NQ, ptrdiff_t NK, ptrdiff_t D, ptrdiff_t DV,
+                      int threads) {
+  if (sgemm == NULL) return -1;
+  attention_args a = {q, k, v, bias, out, planes > 0 ? planes : 1, NQ, NK, D, DV, scale, 0};
+  parallel_products(attention_heads, &a, BH, threads);
+  return atomic_load(&a.failed) ? -1 : 0;
 }
 
 /* ---- attention heads out of a fused projection ---------------------------------------------- */
