@@ -417,24 +417,32 @@ def test_record_files(work, data):
     from zoo.pipeline import without_errors
     from zoo.sources import JsonlWriter, read_records
 
-    folder = work / "records"
-    folder.mkdir(exist_ok=True)
-    path = folder / "r.jsonl"
-    path.write_bytes(data)
     new = {"path": "new.jpg", "top": []}
+    path, kept = resumed_or_refused(work / "records" / "r.jsonl", data, new, lambda path: JsonlWriter(
+        path, resume=True, header=HEADER, keep=without_errors))
+    if kept is not None:
+        assert path.read_bytes().startswith(json.dumps(HEADER).encode() + b"\n")
+        assert read_records(path, HEADER).records == [*kept, new]
+    path.unlink()
+
+
+def resumed_or_refused(path: Path, data: bytes, new: dict, writer):
+    """``data`` at ``path`` continued by ``writer(path)`` with one ``new`` record: (path, the records it
+    kept), or (path, None) when it refused in one ZooError line, the file as it was; no temporary file
+    is left either way."""
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    kept = None
     try:
         with timed_case(), contextlib.redirect_stderr(io.StringIO()):
-            with JsonlWriter(path, resume=True, header=HEADER, keep=without_errors) as writer:
-                kept = writer.records
-                writer.write(new)
+            with writer(path) as opened:
+                kept = opened.records
+                opened.write(new)
     except ZooError as error:
         assert str(error) and "\n" not in str(error), str(error)
         assert path.read_bytes() == data
-    else:
-        assert path.read_bytes().startswith(json.dumps(HEADER).encode() + b"\n")
-        assert read_records(path, HEADER).records == [*kept, new]
-    assert [p.name for p in folder.iterdir()] == ["r.jsonl"]
-    path.unlink()
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    return path, kept
 
 
 def json_list_seeds() -> list[bytes]:
@@ -454,22 +462,11 @@ def test_json_list_files(work, data):
     as it was; no temporary file is left either way."""
     from zoo.sources import JsonListWriter
 
-    folder = work / "lists"
-    folder.mkdir(exist_ok=True)
-    path = folder / "predictions.json"
-    path.write_bytes(data)
     new = {"image_id": 9}
-    try:
-        with timed_case(), contextlib.redirect_stderr(io.StringIO()):
-            with JsonListWriter(path, resume=True) as writer:
-                kept = writer.records
-                writer.write(new)
-    except ZooError as error:
-        assert str(error) and "\n" not in str(error), str(error)
-        assert path.read_bytes() == data
-    else:
+    path, kept = resumed_or_refused(work / "lists" / "predictions.json", data, new,
+                                    lambda path: JsonListWriter(path, resume=True))
+    if kept is not None:
         assert json.loads(path.read_bytes()) == [*kept, new]
-    assert [p.name for p in folder.iterdir()] == ["predictions.json"]
     path.unlink()
 
 
