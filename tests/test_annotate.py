@@ -330,6 +330,27 @@ def test_cli_writes_labels_and_refuses_to_replace_them(photos, tmp_path, capsys)
     assert len(parse_labels(out / "a.txt", 3)) == 1
 
 
+def test_kept_masks_beyond_the_bound_are_refused_before_allocating(photos, tmp_path, capsys, monkeypatch):
+    """--save-masks / --save-overlay keep one full-size mask a box (300 on a 6000x6000 photo: 10 GB): checked
+    against what 2 GiB leaves beside the run, here lowered to 30,000 bytes of masks (a: 12,288 bytes a mask,
+    b: 4,800); the labels alone need none."""
+    from zoo import instances
+
+    monkeypatch.setattr(instances, "PROCESS_BOUND", 30_000)
+    monkeypatch.setattr(instances, "RETINA_BYTES_PER_PIXEL", 0)
+    monkeypatch.setattr("zoo.annotate.ANNOTATE_RUN_BYTES", 0)
+    common = (photos, "--det", DETECTOR, "--imgsz", "96", "--max-det", "4")
+    assert run_cli(*common, "--save-masks", "--out", tmp_path / "masks") == 1
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "a.png" in errors[0], errors
+    assert errors[0].endswith("4 masks at the image's size 128x96 take 0.0 GiB, more than the 0 MiB that fit "
+                              "beside the image within 2 GiB: keep at most 2 detections (--max-det 2) or write the "
+                              "labels alone (no --save-masks, no --save-overlay)")
+    assert len(parse_labels(tmp_path / "masks" / "b.txt", 3)) == 4 and not (tmp_path / "masks" / "a.txt").exists()
+    assert run_cli(*common, "--out", tmp_path / "labels") == 0
+    assert len(parse_labels(tmp_path / "labels" / "a.txt", 3)) == 4
+
+
 @pytest.mark.parametrize("args, code, message", [
     (["--det", "resnet18"], 2, "detector resnet18 is a classify model: pass a YOLO detector"),
     (["--det", "{seg}"], 1, "holds a YOLO instance-segment model"),

@@ -18,7 +18,8 @@ from PIL import Image
 from safetensors.numpy import save_file
 
 import zoo
-import zoo.instances  # rows call zoo.instances.check_retina_masks
+import zoo.annotate  # rows call zoo.annotate.check_kept_masks
+import zoo.instances  # and zoo.instances.check_retina_masks
 import zoo.models.lama
 from conftest import cli_inputs, file_tree, synthetic_checkpoint
 from test_bombs import TIB, forged_png, legacy_file, safetensors_bytes

@@ -35,11 +35,11 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from .errors import UsageError, ZooError
+from .errors import UsageError, ZooError, option
 from .extras import require
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
                     save_png, write_text)
-from .instances import outer_contours
+from .instances import ANNOTATE_RUN_BYTES, check_full_size_masks, outer_contours
 from .sources import Item, open_source, planned_names
 
 # Boxes decoded at once: fewer on a big photo (16 up to 8 Mpixels, 3 at 6000x6000), as when a chunk's
@@ -115,6 +115,13 @@ def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 
 
 
+def check_kept_masks(count: int, shape: tuple[int, int]) -> None:
+    """Refuses, before allocating, ``count`` full-size masks that would take the run past 2 GiB (a
+    ZooError naming max_det, or the labels without masks and overlays)."""
+    check_full_size_masks(count, shape, ANNOTATE_RUN_BYTES, f"write the labels alone "
+                          f"({option('save_masks', False)}, {option('save_overlay', False)})")
+
+
 def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, conf: float = 0.25, iou: float = 0.45,
                    imgsz=640, max_det: int = 300, classes=None, keep_masks: bool = True) -> Annotation:
     """One (H, W, 3) uint8 RGB image -> its Annotation, masks included unless ``keep_masks`` is False
@@ -135,6 +142,8 @@ def annotate_image(detector, sam, rgb: np.ndarray, item: Item | None = None, con
     boxes = np.clip(boxes, 0, [width, height, width, height]).astype(np.float64)
     predictor = sam.predictor()
     predictor.set_image(rgb)
+    if keep_masks:
+        check_kept_masks(len(boxes), shape)
     masks = np.zeros((len(boxes), height, width), bool) if keep_masks else None
     mask_scores, polygons, from_box = [], [], []
     chunk = max(1, min(PROMPTS_PER_DECODE, DECODE_CHUNK_PIXELS // (height * width)))

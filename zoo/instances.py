@@ -23,28 +23,35 @@ from .extras import require
 
 FLOAT_CROP_FROM = 50  # upstream crops this many masks or more by comparing coordinates as floats
 
-# retina_masks keeps one (H, W) bool mask per detection (ultralytics' masks.data: 300 at 8000x8000 are 17.9 GiB).
-# They may take what a 2 GiB process has left after the rest of the run: RETINA_RUN_BYTES (interpreter, MLX,
-# the model) and RETINA_BYTES_PER_PIXEL of the image's pixels (the decoded image and its copies, the annotated
-# output, one mask's float32 resize temporaries). Measured in docs/hardening.md (yolo11n-seg, 8000x8000).
+# retina_masks keeps one (H, W) bool mask per detection (ultralytics' masks.data: 300 at 8000x8000 are 17.9 GiB),
+# annotate --save-masks / --save-overlay one per box. They may take what a 2 GiB process has left after the rest
+# of the run: RUN_BYTES (interpreter, MLX, the models) and RETINA_BYTES_PER_PIXEL of the image's pixels (the
+# decoded image and its copies, the annotated output, one mask's float32 resize temporaries). Measured in
+# docs/hardening.md (yolo11n-seg at 8000x8000; annotate, detector and MobileSAM, at 6000x6000: 911 MiB without masks).
 PROCESS_BOUND = 2 << 30
 RETINA_RUN_BYTES = 256 << 20
+ANNOTATE_RUN_BYTES = 384 << 20
 RETINA_BYTES_PER_PIXEL = 16
 RESIZE_BAND_PIXELS = 1 << 22  # a retina mask is resized this many pixels at a time (16 MiB of float32 per map)
 
 
-def check_retina_masks(count: int, image_shape: tuple[int, int]) -> None:
-    """Refuses, before allocating, ``count`` masks at the image's size that would take the process past
-    PROCESS_BOUND (a ZooError naming max_det and retina_masks)."""
+def check_full_size_masks(count: int, image_shape: tuple[int, int], run_bytes: int, without: str) -> None:
+    """Refuses, before allocating, ``count`` bool masks at the image's size that would take the process past
+    PROCESS_BOUND beside ``run_bytes`` and the image (a ZooError naming max_det, or ``without`` them)."""
     h, w = image_shape[:2]
-    left = PROCESS_BOUND - RETINA_RUN_BYTES - RETINA_BYTES_PER_PIXEL * h * w
+    left = PROCESS_BOUND - run_bytes - RETINA_BYTES_PER_PIXEL * h * w
     if count * h * w <= left:
         return
     most = max(left // (h * w), 0)
     fix = f"keep at most {most} detections ({option('max_det', most)}) or " if most else ""
     raise ZooError(f"{count} masks at the image's size {w}x{h} take {count * h * w / 2**30:.1f} GiB, more than the "
-                   f"{max(left, 0) / 2**20:,.0f} MiB that fit beside the image within 2 GiB: {fix}make them at the "
-                   f"model's input size ({option('retina_masks', False)})")
+                   f"{max(left, 0) / 2**20:,.0f} MiB that fit beside the image within 2 GiB: {fix}{without}")
+
+
+def check_retina_masks(count: int, image_shape: tuple[int, int]) -> None:
+    """check_full_size_masks for retina_masks (the fix without them: masks at the model's input size)."""
+    check_full_size_masks(count, image_shape, RETINA_RUN_BYTES,
+                          f"make them at the model's input size ({option('retina_masks', False)})")
 
 
 def bilinear_resize(maps: np.ndarray, size: tuple[int, int], rows: slice = slice(None)) -> np.ndarray:
