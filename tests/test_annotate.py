@@ -338,7 +338,7 @@ def test_kept_masks_beyond_the_bound_are_refused_before_allocating(photos, tmp_p
 
     monkeypatch.setattr(instances, "PROCESS_BOUND", 30_000)
     monkeypatch.setattr(instances, "RETINA_BYTES_PER_PIXEL", 0)
-    monkeypatch.setattr("zoo.annotate.ANNOTATE_RUN_BYTES", 0)
+    monkeypatch.setattr("zoo.annotate.SAM_RUN_BYTES", 0)
     common = (photos, "--det", DETECTOR, "--imgsz", "96", "--max-det", "4")
     assert run_cli(*common, "--save-masks", "--out", tmp_path / "masks") == 1
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]

@@ -194,6 +194,25 @@ def test_everything_writes_masks_coco_json_and_overlay(photo, tmp_path, capsys):
     assert len(summary["masks"]) >= 1
 
 
+def test_everything_beyond_the_masks_bound_is_refused_before_the_masks_are_made(photo, tmp_path, capsys,
+                                                                                  monkeypatch):
+    """Every kept mask is made at the image's size at once (the PNGs, the overlay): checked against what 2 GiB
+    leaves beside the run, here lowered to one 160x120 mask's bytes; nothing of the image is written."""
+    from zoo import instances
+
+    monkeypatch.setattr(instances, "PROCESS_BOUND", 160 * 120)
+    monkeypatch.setattr(instances, "RETINA_BYTES_PER_PIXEL", 0)
+    monkeypatch.setattr("zoo.cli.segment.SAM_RUN_BYTES", 0)
+    out = tmp_path / "out"
+    code, captured = run_cli(photo, out, *EVERYTHING, capsys=capsys)
+    errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
+    assert code == 1 and len(errors) == 1, captured.err
+    assert "masks at the image's size 160x120 take" in errors[0] and errors[0].endswith(
+        "that fit beside the image within 2 GiB: keep fewer masks (a higher --pred-iou-thresh or "
+        "--stability-score-thresh) or segment a smaller copy of the photo")
+    assert not list(out.glob("photo*"))
+
+
 @pytest.fixture(scope="module")
 def crafted_weights(tmp_path_factory):
     """tests/sam_crafted.py's prompt-responsive decoder as a checkpoint file: every point gives its own masks."""

@@ -39,7 +39,7 @@ from .errors import UsageError, ZooError, option
 from .extras import require
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
                     save_png, write_text)
-from .instances import ANNOTATE_RUN_BYTES, check_full_size_masks, outer_contours
+from .instances import SAM_RUN_BYTES, check_full_size_masks, outer_contours
 from .sources import Item, open_source, planned_names
 
 # Boxes decoded at once: fewer on a big photo (16 up to 8 Mpixels, 3 at 6000x6000), as when a chunk's
@@ -118,7 +118,7 @@ def box_polygon(box: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
 def check_kept_masks(count: int, shape: tuple[int, int]) -> None:
     """Refuses, before allocating, ``count`` full-size masks that would take the run past 2 GiB (a
     ZooError naming max_det, or the labels without masks and overlays)."""
-    check_full_size_masks(count, shape, ANNOTATE_RUN_BYTES, f"write the labels alone "
+    check_full_size_masks(count, shape, SAM_RUN_BYTES, f"write the labels alone "
                           f"({option('save_masks', False)}, {option('save_overlay', False)})")
 
 

@@ -24,26 +24,29 @@ from .extras import require
 FLOAT_CROP_FROM = 50  # upstream crops this many masks or more by comparing coordinates as floats
 
 # retina_masks keeps one (H, W) bool mask per detection (ultralytics' masks.data: 300 at 8000x8000 are 17.9 GiB),
-# annotate --save-masks / --save-overlay one per box. They may take what a 2 GiB process has left after the rest
-# of the run: RUN_BYTES (interpreter, MLX, the models) and RETINA_BYTES_PER_PIXEL of the image's pixels (the
-# decoded image and its copies, the annotated output, one mask's float32 resize temporaries). Measured in
-# docs/hardening.md (yolo11n-seg at 8000x8000; annotate, detector and MobileSAM, at 6000x6000: 911 MiB without masks).
+# annotate --save-masks / --save-overlay one per box, segment everything one per kept mask. They may take what a
+# 2 GiB process has left after the rest of the run: *_RUN_BYTES (interpreter, MLX, the models; SAM's for MobileSAM,
+# with annotate's detector) and RETINA_BYTES_PER_PIXEL of the image's pixels (the decoded image and its copies, the
+# annotated output, one mask's float32 resize temporaries). Measured in docs/hardening.md (yolo11n-seg at 8000x8000;
+# annotate at 6000x6000: 911 MiB without masks; segment everything at 8000x8000: 1,323 MiB without masks).
 PROCESS_BOUND = 2 << 30
 RETINA_RUN_BYTES = 256 << 20
-ANNOTATE_RUN_BYTES = 384 << 20
+SAM_RUN_BYTES = 384 << 20
 RETINA_BYTES_PER_PIXEL = 16
 RESIZE_BAND_PIXELS = 1 << 22  # a retina mask is resized this many pixels at a time (16 MiB of float32 per map)
 
 
-def check_full_size_masks(count: int, image_shape: tuple[int, int], run_bytes: int, without: str) -> None:
+def check_full_size_masks(count: int, image_shape: tuple[int, int], run_bytes: int, without: str,
+                          max_det: bool = True) -> None:
     """Refuses, before allocating, ``count`` bool masks at the image's size that would take the process past
-    PROCESS_BOUND beside ``run_bytes`` and the image (a ZooError naming max_det, or ``without`` them)."""
+    PROCESS_BOUND beside ``run_bytes`` and the image (a ZooError naming max_det where it applies, and
+    ``without``: how to do without them)."""
     h, w = image_shape[:2]
     left = PROCESS_BOUND - run_bytes - RETINA_BYTES_PER_PIXEL * h * w
     if count * h * w <= left:
         return
     most = max(left // (h * w), 0)
-    fix = f"keep at most {most} detections ({option('max_det', most)}) or " if most else ""
+    fix = f"keep at most {most} detections ({option('max_det', most)}) or " if most and max_det else ""
     raise ZooError(f"{count} masks at the image's size {w}x{h} take {count * h * w / 2**30:.1f} GiB, more than the "
                    f"{max(left, 0) / 2**20:,.0f} MiB that fit beside the image within 2 GiB: {fix}{without}")
 

@@ -36,6 +36,7 @@ from zoo.extras import require
 from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, save_mask, save_png, write_text)
 from zoo.images import IMAGE_SUFFIXES, image_size, load_image
+from zoo.instances import SAM_RUN_BYTES, check_full_size_masks
 from zoo.models.mobilesam.automatic_mask_generator import SamAutomaticMaskGenerator
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
 from zoo.results import blend_masks, class_colour
@@ -270,6 +271,10 @@ def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path
 
         data = generator.generate_data(rgb, progress)
     records = generator.records(data)  # output_mode coco_rle
+    # every mask at the image's size at once (the PNGs, the overlay): refused where they would pass 2 GiB
+    check_full_size_masks(len(data["rles"]), rgb.shape[:2], SAM_RUN_BYTES, "keep fewer masks (a higher "
+                          "--pred-iou-thresh or --stability-score-thresh) or segment a smaller copy of the photo",
+                          max_det=False)
     masks = [amg.rle_to_mask(rle) for rle in data["rles"]]
     entries = []
     for i, (mask, record) in enumerate(zip(masks, records)):
