@@ -100,3 +100,20 @@ def test_rounds_run_each_variant_first_in_turn_when_rotating(rotate, first_of_ea
     timed = calls[-12:]  # after the first calls and the peak call
     assert "".join(timed[i * 3] for i in range(4)) == first_of_each_round
     assert all(len(v.times_ms) == 4 for v in variants)
+
+
+@pytest.mark.parametrize("model", ["yolov8n", "yolo11n-pose", "resnet50"])
+def test_the_torch_peer_gets_the_weights_the_mlx_side_loads(model):
+    """Both sides of a case load synthetic:SEED: the peer's upstream-named state dict, read as the MLX side
+    reads a checkpoint, is the MLX side's (with YOLO's untrained-head values: they differed once, and the
+    sanity error read 0.75)."""
+    import numpy as np
+
+    from zoo import registry
+    from zoo.bench.cases import manifest_state_dict, registry_name
+
+    spec = registry.get_spec(registry_name(model))
+    peer = registry.sanitized(spec, manifest_state_dict(model, 0), {})
+    ours = registry.read_weights(spec, "synthetic:0").state_dict
+    assert peer.keys() == ours.keys()
+    assert all(np.array_equal(peer[k], ours[k]) for k in ours)

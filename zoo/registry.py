@@ -189,9 +189,7 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
     elif seed is not None:
         if not from_variable:  # default_weights said so
             synthetic.warn_synthetic(seed)
-        sd, meta = synthetic.synthetic_state_dict(manifest(spec.variant), seed), {}
-        init = getattr(family(spec), "synthetic_init", None)
-        sd = init(sd) if init else sd
+        sd, meta = synthetic_checkpoint(spec, seed), {}
         source = f"synthetic:{seed}"
     else:
         check_header(spec, weights)
@@ -199,6 +197,16 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
         source = str(weights)
     # every route, synthetic included (the manifest lists unused keys too), goes through sanitize
     return Weights(sanitized(spec, sd, meta), source, meta, synthetic=seed is not None)
+
+
+def synthetic_checkpoint(spec: ModelSpec, seed: int) -> dict[str, np.ndarray]:
+    """``synthetic:SEED`` in the checkpoint's own naming: the manifest's random tensors, with the values
+    the family gives an untrained model (its ``synthetic_init``, e.g. YOLO's detection head)."""
+    from zoo.weights import synthetic
+
+    sd = synthetic.synthetic_state_dict(manifest(spec.variant), seed)
+    init = getattr(family(spec), "synthetic_init", None)
+    return init(sd) if init else sd
 
 
 @functools.lru_cache(maxsize=None)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -84,10 +83,9 @@ def nchw(a: np.ndarray) -> np.ndarray:
 
 def manifest_state_dict(model: str, seed: int) -> dict[str, np.ndarray]:
     """The synthetic checkpoint in the upstream naming (what the MLX side loads as synthetic:SEED)."""
-    from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+    from zoo import registry
 
-    manifests = Path(importlib.import_module("zoo.models").__file__).parent / "manifests"
-    return synthetic_state_dict(read_manifest(manifests / f"{registry_name(model)}.json"), seed)
+    return registry.synthetic_checkpoint(registry.get_spec(registry_name(model)), seed)
 
 
 # ---- MLX ------------------------------------------------------------------------------------
