@@ -10,7 +10,8 @@ import pytest
 from safetensors.numpy import save_file
 
 import zoo
-from yolo_tasks_fixtures import CASES, INPUT_SHAPE, ORIG_SHAPE, expected, fixture_input, rebuild
+from yolo_tasks_fixtures import (CASES, INPUT_SHAPE, ORIG_SHAPE, checkpoints, expected,  # noqa: F401 (fixtures)
+                                 fixture_input, models)
 from zoo import instances
 from zoo.errors import ZooError
 from zoo.models.yolov8 import non_max_suppression
@@ -21,17 +22,6 @@ FRAME = INPUT_SHAPE[2:]
 NAMES = {"yolov8n-seg": {0: "cat", 1: "dog", 2: "traffic cone"}, "yolov8n-pose": {0: "person"},
          "yolo11n-seg": {0: "leaf", 1: "stem"}, "yolo11n-pose": {0: "hand", 1: "paw"}}
 KPT_SHAPES = {"yolov8n-pose": (17, 3), "yolo11n-pose": (5, 2)}
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("yolo_tasks")
-    return {case: rebuild(case, folder / f"{case}.pt") for case in CASES}
-
-
-@pytest.fixture(scope="module")
-def models(checkpoints):
-    return {case: zoo.load(str(path), device="cpu") for case, path in checkpoints.items()}
 
 
 @pytest.fixture(scope="module")

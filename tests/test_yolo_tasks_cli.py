@@ -12,7 +12,7 @@ from PIL import Image
 
 import zoo
 import zoo.ray
-from yolo_tasks_fixtures import CASES, fixture_input, rebuild
+from yolo_tasks_fixtures import checkpoints, fixture_input, models  # noqa: F401 (fixtures)
 from zoo import registry
 from zoo.errors import ZooError
 from zoo.instances import coco_rle
@@ -21,17 +21,6 @@ from zoo.run import main
 
 FAST = ["--imgsz", "64", "--conf", "0.5", "--max-det", "3", "--device", "cpu"]
 OPTIONS = {"imgsz": 64, "conf": 0.5, "max_det": 3}
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("yolo_tasks_cli")
-    return {case: rebuild(case, folder / f"{case}.pt") for case in CASES}
-
-
-@pytest.fixture(scope="module")
-def models(checkpoints):
-    return {case: zoo.load(str(path), device="cpu") for case, path in checkpoints.items()}
 
 
 def fixture_image(crop: int = 0) -> np.ndarray:

@@ -9,6 +9,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import FIXTURES
 from zoo.weights.synthetic import synthetic_state_dict
@@ -42,3 +43,17 @@ def expected(case: str) -> dict[str, np.ndarray]:
 def fixture_input() -> np.ndarray:
     """(1, 3, H, W) float32 in [0, 1): the input upstream's outputs were computed on."""
     return np.random.default_rng(1234).uniform(0, 1, INPUT_SHAPE).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """Each case's checkpoint as `yolo train` leaves best.pt (rebuild), once per test module."""
+    folder = tmp_path_factory.mktemp("yolo_tasks")
+    return {case: rebuild(case, folder / f"{case}.pt") for case in CASES}
+
+
+@pytest.fixture(scope="module")
+def models(checkpoints):
+    import zoo
+
+    return {case: zoo.load(str(path), device="cpu") for case, path in checkpoints.items()}
