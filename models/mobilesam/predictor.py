@@ -239,20 +239,23 @@ class SamPredictor:
         mask_input (N, 1, 256, 256) -> masks (N, C, H, W), scores (N, C), low-res (N, C, 256, 256).
         N = 0 gives empty arrays of those shapes.
         """
-        iou, low_res = self.predict_low_res(point_coords, point_labels, box, mask_input, multimask_output, boxes)
-        batched = low_res.ndim == 4
-        low_res = low_res if batched else low_res[None]
-        masks = np.empty((*low_res.shape[:2], *self.original_size), np.float32 if return_logits else bool)
-        for start in range(0, len(low_res), PROMPTS_PER_DECODE):  # float32 logits: one chunk's at once
-            part = slice(start, start + PROMPTS_PER_DECODE)
-            self.model.masks_into(mx.array(low_res[part].transpose(0, 2, 3, 1)), self.input_size, masks[part])
-        return (masks, iou, low_res) if batched else (masks[0], iou, low_res[0])
+        batched, masks, iou, low_res = self._predict(point_coords, point_labels, box, mask_input, multimask_output,
+                                                     boxes, np.float32 if return_logits else bool)
+        return (masks, iou, low_res) if batched else (masks[0], iou[0], low_res[0])
 
     @serialized(lambda predictor: predictor.model)
     def predict_low_res(self, point_coords=None, point_labels=None, box=None, mask_input=None,
                         multimask_output: bool = True, boxes=None):
         """predict's scores and low-res logits (the same prompts, checks and shapes) without the
         full-size masks: make those one at a time with ``mask_crop``."""
+        batched, _, iou, low_res = self._predict(point_coords, point_labels, box, mask_input, multimask_output, boxes)
+        return (iou, low_res) if batched else (iou[0], low_res[0])
+
+    def _predict(self, point_coords, point_labels, box, mask_input, multimask_output: bool, boxes,
+                 mask_dtype=None) -> tuple:
+        """(batched, masks (N, C, H, W) of ``mask_dtype`` or None without one, scores (N, C), low-res
+        (N, C, 256, 256)): the prompts checked, then decoded a chunk at a time, each chunk's masks made
+        from the decoder's own logits."""
         if not self.is_image_set:
             raise ZooError("no image set: call set_image(image) before predict")
         batched = boxes is not None or np.ndim(point_coords) == 3
@@ -272,8 +275,9 @@ class SamPredictor:
             mask_input = None if mask_input is None else mask_input[None]
         n = next(a.shape[0] for a in (coords, boxes, mask_input) if a is not None)
         channels = 3 if multimask_output else 1
+        masks = None if mask_dtype is None else np.empty((n, channels, *self.original_size), mask_dtype)
         if n == 0:
-            return np.zeros((0, channels), np.float32), np.zeros((0, channels, 256, 256), np.float32)
+            return batched, masks, np.zeros((0, channels), np.float32), np.zeros((0, channels, 256, 256), np.float32)
         long_side = self.model.img_size
         if coords is not None:
             coords = apply_coords(coords, self.original_size, long_side)
@@ -284,10 +288,11 @@ class SamPredictor:
             part = slice(start, start + PROMPTS_PER_DECODE)
             chunk = (None if a is None else a[part] for a in (coords, labels, boxes, mask_input))
             part_low_res, part_iou = self.decode(*chunk, multimask_output)
+            if masks is not None:
+                self.model.masks_into(part_low_res, self.input_size, masks[part])
             low_res.append(np.array(part_low_res.astype(mx.float32).transpose(0, 3, 1, 2)))
             iou.append(np.array(part_iou.astype(mx.float32)))
-        iou, low_res = np.concatenate(iou), np.concatenate(low_res)
-        return (iou, low_res) if batched else (iou[0], low_res[0])
+        return batched, masks, np.concatenate(iou), np.concatenate(low_res)
 
     @serialized(lambda predictor: predictor.model)
     def mask_crop(self, low_res: np.ndarray) -> tuple[int, int, np.ndarray]:
