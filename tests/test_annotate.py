@@ -231,8 +231,10 @@ def test_masks_made_in_windows_are_the_full_size_masks(models, shape, monkeypatc
 
 def test_memory_of_many_boxes_on_a_big_photo_is_one_box_s(tmp_path):
     """24 boxes on a 1500x2000 photo (SAM's masks cover most of it) raise a child's peak RSS over one box's
-    by less than two full-size float32 maps: masks are made and traced one at a time, none kept (16 bool
-    masks at once and their float32 logits: +540 MB at 2000x3000 before)."""
+    by less than three full-size float32 maps: masks are made and traced one at a time, none kept (16 bool
+    masks at once and their float32 logits: +540 MB at 2000x3000 before). Measured in a plain child process:
+    +12.9 or +25.2 MB from run to run (a second 12 MB float32 buffer, a band's logits beside a resize's, is
+    or is not at the peak), so two maps (24 MB), the bound first written, failed in some runs."""
     h, w, count = 1500, 2000, 24
     np.save(tmp_path / "boxes.npy", detections((h, w), count))
     child = PEAK_RSS_KB + f"""
@@ -258,7 +260,7 @@ print(len(annotation.polygons), len(annotation.from_box), *peaks)
     assert done.returncode == 0, done.stderr[-2000:]
     lines, from_box, one_box, many = map(int, done.stdout.split())
     assert lines == count and from_box == 0  # every mask has pixels
-    assert (many - one_box) * 1024 < 2 * h * w * 4
+    assert (many - one_box) * 1024 < 3 * h * w * 4
 
 
 def test_no_detections_is_an_empty_label_file_and_a_note(models, photos, tmp_path, capsys):
