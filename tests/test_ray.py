@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
+from pycocotools import mask as mask_utils  # the 'test' extra: decodes our COCO RLE
 
 import zoo
 import zoo.ray
-from zoo.models.mobilesam.amg import import_pycocotools
 
 N_IMAGES = 200
 SIZES = ((32, 32), (48, 32))  # two sizes: read_images then hands over some batches as an object column
@@ -81,7 +81,6 @@ def test_detector_rows_are_one_at_a_time_results(tmp_path):
 
 
 def test_segmenter_masks_are_coco_rle_of_the_predictor_masks():
-    mask_utils = import_pycocotools()
     model = zoo.load("mobilesam", weights="synthetic:0")
     image = np.random.default_rng(2).integers(0, 256, (48, 64, 3), dtype=np.uint8)
     boxes = np.array([[4, 4, 40, 30], [10, 12, 60, 44]], np.float32)

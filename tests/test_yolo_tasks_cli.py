@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
+from pycocotools import mask as mask_utils  # the 'test' extra: decodes our COCO RLE
 
 import zoo
 import zoo.ray
@@ -16,7 +17,6 @@ from yolo_tasks_fixtures import checkpoints, fixture_input, models  # noqa: F401
 from zoo import registry
 from zoo.errors import ZooError
 from zoo.instances import coco_rle
-from zoo.models.mobilesam.amg import import_pycocotools
 from zoo.run import main
 
 FAST = ["--imgsz", "64", "--conf", "0.5", "--max-det", "3", "--device", "cpu"]
@@ -118,7 +118,6 @@ def test_pose_labels_from_a_folder_a_glob_and_a_list_agree(tmp_path, images, che
 def test_save_json_holds_coco_segmentation_and_keypoints(tmp_path, images, checkpoints, models):
     """ultralytics' save_json records: segmentation models' masks as COCO RLE at the image's size (as
     pycocotools decodes them), pose models' keypoints [x, y, v, ...] in pixels; each the run's own result."""
-    mask_utils = import_pycocotools()
     wide = fixture_image(14)[:, :, ::-1].copy()  # BGR, as predict takes arrays
     for case, extra in (("yolov8n-seg", []), ("yolov8n-seg", ["--retina-masks"]), ("yolov8n-pose", [])):
         out = tmp_path / f"{case}{len(extra)}"
@@ -140,7 +139,6 @@ def test_save_json_holds_coco_segmentation_and_keypoints(tmp_path, images, check
 
 
 def test_coco_rle_is_pycocotools_encoding():
-    mask_utils = import_pycocotools()
     rng = np.random.default_rng(0)
     masks = [rng.random((37, 53)) < p for p in (0, 0.03, 0.5, 0.97, 1)]
     block = np.zeros((480, 640), bool)
@@ -151,7 +149,6 @@ def test_coco_rle_is_pycocotools_encoding():
 
 
 def test_ray_rows_carry_masks_and_keypoints_of_one_at_a_time_results(tmp_path, images, checkpoints, models):
-    mask_utils = import_pycocotools()
     paths = np.array([str(p) for p in sorted(images.iterdir())])
     seg = zoo.ray.InstanceSegmenter("yolov8", weights=str(checkpoints["yolo11n-seg"]), **OPTIONS)({"path": paths})
     pose = zoo.ray.PoseEstimator("yolov8", weights=str(checkpoints["yolov8n-pose"]), **OPTIONS)({"path": paths})

@@ -14,7 +14,6 @@ from .errors import ZooError
 # import name -> (the package pip installs, the mlx-zoo extra that brings it)
 EXTRAS = {
     "cv2": ("OpenCV", "sam"),
-    "pycocotools": ("pycocotools", "sam"),
     "av": ("PyAV", "video"),
     "matplotlib": ("matplotlib", "validate"),
     "ray": ("Ray", "ray"),

@@ -252,9 +252,6 @@ class Segmenter(_Task):
     def __init__(self, model: str = "mobilesam", weights: str | None = None, dtype: str = "float32",
                  device: str | None = None):
         super().__init__(model, weights, dtype, device)
-        from .models.mobilesam.amg import import_pycocotools
-
-        import_pycocotools()  # a missing pycocotools fails the actor at start, not every batch
         self.predictor = self.model.predictor()
 
     def predict(self, images, batch, rows):
@@ -348,10 +345,6 @@ def run(model: str, inputs, weights: str | None = None, actors: int | None = Non
     from . import registry
 
     spec = registry.spec_for(model, weights)  # a family's name given a file: the file's task (yolov8 + seg best.pt)
-    if spec.task == "segment":  # the Segmenter's masks: checked here, not in every actor after the reads
-        from .models.mobilesam.amg import import_pycocotools
-
-        import_pycocotools()
     if isinstance(inputs, ray.data.Dataset):
         dataset = inputs
     elif is_uri(inputs):  # s3://, gs://, ...: Ray's readers; a read task per file, on READ_CPUS

@@ -14,7 +14,7 @@ Same definitions as upstream, so the generator keeps and drops the same masks:
   are filled (holes) or removed (islands; if every island is small, the largest stays).
 
 The per-mask work on the device (stability, boxes, thresholds) is in MLX on batches;
-what needs the host (RLE, connected components) is vectorised numpy, pycocotools and OpenCV.
+what needs the host (RLE, connected components) is vectorised numpy and OpenCV.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ import numpy as np
 
 from zoo.errors import ZooError, option
 from zoo.extras import require
-from zoo.instances import mask_to_rle  # shared with the YOLO segmentation models' COCO records
+from zoo.instances import mask_to_rle, rle_string  # shared with the YOLO segmentation models' COCO records
 
 # A mask box this close (pixels) to a crop's edge that is not the image's edge is cut by the crop.
 CROP_EDGE_TOLERANCE = 20.0
@@ -144,12 +144,9 @@ def area_from_rle(rle: dict) -> int:
 
 
 def coco_encode_rle(rle: dict) -> dict:
-    """Uncompressed RLE -> COCO's compressed RLE {"size", "counts": str} (pycocotools), JSON-ready."""
-    mask_utils = import_pycocotools()
-    h, w = rle["size"]
-    encoded = mask_utils.frPyObjects(rle, h, w)
-    encoded["counts"] = encoded["counts"].decode("utf-8")
-    return encoded
+    """Uncompressed RLE -> COCO's compressed RLE {"size", "counts": str}, JSON-ready: pycocotools'
+    ``frPyObjects`` encoding (zoo.instances.rle_string), without pycocotools."""
+    return {"size": list(rle["size"]), "counts": rle_string(rle["counts"])}
 
 
 def remove_small_regions(mask: np.ndarray, area_thresh: float, mode: str) -> tuple[np.ndarray, bool]:
@@ -178,5 +175,3 @@ def import_cv2():
     return require("cv2", f"{option('min_mask_region_area', 'N')} above 0")
 
 
-def import_pycocotools():
-    return require("pycocotools.mask", option("output_mode", "coco_rle"))

@@ -110,8 +110,6 @@ class SamAutomaticMaskGenerator:
         if output_mode not in OUTPUT_MODES:
             raise ZooError(f"output_mode {output_mode!r} is not one of {', '.join(OUTPUT_MODES)}")
         self.output_mode = output_mode
-        if output_mode == "coco_rle":  # fail now, not after the work
-            amg.import_pycocotools()
         if self.min_mask_region_area > 0:
             amg.import_cv2()
         self.predictor = SamPredictor(model)

@@ -32,7 +32,6 @@ from tqdm import tqdm
 
 from zoo.cli import usage_errors
 from zoo.errors import UsageError, ZooError
-from zoo.extras import require
 from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, make_output_folder,
                        refuse_inputs, save_mask, save_png, write_text)
 from zoo.images import IMAGE_SUFFIXES, image_size, load_image
@@ -103,7 +102,6 @@ def check_arguments(args):
     if args.everything:
         if args.point or args.box or args.multimask:
             raise UsageError("--everything takes no prompts: drop --point/--box/--multimask, or drop --everything")
-        require("pycocotools", "--everything (its JSON holds every mask as COCO RLE)")  # before any work
         with usage_errors():  # the generator's own checks, before the model loads (it is attached in run)
             SamAutomaticMaskGenerator(None, **args.params, output_mode="coco_rle")
         args.prompts = None
