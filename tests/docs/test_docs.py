@@ -15,7 +15,7 @@ own tests, never tests/docs) runs in the repository's root. A command continues 
 while a quote is open (``python -c "..."`` over several lines).
 
 A block that cannot run here says why in an HTML comment on the line before it
-(``<!-- not-run: needs a GPU -->``); the test lists those. Commands that start Ray (``--ray``,
+(``<!-- not-run: needs a GPU -->``); the test lists those. Commands that start Ray (``--ray``, ``ray_*.py``,
 ``import ray``) run in the ``ray``-marked test (``pytest -m ray``), in the same order.
 """
 from __future__ import annotations
@@ -323,7 +323,7 @@ def run_command(command: str, monkeypatch) -> tuple[int, str]:
 def run_child(words: list[str]) -> tuple[int, str]:
     """A ``python`` command other than the entry points, in a child process of this interpreter: in the
     page's folder, or in the repository's root for the project's own tests (``python -m pytest tests/...``)."""
-    program = words[1:] if words[0] == "nice" else words
+    program = words[1:] if words[:1] == ["nice"] else words
     if not program or program[0] not in ("python", "python3"):
         pytest.fail(f"cannot run {shlex.join(words)!r}: run it here, or mark its block <!-- not-run: REASON -->")
     argv, cwd = [sys.executable, *program[1:]], None
@@ -332,7 +332,7 @@ def run_child(words: list[str]) -> tuple[int, str]:
         assert paths and all(path.startswith("tests/") and not path.startswith("tests/docs") for path in paths), \
             f"{shlex.join(words)!r}: a page runs files of tests/ (never tests/docs, which runs the pages)"
         cwd = ROOT
-    done = subprocess.run(["nice", *argv] if words[0] == "nice" else argv, cwd=cwd, capture_output=True, text=True,
+    done = subprocess.run(["nice", *argv] if words[:1] == ["nice"] else argv, cwd=cwd, capture_output=True, text=True,
                           timeout=600)
     return done.returncode, done.stdout + done.stderr
 
