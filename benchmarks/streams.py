@@ -92,7 +92,7 @@ def plain(task: str, listing: Path, out: Path, args) -> int:
                                                      multimask_output=True)
                 for j, mask in enumerate(masks):
                     save_mask(mask, out / f"{Path(path).stem}_object0_mask{j}.png")
-                records.write({"image": path, "scores": [float(s) for s in scores]})
+                records.write({"path": path, "scores": [float(s) for s in scores]})
         return len(paths)
     with JsonlWriter(out) as records:
         for path in paths:
@@ -159,7 +159,7 @@ def same_outputs(task: str, a: Path, b: Path) -> bool:
     """``a``: the plain loop's outputs, ``b``: the pipelined run's."""
     if task == "segment":
         masks = sorted(p.name for p in a.glob("*_mask*.png"))
-        scores = {Path(r["image"]).stem: r["scores"] for r in read_jsonl(a / "scores.jsonl")}
+        scores = {Path(r["path"]).stem: r["scores"] for r in read_jsonl(a / "scores.jsonl")}
         return masks == sorted(p.name for p in b.glob("*_mask*.png")) and all(
             (a / name).read_bytes() == (b / name).read_bytes() for name in masks) and all(
             [m["score"] for m in json.loads((b / f"{stem}_masks.json").read_text())["objects"][0]["masks"]] == s

@@ -8,8 +8,14 @@ with ``ZOO_WEIGHTS=synthetic`` (the documented offline default weights) and no n
 run of a page proves its examples can be run again: each command then succeeds or refuses in one
 ``error:`` line that names ``--overwrite``/``--resume``, and a refused command changes no file.
 
+``python -m zoo.run``/``zoo.validate`` commands run in-process; other ``python`` commands (the
+benchmarks/ scripts, ``python -c``) run as child processes of this interpreter in the page's folder,
+which links benchmarks/ and holds tests/any_models.py; ``python -m pytest tests/...`` (the project's
+own tests, never tests/docs) runs in the repository's root. A command continues on the next line
+while a quote is open (``python -c "..."`` over several lines).
+
 A block that cannot run here says why in an HTML comment on the line before it
-(``<!-- not-run: needs a GPU -->``); the test lists those. Commands that start Ray (``--ray``,
+(``<!-- not-run: needs a GPU -->``); the test lists those. Commands that start Ray (``--ray``, ``ray_*.py``,
 ``import ray``) run in the ``ray``-marked test (``pytest -m ray``), in the same order.
 """
 from __future__ import annotations
@@ -22,6 +28,7 @@ import os
 import re
 import shlex
 import shutil
+import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
@@ -87,15 +94,35 @@ def blocks(page: Path) -> list[Block]:
 
 
 def commands(text: str) -> list[str]:
-    """A shell block's commands: continuation lines joined, comment lines and blank lines dropped (a
-    command's own comment stays: ``# exit 1`` there is the exit code the docs promise)."""
-    joined = re.sub(r"\\\n\s*", " ", text)
-    return [part.strip() for line in joined.splitlines() if line.strip() and not line.strip().startswith("#")
-            for part in line.split(" && ")]
+    """A shell block's commands: continuation lines joined, and lines joined while a quote is open;
+    comment lines and blank lines dropped (a command's own comment stays: ``# exit 1`` there is the
+    exit code the docs promise)."""
+    found, current = [], None
+    for line in re.sub(r"\\\n\s*", " ", text).splitlines():
+        if current is not None:  # inside a quote: every line is the command's, "#" lines too
+            current += "\n" + line
+        elif line.strip() and not line.strip().startswith("#"):
+            current = line
+        else:
+            continue
+        if _quotes_closed(current):
+            found += [current.strip()] if "\n" in current else [part.strip() for part in current.split(" && ")]
+            current = None
+    return found + ([current.strip()] if current is not None else [])  # a quote never closed: shlex says so
+
+
+def _quotes_closed(line: str) -> bool:
+    try:
+        shlex.split(line, comments=True)
+    except ValueError:  # No closing quotation
+        return False
+    return True
 
 
 def uses_ray(command: str) -> bool:
-    return "--ray" in shlex.split(command, comments=True)
+    """``--ray``, or a script that starts Ray itself (benchmarks/ray_bench.py)."""
+    words = shlex.split(command, comments=True)
+    return "--ray" in words or any(Path(word).name.startswith("ray_") and word.endswith(".py") for word in words)
 
 
 # --- the files the docs name, tiny --------------------------------------------------------------------------
@@ -229,6 +256,8 @@ def _make_samples(root: Path) -> None:
         _image(root / name, SMALL, i + 1)
     for name in ["hole.png", "a_mask.png", "data/a_mask001.png"]:
         _mask(root / name, SMALL)
+    (root / "tests").mkdir()
+    shutil.copy(ROOT / "tests" / "any_models.py", root / "tests")  # validate-any-model.md's --module
     _video(root / "clip.mp4")
     _video(root / "video.mp4")
     _coco_val(root)
@@ -259,6 +288,7 @@ def page_folder(samples, tmp_path, monkeypatch, request) -> Path:
     best_pt = PAGE_BEST_PT.get(request.node.callspec.params["page"].name)
     if best_pt:
         _yolo_best_pt(folder / "best.pt", *best_pt)
+    (folder / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)  # the scripts, read only
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
     return folder
@@ -279,7 +309,7 @@ def run_command(command: str, monkeypatch) -> tuple[int, str]:
             name, _, value = words.pop(0).partition("=")
             scoped.setenv(name, value)
         if words[:2] != ["python", "-m"] or len(words) < 3 or words[2] not in ENTRY_POINTS:
-            pytest.fail(f"cannot run {command!r}: run it here, or mark its block <!-- not-run: REASON -->")
+            return run_child(words)
         main, argv = importlib.import_module(ENTRY_POINTS[words[2]]).main, words[3:]
         out = io.StringIO()
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -288,6 +318,23 @@ def run_command(command: str, monkeypatch) -> tuple[int, str]:
             except SystemExit as e:  # --help
                 code = e.code or 0
     return code, out.getvalue()
+
+
+def run_child(words: list[str]) -> tuple[int, str]:
+    """A ``python`` command other than the entry points, in a child process of this interpreter: in the
+    page's folder, or in the repository's root for the project's own tests (``python -m pytest tests/...``)."""
+    program = words[1:] if words[:1] == ["nice"] else words
+    if not program or program[0] not in ("python", "python3"):
+        pytest.fail(f"cannot run {shlex.join(words)!r}: run it here, or mark its block <!-- not-run: REASON -->")
+    argv, cwd = [sys.executable, *program[1:]], None
+    if program[1:3] == ["-m", "pytest"]:
+        paths = [word.split("::")[0] for word in program[3:] if not word.startswith("-")]
+        assert paths and all(path.startswith("tests/") and not path.startswith("tests/docs") for path in paths), \
+            f"{shlex.join(words)!r}: a page runs files of tests/ (never tests/docs, which runs the pages)"
+        cwd = ROOT
+    done = subprocess.run(["nice", *argv] if words[:1] == ["nice"] else argv, cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+    return done.returncode, done.stdout + done.stderr
 
 
 def files(folder: Path) -> dict[str, int]:
