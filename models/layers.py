@@ -202,9 +202,14 @@ class Conv2d(nn.Conv2d):
         fold, computed in float32 and stored in the weight's dtype, as a compiled forward stores it;
         kept until a weight is replaced) and the activation applied by the C routine in place: no
         BatchNorm pass and no new array for the activation (layers.fuses_on_cpu says where)."""
-        forms = kept(self, "_batch_norm_forms", (self, bn),
-                     lambda: self.forms(*(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn))))
+        forms = self.batch_norm_forms(bn)
         return cpu_ops.per_image(lambda image: self._forward(image, forms, activation), x)
+
+    def batch_norm_forms(self, bn: nn.BatchNorm) -> dict[str, mx.array | None]:
+        """``forms`` of the weight and bias with ``bn`` folded in (zoo.compiled's fold, computed in float32
+        and stored in the weight's dtype), kept until a weight is replaced."""
+        return kept(self, "_batch_norm_forms", (self, bn),
+                    lambda: self.forms(*(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn))))
 
     def forms(self, weight: mx.array, bias: mx.array | None) -> dict[str, mx.array | None]:
         """{weight, bias} and, where this convolution runs as Winograd's form on the CPU

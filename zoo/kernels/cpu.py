@@ -74,6 +74,7 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
+                lib.zoo_inverted_residual_f32.argtypes = [_PTR] * 8 + [ctypes.c_int] * 7
                 lib.zoo_attention_f32.argtypes = [_PTR] * 4 + [size, ctypes.c_float, _PTR] + [size] * 5 + [ctypes.c_int]
                 from zoo import blas
 
@@ -376,6 +377,29 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
         return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
     return _like(out, x)
+
+
+def inverted_residual(x: mx.array, expand: dict, depthwise: dict, project: dict, activation: str) -> mx.array | None:
+    """activation(x + project(activation(depthwise(activation(expand(x)))))) for NHWC x: MobileNetV2's
+    inverted residual (TinyViT's MBConv), each convolution a {weight, bias} (its BatchNorm folded in):
+    expand (E, 1, 1, C), depthwise (E, 3, 3, 1) (stride 1, padding 1), project (C, 1, 1, E). On the CPU
+    one C call that keeps three expanded rows per thread in cache instead of the expanded map in memory
+    (zoo/native/cpu_ops.c says why). None where it cannot run (no OpenBLAS, no memory, a trace): the
+    caller runs the convolutions apart."""
+    n, h, w, c = x.shape
+    e = expand["weight"].shape[0]
+    lib = _library() if _fast_path() else None
+    out = _output(x.shape) if lib is not None else None
+    host = _host(x, out) if lib is not None else None
+    if host is None:
+        return None
+    w1, b1 = _host(expand["weight"]), _host(expand["bias"])
+    wd, bd = _host(depthwise["weight"].reshape(e, 9).T), _host(depthwise["bias"])
+    w3, b3 = _host(project["weight"]), _host(project["bias"])
+    done = lib.zoo_inverted_residual_f32(_ptr(host), _ptr(w1), _ptr(b1), _ptr(wd), _ptr(bd), _ptr(w3), _ptr(b3),
+                                         _ptr(_view(out)), n, h, w, c, e, ACTIVATIONS[activation][0], _threads())
+    _ran("inverted residual (expand, depthwise, project)", done == 0)
+    return _like(out, x) if done == 0 else None
 
 
 # The CPU's Winograd form where both channel counts reach this (min(C_in, C_out)): thinner GEMMs

@@ -401,33 +401,43 @@ typedef struct {
   int H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, act;
 } dw_args;
 
-/* One output row (n, oh) per index: every output pixel sums its valid taps over the
- * channel vector (the loop the compiler vectorises). */
+/* One output row: ``in`` holds the KH input rows its taps read (NULL: a row of the zero padding);
+ * every output pixel sums its valid taps over the channel vector (the loop the compiler
+ * vectorises), then the bias and the activation (the row is still in cache). */
+static inline void depthwise_row(const float *const *in, const float *w, const float *bias, float *out, int W, int C,
+                                 int KH, int KW, int OW, int stride, int pad_left, int act) {
+  for (int ow = 0; ow < OW; ++ow) {
+    float *o = out + (size_t)ow * C;
+    memset(o, 0, sizeof(float) * C);
+    for (int kh = 0; kh < KH; ++kh) {
+      if (in[kh] == NULL) continue;
+      for (int kw = 0; kw < KW; ++kw) {
+        const int iw = ow * stride - pad_left + kw;
+        if (iw < 0 || iw >= W) continue;
+        const float *src = in[kh] + (size_t)iw * C;
+        const float *wt = w + ((size_t)kh * KW + kw) * C;
+        for (int c = 0; c < C; ++c) o[c] += src[c] * wt[c];
+      }
+    }
+    if (bias != NULL)
+      for (int c = 0; c < C; ++c) o[c] += bias[c];
+  }
+  activate(out, out, (ptrdiff_t)OW * C, act);
+}
+
+/* One output row (n, oh) per index */
 ZOO_CLONES static void depthwise_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
   const dw_args *a = (const dw_args *)p;
-  const int C = a->C;
+  const float *in[a->KH];
   for (ptrdiff_t row = b; row < e; ++row) {
     const ptrdiff_t n = row / a->OH;
     const int oh = (int)(row % a->OH);
-    float *out = a->y + (size_t)row * a->OW * C;
-    for (int ow = 0; ow < a->OW; ++ow) {
-      float *o = out + (size_t)ow * C;
-      memset(o, 0, sizeof(float) * C);
-      for (int kh = 0; kh < a->KH; ++kh) {
-        const int ih = oh * a->stride - a->pad_top + kh;
-        if (ih < 0 || ih >= a->H) continue;
-        for (int kw = 0; kw < a->KW; ++kw) {
-          const int iw = ow * a->stride - a->pad_left + kw;
-          if (iw < 0 || iw >= a->W) continue;
-          const float *in = a->x + (((size_t)n * a->H + ih) * a->W + iw) * C;
-          const float *wt = a->w + ((size_t)kh * a->KW + kw) * C;
-          for (int c = 0; c < C; ++c) o[c] += in[c] * wt[c];
-        }
-      }
-      if (a->bias != NULL)
-        for (int c = 0; c < C; ++c) o[c] += a->bias[c];
+    for (int kh = 0; kh < a->KH; ++kh) {
+      const int ih = oh * a->stride - a->pad_top + kh;
+      in[kh] = ih < 0 || ih >= a->H ? NULL : a->x + ((size_t)n * a->H + ih) * a->W * a->C;
     }
-    activate(out, out, (ptrdiff_t)a->OW * C, a->act); /* the row is still in cache */
+    depthwise_row(in, a->w, a->bias, a->y + (size_t)row * a->OW * a->C, a->W, a->C, a->KH, a->KW, a->OW, a->stride,
+                  a->pad_left, a->act);
   }
 }
 
@@ -531,6 +541,18 @@ static void patch_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
   }
 }
 
+/* y (rows, cols) = bias in every row, as a sgemm's initial C; plus ``add`` (rows, cols) unless NULL */
+static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t rows, ptrdiff_t cols) {
+  for (ptrdiff_t r = 0; r < rows; ++r, y += cols) {
+    if (add == NULL) {
+      memcpy(y, bias, sizeof(float) * (size_t)cols);
+    } else {
+      const float *x = add + r * cols;
+      for (ptrdiff_t c = 0; c < cols; ++c) y[c] = x[c] + bias[c];
+    }
+  }
+}
+
 /* Patch-matrix floats per chunk (16 MiB): LaMa's 32x32 maps in one sgemm (splitting it costs
  * ~5%), full-resolution maps in pieces instead of a patch matrix of hundreds of MB. */
 #define PATCH_CHUNK_FLOATS (1 << 22)
@@ -560,14 +582,73 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, 
       parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
     }
     float *out = y + (size_t)first * O;
-    if (bias != NULL)
-      for (ptrdiff_t r = 0; r < rows; ++r) memcpy(out + (size_t)r * O, bias, sizeof(float) * O);
+    if (bias != NULL) initial_c(out, bias, NULL, rows, O);
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, patches, (int)width, w,
           (int)width, bias != NULL ? 1.0f : 0.0f, out, O);
     if (act != ACT_NONE) activate_all(out, out, rows, O, act, threads);
   }
   free(cols);
   return 0;
+}
+
+/* ---- inverted residual (MobileNetV2's, TinyViT's MBConv), a band of rows per thread ----------
+ * y = act(x + project(act(depthwise3x3(act(expand(x)))))), each convolution with its BatchNorm
+ * folded into its weight and bias. As three convolutions, the expanded map (TinyViT at 1024 px:
+ * 256x256x256 floats, 268 MB) went through memory five times: written by the expand, read and
+ * written by the depthwise, read by the project, besides the activations' passes. Here a thread
+ * keeps only the three expanded rows the depthwise of one output row reads (a ring, in cache) and
+ * per output row makes one expand sgemm (the row below), the depthwise row, and one project sgemm
+ * whose initial C is x + bias. A band recomputes the expanded rows just above it. */
+typedef struct {
+  const float *x, *w1, *b1, *wd, *bd, *w3, *b3; /* x (N, H, W, C); w1 (E, C); wd (3, 3, E); w3 (C, E) */
+  float *y;                                     /* (N, H, W, C) */
+  int H, W, C, E, act;
+  atomic_int failed; /* no memory for a thread's rows: set, the caller falls back */
+} inverted_residual_args;
+
+ZOO_CLONES static void inverted_residual_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  inverted_residual_args *a = (inverted_residual_args *)p;
+  const int H = a->H, W = a->W, C = a->C, E = a->E;
+  const size_t row = (size_t)W * E;
+  float *ring = (float *)malloc(sizeof(float) * 4 * row); /* 3 expanded rows, then the depthwise's row */
+  if (ring == NULL) {
+    atomic_store(&a->failed, 1);
+    return;
+  }
+  float *mid = ring + 3 * row;
+  ptrdiff_t next = b - 1; /* the next (image * H + row) to expand; row g lives in ring slot g % 3 */
+  for (ptrdiff_t r = b; r < e; ++r) {
+    const int h = (int)(r % H);
+    const ptrdiff_t first = h > 0 ? r - 1 : r, last = h < H - 1 ? r + 1 : r;
+    if (next < first) next = first;
+    for (; next <= last; ++next) {
+      float *out = ring + (size_t)(next % 3) * row;
+      initial_c(out, a->b1, NULL, W, E);
+      sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, W, E, C, 1.0f, a->x + (size_t)next * W * C, C, a->w1, C,
+            1.0f, out, E);
+      activate(out, out, (ptrdiff_t)row, a->act);
+    }
+    const float *in[3] = {h > 0 ? ring + (size_t)((r - 1) % 3) * row : NULL, ring + (size_t)(r % 3) * row,
+                          h < H - 1 ? ring + (size_t)((r + 1) % 3) * row : NULL};
+    depthwise_row(in, a->wd, a->bd, mid, W, E, 3, 3, W, 1, 1, a->act);
+    float *out = a->y + (size_t)r * W * C;
+    initial_c(out, a->b3, a->x + (size_t)r * W * C, W, C);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, W, C, E, 1.0f, mid, E, a->w3, E, 1.0f, out, C);
+    activate(out, out, (ptrdiff_t)W * C, a->act);
+  }
+  free(ring);
+}
+
+/* y = act(x + project(act(depthwise3x3(act(expand(x)))))) over (N, H, W, C), the depthwise stride 1
+ * with zero padding 1; every weight with its bias (none NULL). Returns 0, or -1 when no sgemm was
+ * given or memory ran out (the caller falls back). */
+int zoo_inverted_residual_f32(const float *x, const float *w1, const float *b1, const float *wd, const float *bd,
+                              const float *w3, const float *b3, float *y, int N, int H, int W, int C, int E, int act,
+                              int threads) {
+  if (sgemm == NULL) return -1;
+  inverted_residual_args a = {x, w1, b1, wd, bd, w3, b3, y, H, W, C, E, act, 0};
+  parallel_products(inverted_residual_rows, &a, (ptrdiff_t)N * H, threads);
+  return atomic_load(&a.failed) ? -1 : 0;
 }
 
 /* ---- 3x3 stride-1 convolution as Winograd F(2x2, 3x3) ----------------------------------------
