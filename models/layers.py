@@ -57,6 +57,12 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     return cpu_ops.attention(q, k, v, scale, mask)
 
 
+def qkv_attention(qkv: mx.array, heads: int, scale: float, mask: mx.array | None = None) -> mx.array:
+    """Self-attention over the heads of a fused projection (B, N, heads * 3 * D), laid out (heads, (q, k, v),
+    D) per token -> (B, N, heads * D); an additive mask (N, N) or (heads, N, N), or none."""
+    return cpu_ops.qkv_attention(qkv, heads, scale, mask)
+
+
 def reflect_pad(x: mx.array, ph: int, pw: int | None = None) -> mx.array:
     """torch's reflect padding of H by ``ph`` and W by ``pw`` (default ``ph``), NHWC, as one gather."""
     return cpu_ops.reflect_pad(x, ph, pw)

@@ -17,8 +17,8 @@ import numpy as np
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import cpu as cpu_ops
-from zoo.models.layers import (GELU, BatchNorm, Conv2d, LayerNorm, Linear, Sequential, attention, conv_bn,
-                               fuses_on_cpu, fusing_on_cpu, split_heads, window_merge, window_partition)
+from zoo.models.layers import (GELU, BatchNorm, Conv2d, LayerNorm, Linear, Sequential, conv_bn, fuses_on_cpu,
+                               fusing_on_cpu, qkv_attention, window_merge, window_partition)
 
 EMBED_DIMS = (64, 128, 160, 320)
 DEPTHS = (2, 2, 6, 2)
@@ -165,13 +165,10 @@ class Attention(nn.Module):
         self._bias_index = mx.array(index)
 
     def __call__(self, x: mx.array) -> mx.array:
-        b, n, _ = x.shape
-        q, k, v = split_heads(self.qkv(self.norm(x)), self.num_heads)
         # Gathered on every call from the loaded table: upstream caches this gather
         # at eval() time, a cache that goes stale when weights are loaded later.
         bias = mx.take(self.attention_biases, self._bias_index, axis=1)
-        out = attention(q, k, v, self.scale, bias)
-        return self.proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
+        return self.proj(qkv_attention(self.qkv(self.norm(x)), self.num_heads, self.scale, bias))
 
 
 class Mlp(nn.Module):

@@ -75,7 +75,8 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
                 lib.zoo_inverted_residual_f32.argtypes = [_PTR] * 8 + [ctypes.c_int] * 7
-                lib.zoo_attention_f32.argtypes = [_PTR] * 4 + [size, ctypes.c_float, _PTR] + [size] * 5 + [ctypes.c_int]
+                lib.zoo_attention_f32.argtypes = ([_PTR] * 4 + [size, ctypes.c_float, _PTR, ctypes.POINTER(size)]
+                                                  + [size] * 6 + [ctypes.c_int])
                 from zoo import blas
 
                 # None (no OpenBLAS): zoo_conv2d_f32 declines
@@ -309,15 +310,49 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     out = _output((*lead, nq, dv)) if lib is not None else None
     host = _host(q, out, k, v) if lib is not None else None
     keys, values = (_host(k), _host(v)) if host is not None else (None, None)
-    bias = _host(mask) if host is not None and mask is not None else None
-    done = host is not None and lib.zoo_attention_f32(
-        _ptr(host), _ptr(keys), _ptr(values), None if bias is None else _ptr(bias),
-        0 if bias is None else bias.size // (nq * nk), scale, _ptr(_view(out)), products, nq, nk, d, dv,
-        _threads()) == 0
+    # each (batch, head) pair one contiguous matrix: (batch, head, row) strides (NQ*D, 0, D) etc.
+    done = host is not None and _attention_call(lib, host, keys, values, mask, scale, out,
+                                                (nq * d, 0, d, nk * d, 0, d, nk * dv, 0, dv, nq * dv, 0, dv),
+                                                products, 1, nq, nk, d, dv)
     _ran("attention (per-head products and softmax)", done)
     if not done:
         return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
     return _like(out, q)
+
+
+def qkv_attention(qkv: mx.array, heads: int, scale: float, mask: mx.array | None = None) -> mx.array:
+    """Self-attention over the heads of a fused projection: qkv (B, N, heads * 3 * D) laid out (heads,
+    (q, k, v), D) per token -> (B, N, heads * D), head h's softmax(scale * q k^T + mask[h]) v in its D
+    columns; mask (N, N) or (heads or 1, N, N), additive. On the CPU one C call that reads q, k and v
+    where they lie and writes each head into its columns: no split_heads copy before it and no
+    transposing copy after. Elsewhere (or with another mask) split_heads, attention() and a transpose."""
+    b, n, width = qkv.shape
+    d = width // (3 * heads)
+    fits = mask is None or (mask.dtype != mx.bool_ and mask.shape[-2:] == (n, n)
+                            and (mask.ndim == 2 or (mask.ndim == 3 and mask.shape[0] in (1, heads))))
+    lib = _library() if _fast_path() and fits and width == heads * 3 * d else None
+    out = _output((b, n, heads * d)) if lib is not None else None
+    host = _host(qkv, out) if lib is not None else None
+    row = width  # floats from one token's q to the next's
+    done = host is not None and _attention_call(
+        lib, *(host.reshape(b, n, heads, 3, d)[:, :, :, part] for part in range(3)), mask, scale, out,
+        (n * row, 3 * d, row) * 3 + (n * heads * d, d, heads * d), b, heads, n, n, d, d)
+    _ran("attention (heads of a fused qkv, products and softmax)", done)
+    if done:
+        return _like(out, qkv)
+    q, k, v = split_heads(qkv, heads)
+    return attention(q, k, v, scale, mask).transpose(0, 2, 1, 3).reshape(b, n, -1)
+
+
+def _attention_call(lib, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: mx.array | None, scale: float,
+                    out: mx.array, strides, batches: int, heads: int, nq: int, nk: int, d: int, dv: int) -> bool:
+    """zoo_attention_f32 over batches x heads (batch, head) pairs, q, k, v host arrays (or views: their
+    first element is where the matrices start), ``strides`` the (batch, head, row) strides of q, k, v
+    and out in floats; False where it could not run (the caller falls back)."""
+    bias = _host(mask) if mask is not None else None
+    return lib.zoo_attention_f32(
+        _ptr(q), _ptr(k), _ptr(v), None if bias is None else _ptr(bias), 0 if bias is None else bias.size // (nq * nk),
+        scale, _ptr(_view(out)), (ctypes.c_ssize_t * 12)(*strides), batches, heads, nq, nk, d, dv, _threads()) == 0
 
 
 def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:

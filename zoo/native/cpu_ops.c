@@ -818,13 +818,26 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
  * products per image, each waiting for OpenBLAS's second thread (on a loaded 2-core host ~1 ms
  * apiece: 11.8 s of a 17.5 s forward, 2026-11-29). Here each (batch, head) runs both products on
  * one OpenBLAS thread and the softmax between them in cache, the heads spread over our threads. */
+/* Where (batch b, head h)'s matrix of q, k, v and out starts and how far apart its rows are:
+ * element [row][j] at base + b * batch + h * head + row * row_stride + j. Contiguous (B, H, N, D)
+ * arrays have batch = H N D, head = N D, row = D; heads read straight out of a fused qkv
+ * projection (B, N, H, 3, D) and written into (B, N, H, DV) spare the two transposing copies. */
 typedef struct {
-  const float *q, *k, *v, *bias; /* (BH, NQ, D), (BH, NK, D), (BH, NK, DV), (planes, NQ, NK) or NULL */
-  float *out;                    /* (BH, NQ, DV) */
-  ptrdiff_t planes, NQ, NK, D, DV;
+  ptrdiff_t batch, head, row;
+} layout_t;
+
+typedef struct {
+  const float *q, *k, *v, *bias; /* NQ x D, NK x D, NK x DV matrices (layouts below); bias (planes, NQ, NK) or NULL */
+  float *out;                    /* NQ x DV matrices */
+  layout_t lq, lk, lv, lout;
+  ptrdiff_t heads, planes, NQ, NK, D, DV;
   float scale;
   atomic_int failed; /* no memory for a thread's scores: set, the caller falls back */
 } attention_args;
+
+static inline ptrdiff_t matrix_offset(layout_t l, ptrdiff_t bh, ptrdiff_t heads) {
+  return bh / heads * l.batch + bh % heads * l.head;
+}
 
 static void attention_heads(const void *p, ptrdiff_t b, ptrdiff_t e) {
   attention_args *a = (attention_args *)p;
@@ -835,24 +848,30 @@ static void attention_heads(const void *p, ptrdiff_t b, ptrdiff_t e) {
   }
   for (ptrdiff_t bh = b; bh < e; ++bh) {
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)a->NQ, (int)a->NK, (int)a->D, 1.0f,
-          a->q + bh * a->NQ * a->D, (int)a->D, a->k + bh * a->NK * a->D, (int)a->D, 0.0f, scores, (int)a->NK);
+          a->q + matrix_offset(a->lq, bh, a->heads), (int)a->lq.row, a->k + matrix_offset(a->lk, bh, a->heads),
+          (int)a->lk.row, 0.0f, scores, (int)a->NK);
     softmax_params sp = {a->bias == NULL ? NULL : a->bias + (bh % a->planes) * a->NQ * a->NK, a->NQ, a->scale};
     for (ptrdiff_t row = 0; row < a->NQ; ++row)
       softmax_row(&sp, scores + row * a->NK, scores + row * a->NK, row, a->NK);
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)a->NQ, (int)a->DV, (int)a->NK, 1.0f, scores,
-          (int)a->NK, a->v + bh * a->NK * a->DV, (int)a->DV, 0.0f, a->out + bh * a->NQ * a->DV, (int)a->DV);
+          (int)a->NK, a->v + matrix_offset(a->lv, bh, a->heads), (int)a->lv.row, 0.0f,
+          a->out + matrix_offset(a->lout, bh, a->heads), (int)a->lout.row);
   }
   free(scores);
 }
 
-/* out = softmax(scale * q k^T + bias) v per (batch, head) bh in [0, BH); bias plane bh % planes (NULL:
- * none). Returns 0, or -1 when no sgemm was given or memory ran out (the caller falls back). */
+/* out = softmax(scale * q k^T + bias) v per (batch, head) bh in [0, B * heads); bias plane bh % planes
+ * (NULL: none). ``strides``: the (batch, head, row) strides of q, k, v and out, 12 in all (layout_t).
+ * Returns 0, or -1 when no sgemm was given or memory ran out (the caller falls back). */
 int zoo_attention_f32(const float *q, const float *k, const float *v, const float *bias, ptrdiff_t planes,
-                      float scale, float *out, ptrdiff_t BH, ptrdiff_t NQ, ptrdiff_t NK, ptrdiff_t D, ptrdiff_t DV,
-                      int threads) {
+                      float scale, float *out, const ptrdiff_t *strides, ptrdiff_t B, ptrdiff_t heads, ptrdiff_t NQ,
+                      ptrdiff_t NK, ptrdiff_t D, ptrdiff_t DV, int threads) {
   if (sgemm == NULL) return -1;
-  attention_args a = {q, k, v, bias, out, planes > 0 ? planes : 1, NQ, NK, D, DV, scale, 0};
-  parallel_products(attention_heads, &a, BH, threads);
+  layout_t l[4];
+  for (int i = 0; i < 4; ++i) l[i] = (layout_t){strides[3 * i], strides[3 * i + 1], strides[3 * i + 2]};
+  attention_args a = {q, k, v, bias, out, l[0], l[1], l[2], l[3], heads, planes > 0 ? planes : 1, NQ, NK, D, DV,
+                      scale, 0};
+  parallel_products(attention_heads, &a, B * heads, threads);
   return atomic_load(&a.failed) ? -1 : 0;
 }
 
