@@ -150,6 +150,23 @@ def test_conv2d_matches_mlx(kernel, stride, padding, reflect, size, dtype):
 MLX_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": nn.silu, "gelu": nn.gelu}
 
 
+@pytest.mark.parametrize("activation", [None, "gelu"])
+@pytest.mark.parametrize("outputs,stride,reflect,size", [
+    (32, 2, False, (37, 40)),  # TinyViT's stem: 3x3 stride 2 over 3 channels, 27-float patch rows
+    (16, 2, False, (21, 20)), (5, 1, True, (9, 10)), (64, 1, False, (6, 5)),
+])
+def test_conv2d_of_short_patch_rows_matches_mlx(outputs, stride, reflect, size, activation):
+    # patch rows of at most 32 floats into at most 64 channels are multiplied in C instead of by sgemm
+    x = mx.random.normal((2, *size, 3), key=mx.random.key(21))
+    w = mx.random.normal((outputs, 3, 3, 3), key=mx.random.key(22))
+    b = mx.random.normal((outputs,), key=mx.random.key(23))
+    got = cpu.conv2d(x, w, b, stride, 1, reflect=reflect, activation=activation)
+    padded = mx.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect") if reflect else x
+    want = MLX_ACTIVATIONS[activation](mx.conv2d(padded, w, stride=stride, padding=0 if reflect else 1) + b)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
 @pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
 @pytest.mark.parametrize("kernel,stride,padding,size", [
     (1, 1, 0, (9, 10)),  # 1x1 stride 1: the input itself is the patch matrix

@@ -557,6 +557,61 @@ static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t r
  * ~5%), full-resolution maps in pieces instead of a patch matrix of hundreds of MB. */
 #define PATCH_CHUNK_FLOATS (1 << 22)
 
+/* Patch rows at most this wide, into at most DIRECT_MAX_OUTPUTS channels, are multiplied here instead
+ * of by sgemm: OpenBLAS ran TinyViT's first convolution (3x3 stride 2 over 3 channels: 27-float
+ * rows, 32 outputs, 1024 px) at ~8 GFLOP/s, its packing dominating so short a sum. */
+#define DIRECT_MAX_WIDTH 32
+#define DIRECT_MAX_OUTPUTS 64
+#define DIRECT_PIXELS 16
+
+typedef struct {
+  patch_args patches; /* its cols unused: each block gathers one output row at a time */
+  const float *wt;    /* (width, O): the weight transposed */
+  const float *bias;  /* (O) or NULL */
+  float *y;
+  int O, act;
+  atomic_int failed; /* no memory for a block's patch row: set, the caller falls back */
+} direct_args;
+
+/* Output rows (n, oh) in [b, e): gather the row's patches, then every output pixel is its bias plus
+ * each patch float times the weight's row for it, over the output channels (vectorised). */
+ZOO_CLONES static void direct_conv_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  direct_args *a = (direct_args *)p;
+  patch_args rows = a->patches;
+  const ptrdiff_t width = (ptrdiff_t)rows.KH * rows.KW * rows.C, O = a->O, OW = rows.OW;
+  rows.cols = (float *)malloc(sizeof(float) * (size_t)(OW * width));
+  if (rows.cols == NULL) {
+    atomic_store(&a->failed, 1);
+    return;
+  }
+  for (ptrdiff_t r = b; r < e; ++r) {
+    rows.first_pixel = r * OW;
+    patch_rows(&rows, 0, OW);
+    float *out = a->y + (size_t)(r * OW * O);
+    for (ptrdiff_t px = 0; px < OW; ++px) {
+      if (a->bias != NULL)
+        memcpy(out + px * O, a->bias, sizeof(float) * (size_t)O);
+      else
+        memset(out + px * O, 0, sizeof(float) * (size_t)O);
+    }
+    /* DIRECT_PIXELS pixels a tap at a time: their sums are independent chains (one pixel's taps in a
+     * row waited on each add's result through the store: 4x slower) */
+    for (ptrdiff_t first = 0; first < OW; first += DIRECT_PIXELS) {
+      const ptrdiff_t last = first + DIRECT_PIXELS < OW ? first + DIRECT_PIXELS : OW;
+      for (ptrdiff_t t = 0; t < width; ++t) {
+        const float *restrict w = a->wt + t * O;
+        for (ptrdiff_t px = first; px < last; ++px) {
+          float *restrict o = out + px * O;
+          const float v = rows.cols[px * width + t];
+          for (ptrdiff_t c = 0; c < O; ++c) o[c] += v * w[c];
+        }
+      }
+    }
+    activate(out, out, OW * O, a->act);
+  }
+  free(rows.cols);
+}
+
 /* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL)), act an ACT_*
  * code applied to each chunk after its sgemm (chunks small enough to stay in cache took more sgemm
  * calls and measured slower: docs/speed-cpu.md). A 1x1 stride-1 convolution without padding
@@ -565,8 +620,18 @@ static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t r
 int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, int N, int H, int W, int C, int O,
                    int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH, int OW, int act,
                    int threads) {
-  if (sgemm == NULL) return -1;
   const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
+  if (width <= DIRECT_MAX_WIDTH && O <= DIRECT_MAX_OUTPUTS) {
+    float *wt = (float *)malloc(sizeof(float) * (size_t)(width * O));
+    if (wt == NULL) return -1;
+    for (ptrdiff_t o = 0; o < O; ++o)
+      for (ptrdiff_t t = 0; t < width; ++t) wt[t * O + o] = w[o * width + t];
+    direct_args d = {{x, NULL, 0, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect}, wt, bias, y, O, act, 0};
+    parallel_for(direct_conv_rows, &d, (ptrdiff_t)N * OH, pixels * width * O < UNARY_GRAIN ? 1 : threads);
+    free(wt);
+    return atomic_load(&d.failed) ? -1 : 0;
+  }
+  if (sgemm == NULL) return -1;
   const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad_top == 0 && pad_left == 0 && OH == H && OW == W;
   ptrdiff_t chunk = PATCH_CHUNK_FLOATS / (width > O ? width : O);
   if (chunk < 64) chunk = 64;
