@@ -267,10 +267,11 @@ class Linear(nn.Linear):
     """nn.Linear (same parameters and names); on the CPU one sgemm whose initial C is the bias
     (zoo.kernels.cpu.linear)."""
 
-    def __call__(self, x: mx.array, activation: str | None = None) -> mx.array:
-        """activation(x @ weight.T + bias); on the CPU the activation applied by the product's C call
-        (callers pass it only where ``fusing_on_cpu``: the validator records the activation apart)."""
-        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None, activation)
+    def __call__(self, x: mx.array, activation: str | None = None, residual: mx.array | None = None) -> mx.array:
+        """activation(x @ weight.T + bias + residual); on the CPU the activation and the residual (an array of
+        the output's shape) applied by the product's C call (callers pass them only where ``fusing_on_cpu``:
+        the validator records the layers apart)."""
+        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None, activation, residual)
 
 
 def cpu_winograd(conv: nn.Conv2d, weight: mx.array, padding) -> mx.array | None:

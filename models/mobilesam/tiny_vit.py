@@ -167,8 +167,12 @@ class Attention(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         # Gathered on every call from the loaded table: upstream caches this gather
         # at eval() time, a cache that goes stale when weights are loaded later.
+        return self.proj(self.heads(x))
+
+    def heads(self, x: mx.array) -> mx.array:
+        """The heads' outputs side by side, before the output projection (a per-token Linear)."""
         bias = mx.take(self.attention_biases, self._bias_index, axis=1)
-        return self.proj(qkv_attention(self.qkv(self.norm(x)), self.num_heads, self.scale, bias))
+        return qkv_attention(self.qkv(self.norm(x)), self.num_heads, self.scale, bias)
 
 
 class Mlp(nn.Module):
@@ -199,16 +203,29 @@ class TinyViTBlock(nn.Module):
 
     def windowed_attention(self, x: mx.array) -> mx.array:
         b, length, c = x.shape
+        x = self.attn(self.windows(x))
+        return window_merge(x, self.input_resolution, self.window).reshape(b, length, c)
+
+    def windows(self, x: mx.array) -> mx.array:
+        b, length, c = x.shape
         # Zero padding goes in before the attention's LayerNorm: the padded tokens
         # become the norm's bias and take part in the softmax, as upstream.
-        x = window_partition(x.reshape(b, *self.input_resolution, c), self.window)
-        x = self.attn(x)
-        return window_merge(x, self.input_resolution, self.window).reshape(b, length, c)
+        return window_partition(x.reshape(b, *self.input_resolution, c), self.window)
 
     def __call__(self, x: mx.array) -> mx.array:
         b, length, c = x.shape
-        x = self.shortcut(x) + self.windowed_attention(x)
+        if fusing_on_cpu():
+            # The output projection and the MLP's last Linear are per-token products: on the CPU they take
+            # the residual as their sgemm's initial C (no add of their own), the projection after the
+            # windows are merged (the padded tokens it then skips are dropped by the merge anyway).
+            heads = window_merge(self.attn.heads(self.windows(x)), self.input_resolution, self.window)
+            x = self.attn.proj(heads.reshape(b, length, c), residual=x)
+        else:
+            x = self.shortcut(x) + self.windowed_attention(x)
         x = self.local_conv(x.reshape(b, *self.input_resolution, c)).reshape(b, length, c)
+        if fusing_on_cpu():
+            mlp = self.mlp
+            return mlp.fc2(gelu_after(mlp.fc1, mlp.act, mlp.norm(x)), residual=x)
         return self.shortcut(x) + self.mlp(x)
 
 

@@ -71,7 +71,7 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_split_heads_f32.argtypes = [_PTR] * 4 + [size] * 5 + [ctypes.c_int]
                 lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
-                lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 15
+                lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
                 lib.zoo_inverted_residual_f32.argtypes = [_PTR] * 8 + [ctypes.c_int] * 7
@@ -383,13 +383,15 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: m
 
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
-           reflect: bool = False, activation: str | None = None, *, op: str = "conv2d") -> mx.array:
-    """activation(mx.conv2d(x, weight, stride, padding) + bias) for weight (O, KH, KW, I), no groups or
-    dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be smaller
-    than the input); activation None, "relu", "silu" or "gelu" (exact). On the CPU: patch rows
+           reflect: bool = False, activation: str | None = None, *, residual: mx.array | None = None,
+           op: str = "conv2d") -> mx.array:
+    """activation(mx.conv2d(x, weight, stride, padding) + bias + residual) for weight (O, KH, KW, I), no
+    groups or dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be
+    smaller than the input); activation None, "relu", "silu" or "gelu" (exact); ``residual`` (an
+    array of the output's shape, or None) added before the activation. On the CPU: patch rows
     gathered in C (a 1x1 stride-1 convolution multiplies the input itself) and one OpenBLAS sgemm
-    per chunk, the bias its initial C, the activation applied to each chunk after its product.
-    ``op``: what zoo.kernels.coverage calls the caller's op."""
+    per chunk, the bias plus the residual its initial C, the activation applied to each chunk after
+    its product. ``op``: what zoo.kernels.coverage calls the caller's op."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
     co, kh, kw, ci = weight.shape
@@ -398,19 +400,21 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     # reflect padding reads in place only where it is defined (smaller than the map); sizes that
     # leave no output, or an undefined reflection, go to MLX, whose pad and conv say what is wrong
     fits = min(oh, ow) > 0 and not (reflect and max(ph - h, pw - w) >= 0)
+    if residual is not None and tuple(residual.shape) != (n, oh, ow, co):
+        raise ValueError(f"conv2d: residual {tuple(residual.shape)} is not the output's shape {(n, oh, ow, co)}")
     lib = _library() if _fast_path() and sh == sw and fits else None
     out = _output((n, oh, ow, co)) if lib is not None else None
-    host = _host(x, out) if lib is not None else None
+    host = _host(x, out, *(() if residual is None else (residual,))) if lib is not None else None
     wt = _host(weight) if host is not None else None
     b = _host(bias) if wt is not None and bias is not None else None
-    if wt is None:
-        _ran(op, None)
-        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
-    done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, ci,
-                              co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads())
-    _ran(op, done == 0)
-    if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
-        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
+    add = _host(residual) if wt is not None and residual is not None else None
+    done = wt is not None and lib.zoo_conv2d_f32(
+        _ptr(host), _ptr(wt), None if b is None else _ptr(b), None if add is None else _ptr(add), _ptr(_view(out)), n,
+        h, w, ci, co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads()) == 0
+    _ran(op, done)
+    if not done:  # MLX's (a trace, another device), or no OpenBLAS to call, or no memory for the patch rows
+        y = _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
+        return biased_activation(y if residual is None else y + residual, None, activation)
     return _like(out, x)
 
 
@@ -479,14 +483,18 @@ def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: i
 LINEAR_MIN_ELEMENTS = 1 << 16
 
 
-def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activation: str | None = None) -> mx.array:
-    """activation(nn.Linear's x @ weight.T + bias) over the last axis; on the CPU, from
-    LINEAR_MIN_ELEMENTS inputs, one sgemm whose initial C is the bias (MLX's addmm first copies the
-    broadcast bias with a strided loop), the activation applied by the same C call; else MLX's ops."""
+def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activation: str | None = None,
+           residual: mx.array | None = None) -> mx.array:
+    """activation(nn.Linear's x @ weight.T + bias + residual) over the last axis (``residual``: an array of
+    the output's shape, or None); on the CPU, from LINEAR_MIN_ELEMENTS inputs, one sgemm whose initial C
+    is the bias plus the residual (MLX's addmm first copies the broadcast bias with a strided loop), the
+    activation applied by the same C call; else MLX's ops."""
     if not _fast_path() or _library() is None or x.size < LINEAR_MIN_ELEMENTS:
-        return ACTIVATION_OPS[activation](x @ weight.T if bias is None else mx.addmm(bias, x, weight.T))
+        y = x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+        return ACTIVATION_OPS[activation](y if residual is None else y + residual)
     out, k = weight.shape
-    rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, activation=activation, op="linear")
+    rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, activation=activation,
+                  residual=None if residual is None else residual.reshape(1, 1, -1, out), op="linear")
     return rows.reshape(*x.shape[:-1], out)
 
 

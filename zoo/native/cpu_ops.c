@@ -541,15 +541,17 @@ static void patch_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
   }
 }
 
-/* y (rows, cols) = bias in every row, as a sgemm's initial C; plus ``add`` (rows, cols) unless NULL */
+/* y (rows, cols) = bias (cols) in every row plus add (rows, cols), either NULL (none; both: zeros):
+ * a product's initial C, its bias and a residual */
 static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t rows, ptrdiff_t cols) {
   for (ptrdiff_t r = 0; r < rows; ++r, y += cols) {
-    if (add == NULL) {
-      memcpy(y, bias, sizeof(float) * (size_t)cols);
-    } else {
-      const float *x = add + r * cols;
+    const float *x = add == NULL ? NULL : add + r * cols;
+    if (x != NULL && bias != NULL)
       for (ptrdiff_t c = 0; c < cols; ++c) y[c] = x[c] + bias[c];
-    }
+    else if (x != NULL || bias != NULL)
+      memcpy(y, x != NULL ? x : bias, sizeof(float) * (size_t)cols);
+    else
+      memset(y, 0, sizeof(float) * (size_t)cols);
   }
 }
 
@@ -568,6 +570,7 @@ typedef struct {
   patch_args patches; /* its cols unused: each block gathers one output row at a time */
   const float *wt;    /* (width, O): the weight transposed */
   const float *bias;  /* (O) or NULL */
+  const float *add;   /* (N, OH, OW, O) or NULL */
   float *y;
   int O, act;
   atomic_int failed; /* no memory for a block's patch row: set, the caller falls back */
@@ -588,12 +591,7 @@ ZOO_CLONES static void direct_conv_rows(const void *p, ptrdiff_t b, ptrdiff_t e)
     rows.first_pixel = r * OW;
     patch_rows(&rows, 0, OW);
     float *out = a->y + (size_t)(r * OW * O);
-    for (ptrdiff_t px = 0; px < OW; ++px) {
-      if (a->bias != NULL)
-        memcpy(out + px * O, a->bias, sizeof(float) * (size_t)O);
-      else
-        memset(out + px * O, 0, sizeof(float) * (size_t)O);
-    }
+    initial_c(out, a->bias, a->add == NULL ? NULL : a->add + r * OW * O, OW, O);
     /* DIRECT_PIXELS pixels a tap at a time: their sums are independent chains (one pixel's taps in a
      * row waited on each add's result through the store: 4x slower) */
     for (ptrdiff_t first = 0; first < OW; first += DIRECT_PIXELS) {
@@ -612,12 +610,13 @@ ZOO_CLONES static void direct_conv_rows(const void *p, ptrdiff_t b, ptrdiff_t e)
   free(rows.cols);
 }
 
-/* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL)), act an ACT_*
+/* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL) + add (N, OH, OW, O, or
+ * NULL: a residual)), act an ACT_*
  * code applied to each chunk after its sgemm (chunks small enough to stay in cache took more sgemm
  * calls and measured slower: docs/speed-cpu.md). A 1x1 stride-1 convolution without padding
  * multiplies the input itself (its patch rows are its pixels). Returns 0, or -1 when no sgemm
  * was given or memory ran out (nothing written: the caller falls back). */
-int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, int N, int H, int W, int C, int O,
+int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const float *add, float *y, int N, int H, int W, int C, int O,
                    int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH, int OW, int act,
                    int threads) {
   const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
@@ -626,7 +625,8 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, 
     if (wt == NULL) return -1;
     for (ptrdiff_t o = 0; o < O; ++o)
       for (ptrdiff_t t = 0; t < width; ++t) wt[t * O + o] = w[o * width + t];
-    direct_args d = {{x, NULL, 0, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect}, wt, bias, y, O, act, 0};
+    direct_args d = {{x, NULL, 0, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect}, wt, bias, add, y, O, act,
+                     0};
     parallel_for(direct_conv_rows, &d, (ptrdiff_t)N * OH, pixels * width * O < UNARY_GRAIN ? 1 : threads);
     free(wt);
     return atomic_load(&d.failed) ? -1 : 0;
@@ -647,9 +647,10 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, 
       parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
     }
     float *out = y + (size_t)first * O;
-    if (bias != NULL) initial_c(out, bias, NULL, rows, O);
+    const int initial = bias != NULL || add != NULL;
+    if (initial) initial_c(out, bias, add == NULL ? NULL : add + (size_t)first * O, rows, O);
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, patches, (int)width, w,
-          (int)width, bias != NULL ? 1.0f : 0.0f, out, O);
+          (int)width, initial ? 1.0f : 0.0f, out, O);
     if (act != ACT_NONE) activate_all(out, out, rows, O, act, threads);
   }
   free(cols);
