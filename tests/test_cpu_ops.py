@@ -389,6 +389,19 @@ def test_attention_over_a_fused_qkv_matches_split_heads_and_attention(mask_shape
     assert ("attention (heads of a fused qkv, products and softmax)", coverage.CPU_FORM) in noted
 
 
+@pytest.mark.parametrize("rows", [3, 4099])  # MLX's addmm below LINEAR_MIN_ELEMENTS inputs, blocks of rows in C above
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_linear_adds_a_residual_before_its_activation(rows, activation):
+    keys = iter(mx.random.split(mx.random.key(38), 4))
+    x = mx.random.normal((1, rows, 40), key=next(keys))
+    w, b = mx.random.normal((24, 40), key=next(keys)), mx.random.normal((24,), key=next(keys))
+    residual = mx.random.normal((1, rows, 24), key=next(keys))
+    want = MLX_ACTIVATIONS[activation](x @ w.T + b + residual)
+    got = layers.Linear(40, 24)
+    got.update({"weight": w, "bias": b})
+    assert mx.abs(got(x, activation, residual=residual) - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
 @pytest.mark.parametrize("size", [(1, 5, 6), (2, 9, 4)])
 def test_inverted_residual_matches_its_convolutions(size):
     # expand 1x1, depthwise 3x3, project 1x1, GELU after each and after the residual; odd maps and a

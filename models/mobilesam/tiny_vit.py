@@ -165,12 +165,12 @@ class Attention(nn.Module):
         self._bias_index = mx.array(index)
 
     def __call__(self, x: mx.array) -> mx.array:
-        # Gathered on every call from the loaded table: upstream caches this gather
-        # at eval() time, a cache that goes stale when weights are loaded later.
         return self.proj(self.heads(x))
 
     def heads(self, x: mx.array) -> mx.array:
         """The heads' outputs side by side, before the output projection (a per-token Linear)."""
+        # Gathered on every call from the loaded table: upstream caches this gather
+        # at eval() time, a cache that goes stale when weights are loaded later.
         bias = mx.take(self.attention_biases, self._bias_index, axis=1)
         return qkv_attention(self.qkv(self.norm(x)), self.num_heads, self.scale, bias)
 

@@ -389,9 +389,10 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     groups or dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be
     smaller than the input); activation None, "relu", "silu" or "gelu" (exact); ``residual`` (an
     array of the output's shape, or None) added before the activation. On the CPU: patch rows
-    gathered in C (a 1x1 stride-1 convolution multiplies the input itself) and one OpenBLAS sgemm
-    per chunk, the bias plus the residual its initial C, the activation applied to each chunk after
-    its product. ``op``: what zoo.kernels.coverage calls the caller's op."""
+    gathered in C and one OpenBLAS sgemm per chunk (patch rows of at most 32 floats into at most 64
+    channels multiplied in C; a 1x1 stride-1 convolution multiplies the input itself, in blocks of rows
+    over the threads), the bias plus the residual its initial C, the activation applied to each chunk
+    after its product. ``op``: what zoo.kernels.coverage calls the caller's op."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
     co, kh, kw, ci = weight.shape
