@@ -57,6 +57,12 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     return cpu_ops.attention(q, k, v, scale, mask)
 
 
+def qkv_attention(qkv: mx.array, heads: int, scale: float, mask: mx.array | None = None) -> mx.array:
+    """Self-attention over the heads of a fused projection (B, N, heads * 3 * D), laid out (heads, (q, k, v),
+    D) per token -> (B, N, heads * D); an additive mask (N, N) or (heads, N, N), or none."""
+    return cpu_ops.qkv_attention(qkv, heads, scale, mask)
+
+
 def reflect_pad(x: mx.array, ph: int, pw: int | None = None) -> mx.array:
     """torch's reflect padding of H by ``ph`` and W by ``pw`` (default ``ph``), NHWC, as one gather."""
     return cpu_ops.reflect_pad(x, ph, pw)
@@ -202,9 +208,14 @@ class Conv2d(nn.Conv2d):
         fold, computed in float32 and stored in the weight's dtype, as a compiled forward stores it;
         kept until a weight is replaced) and the activation applied by the C routine in place: no
         BatchNorm pass and no new array for the activation (layers.fuses_on_cpu says where)."""
-        forms = kept(self, "_batch_norm_forms", (self, bn),
-                     lambda: self.forms(*(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn))))
+        forms = self.batch_norm_forms(bn)
         return cpu_ops.per_image(lambda image: self._forward(image, forms, activation), x)
+
+    def batch_norm_forms(self, bn: nn.BatchNorm) -> dict[str, mx.array | None]:
+        """``forms`` of the weight and bias with ``bn`` folded in (zoo.compiled's fold, computed in float32
+        and stored in the weight's dtype), kept until a weight is replaced."""
+        return kept(self, "_batch_norm_forms", (self, bn),
+                    lambda: self.forms(*(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn))))
 
     def forms(self, weight: mx.array, bias: mx.array | None) -> dict[str, mx.array | None]:
         """{weight, bias} and, where this convolution runs as Winograd's form on the CPU
@@ -256,10 +267,11 @@ class Linear(nn.Linear):
     """nn.Linear (same parameters and names); on the CPU one sgemm whose initial C is the bias
     (zoo.kernels.cpu.linear)."""
 
-    def __call__(self, x: mx.array, activation: str | None = None) -> mx.array:
-        """activation(x @ weight.T + bias); on the CPU the activation applied by the product's C call
-        (callers pass it only where ``fusing_on_cpu``: the validator records the activation apart)."""
-        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None, activation)
+    def __call__(self, x: mx.array, activation: str | None = None, residual: mx.array | None = None) -> mx.array:
+        """activation(x @ weight.T + bias + residual); on the CPU the activation and the residual (an array of
+        the output's shape) applied by the product's C call (callers pass them only where ``fusing_on_cpu``:
+        the validator records the layers apart)."""
+        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None, activation, residual)
 
 
 def cpu_winograd(conv: nn.Conv2d, weight: mx.array, padding) -> mx.array | None:

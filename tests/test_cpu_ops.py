@@ -150,6 +150,23 @@ def test_conv2d_matches_mlx(kernel, stride, padding, reflect, size, dtype):
 MLX_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": nn.silu, "gelu": nn.gelu}
 
 
+@pytest.mark.parametrize("activation", [None, "gelu"])
+@pytest.mark.parametrize("outputs,stride,reflect,size", [
+    (32, 2, False, (37, 40)),  # TinyViT's stem: 3x3 stride 2 over 3 channels, 27-float patch rows
+    (16, 2, False, (21, 20)), (5, 1, True, (9, 10)), (64, 1, False, (6, 5)),
+])
+def test_conv2d_of_short_patch_rows_matches_mlx(outputs, stride, reflect, size, activation):
+    # patch rows of at most 32 floats into at most 64 channels are multiplied in C instead of by sgemm
+    x = mx.random.normal((2, *size, 3), key=mx.random.key(21))
+    w = mx.random.normal((outputs, 3, 3, 3), key=mx.random.key(22))
+    b = mx.random.normal((outputs,), key=mx.random.key(23))
+    got = cpu.conv2d(x, w, b, stride, 1, reflect=reflect, activation=activation)
+    padded = mx.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect") if reflect else x
+    want = MLX_ACTIVATIONS[activation](mx.conv2d(padded, w, stride=stride, padding=0 if reflect else 1) + b)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
 @pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
 @pytest.mark.parametrize("kernel,stride,padding,size", [
     (1, 1, 0, (9, 10)),  # 1x1 stride 1: the input itself is the patch matrix
@@ -350,6 +367,60 @@ def test_attention_of_other_lengths_and_masks_matches_mlx(mask_shape):
     keep = mx.random.uniform(key=mx.random.key(34), shape=(6, 80)) > 0.3  # a boolean mask: which keys count
     assert mx.allclose(cpu.attention(q, k, v, 0.25, keep),
                        mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=keep), atol=1e-6).item()
+
+
+@pytest.mark.parametrize("mask_shape", [None, (7, 7), (3, 7, 7), (2, 7, 7)])
+def test_attention_over_a_fused_qkv_matches_split_heads_and_attention(mask_shape):
+    # TinyViT's layout: per token (heads, (q, k, v), D); the C form reads the heads where they lie and
+    # writes each into its columns; a mask of other planes (2 for 3 heads) broadcasts as MLX's ops
+    qkv = mx.random.normal((4, 7, 3 * 3 * 8), key=mx.random.key(35))
+    mask = None if mask_shape is None else mx.random.normal(mask_shape, key=mx.random.key(36))
+    q, k, v = (a.astype(mx.float32) for a in qkv.reshape(4, 7, 3, 3, 8).transpose(3, 0, 2, 1, 4))
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append((op, impl))):
+        if mask_shape == (2, 7, 7):
+            with pytest.raises(ValueError):  # as MLX's attention refuses it
+                mx.eval(cpu.qkv_attention(qkv, 3, 0.3, mask))
+            return
+        got = cpu.qkv_attention(qkv, 3, 0.3, mask)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.3, mask=mask).transpose(0, 2, 1, 3).reshape(4, 7, 24)
+    assert got.shape == (4, 7, 24)
+    assert mx.abs(got - want).max().item() <= 1e-6 * mx.abs(want).max().item()
+    assert ("attention (heads of a fused qkv, products and softmax)", coverage.CPU_FORM) in noted
+
+
+@pytest.mark.parametrize("rows", [3, 4099])  # MLX's addmm below LINEAR_MIN_ELEMENTS inputs, blocks of rows in C above
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_linear_adds_a_residual_before_its_activation(rows, activation):
+    keys = iter(mx.random.split(mx.random.key(38), 4))
+    x = mx.random.normal((1, rows, 40), key=next(keys))
+    w, b = mx.random.normal((24, 40), key=next(keys)), mx.random.normal((24,), key=next(keys))
+    residual = mx.random.normal((1, rows, 24), key=next(keys))
+    want = MLX_ACTIVATIONS[activation](x @ w.T + b + residual)
+    got = layers.Linear(40, 24)
+    got.update({"weight": w, "bias": b})
+    assert mx.abs(got(x, activation, residual=residual) - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("size", [(1, 5, 6), (2, 9, 4)])
+def test_inverted_residual_matches_its_convolutions(size):
+    # expand 1x1, depthwise 3x3, project 1x1, GELU after each and after the residual; odd maps and a
+    # batch whose images' rows the threads' bands cross
+    n, h, w = size
+    c, e = 16, 64
+    keys = iter(mx.random.split(mx.random.key(37), 7))
+    x = mx.random.normal((n, h, w, c), key=next(keys))
+    expand = {"weight": mx.random.normal((e, 1, 1, c), key=next(keys)) * 0.3, "bias": mx.random.normal((e,), key=next(keys))}
+    depthwise = {"weight": mx.random.normal((e, 3, 3, 1), key=next(keys)) * 0.3, "bias": mx.random.normal((e,), key=next(keys))}
+    project = {"weight": mx.random.normal((c, 1, 1, e), key=next(keys)) * 0.2, "bias": mx.random.normal((c,), key=next(keys))}
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append((op, impl))):
+        got = cpu.inverted_residual(x, expand, depthwise, project, "gelu")
+    y = nn.gelu(mx.conv2d(x, expand["weight"]) + expand["bias"])
+    y = nn.gelu(mx.conv2d(y, depthwise["weight"], padding=1, groups=e) + depthwise["bias"])
+    want = nn.gelu(x + mx.conv2d(y, project["weight"]) + project["bias"])
+    assert ("inverted residual (expand, depthwise, project)", coverage.CPU_FORM) in noted
+    assert mx.abs(got - want).max().item() <= 1e-5 * mx.abs(want).max().item()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

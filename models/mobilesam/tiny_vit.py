@@ -16,8 +16,9 @@ import numpy as np
 
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
-from zoo.models.layers import (GELU, BatchNorm, Conv2d, LayerNorm, Linear, Sequential, attention, conv_bn,
-                               fuses_on_cpu, fusing_on_cpu, split_heads, window_merge, window_partition)
+from zoo.kernels import cpu as cpu_ops
+from zoo.models.layers import (GELU, BatchNorm, Conv2d, LayerNorm, Linear, Sequential, conv_bn, fuses_on_cpu,
+                               fusing_on_cpu, qkv_attention, window_merge, window_partition)
 
 EMBED_DIMS = (64, 128, 160, 320)
 DEPTHS = (2, 2, 6, 2)
@@ -80,8 +81,20 @@ class MBConv(nn.Module):
         return x
 
     def __call__(self, x: mx.array) -> mx.array:
+        if all(fuses_on_cpu(block.c, block.bn) for block in (self.conv1, self.conv2, self.conv3)):
+            return cpu_ops.per_image(self._fused, x)
+        return self._apart(x)
+
+    def _apart(self, x: mx.array) -> mx.array:
         out = self.conv3(gelu_after(self.conv2, self.act2, gelu_after(self.conv1, self.act1, x)))
         return self.act3(out + self.shortcut(x))
+
+    def _fused(self, x: mx.array) -> mx.array:
+        """One C call (zoo.kernels.cpu.inverted_residual): the three convolutions with their BatchNorms
+        folded in, the GELUs and the residual, row by row; the layers apart where it cannot run."""
+        y = cpu_ops.inverted_residual(x, *(block.c.batch_norm_forms(block.bn)
+                                           for block in (self.conv1, self.conv2, self.conv3)), "gelu")
+        return self._apart(x) if y is None else y
 
 
 class PatchMerging(nn.Module):
@@ -152,13 +165,14 @@ class Attention(nn.Module):
         self._bias_index = mx.array(index)
 
     def __call__(self, x: mx.array) -> mx.array:
-        b, n, _ = x.shape
-        q, k, v = split_heads(self.qkv(self.norm(x)), self.num_heads)
+        return self.proj(self.heads(x))
+
+    def heads(self, x: mx.array) -> mx.array:
+        """The heads' outputs side by side, before the output projection (a per-token Linear)."""
         # Gathered on every call from the loaded table: upstream caches this gather
         # at eval() time, a cache that goes stale when weights are loaded later.
         bias = mx.take(self.attention_biases, self._bias_index, axis=1)
-        out = attention(q, k, v, self.scale, bias)
-        return self.proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
+        return qkv_attention(self.qkv(self.norm(x)), self.num_heads, self.scale, bias)
 
 
 class Mlp(nn.Module):
@@ -189,16 +203,29 @@ class TinyViTBlock(nn.Module):
 
     def windowed_attention(self, x: mx.array) -> mx.array:
         b, length, c = x.shape
+        x = self.attn(self.windows(x))
+        return window_merge(x, self.input_resolution, self.window).reshape(b, length, c)
+
+    def windows(self, x: mx.array) -> mx.array:
+        b, length, c = x.shape
         # Zero padding goes in before the attention's LayerNorm: the padded tokens
         # become the norm's bias and take part in the softmax, as upstream.
-        x = window_partition(x.reshape(b, *self.input_resolution, c), self.window)
-        x = self.attn(x)
-        return window_merge(x, self.input_resolution, self.window).reshape(b, length, c)
+        return window_partition(x.reshape(b, *self.input_resolution, c), self.window)
 
     def __call__(self, x: mx.array) -> mx.array:
         b, length, c = x.shape
-        x = self.shortcut(x) + self.windowed_attention(x)
+        if fusing_on_cpu():
+            # The output projection and the MLP's last Linear are per-token products: on the CPU they take
+            # the residual as their sgemm's initial C (no add of their own), the projection after the
+            # windows are merged (the padded tokens it then skips are dropped by the merge anyway).
+            heads = window_merge(self.attn.heads(self.windows(x)), self.input_resolution, self.window)
+            x = self.attn.proj(heads.reshape(b, length, c), residual=x)
+        else:
+            x = self.shortcut(x) + self.windowed_attention(x)
         x = self.local_conv(x.reshape(b, *self.input_resolution, c)).reshape(b, length, c)
+        if fusing_on_cpu():
+            mlp = self.mlp
+            return mlp.fc2(gelu_after(mlp.fc1, mlp.act, mlp.norm(x)), residual=x)
         return self.shortcut(x) + self.mlp(x)
 
 

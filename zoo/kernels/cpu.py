@@ -71,10 +71,12 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_split_heads_f32.argtypes = [_PTR] * 4 + [size] * 5 + [ctypes.c_int]
                 lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
-                lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 15
+                lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
-                lib.zoo_attention_f32.argtypes = [_PTR] * 4 + [size, ctypes.c_float, _PTR] + [size] * 5 + [ctypes.c_int]
+                lib.zoo_inverted_residual_f32.argtypes = [_PTR] * 8 + [ctypes.c_int] * 7
+                lib.zoo_attention_f32.argtypes = ([_PTR] * 4 + [size, ctypes.c_float, _PTR, ctypes.POINTER(size)]
+                                                  + [size] * 6 + [ctypes.c_int])
                 from zoo import blas
 
                 # None (no OpenBLAS): zoo_conv2d_f32 declines
@@ -308,15 +310,49 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     out = _output((*lead, nq, dv)) if lib is not None else None
     host = _host(q, out, k, v) if lib is not None else None
     keys, values = (_host(k), _host(v)) if host is not None else (None, None)
-    bias = _host(mask) if host is not None and mask is not None else None
-    done = host is not None and lib.zoo_attention_f32(
-        _ptr(host), _ptr(keys), _ptr(values), None if bias is None else _ptr(bias),
-        0 if bias is None else bias.size // (nq * nk), scale, _ptr(_view(out)), products, nq, nk, d, dv,
-        _threads()) == 0
+    # each (batch, head) pair one contiguous matrix: (batch, head, row) strides (NQ*D, 0, D) etc.
+    done = host is not None and _attention_call(lib, host, keys, values, mask, scale, out,
+                                                (nq * d, 0, d, nk * d, 0, d, nk * dv, 0, dv, nq * dv, 0, dv),
+                                                products, 1, nq, nk, d, dv)
     _ran("attention (per-head products and softmax)", done)
     if not done:
         return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
     return _like(out, q)
+
+
+def qkv_attention(qkv: mx.array, heads: int, scale: float, mask: mx.array | None = None) -> mx.array:
+    """Self-attention over the heads of a fused projection: qkv (B, N, heads * 3 * D) laid out (heads,
+    (q, k, v), D) per token -> (B, N, heads * D), head h's softmax(scale * q k^T + mask[h]) v in its D
+    columns; mask (N, N) or (heads or 1, N, N), additive. On the CPU one C call that reads q, k and v
+    where they lie and writes each head into its columns: no split_heads copy before it and no
+    transposing copy after. Elsewhere (or with another mask) split_heads, attention() and a transpose."""
+    b, n, width = qkv.shape
+    d = width // (3 * heads)
+    fits = mask is None or (mask.dtype != mx.bool_ and mask.shape[-2:] == (n, n)
+                            and (mask.ndim == 2 or (mask.ndim == 3 and mask.shape[0] in (1, heads))))
+    lib = _library() if _fast_path() and fits and width == heads * 3 * d else None
+    out = _output((b, n, heads * d)) if lib is not None else None
+    host = _host(qkv, out) if lib is not None else None
+    row = width  # floats from one token's q to the next's
+    done = host is not None and _attention_call(
+        lib, *(host.reshape(b, n, heads, 3, d)[:, :, :, part] for part in range(3)), mask, scale, out,
+        (n * row, 3 * d, row) * 3 + (n * heads * d, d, heads * d), b, heads, n, n, d, d)
+    _ran("attention (heads of a fused qkv, products and softmax)", done)
+    if done:
+        return _like(out, qkv)
+    q, k, v = split_heads(qkv, heads)
+    return attention(q, k, v, scale, mask).transpose(0, 2, 1, 3).reshape(b, n, -1)
+
+
+def _attention_call(lib, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: mx.array | None, scale: float,
+                    out: mx.array, strides, batches: int, heads: int, nq: int, nk: int, d: int, dv: int) -> bool:
+    """zoo_attention_f32 over batches x heads (batch, head) pairs, q, k, v host arrays (or views: their
+    first element is where the matrices start), ``strides`` the (batch, head, row) strides of q, k, v
+    and out in floats; False where it could not run (the caller falls back)."""
+    bias = _host(mask) if mask is not None else None
+    return lib.zoo_attention_f32(
+        _ptr(q), _ptr(k), _ptr(v), None if bias is None else _ptr(bias), 0 if bias is None else bias.size // (nq * nk),
+        scale, _ptr(_view(out)), (ctypes.c_ssize_t * 12)(*strides), batches, heads, nq, nk, d, dv, _threads()) == 0
 
 
 def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:
@@ -347,13 +383,16 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: m
 
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
-           reflect: bool = False, activation: str | None = None, *, op: str = "conv2d") -> mx.array:
-    """activation(mx.conv2d(x, weight, stride, padding) + bias) for weight (O, KH, KW, I), no groups or
-    dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be smaller
-    than the input); activation None, "relu", "silu" or "gelu" (exact). On the CPU: patch rows
-    gathered in C (a 1x1 stride-1 convolution multiplies the input itself) and one OpenBLAS sgemm
-    per chunk, the bias its initial C, the activation applied to each chunk after its product.
-    ``op``: what zoo.kernels.coverage calls the caller's op."""
+           reflect: bool = False, activation: str | None = None, *, residual: mx.array | None = None,
+           op: str = "conv2d") -> mx.array:
+    """activation(mx.conv2d(x, weight, stride, padding) + bias + residual) for weight (O, KH, KW, I), no
+    groups or dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be
+    smaller than the input); activation None, "relu", "silu" or "gelu" (exact); ``residual`` (an
+    array of the output's shape, or None) added before the activation. On the CPU: patch rows
+    gathered in C and one OpenBLAS sgemm per chunk (patch rows of at most 32 floats into at most 64
+    channels multiplied in C; a 1x1 stride-1 convolution multiplies the input itself, in blocks of rows
+    over the threads), the bias plus the residual its initial C, the activation applied to each chunk
+    after its product. ``op``: what zoo.kernels.coverage calls the caller's op."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
     co, kh, kw, ci = weight.shape
@@ -362,20 +401,45 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     # reflect padding reads in place only where it is defined (smaller than the map); sizes that
     # leave no output, or an undefined reflection, go to MLX, whose pad and conv say what is wrong
     fits = min(oh, ow) > 0 and not (reflect and max(ph - h, pw - w) >= 0)
+    if residual is not None and tuple(residual.shape) != (n, oh, ow, co):
+        raise ValueError(f"conv2d: residual {tuple(residual.shape)} is not the output's shape {(n, oh, ow, co)}")
     lib = _library() if _fast_path() and sh == sw and fits else None
     out = _output((n, oh, ow, co)) if lib is not None else None
-    host = _host(x, out) if lib is not None else None
+    host = _host(x, out, *(() if residual is None else (residual,))) if lib is not None else None
     wt = _host(weight) if host is not None else None
     b = _host(bias) if wt is not None and bias is not None else None
-    if wt is None:
-        _ran(op, None)
-        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
-    done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, ci,
-                              co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads())
-    _ran(op, done == 0)
-    if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
-        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
+    add = _host(residual) if wt is not None and residual is not None else None
+    done = wt is not None and lib.zoo_conv2d_f32(
+        _ptr(host), _ptr(wt), None if b is None else _ptr(b), None if add is None else _ptr(add), _ptr(_view(out)), n,
+        h, w, ci, co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads()) == 0
+    _ran(op, done)
+    if not done:  # MLX's (a trace, another device), or no OpenBLAS to call, or no memory for the patch rows
+        y = _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
+        return biased_activation(y if residual is None else y + residual, None, activation)
     return _like(out, x)
+
+
+def inverted_residual(x: mx.array, expand: dict, depthwise: dict, project: dict, activation: str) -> mx.array | None:
+    """activation(x + project(activation(depthwise(activation(expand(x)))))) for NHWC x: MobileNetV2's
+    inverted residual (TinyViT's MBConv), each convolution a {weight, bias} (its BatchNorm folded in):
+    expand (E, 1, 1, C), depthwise (E, 3, 3, 1) (stride 1, padding 1), project (C, 1, 1, E). On the CPU
+    one C call that keeps three expanded rows per thread in cache instead of the expanded map in memory
+    (zoo/native/cpu_ops.c says why). None where it cannot run (no OpenBLAS, no memory, a trace): the
+    caller runs the convolutions apart."""
+    n, h, w, c = x.shape
+    e = expand["weight"].shape[0]
+    lib = _library() if _fast_path() else None
+    out = _output(x.shape) if lib is not None else None
+    host = _host(x, out) if lib is not None else None
+    if host is None:
+        return None
+    w1, b1 = _host(expand["weight"]), _host(expand["bias"])
+    wd, bd = _host(depthwise["weight"].reshape(e, 9).T), _host(depthwise["bias"])
+    w3, b3 = _host(project["weight"]), _host(project["bias"])
+    done = lib.zoo_inverted_residual_f32(_ptr(host), _ptr(w1), _ptr(b1), _ptr(wd), _ptr(bd), _ptr(w3), _ptr(b3),
+                                         _ptr(_view(out)), n, h, w, c, e, ACTIVATIONS[activation][0], _threads())
+    _ran("inverted residual (expand, depthwise, project)", done == 0)
+    return _like(out, x) if done == 0 else None
 
 
 # The CPU's Winograd form where both channel counts reach this (min(C_in, C_out)): thinner GEMMs
@@ -420,14 +484,18 @@ def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: i
 LINEAR_MIN_ELEMENTS = 1 << 16
 
 
-def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activation: str | None = None) -> mx.array:
-    """activation(nn.Linear's x @ weight.T + bias) over the last axis; on the CPU, from
-    LINEAR_MIN_ELEMENTS inputs, one sgemm whose initial C is the bias (MLX's addmm first copies the
-    broadcast bias with a strided loop), the activation applied by the same C call; else MLX's ops."""
+def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activation: str | None = None,
+           residual: mx.array | None = None) -> mx.array:
+    """activation(nn.Linear's x @ weight.T + bias + residual) over the last axis (``residual``: an array of
+    the output's shape, or None); on the CPU, from LINEAR_MIN_ELEMENTS inputs, one sgemm whose initial C
+    is the bias plus the residual (MLX's addmm first copies the broadcast bias with a strided loop), the
+    activation applied by the same C call; else MLX's ops."""
     if not _fast_path() or _library() is None or x.size < LINEAR_MIN_ELEMENTS:
-        return ACTIVATION_OPS[activation](x @ weight.T if bias is None else mx.addmm(bias, x, weight.T))
+        y = x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
+        return ACTIVATION_OPS[activation](y if residual is None else y + residual)
     out, k = weight.shape
-    rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, activation=activation, op="linear")
+    rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, activation=activation,
+                  residual=None if residual is None else residual.reshape(1, 1, -1, out), op="linear")
     return rows.reshape(*x.shape[:-1], out)
 
 

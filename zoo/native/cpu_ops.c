@@ -401,33 +401,43 @@ typedef struct {
   int H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, act;
 } dw_args;
 
-/* One output row (n, oh) per index: every output pixel sums its valid taps over the
- * channel vector (the loop the compiler vectorises). */
+/* One output row: ``in`` holds the KH input rows its taps read (NULL: a row of the zero padding);
+ * every output pixel sums its valid taps over the channel vector (the loop the compiler
+ * vectorises), then the bias and the activation (the row is still in cache). */
+static inline void depthwise_row(const float *const *in, const float *w, const float *bias, float *out, int W, int C,
+                                 int KH, int KW, int OW, int stride, int pad_left, int act) {
+  for (int ow = 0; ow < OW; ++ow) {
+    float *o = out + (size_t)ow * C;
+    memset(o, 0, sizeof(float) * C);
+    for (int kh = 0; kh < KH; ++kh) {
+      if (in[kh] == NULL) continue;
+      for (int kw = 0; kw < KW; ++kw) {
+        const int iw = ow * stride - pad_left + kw;
+        if (iw < 0 || iw >= W) continue;
+        const float *src = in[kh] + (size_t)iw * C;
+        const float *wt = w + ((size_t)kh * KW + kw) * C;
+        for (int c = 0; c < C; ++c) o[c] += src[c] * wt[c];
+      }
+    }
+    if (bias != NULL)
+      for (int c = 0; c < C; ++c) o[c] += bias[c];
+  }
+  activate(out, out, (ptrdiff_t)OW * C, act);
+}
+
+/* One output row (n, oh) per index */
 ZOO_CLONES static void depthwise_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
   const dw_args *a = (const dw_args *)p;
-  const int C = a->C;
+  const float *in[a->KH];
   for (ptrdiff_t row = b; row < e; ++row) {
     const ptrdiff_t n = row / a->OH;
     const int oh = (int)(row % a->OH);
-    float *out = a->y + (size_t)row * a->OW * C;
-    for (int ow = 0; ow < a->OW; ++ow) {
-      float *o = out + (size_t)ow * C;
-      memset(o, 0, sizeof(float) * C);
-      for (int kh = 0; kh < a->KH; ++kh) {
-        const int ih = oh * a->stride - a->pad_top + kh;
-        if (ih < 0 || ih >= a->H) continue;
-        for (int kw = 0; kw < a->KW; ++kw) {
-          const int iw = ow * a->stride - a->pad_left + kw;
-          if (iw < 0 || iw >= a->W) continue;
-          const float *in = a->x + (((size_t)n * a->H + ih) * a->W + iw) * C;
-          const float *wt = a->w + ((size_t)kh * a->KW + kw) * C;
-          for (int c = 0; c < C; ++c) o[c] += in[c] * wt[c];
-        }
-      }
-      if (a->bias != NULL)
-        for (int c = 0; c < C; ++c) o[c] += a->bias[c];
+    for (int kh = 0; kh < a->KH; ++kh) {
+      const int ih = oh * a->stride - a->pad_top + kh;
+      in[kh] = ih < 0 || ih >= a->H ? NULL : a->x + ((size_t)n * a->H + ih) * a->W * a->C;
     }
-    activate(out, out, (ptrdiff_t)a->OW * C, a->act); /* the row is still in cache */
+    depthwise_row(in, a->w, a->bias, a->y + (size_t)row * a->OW * a->C, a->W, a->C, a->KH, a->KW, a->OW, a->stride,
+                  a->pad_left, a->act);
   }
 }
 
@@ -531,43 +541,212 @@ static void patch_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
   }
 }
 
+/* y (rows, cols) = bias (cols) in every row plus add (rows, cols), either NULL (none; both: zeros):
+ * a product's initial C, its bias and a residual */
+static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t rows, ptrdiff_t cols) {
+  for (ptrdiff_t r = 0; r < rows; ++r, y += cols) {
+    const float *x = add == NULL ? NULL : add + r * cols;
+    if (x != NULL && bias != NULL)
+      for (ptrdiff_t c = 0; c < cols; ++c) y[c] = x[c] + bias[c];
+    else if (x != NULL || bias != NULL)
+      memcpy(y, x != NULL ? x : bias, sizeof(float) * (size_t)cols);
+    else
+      memset(y, 0, sizeof(float) * (size_t)cols);
+  }
+}
+
 /* Patch-matrix floats per chunk (16 MiB): LaMa's 32x32 maps in one sgemm (splitting it costs
  * ~5%), full-resolution maps in pieces instead of a patch matrix of hundreds of MB. */
 #define PATCH_CHUNK_FLOATS (1 << 22)
 
-/* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL)), act an ACT_*
+/* Patch rows at most this wide, into at most DIRECT_MAX_OUTPUTS channels, are multiplied here instead
+ * of by sgemm: OpenBLAS ran TinyViT's first convolution (3x3 stride 2 over 3 channels: 27-float
+ * rows, 32 outputs, 1024 px) at ~8 GFLOP/s, its packing dominating so short a sum. */
+#define DIRECT_MAX_WIDTH 32
+#define DIRECT_MAX_OUTPUTS 64
+#define DIRECT_PIXELS 16
+
+typedef struct {
+  patch_args patches; /* its cols unused: each block gathers one output row at a time */
+  const float *wt;    /* (width, O): the weight transposed */
+  const float *bias;  /* (O) or NULL */
+  const float *add;   /* (N, OH, OW, O) or NULL */
+  float *y;
+  int O, act;
+  atomic_int failed; /* no memory for a block's patch row: set, the caller falls back */
+} direct_args;
+
+/* Output rows (n, oh) in [b, e): gather the row's patches, then every output pixel is its bias plus
+ * each patch float times the weight's row for it, over the output channels (vectorised). */
+ZOO_CLONES static void direct_conv_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  direct_args *a = (direct_args *)p;
+  patch_args rows = a->patches;
+  const ptrdiff_t width = (ptrdiff_t)rows.KH * rows.KW * rows.C, O = a->O, OW = rows.OW;
+  rows.cols = (float *)malloc(sizeof(float) * (size_t)(OW * width));
+  if (rows.cols == NULL) {
+    atomic_store(&a->failed, 1);
+    return;
+  }
+  for (ptrdiff_t r = b; r < e; ++r) {
+    rows.first_pixel = r * OW;
+    patch_rows(&rows, 0, OW);
+    float *out = a->y + (size_t)(r * OW * O);
+    initial_c(out, a->bias, a->add == NULL ? NULL : a->add + r * OW * O, OW, O);
+    /* DIRECT_PIXELS pixels a tap at a time: their sums are independent chains (one pixel's taps in a
+     * row waited on each add's result through the store: 4x slower) */
+    for (ptrdiff_t first = 0; first < OW; first += DIRECT_PIXELS) {
+      const ptrdiff_t last = first + DIRECT_PIXELS < OW ? first + DIRECT_PIXELS : OW;
+      for (ptrdiff_t t = 0; t < width; ++t) {
+        const float *restrict w = a->wt + t * O;
+        for (ptrdiff_t px = first; px < last; ++px) {
+          float *restrict o = out + px * O;
+          const float v = rows.cols[px * width + t];
+          for (ptrdiff_t c = 0; c < O; ++c) o[c] += v * w[c];
+        }
+      }
+    }
+    activate(out, out, OW * O, a->act);
+  }
+  free(rows.cols);
+}
+
+/* A 1x1 convolution (a Linear's product) in blocks of POINTWISE_ROWS rows, the blocks over our threads,
+ * each block one sgemm on one OpenBLAS thread followed by its activation while the block is in
+ * cache. OpenBLAS splitting each product over its threads left ~30% of the TinyViT encoder's CPU
+ * time in its workers' spinning and waiting (blas_thread_server, exec_blas_async_wait: perf, loaded
+ * 2-core host), and the activation then took another pass over the whole output. */
+#define POINTWISE_ROWS 256
+
+typedef struct {
+  const float *x, *w, *bias, *add; /* x (rows, width), w (O, width), bias (O) or NULL, add (rows, O) or NULL */
+  float *y;                        /* (rows, O) */
+  ptrdiff_t rows, width, O;
+  int act;
+} pointwise_args;
+
+static void pointwise_blocks(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const pointwise_args *a = (const pointwise_args *)p;
+  for (ptrdiff_t block = b; block < e; ++block) {
+    const ptrdiff_t first = block * POINTWISE_ROWS;
+    const ptrdiff_t rows = a->rows - first < POINTWISE_ROWS ? a->rows - first : POINTWISE_ROWS;
+    float *out = a->y + first * a->O;
+    const int initial = a->bias != NULL || a->add != NULL;
+    if (initial) initial_c(out, a->bias, a->add == NULL ? NULL : a->add + first * a->O, rows, a->O);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)a->O, (int)a->width, 1.0f,
+          a->x + first * a->width, (int)a->width, a->w, (int)a->width, initial ? 1.0f : 0.0f, out, (int)a->O);
+    activate(out, out, rows * a->O, a->act);
+  }
+}
+
+/* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL) + add (N, OH, OW, O, or
+ * NULL: a residual)), act an ACT_*
  * code applied to each chunk after its sgemm (chunks small enough to stay in cache took more sgemm
- * calls and measured slower: docs/speed-cpu.md). A 1x1 stride-1 convolution without padding
- * multiplies the input itself (its patch rows are its pixels). Returns 0, or -1 when no sgemm
- * was given or memory ran out (nothing written: the caller falls back). */
-int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, int N, int H, int W, int C, int O,
-                   int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH, int OW, int act,
-                   int threads) {
-  if (sgemm == NULL) return -1;
+ * calls and measured slower: docs/speed-cpu.md). Short patch rows into few channels are multiplied
+ * in C (direct_conv_rows); a 1x1 stride-1 convolution without padding multiplies the input itself
+ * (its patch rows are its pixels), in blocks over the threads (pointwise_blocks). Returns 0, or -1
+ * when no sgemm was given or memory ran out (the caller falls back). */
+int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const float *add, float *y, int N, int H,
+                   int W, int C, int O, int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH,
+                   int OW, int act, int threads) {
   const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
+  if (width <= DIRECT_MAX_WIDTH && O <= DIRECT_MAX_OUTPUTS) {
+    float *wt = (float *)malloc(sizeof(float) * (size_t)(width * O));
+    if (wt == NULL) return -1;
+    for (ptrdiff_t o = 0; o < O; ++o)
+      for (ptrdiff_t t = 0; t < width; ++t) wt[t * O + o] = w[o * width + t];
+    direct_args d = {{x, NULL, 0, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect}, wt, bias, add, y, O, act,
+                     0};
+    parallel_for(direct_conv_rows, &d, (ptrdiff_t)N * OH, pixels * width * O < UNARY_GRAIN ? 1 : threads);
+    free(wt);
+    return atomic_load(&d.failed) ? -1 : 0;
+  }
+  if (sgemm == NULL) return -1;
   const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad_top == 0 && pad_left == 0 && OH == H && OW == W;
+  if (pointwise) {
+    pointwise_args args = {x, w, bias, add, y, pixels, width, O, act};
+    parallel_products(pointwise_blocks, &args, (pixels + POINTWISE_ROWS - 1) / POINTWISE_ROWS,
+                      (double)pixels * width * O <= (1 << 18) ? 1 : threads);
+    return 0;
+  }
   ptrdiff_t chunk = PATCH_CHUNK_FLOATS / (width > O ? width : O);
   if (chunk < 64) chunk = 64;
   if (chunk > pixels) chunk = pixels;
-  float *cols = pointwise ? NULL : (float *)malloc(sizeof(float) * (size_t)chunk * width);
-  if (!pointwise && cols == NULL) return -1;
+  float *cols = (float *)malloc(sizeof(float) * (size_t)chunk * width);
+  if (cols == NULL) return -1;
   patch_args a = {x, cols, 0, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect};
   for (ptrdiff_t first = 0; first < pixels; first += chunk) {
     const ptrdiff_t rows = pixels - first < chunk ? pixels - first : chunk;
-    const float *patches = pointwise ? x + (size_t)first * C : cols;
-    if (!pointwise) {
-      a.first_pixel = first;
-      parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
-    }
+    a.first_pixel = first;
+    parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
     float *out = y + (size_t)first * O;
-    if (bias != NULL)
-      for (ptrdiff_t r = 0; r < rows; ++r) memcpy(out + (size_t)r * O, bias, sizeof(float) * O);
-    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, patches, (int)width, w,
-          (int)width, bias != NULL ? 1.0f : 0.0f, out, O);
+    const int initial = bias != NULL || add != NULL;
+    if (initial) initial_c(out, bias, add == NULL ? NULL : add + (size_t)first * O, rows, O);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, cols, (int)width, w,
+          (int)width, initial ? 1.0f : 0.0f, out, O);
     if (act != ACT_NONE) activate_all(out, out, rows, O, act, threads);
   }
   free(cols);
   return 0;
+}
+
+/* ---- inverted residual (MobileNetV2's, TinyViT's MBConv), a band of rows per thread ----------
+ * y = act(x + project(act(depthwise3x3(act(expand(x)))))), each convolution with its BatchNorm
+ * folded into its weight and bias. As three convolutions, the expanded map (TinyViT at 1024 px:
+ * 256x256x256 floats, 268 MB) went through memory five times: written by the expand, read and
+ * written by the depthwise, read by the project, besides the activations' passes. Here a thread
+ * keeps only the three expanded rows the depthwise of one output row reads (a ring, in cache) and
+ * per output row makes one expand sgemm (the row below), the depthwise row, and one project sgemm
+ * whose initial C is x + bias. A band recomputes the expanded rows just above it. */
+typedef struct {
+  const float *x, *w1, *b1, *wd, *bd, *w3, *b3; /* x (N, H, W, C); w1 (E, C); wd (3, 3, E); w3 (C, E) */
+  float *y;                                     /* (N, H, W, C) */
+  int H, W, C, E, act;
+  atomic_int failed; /* no memory for a thread's rows: set, the caller falls back */
+} inverted_residual_args;
+
+ZOO_CLONES static void inverted_residual_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  inverted_residual_args *a = (inverted_residual_args *)p;
+  const int H = a->H, W = a->W, C = a->C, E = a->E;
+  const size_t row = (size_t)W * E;
+  float *ring = (float *)malloc(sizeof(float) * 4 * row); /* 3 expanded rows, then the depthwise's row */
+  if (ring == NULL) {
+    atomic_store(&a->failed, 1);
+    return;
+  }
+  float *mid = ring + 3 * row;
+  ptrdiff_t next = b - 1; /* the next (image * H + row) to expand; row g lives in ring slot g % 3 */
+  for (ptrdiff_t r = b; r < e; ++r) {
+    const int h = (int)(r % H);
+    const ptrdiff_t first = h > 0 ? r - 1 : r, last = h < H - 1 ? r + 1 : r;
+    if (next < first) next = first;
+    for (; next <= last; ++next) {
+      float *out = ring + (size_t)(next % 3) * row;
+      initial_c(out, a->b1, NULL, W, E);
+      sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, W, E, C, 1.0f, a->x + (size_t)next * W * C, C, a->w1, C,
+            1.0f, out, E);
+      activate(out, out, (ptrdiff_t)row, a->act);
+    }
+    const float *in[3] = {h > 0 ? ring + (size_t)((r - 1) % 3) * row : NULL, ring + (size_t)(r % 3) * row,
+                          h < H - 1 ? ring + (size_t)((r + 1) % 3) * row : NULL};
+    depthwise_row(in, a->wd, a->bd, mid, W, E, 3, 3, W, 1, 1, a->act);
+    float *out = a->y + (size_t)r * W * C;
+    initial_c(out, a->b3, a->x + (size_t)r * W * C, W, C);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, W, C, E, 1.0f, mid, E, a->w3, E, 1.0f, out, C);
+    activate(out, out, (ptrdiff_t)W * C, a->act);
+  }
+  free(ring);
+}
+
+/* y = act(x + project(act(depthwise3x3(act(expand(x)))))) over (N, H, W, C), the depthwise stride 1
+ * with zero padding 1; every weight with its bias (none NULL). Returns 0, or -1 when no sgemm was
+ * given or memory ran out (the caller falls back). */
+int zoo_inverted_residual_f32(const float *x, const float *w1, const float *b1, const float *wd, const float *bd,
+                              const float *w3, const float *b3, float *y, int N, int H, int W, int C, int E, int act,
+                              int threads) {
+  if (sgemm == NULL) return -1;
+  inverted_residual_args a = {x, w1, b1, wd, bd, w3, b3, y, H, W, C, E, act, 0};
+  parallel_products(inverted_residual_rows, &a, (ptrdiff_t)N * H, threads);
+  return atomic_load(&a.failed) ? -1 : 0;
 }
 
 /* ---- 3x3 stride-1 convolution as Winograd F(2x2, 3x3) ----------------------------------------
@@ -737,13 +916,26 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
  * products per image, each waiting for OpenBLAS's second thread (on a loaded 2-core host ~1 ms
  * apiece: 11.8 s of a 17.5 s forward, 2026-11-29). Here each (batch, head) runs both products on
  * one OpenBLAS thread and the softmax between them in cache, the heads spread over our threads. */
+/* Where (batch b, head h)'s matrix of q, k, v and out starts and how far apart its rows are:
+ * element [row][j] at base + b * batch + h * head + row * row_stride + j. Contiguous (B, H, N, D)
+ * arrays have batch = H N D, head = N D, row = D; heads read straight out of a fused qkv
+ * projection (B, N, H, 3, D) and written into (B, N, H, DV) spare the two transposing copies. */
 typedef struct {
-  const float *q, *k, *v, *bias; /* (BH, NQ, D), (BH, NK, D), (BH, NK, DV), (planes, NQ, NK) or NULL */
-  float *out;                    /* (BH, NQ, DV) */
-  ptrdiff_t planes, NQ, NK, D, DV;
+  ptrdiff_t batch, head, row;
+} layout_t;
+
+typedef struct {
+  const float *q, *k, *v, *bias; /* NQ x D, NK x D, NK x DV matrices (layouts below); bias (planes, NQ, NK) or NULL */
+  float *out;                    /* NQ x DV matrices */
+  layout_t lq, lk, lv, lout;
+  ptrdiff_t heads, planes, NQ, NK, D, DV;
   float scale;
   atomic_int failed; /* no memory for a thread's scores: set, the caller falls back */
 } attention_args;
+
+static inline ptrdiff_t matrix_offset(layout_t l, ptrdiff_t bh, ptrdiff_t heads) {
+  return bh / heads * l.batch + bh % heads * l.head;
+}
 
 static void attention_heads(const void *p, ptrdiff_t b, ptrdiff_t e) {
   attention_args *a = (attention_args *)p;
@@ -754,24 +946,30 @@ static void attention_heads(const void *p, ptrdiff_t b, ptrdiff_t e) {
   }
   for (ptrdiff_t bh = b; bh < e; ++bh) {
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)a->NQ, (int)a->NK, (int)a->D, 1.0f,
-          a->q + bh * a->NQ * a->D, (int)a->D, a->k + bh * a->NK * a->D, (int)a->D, 0.0f, scores, (int)a->NK);
+          a->q + matrix_offset(a->lq, bh, a->heads), (int)a->lq.row, a->k + matrix_offset(a->lk, bh, a->heads),
+          (int)a->lk.row, 0.0f, scores, (int)a->NK);
     softmax_params sp = {a->bias == NULL ? NULL : a->bias + (bh % a->planes) * a->NQ * a->NK, a->NQ, a->scale};
     for (ptrdiff_t row = 0; row < a->NQ; ++row)
       softmax_row(&sp, scores + row * a->NK, scores + row * a->NK, row, a->NK);
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, (int)a->NQ, (int)a->DV, (int)a->NK, 1.0f, scores,
-          (int)a->NK, a->v + bh * a->NK * a->DV, (int)a->DV, 0.0f, a->out + bh * a->NQ * a->DV, (int)a->DV);
+          (int)a->NK, a->v + matrix_offset(a->lv, bh, a->heads), (int)a->lv.row, 0.0f,
+          a->out + matrix_offset(a->lout, bh, a->heads), (int)a->lout.row);
   }
   free(scores);
 }
 
-/* out = softmax(scale * q k^T + bias) v per (batch, head) bh in [0, BH); bias plane bh % planes (NULL:
- * none). Returns 0, or -1 when no sgemm was given or memory ran out (the caller falls back). */
+/* out = softmax(scale * q k^T + bias) v per (batch, head) bh in [0, B * heads); bias plane bh % planes
+ * (NULL: none). ``strides``: the (batch, head, row) strides of q, k, v and out, 12 in all (layout_t).
+ * Returns 0, or -1 when no sgemm was given or memory ran out (the caller falls back). */
 int zoo_attention_f32(const float *q, const float *k, const float *v, const float *bias, ptrdiff_t planes,
-                      float scale, float *out, ptrdiff_t BH, ptrdiff_t NQ, ptrdiff_t NK, ptrdiff_t D, ptrdiff_t DV,
-                      int threads) {
+                      float scale, float *out, const ptrdiff_t *strides, ptrdiff_t B, ptrdiff_t heads, ptrdiff_t NQ,
+                      ptrdiff_t NK, ptrdiff_t D, ptrdiff_t DV, int threads) {
   if (sgemm == NULL) return -1;
-  attention_args a = {q, k, v, bias, out, planes > 0 ? planes : 1, NQ, NK, D, DV, scale, 0};
-  parallel_products(attention_heads, &a, BH, threads);
+  layout_t l[4];
+  for (int i = 0; i < 4; ++i) l[i] = (layout_t){strides[3 * i], strides[3 * i + 1], strides[3 * i + 2]};
+  attention_args a = {q, k, v, bias, out, l[0], l[1], l[2], l[3], heads, planes > 0 ? planes : 1, NQ, NK, D, DV,
+                      scale, 0};
+  parallel_products(attention_heads, &a, B * heads, threads);
   return atomic_load(&a.failed) ? -1 : 0;
 }
 
