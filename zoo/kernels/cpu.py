@@ -71,9 +71,10 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_split_heads_f32.argtypes = [_PTR] * 4 + [size] * 5 + [ctypes.c_int]
                 lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
-                lib.zoo_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 15
+                lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
+                lib.zoo_tap_sum_f32.argtypes = [_PTR] * 3 + [ctypes.c_int] * 14
                 lib.zoo_attention_f32.argtypes = [_PTR] * 4 + [size, ctypes.c_float, _PTR] + [size] * 5 + [ctypes.c_int]
                 from zoo import blas
 
@@ -88,14 +89,15 @@ def on_cpu() -> bool:
     return mx.default_device() == mx.cpu
 
 
-def per_image(fn, x: mx.array) -> mx.array:
-    """``fn(x)`` with each image of a CPU batch computed apart. OpenBLAS computes the last rows of a
-    GEMM with another kernel (on an AMD EPYC, 2026-11-27, those rows differed in their last bits),
-    so a convolution whose GEMM spans the batch gave an image other bits in a batch than alone;
-    zoo's batches give each image its batch-of-one result (docs/streams.md). Elsewhere: ``fn(x)``."""
+def per_image(fn, x: mx.array, *more: mx.array) -> mx.array:
+    """``fn(x, *more)`` with each image of a CPU batch computed apart (``more``: arrays of the same batch,
+    sliced alike). OpenBLAS computes the last rows of a GEMM with another kernel (on an AMD EPYC,
+    2026-11-27, those rows differed in their last bits), so a convolution whose GEMM spans the batch
+    gave an image other bits in a batch than alone; zoo's batches give each image its batch-of-one
+    result (docs/streams.md). Elsewhere: ``fn(x, *more)``."""
     if not on_cpu() or x.shape[0] < 2:
-        return fn(x)
-    return mx.concatenate([fn(x[i:i + 1]) for i in range(x.shape[0])])
+        return fn(x, *more)
+    return mx.concatenate([fn(*(a[i:i + 1] for a in (x, *more))) for i in range(x.shape[0])])
 
 
 def native_available() -> bool:
@@ -347,12 +349,14 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: m
 
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
-           reflect: bool = False, activation: str | None = None, *, op: str = "conv2d") -> mx.array:
-    """activation(mx.conv2d(x, weight, stride, padding) + bias) for weight (O, KH, KW, I), no groups or
-    dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be smaller
-    than the input); activation None, "relu", "silu" or "gelu" (exact). On the CPU: patch rows
-    gathered in C (a 1x1 stride-1 convolution multiplies the input itself) and one OpenBLAS sgemm
-    per chunk, the bias its initial C, the activation applied to each chunk after its product.
+           reflect: bool = False, activation: str | None = None, *, added: mx.array | None = None,
+           op: str = "conv2d") -> mx.array:
+    """activation(mx.conv2d(x, weight, stride, padding) + bias + added) for weight (O, KH, KW, I), no
+    groups or dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be
+    smaller than the input); activation None, "relu", "silu" or "gelu" (exact); ``added``: a map of the
+    output's shape, or None (with ``added``, no bias). On the CPU: patch rows gathered in C (a 1x1
+    stride-1 convolution multiplies the input itself) and one OpenBLAS sgemm per chunk, the bias (or
+    ``added``) its initial C, the activation applied to each chunk after its product.
     ``op``: what zoo.kernels.coverage calls the caller's op."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
@@ -362,19 +366,25 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     # reflect padding reads in place only where it is defined (smaller than the map); sizes that
     # leave no output, or an undefined reflection, go to MLX, whose pad and conv say what is wrong
     fits = min(oh, ow) > 0 and not (reflect and max(ph - h, pw - w) >= 0)
+    if added is not None and (bias is not None or tuple(added.shape) != (n, oh, ow, co)):
+        raise ValueError(f"conv2d: added must be the output's shape {(n, oh, ow, co)}, with no bias; got "
+                         f"{tuple(added.shape)}{' and a bias' if bias is not None else ''}")
     lib = _library() if _fast_path() and sh == sw and fits else None
     out = _output((n, oh, ow, co)) if lib is not None else None
-    host = _host(x, out) if lib is not None else None
+    host = _host(x, out, *(() if added is None else (added,))) if lib is not None else None
     wt = _host(weight) if host is not None else None
     b = _host(bias) if wt is not None and bias is not None else None
+    start = _host(added) if wt is not None and added is not None else None
     if wt is None:
         _ran(op, None)
-        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
-    done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, ci,
-                              co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads())
+        y = _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
+        return biased_activation(y, added, activation)
+    done = lib.zoo_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b),
+                              None if start is None else _ptr(start), _ptr(_view(out)), n, h, w, ci, co, kh, kw, sh,
+                              ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads())
     _ran(op, done == 0)
     if done != 0:  # no OpenBLAS to call, or no memory for the patch rows
-        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), None, activation)
+        return biased_activation(_mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect), added, activation)
     return _like(out, x)
 
 
@@ -505,16 +515,33 @@ def _shift_sum(taps: mx.array, phase_len: tuple[int, int], shifts) -> mx.array:
     return out if out is not None else mx.zeros((n, *phase_len, c), taps.dtype)
 
 
-def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_padding=0) -> mx.array:
-    """mx.conv_transpose2d (weight (O, KH, KW, I), no dilation) as one GEMM and a sub-pixel scatter.
+def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_padding=0,
+                     bias: mx.array | None = None, activation: str | None = None) -> mx.array:
+    """activation(mx.conv_transpose2d(x, weight) + bias) (weight (O, KH, KW, I), no dilation) as one GEMM
+    of every input pixel with all taps, then each output pixel's sum of the taps that reach it.
 
-    out[ih*s + kh - p] += x[ih] @ w[kh]: the GEMM computes every (input pixel, tap) product;
-    taps with kh = q*s + r land on output phase r shifted by q input rows, so each of the
-    s*s phases is a sum of shifted tap planes, and interleaving the phases gives the output.
+    out[ih*s + kh - p] += x[ih] @ w[kh]. On the CPU the sums, the bias and the activation are one
+    threaded C pass (``_tap_sums``); elsewhere MLX ops (``gemm_conv_transpose2d``).
     """
     sh, sw = pair(stride)
     ph, pw = pair(padding)
     oph, opw = pair(output_padding)
+    co, kh, kw, ci = weight.shape
+    n, h, w, _ = x.shape
+    if _fast_path() and sh == sw:
+        oh, ow = (h - 1) * sh - 2 * ph + kh + oph, (w - 1) * sw - 2 * pw + kw + opw
+        y = _tap_sums(_all_taps(x, weight), bias, (oh, ow), (kh, kw), sh, (ph, pw), True, activation)
+        if y is not None:
+            _ran("conv_transpose2d", True)
+            return _like(y, x)
+    return biased_activation(_conv_transpose2d(x, weight, (sh, sw), (ph, pw), (oph, opw)), bias, activation)
+
+
+def _conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output_padding) -> mx.array:
+    """mx.conv_transpose2d's values: where the C sums do not run."""
+    sh, sw = stride
+    ph, pw = padding
+    oph, opw = output_padding
     co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
     if not _fast_path():
@@ -556,6 +583,23 @@ def gemm_conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output
     return full[:, ph:ph + oh, pw:pw + ow]
 
 
+def _tap_sums(taps: mx.array, bias: mx.array | None, size: tuple[int, int], kernel: tuple[int, int], stride: int,
+              padding: tuple[int, int], transposed: bool, activation: str | None) -> mx.array | None:
+    """activation(bias + the sum of the ``taps`` (``_all_taps``) each output pixel of a convolution
+    (``transposed``: a transposed convolution) of this kernel, stride and zero padding reads), float32
+    (N, *size, O), by one threaded C pass; None where the C routine cannot run (a trace, no library)."""
+    n, h, w, _, co = taps.shape
+    lib = _library() if _fast_path() else None
+    out = _output((n, *size, co)) if lib is not None else None
+    host = _host(taps, out) if lib is not None else None
+    b = _host(bias) if host is not None and bias is not None else None
+    if host is None:
+        return None
+    lib.zoo_tap_sum_f32(_ptr(host), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, co, *kernel, stride,
+                        *padding, int(transposed), *size, ACTIVATIONS[activation][0], _threads())
+    return out
+
+
 def _all_taps(x: mx.array, weight: mx.array) -> mx.array:
     """Every input pixel times every tap of a (O, KH, KW, I) weight, as one GEMM: (N, H, W, KH*KW, O)."""
     co, kh, kw, ci = weight.shape
@@ -571,13 +615,21 @@ def _gemm_form(x: mx.array) -> bool:
     return _fast_path() or x.dtype == mx.float32
 
 
-def conv2d_few_outputs(x: mx.array, weight: mx.array) -> mx.array:
-    """mx.conv2d(x, weight) (stride 1, no padding: pad first) for a weight (O, KH, KW, I) with few
-    output channels, as ``gemm_taps_conv2d`` where ``_gemm_form`` says."""
+def conv2d_few_outputs(x: mx.array, weight: mx.array, bias: mx.array | None = None,
+                       activation: str | None = None) -> mx.array:
+    """activation(mx.conv2d(x, weight) + bias) (stride 1, no padding: pad first) for a weight (O, KH, KW,
+    I) with few output channels: one GEMM of every input pixel with all taps, then on the CPU each
+    output pixel's sum of its taps, the bias and the activation in one threaded C pass; elsewhere
+    ``gemm_taps_conv2d`` where ``_gemm_form`` says."""
     co, kh, kw, ci = weight.shape
     gemm = _gemm_form(x) and not (kh == 1 and kw == 1)
-    _ran("conv2d (few outputs)", _fast_path() and gemm)
-    return gemm_taps_conv2d(x, weight) if gemm else mx.conv2d(x, weight)
+    n, h, w, _ = x.shape
+    y = _tap_sums(_all_taps(x, weight), bias, (h - kh + 1, w - kw + 1), (kh, kw), 1, (0, 0), False, activation) \
+        if gemm and _fast_path() else None
+    _ran("conv2d (few outputs)", y)
+    if y is not None:
+        return _like(y, x)
+    return biased_activation(gemm_taps_conv2d(x, weight) if gemm else mx.conv2d(x, weight), bias, activation)
 
 
 def gemm_taps_conv2d(x: mx.array, weight: mx.array) -> mx.array:

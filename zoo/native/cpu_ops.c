@@ -535,14 +535,15 @@ static void patch_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
  * ~5%), full-resolution maps in pieces instead of a patch matrix of hundreds of MB. */
 #define PATCH_CHUNK_FLOATS (1 << 22)
 
-/* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL)), act an ACT_*
- * code applied to each chunk after its sgemm (chunks small enough to stay in cache took more sgemm
- * calls and measured slower: docs/speed-cpu.md). A 1x1 stride-1 convolution without padding
- * multiplies the input itself (its patch rows are its pixels). Returns 0, or -1 when no sgemm
+/* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL) + addend (N, OH, OW,
+ * O), or NULL)), act an ACT_* code applied to each chunk after its sgemm (chunks small enough to stay in
+ * cache took more sgemm calls and measured slower: docs/speed-cpu.md). The bias rows, or the addend's
+ * rows (then the bias must be NULL), are the sgemm's initial C. A 1x1 stride-1 convolution without
+ * padding multiplies the input itself (its patch rows are its pixels). Returns 0, or -1 when no sgemm
  * was given or memory ran out (nothing written: the caller falls back). */
-int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, int N, int H, int W, int C, int O,
-                   int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH, int OW, int act,
-                   int threads) {
+int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const float *addend, float *y, int N, int H,
+                   int W, int C, int O, int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH,
+                   int OW, int act, int threads) {
   if (sgemm == NULL) return -1;
   const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
   const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad_top == 0 && pad_left == 0 && OH == H && OW == W;
@@ -560,14 +561,86 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, float *y, 
       parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
     }
     float *out = y + (size_t)first * O;
-    if (bias != NULL)
+    if (addend != NULL)
+      memcpy(out, addend + (size_t)first * O, sizeof(float) * (size_t)rows * O);
+    else if (bias != NULL)
       for (ptrdiff_t r = 0; r < rows; ++r) memcpy(out + (size_t)r * O, bias, sizeof(float) * O);
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, patches, (int)width, w,
-          (int)width, bias != NULL ? 1.0f : 0.0f, out, O);
+          (int)width, bias != NULL || addend != NULL ? 1.0f : 0.0f, out, O);
     if (act != ACT_NONE) activate_all(out, out, rows, O, act, threads);
   }
   free(cols);
   return 0;
+}
+
+/* ---- the taps' sums of a convolution or transposed convolution computed as one GEMM -------------
+ * zoo/kernels/cpu.py multiplies every input pixel by all KH*KW taps of the weight in one GEMM
+ * (taps (N, H, W, KH*KW, O)); each output pixel is then the sum of the tap products of the input
+ * pixels it reads. MLX summed them as one shifted plane per tap (pads, slices, adds, an interleave
+ * of the phases: single-threaded passes over the output, most of LaMa's upsampling time). Here one
+ * threaded pass gathers each output pixel's taps, with the bias and the activation. */
+
+typedef struct {
+  const float *taps, *bias; /* (N, H, W, KH*KW, O), (O) or NULL */
+  float *y;                 /* (N, OH, OW, O) */
+  int H, W, O, KH, KW, stride, pad_top, pad_left, transposed, OH, OW, act;
+} tap_sum_args;
+
+/* The input position tap k reads for output position o, or -1 where it reads none: a convolution
+ * reads o * stride - pad + k; a transposed convolution's input i reaches o = i * stride - pad + k. */
+static inline int tap_input(int o, int k, int stride, int pad, int transposed, int size) {
+  int i;
+  if (transposed) {
+    const int reach = o + pad - k; /* i * stride */
+    if (reach < 0 || reach % stride) return -1;
+    i = reach / stride;
+  } else {
+    i = o * stride - pad + k;
+  }
+  return i >= 0 && i < size ? i : -1;
+}
+
+ZOO_CLONES static void tap_sum_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const tap_sum_args *a = (const tap_sum_args *)p;
+  const ptrdiff_t O = a->O, pixel_taps = (ptrdiff_t)a->KH * a->KW * O;
+  for (ptrdiff_t row = b; row < e; ++row) { /* row = image * OH + output row */
+    const ptrdiff_t n = row / a->OH;
+    const int oh = (int)(row % a->OH);
+    float *restrict out = a->y + row * a->OW * O;
+    for (int ow = 0; ow < a->OW; ++ow) {
+      if (a->bias != NULL)
+        memcpy(out + (ptrdiff_t)ow * O, a->bias, sizeof(float) * (size_t)O);
+      else
+        memset(out + (ptrdiff_t)ow * O, 0, sizeof(float) * (size_t)O);
+    }
+    /* tap by tap over the row: the input row and the tap's offset are found once per tap */
+    for (int kh = 0; kh < a->KH; ++kh) {
+      const int ih = tap_input(oh, kh, a->stride, a->pad_top, a->transposed, a->H);
+      if (ih < 0) continue;
+      const float *in_row = a->taps + (n * a->H + ih) * a->W * pixel_taps;
+      for (int kw = 0; kw < a->KW; ++kw) {
+        const float *tap = in_row + (kh * a->KW + kw) * O;
+        for (int ow = 0; ow < a->OW; ++ow) {
+          const int iw = tap_input(ow, kw, a->stride, a->pad_left, a->transposed, a->W);
+          if (iw < 0) continue;
+          const float *restrict src = tap + iw * pixel_taps;
+          float *restrict dst = out + (ptrdiff_t)ow * O;
+          ZOO_NO_ALIAS
+          for (ptrdiff_t c = 0; c < O; ++c) dst[c] += src[c];
+        }
+      }
+    }
+    activate(out, out, a->OW * O, a->act); /* the row is still in cache */
+  }
+}
+
+/* y (N, OH, OW, O) = act(bias + the sum of each output pixel's taps): ``transposed`` 0 for a
+ * convolution (zero padding), 1 for a transposed convolution (stride, padding and OH, OW its own). */
+void zoo_tap_sum_f32(const float *taps, const float *bias, float *y, int N, int H, int W, int O, int KH, int KW,
+                     int stride, int pad_top, int pad_left, int transposed, int OH, int OW, int act, int threads) {
+  tap_sum_args a = {taps, bias, y, H, W, O, KH, KW, stride, pad_top, pad_left, transposed, OH, OW, act};
+  if ((ptrdiff_t)N * OH * OW * O < UNARY_GRAIN) threads = 1;
+  parallel_for(tap_sum_rows, &a, (ptrdiff_t)N * OH, threads);
 }
 
 /* ---- 3x3 stride-1 convolution as Winograd F(2x2, 3x3) ----------------------------------------
