@@ -216,7 +216,7 @@ def rfft2_planar(x: mx.array) -> mx.array:
     n, h, w, c = x.shape
     forward_w, forward_h, _, _ = dft_matrices(h, w)
     k = w // 2 + 1
-    y = forward_w @ x.reshape(n * h, w, c)  # (N*H, (s, k, p), C)
+    y = cpu_ops.batched_matmul(forward_w, x.reshape(n * h, w, c))  # (N*H, (s, k, p), C)
     return (forward_h @ y.reshape(n, 2 * h, 2 * k * c)).reshape(n, h, k, 2 * c)
 
 
@@ -225,7 +225,7 @@ def irfft2_planar(z: mx.array, size: tuple[int, int]) -> mx.array:
     n, h, k, c2 = z.shape
     w = size[1]
     _, _, inverse_w, inverse_h = dft_matrices(h, w)
-    v = inverse_w @ z.reshape(n * h, 2 * k, c2 // 2)  # (N*H, (q, w), C)
+    v = cpu_ops.batched_matmul(inverse_w, z.reshape(n * h, 2 * k, c2 // 2))  # (N*H, (q, w), C)
     return (inverse_h @ v.reshape(n, 2 * h, w * c2 // 2)).reshape(n, h, w, c2 // 2)
 
 

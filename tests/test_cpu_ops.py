@@ -183,6 +183,18 @@ def test_conv2d_applies_bias_and_activation(kernel, stride, padding, size, activ
     assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_batched_matmul_matches_mlx(shared):
+    """One left matrix for every product (LaMa's DFT over W) or one per product; above and below the
+    size where the products run on several threads."""
+    for batch, m, k, n in ((32, 68, 32, 192), (3, 4, 5, 6)):
+        a = mx.random.normal((m, k) if shared else (batch, m, k), key=mx.random.key(28))
+        b = mx.random.normal((batch, k, n), key=mx.random.key(29))
+        got, want = cpu.batched_matmul(a, b), a @ b
+        assert got.shape == want.shape
+        assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
 @pytest.mark.parametrize("kernel", [1, 3])
 def test_conv2d_adds_a_map_before_the_activation(kernel):
     """``added`` is the product's initial value: LaMa's spectral conv2 added onto the local -> global

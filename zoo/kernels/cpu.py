@@ -74,6 +74,7 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
+                lib.zoo_matmul_batched_f32.argtypes = [_PTR] * 3 + [size] + [ctypes.c_int] * 5
                 lib.zoo_tap_sum_f32.argtypes = [_PTR] * 3 + [ctypes.c_int] * 14
                 lib.zoo_attention_f32.argtypes = [_PTR] * 4 + [size, ctypes.c_float, _PTR] + [size] * 5 + [ctypes.c_int]
                 from zoo import blas
@@ -319,6 +320,25 @@ def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.arra
     if not done:
         return softmax(q @ k.swapaxes(-1, -2), scale, mask) @ v
     return _like(out, q)
+
+
+def batched_matmul(a: mx.array, b: mx.array) -> mx.array:
+    """a @ b for a (M, K) or (B, M, K) and b (B, K, N): (B, M, N). On the CPU one C call that runs the
+    products over its threads, each product on one OpenBLAS thread (MLX's calls OpenBLAS per product,
+    which splits each small one over its threads and waits for them: zoo/native/cpu_ops.c)."""
+    batch, k, n = b.shape
+    m = a.shape[-2]
+    fits = a.shape[-1] == k and (a.ndim == 2 or (a.ndim == 3 and a.shape[0] == batch))
+    lib = _library() if _fast_path() and fits else None
+    out = _output((batch, m, n)) if lib is not None else None
+    host = _host(b, out, a) if lib is not None else None
+    left = _host(a) if host is not None else None
+    done = left is not None and lib.zoo_matmul_batched_f32(_ptr(left), _ptr(host), _ptr(_view(out)), batch,
+                                                           int(a.ndim == 2), m, n, k, _threads()) == 0
+    _ran("matmul (batched)", done)
+    if not done:
+        return a @ b
+    return _like(out, b)
 
 
 def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:

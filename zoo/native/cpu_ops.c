@@ -803,6 +803,35 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
   return 0;
 }
 
+/* ---- many small matrix products, one per thread ------------------------------------------- */
+
+/* MLX's CPU batched matmul calls sgemm once per product, and OpenBLAS splits each over its threads:
+ * LaMa's Fourier units (rfft2_planar at 256 px: 32 products of 68x32 by 32x192 per unit) then waited
+ * for OpenBLAS's second thread 64 times per unit. Here the products go over our threads, each on one
+ * OpenBLAS thread (parallel_products). */
+typedef struct {
+  const float *a, *b; /* (batch or 1, M, K), (batch, K, N) */
+  float *c;           /* (batch, M, N) */
+  ptrdiff_t a_step;   /* M * K, or 0: one left matrix for every product */
+  int M, N, K;
+} matmul_args;
+
+static void matmul_products(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const matmul_args *a = (const matmul_args *)p;
+  for (ptrdiff_t i = b; i < e; ++i)
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, a->M, a->N, a->K, 1.0f, a->a + i * a->a_step, a->K,
+          a->b + i * (ptrdiff_t)a->K * a->N, a->N, 0.0f, a->c + i * (ptrdiff_t)a->M * a->N, a->N);
+}
+
+/* c[i] = a[i] @ b[i] (a_shared: a @ b[i]) for i in [0, batch). Returns 0, or -1 when no sgemm was given. */
+int zoo_matmul_batched_f32(const float *a, const float *b, float *c, ptrdiff_t batch, int a_shared, int M, int N,
+                           int K, int threads) {
+  if (sgemm == NULL) return -1;
+  matmul_args args = {a, b, c, a_shared ? 0 : (ptrdiff_t)M * K, M, N, K};
+  parallel_products(matmul_products, &args, batch, (double)batch * M * N * K <= (1 << 18) ? 1 : threads);
+  return 0;
+}
+
 /* ---- attention: softmax(scale * q k^T + bias) v, one (batch, head) per product ------------- */
 
 /* MLX's CPU attention is matmul, softmax, matmul, each matmul a loop of one sgemm per (batch, head)
