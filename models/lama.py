@@ -36,8 +36,8 @@ import mlx.nn as nn
 import numpy as np
 from PIL import Image
 
-from zoo.compiled import (CompiledForward, batch_norm_affine, fold_batch_norm, folded, kept, recording_layers,
-                          with_winograd)
+from zoo.compiled import (CompiledForward, batch_norm_affine, fold_batch_norm, folded, folding, kept,
+                          recording_layers, with_winograd)
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import ZooError, option
@@ -229,6 +229,13 @@ def irfft2_planar(z: mx.array, size: tuple[int, int]) -> mx.array:
     return (inverse_h @ v.reshape(n, 2 * h, w * c2 // 2)).reshape(n, h, w, c2 // 2)
 
 
+def fusing_eagerly_on_cpu() -> bool:
+    """layers.fusing_on_cpu (not inside zoo.compiled.eager(), where the validator records the upstream
+    layers) outside a compiled forward that derives its own forms of the FFCs' convolutions
+    (``folded``): where the FFCs run their C fusions."""
+    return fusing_on_cpu() and not folding()
+
+
 class SpectralTransform(nn.Module):
     def __init__(self, cin: int, cout: int):
         super().__init__()
@@ -244,8 +251,8 @@ class SpectralTransform(nn.Module):
 
     def mixed(self, x: mx.array) -> mx.array:
         """What conv2 takes: conv1's output plus the Fourier unit's of it. conv1 (1x1, BatchNorm, ReLU)
-        is one C convolution where ``fusing_on_cpu``."""
-        if fusing_on_cpu():
+        is one C convolution where ``fusing_eagerly_on_cpu``."""
+        if fusing_eagerly_on_cpu():
             conv, bn, _ = self.conv1.children_in_order()
             x = conv_bn(conv, bn, x, activation="relu")
         else:
@@ -328,10 +335,9 @@ class FFC_BN_ACT(nn.Module):  # upstream's class name
         return x_l, x_g
 
     def fuses_on_cpu(self) -> bool:
-        """Whether ``fused`` runs: where ``fusing_on_cpu`` (not inside zoo.compiled.eager(), where the
-        validator records the upstream layers), at inference, with a local output path."""
+        """Whether ``fused`` runs: where ``fusing_eagerly_on_cpu``, at inference, with a local output path."""
         bns = [self.bn_l] + ([self.bn_g] if "bn_g" in self else [])
-        return (fusing_on_cpu() and not self.ffc.training and all(folds_batch_norm(bn) for bn in bns)
+        return (fusing_eagerly_on_cpu() and not self.ffc.training and all(folds_batch_norm(bn) for bn in bns)
                 and ("convl2l" in self.ffc or "convg2l" in self.ffc))
 
     def fused(self, x) -> tuple:
