@@ -15,15 +15,14 @@ Measured on Linux x86-64, 2 cores (docs/speed-cpu.md has the figures and ratios)
 - depthwise convolution (~0.5 GFLOP/s): any ``groups > 1`` takes MLX's naive
   ``slow_conv_2D`` loop (conv.cpp). Here: a channel-vectorised loop in C;
 - transposed convolution (~1.2 GFLOP/s): MLX runs it as a convolution with input
-  dilation, which also takes ``slow_conv_2D``. Here: ONE GEMM (input x all kernel taps)
-  and a sub-pixel scatter (strided adds per output phase) in MLX ops, so OpenBLAS does
-  the arithmetic;
+  dilation, which also takes ``slow_conv_2D``. Here: ONE GEMM (input x all kernel taps),
+  so OpenBLAS does the arithmetic, then one threaded C pass sums each output pixel's taps;
 - 1x1 convolutions: MLX's explicit-GEMM convolution copies the input twice (a padded
   copy, then the patch matrix) even when the patch is one pixel. Here: a matmul;
 - convolutions with few output channels (LaMa's last 7x7 conv 64->3): MLX's explicit
   GEMM first copies every input patch (im2col: H*W x 3136 floats, ~0.8 GB at 256 px) for
-  a GEMM with 3 columns. Here: one GEMM of the input with all taps, then the taps'
-  outputs are summed at their shifts.
+  a GEMM with 3 columns. Here: one GEMM of the input with all taps, then the same C pass
+  sums each output pixel's taps.
 
 Each function takes and returns mx.arrays in MLX's NHWC layouts. The C routines need
 data: on the CPU they evaluate their input first; inside ``mx.compile``/``vmap`` (no data
@@ -541,7 +540,7 @@ def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_
     of every input pixel with all taps, then each output pixel's sum of the taps that reach it.
 
     out[ih*s + kh - p] += x[ih] @ w[kh]. On the CPU the sums, the bias and the activation are one
-    threaded C pass (``_tap_sums``); elsewhere MLX ops (``gemm_conv_transpose2d``).
+    threaded C pass (``_tap_sums``); elsewhere, and inside traces, ``_conv_transpose2d``'s MLX forms.
     """
     sh, sw = pair(stride)
     ph, pw = pair(padding)
