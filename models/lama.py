@@ -36,15 +36,16 @@ import mlx.nn as nn
 import numpy as np
 from PIL import Image
 
-from zoo.compiled import CompiledForward, fold_batch_norm, folded, kept, recording_layers, with_winograd
+from zoo.compiled import (CompiledForward, batch_norm_affine, fold_batch_norm, folded, folding, kept,
+                          recording_layers, with_winograd)
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import ZooError, option
 from zoo.images import load_image, open_image
 from zoo.kernels import cpu as cpu_ops
 from zoo.kernels import few_outputs, implicit_gemm
-from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, irfft2_parts,
-                               reflect_pad, rfft2_parts)
+from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, conv_bn,
+                               folds_batch_norm, fusing_on_cpu, irfft2_parts, reflect_pad, rfft2_parts)
 
 RATIO = 0.75  # share of global (spectral) channels in the residual blocks
 N_BLOCKS = 18
@@ -215,7 +216,7 @@ def rfft2_planar(x: mx.array) -> mx.array:
     n, h, w, c = x.shape
     forward_w, forward_h, _, _ = dft_matrices(h, w)
     k = w // 2 + 1
-    y = forward_w @ x.reshape(n * h, w, c)  # (N*H, (s, k, p), C)
+    y = cpu_ops.batched_matmul(forward_w, x.reshape(n * h, w, c))  # (N*H, (s, k, p), C)
     return (forward_h @ y.reshape(n, 2 * h, 2 * k * c)).reshape(n, h, k, 2 * c)
 
 
@@ -224,8 +225,15 @@ def irfft2_planar(z: mx.array, size: tuple[int, int]) -> mx.array:
     n, h, k, c2 = z.shape
     w = size[1]
     _, _, inverse_w, inverse_h = dft_matrices(h, w)
-    v = inverse_w @ z.reshape(n * h, 2 * k, c2 // 2)  # (N*H, (q, w), C)
+    v = cpu_ops.batched_matmul(inverse_w, z.reshape(n * h, 2 * k, c2 // 2))  # (N*H, (q, w), C)
     return (inverse_h @ v.reshape(n, 2 * h, w * c2 // 2)).reshape(n, h, w, c2 // 2)
+
+
+def fusing_eagerly_on_cpu() -> bool:
+    """layers.fusing_on_cpu (not inside zoo.compiled.eager(), where the validator records the upstream
+    layers) outside a compiled forward that derives its own forms of the FFCs' convolutions
+    (``folded``): where the FFCs run their C fusions."""
+    return fusing_on_cpu() and not folding()
 
 
 class SpectralTransform(nn.Module):
@@ -239,8 +247,17 @@ class SpectralTransform(nn.Module):
         return x
 
     def __call__(self, x: mx.array) -> mx.array:
-        x = self.conv1(x)
-        return self.conv2(self.shortcut(x) + self.fu(x))
+        return self.conv2(self.mixed(x))
+
+    def mixed(self, x: mx.array) -> mx.array:
+        """What conv2 takes: conv1's output plus the Fourier unit's of it. conv1 (1x1, BatchNorm, ReLU)
+        is one C convolution where ``fusing_eagerly_on_cpu``."""
+        if fusing_eagerly_on_cpu():
+            conv, bn, _ = self.conv1.children_in_order()
+            x = conv_bn(conv, bn, x, activation="relu")
+        else:
+            x = self.conv1(x)
+        return self.shortcut(x) + self.fu(x)
 
 
 class FFC(nn.Module):
@@ -309,11 +326,75 @@ class FFC_BN_ACT(nn.Module):  # upstream's class name
             self.act_g = nn.ReLU()
 
     def __call__(self, x):
+        if self.fuses_on_cpu():
+            return self.fused(x)
         x_l, x_g = self.ffc(x)
         x_l = self.act_l(self.bn_l(x_l))
         if "bn_g" in self:
             x_g = self.act_g(self.bn_g(x_g))
         return x_l, x_g
+
+    def fuses_on_cpu(self) -> bool:
+        """Whether ``fused`` runs: where ``fusing_eagerly_on_cpu``, at inference, with a local output path."""
+        bns = [self.bn_l] + ([self.bn_g] if "bn_g" in self else [])
+        return (fusing_eagerly_on_cpu() and not self.ffc.training and all(folds_batch_norm(bn) for bn in bns)
+                and ("convl2l" in self.ffc or "convg2l" in self.ffc))
+
+    def fused(self, x) -> tuple:
+        """The layer with its BatchNorms folded into the convolutions (``cpu_forms``), each sum of paths
+        and its ReLU computed by the C convolution that makes it: the local output one convolution of
+        the local and global inputs side by side; the global one the local -> global convolution,
+        onto which the spectral transform's conv2 adds its product before the ReLU."""
+        ffc, forms = self.ffc, self.cpu_forms()
+        x_l, x_g = x if isinstance(x, tuple) else (x, 0)
+        inputs = [inp for path, inp in (("convl2l", x_l), ("convg2l", x_g)) if path in ffc]
+        local_conv = ffc.convl2l if "convl2l" in ffc else ffc.convg2l
+        out_l = local_conv.with_forms(inputs[0] if len(inputs) == 1 else mx.concatenate(inputs, axis=-1),
+                                      forms["local"], "relu")
+        if "bn_g" not in self:
+            return out_l, 0
+        spectral = "convg2g" in ffc
+        out_g = ffc.convl2g.with_forms(x_l, forms["global"], None if spectral else "relu") if "convl2g" in ffc \
+            else None
+        if spectral:
+            conv2 = forms["spectral"]
+
+            def spectral_sum(mixed: mx.array, residual: mx.array | None = None) -> mx.array:
+                return cpu_ops.conv2d(mixed, conv2["weight"], conv2["bias"], activation="relu", residual=residual)
+
+            out_g = cpu_ops.per_image(spectral_sum, ffc.convg2g.mixed(x_g), *([] if out_g is None else [out_g]))
+        return out_l, out_g
+
+    def cpu_forms(self) -> dict[str, dict[str, mx.array | None]]:
+        """The convolutions ``fused`` runs, with the BatchNorms folded in (in float32, stored in the
+        weights' dtype, as Conv2d.with_batch_norm; kept until a weight is replaced): "local" (the
+        local -> local and global -> local weights side by side, the local BatchNorm's shift its bias),
+        "global" (local -> global, the global BatchNorm's shift its bias) and "spectral" (the spectral
+        transform's conv2, its bias that shift where there is no local -> global path)."""
+        ffc = self.ffc
+        local = [ffc[path] for path in ("convl2l", "convg2l") if path in ffc]
+        has_global = "bn_g" in self
+        global_convs = [ffc[path] for path in ("convl2g",) if has_global and path in ffc]
+        spectral = [ffc.convg2g.conv2] if has_global and "convg2g" in ffc else []
+        sources = (*local, self.bn_l, *global_convs, *spectral, *([self.bn_g] if has_global else []))
+        return kept(self, "_cpu_forms", sources, lambda: self.fold_cpu_forms(local, global_convs, spectral))
+
+    def fold_cpu_forms(self, local: list, global_convs: list, spectral: list) -> dict:
+        dtype = local[0].weight.dtype
+
+        def scaled(convs: list, bn: nn.BatchNorm, with_shift: bool) -> tuple[mx.array, mx.array | None]:
+            scale, shift = batch_norm_affine(bn)
+            weight = mx.concatenate([c.weight.astype(mx.float32) for c in convs], axis=-1)
+            weight = weight * scale.reshape(-1, 1, 1, 1)
+            return weight.astype(dtype), shift.astype(dtype) if with_shift else None
+
+        forms = {"local": local[0].forms(*scaled(local, self.bn_l, True))}
+        if global_convs:
+            forms["global"] = global_convs[0].forms(*scaled(global_convs, self.bn_g, True))
+        if spectral:
+            weight, bias = scaled(spectral, self.bn_g, not global_convs)
+            forms["spectral"] = {"weight": weight, "bias": bias}
+        return forms
 
 
 class FFCResnetBlock(nn.Module):
@@ -363,8 +444,8 @@ class FFCResNetGenerator(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         *body, pad, conv, sigmoid = self.model.children_in_order()
         arrays = folded(conv)
-        if arrays is None and cpu_ops.on_cpu() and not recording_layers() and band_rows(x.shape[2]) < x.shape[1]:
-            return self.banded(x)  # a map of more than one band; a smaller one runs its layers as they are
+        if arrays is None and fusing_on_cpu():
+            return self.banded(x)
         if arrays is None or not few_outputs.preferred(x.dtype, conv.weight.shape, conv.stride, conv.groups,
                                                        conv.dilation):
             return self.model(x)
@@ -385,9 +466,10 @@ class FFCResNetGenerator(nn.Module):
     def banded(self, x: mx.array) -> mx.array:
         """The generator on the CPU, its upsamplings and last convolution (``model.24`` on) in bands of
         output rows, each evaluated before the next: at full resolution their temporaries (the
-        transposed convolutions' taps and phase sums, the 7x7 convolution's taps; 2 kB per pixel)
-        live for one band only. Each band computes the rows its kernels reach (halo), so it holds
-        the values of the whole map's forward, up to float rounding (OpenBLAS's GEMM rows)."""
+        transposed convolutions' taps, the 7x7 convolution's taps; 2 kB per pixel) live for one band
+        only. Each band computes the rows its kernels reach (halo), so it holds the values of the
+        whole map's forward, up to float rounding (OpenBLAS's GEMM rows). A map of one band runs
+        as a whole. Each upsampling is one C pass (``upsampling``)."""
         layers = self.model.children_in_order()
         head, upsamplings, (pad, conv, sigmoid) = layers[:24], layers[24:-3], layers[-3:]
         for layer in head:
@@ -395,6 +477,8 @@ class FFCResNetGenerator(nn.Module):
         stages = [upsamplings[i:i + 3] for i in range(0, len(upsamplings), 3)]
         height, width = x.shape[1] * 2 ** len(stages), x.shape[2] * 2 ** len(stages)
         step = band_rows(width)
+        if step >= height:
+            return sigmoid(conv(pad(upsampled_rows(x, stages, 0, height))))
         bands = []
         for start in range(0, height, step):
             # the rows the 7x7 convolution reads: its reflect padding of the map's rows at the borders
@@ -440,10 +524,19 @@ def upsampled_rows(x: mx.array, stages: list, start: int, stop: int) -> mx.array
     transposed convolution sums input rows r // 2 and (r + 1) // 2."""
     if not stages:
         return x[:, start:stop]
-    *inner, (upsample, bn, relu) = stages
+    *inner, stage = stages
     first, last = start // 2, min(stop // 2 + 1, x.shape[1] * 2 ** len(inner))
-    y = relu(bn(upsample(upsampled_rows(x, inner, first, last))))
+    y = upsampling(stage, upsampled_rows(x, inner, first, last))
     return y[:, start - 2 * first:stop - 2 * first]
+
+
+def upsampling(stage: list, x: mx.array) -> mx.array:
+    """One [ConvTranspose2d, BatchNorm, ReLU] stage: where ``fusing_on_cpu``, the BatchNorm folded into
+    the transposed convolution, whose C pass applies the ReLU (layers.ConvTranspose2d.with_batch_norm)."""
+    upsample, bn, relu = stage
+    if fusing_on_cpu() and folds_batch_norm(bn):
+        return upsample.with_batch_norm(x, bn, "relu")
+    return relu(bn(upsample(x)))
 
 
 class LaMa(nn.Module):

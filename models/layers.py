@@ -147,8 +147,13 @@ def fuses_on_cpu(conv: nn.Conv2d, bn: nn.BatchNorm) -> bool:
     folded in: on the CPU, a zoo Conv2d of a form the C routines compute (groups 1 or depthwise, no
     dilation), an inference BatchNorm with running statistics, and not inside zoo.compiled.eager()
     (the validator records the upstream layers apart)."""
-    return (isinstance(conv, Conv2d) and conv.folds() and fusing_on_cpu()
-            and not bn.training and bn.track_running_stats and "weight" in bn)
+    return isinstance(conv, Conv2d) and conv.folds() and fusing_on_cpu() and folds_batch_norm(bn)
+
+
+def folds_batch_norm(bn: nn.BatchNorm) -> bool:
+    """Whether ``bn`` is an affine map that folds into the convolution before it: at inference, with
+    running statistics and its own weight and bias."""
+    return not bn.training and bn.track_running_stats and "weight" in bn
 
 
 def fusing_on_cpu() -> bool:
@@ -209,6 +214,11 @@ class Conv2d(nn.Conv2d):
         kept until a weight is replaced) and the activation applied by the C routine in place: no
         BatchNorm pass and no new array for the activation (layers.fuses_on_cpu says where)."""
         forms = self.batch_norm_forms(bn)
+        return self.with_forms(x, forms, activation)
+
+    def with_forms(self, x: mx.array, forms: dict[str, mx.array | None], activation: str | None = None) -> mx.array:
+        """activation(conv(x) + bias) with this convolution's stride and padding and another weight and
+        bias (``forms`` of them: its input channels may differ), each image apart (cpu_ops.per_image)."""
         return cpu_ops.per_image(lambda image: self._forward(image, forms, activation), x)
 
     def batch_norm_forms(self, bn: nn.BatchNorm) -> dict[str, mx.array | None]:
@@ -252,10 +262,10 @@ class Conv2d(nn.Conv2d):
             if depthwise.preferred(x.dtype):
                 return cpu_ops.biased_activation(depthwise.conv2d(x, weight, self.stride, self.padding), bias, activation)
             return cpu_ops.depthwise_conv2d(x, weight, self.stride, self.padding, bias, activation)
+        if few_outputs:
+            return cpu_ops.conv2d_few_outputs(x, weight, bias, activation)
         if plain and kh == kw == 1:
             y = cpu_ops.pointwise_conv2d(x, weight)
-        elif few_outputs:
-            y = cpu_ops.conv2d_few_outputs(x, weight)
         else:
             coverage.note("conv2d (dilated)" if not _no_dilation(self.dilation) else
                           "conv2d" if self.groups == 1 else "conv2d (grouped)", coverage.MLX_OP)
@@ -302,11 +312,22 @@ class MLXConv2d(nn.Conv2d):
 
 
 class ConvTranspose2d(nn.ConvTranspose2d):
-    """nn.ConvTranspose2d (same weights, same names) run as one GEMM and a sub-pixel scatter
-    on the CPU (zoo.kernels.cpu.conv_transpose2d)."""
+    """nn.ConvTranspose2d (same weights, same names) run as one GEMM and the sums of its taps (one C
+    pass on the CPU: zoo.kernels.cpu.conv_transpose2d)."""
 
     def __call__(self, x: mx.array) -> mx.array:
+        return self._forward(x, self.weight, self.bias if "bias" in self else None)
+
+    def with_batch_norm(self, x: mx.array, bn: nn.BatchNorm, activation: str | None = None) -> mx.array:
+        """``activation(bn(self(x)))`` with ``bn`` folded into the weight and bias (as
+        Conv2d.with_batch_norm; kept until a weight is replaced), the bias and activation applied by
+        the C pass that sums the taps (where ``fusing_on_cpu`` and ``folds_batch_norm``)."""
+        weight, bias = kept(self, "_batch_norm_forms", (self, bn),
+                            lambda: tuple(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn)))
+        return self._forward(x, weight, bias, activation)
+
+    def _forward(self, x: mx.array, weight: mx.array, bias: mx.array | None, activation: str | None = None):
         if not _no_dilation(self.dilation):
-            return super().__call__(x)
-        y = cpu_ops.conv_transpose2d(x, self.weight, self.stride, self.padding, self.output_padding)
-        return y + self.bias if "bias" in self else y
+            return cpu_ops.biased_activation(mx.conv_transpose2d(x, weight, self.stride, self.padding, self.dilation,
+                                                                 self.output_padding), bias, activation)
+        return cpu_ops.conv_transpose2d(x, weight, self.stride, self.padding, self.output_padding, bias, activation)

@@ -114,6 +114,24 @@ def test_conv_transpose_matches_mlx(kernel, stride, padding, output_padding, dty
         assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item(), mode
 
 
+@pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
+def test_tap_sums_apply_bias_and_activation(activation):
+    """The transposed and the few-output convolutions sum their taps in one C pass with the bias and the
+    activation (LaMa's upsamplings with their BatchNorm folded in, its last convolution)."""
+    x = mx.random.normal((2, 9, 8, 16), key=mx.random.key(21)) * 3
+    b = mx.random.normal((4,), key=mx.random.key(22))
+    w = mx.random.normal((4, 3, 3, 16), key=mx.random.key(23))
+    got = cpu.conv_transpose2d(x, w, 2, 1, 1, b, activation)
+    want = MLX_ACTIVATIONS[activation](mx.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1) + b)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+    w = mx.random.normal((4, 5, 5, 16), key=mx.random.key(24))
+    got = cpu.conv2d_few_outputs(x, w, b, activation)
+    want = MLX_ACTIVATIONS[activation](mx.conv2d(x, w) + b)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_few_output_conv_matches_mlx(dtype):
     x = mx.random.normal((1, 20, 17, 64), key=mx.random.key(5)).astype(DTYPES[dtype])
@@ -180,6 +198,35 @@ def test_conv2d_applies_bias_and_activation(kernel, stride, padding, size, activ
     want = MLX_ACTIVATIONS[activation](mx.conv2d(x, w, stride=stride, padding=padding) + b)
     assert got.shape == want.shape
     assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_batched_matmul_matches_mlx(shared):
+    """One left matrix for every product (LaMa's DFT over W) or one per product; above and below the
+    size where the products run on several threads."""
+    for batch, m, k, n in ((32, 68, 32, 192), (3, 4, 5, 6)):
+        a = mx.random.normal((m, k) if shared else (batch, m, k), key=mx.random.key(28))
+        b = mx.random.normal((batch, k, n), key=mx.random.key(29))
+        got, want = cpu.batched_matmul(a, b), a @ b
+        assert got.shape == want.shape
+        assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("kernel", [1, 3])
+def test_conv2d_adds_a_map_before_the_activation(kernel):
+    """``residual`` is added to the product with the bias: LaMa's spectral conv2 added onto the local ->
+    global convolution before their ReLU; the batch's images each alone."""
+    x = mx.random.normal((2, 9, 10, 5), key=mx.random.key(25)) * 3
+    w = mx.random.normal((6, kernel, kernel, 5), key=mx.random.key(26))
+    bias = mx.random.normal((6,), key=mx.random.key(30))
+    added = mx.random.normal((2, 9, 10, 6), key=mx.random.key(27)) * 3
+    got = cpu.per_image(lambda image, start: cpu.conv2d(image, w, bias, 1, kernel // 2, activation="relu",
+                                                        residual=start), x, added)
+    want = nn.relu(mx.conv2d(x, w, padding=kernel // 2) + bias + added)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+    with pytest.raises(ValueError, match="is not the output's shape"):
+        cpu.conv2d(x, w, None, 1, kernel // 2, residual=added[:, :4])
 
 
 @pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))

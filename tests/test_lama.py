@@ -17,7 +17,9 @@ import zoo
 from conftest import load_case, parity_run, rebuild_input
 from torch_writer import Glob, New, tensor, write_torch_zip
 from zoo import registry
+from zoo.compiled import eager
 from zoo.errors import ZooError
+from zoo.models import lama
 from zoo.validate import engine
 from zoo.validate.capture import recording
 from zoo.validate.cases import lama as case_module
@@ -108,7 +110,14 @@ def test_mlx_model_matches_upstream_case_at_256(case, model):
     outputs = {name: nchw(record.output) for name, record in records.items()}
     keys = [key for key in arrays.files if key.startswith("trace/") and key != "trace/model.35"]
     assert len(keys) == 54
+    # on the CPU each upsampling (model.24-26, 27-29, 30-32) is one call of its transposed convolution
+    # with the BatchNorm folded in and the ReLU applied (FFCResNetGenerator.banded): no layer of it
+    # records a value of its own, and the values it makes reach model.33 on
+    upsampled = {f"generator.model.{i}" for i in range(24, 33)}
+    assert upsampled.isdisjoint(outputs)
     for key in keys:  # measured: at most 3.3e-6
+        if f"generator.{key[len('trace/'):].partition('/')[0]}" in upsampled:
+            continue
         assert rel_err(sampled(trace_value(outputs, key), sidecar, key), arrays[key]) < 1e-5, key
     # model.35 = predicted. The sigmoid turns the logits' float32 roundoff (their scale is ~9e3)
     # into absolute error of the output: measured 1.46e-3 at most, below one uint8 level
@@ -186,6 +195,37 @@ def test_float16_keeps_the_fourier_units_in_float32(weights):
     # synthetic weights' logits (~1e3 here) turn float16's relative error into visible error
     assert rows["generator.model.34"].status == "pass"
     assert e2e.first_failure in (None, *case_module.SIGMOID_OUTPUTS)
+
+
+@pytest.mark.parametrize("index", [1, 2, 4, 5])  # the first convolution, a downsampling, the split, a block
+def test_fused_layers_on_the_cpu_equal_the_upstream_layers(model, index):
+    """On the CPU each FFC_BN_ACT runs with its BatchNorms folded into its convolutions and each sum
+    of paths made by one C call (FFC_BN_ACT.fused); inside zoo.compiled.eager() (the validator's
+    recording) its upstream layers run apart. Both give the same values, and the folded weights
+    follow a replaced BatchNorm."""
+    layers = model.generator.model.children_in_order()
+    x = mx.array(np.random.default_rng(index).standard_normal((1, 24, 24, 4)).astype(np.float32))
+    with eager():
+        for layer in layers[:index]:
+            x = layer(x)
+    layer = layers[index]
+    ffc = layer.conv1 if isinstance(layer, lama.FFCResnetBlock) else layer
+    assert ffc.fuses_on_cpu()
+    with eager():
+        assert not ffc.fuses_on_cpu()
+        want = layer(x)
+    got = layer(x)
+    for a, b in zip(want, got):
+        if isinstance(a, mx.array):
+            assert rel_err(np.array(b), np.array(a)) < 1e-5
+    before = ffc.bn_l.weight
+    try:
+        ffc.bn_l.weight = before * 2
+        with eager():
+            want = ffc(x)
+        assert rel_err(np.array(ffc(x)[0]), np.array(want[0])) < 1e-5
+    finally:
+        ffc.bn_l.weight = before
 
 
 def test_raw_call_checks_shapes_and_dtype(model):

@@ -15,15 +15,14 @@ Measured on Linux x86-64, 2 cores (docs/speed-cpu.md has the figures and ratios)
 - depthwise convolution (~0.5 GFLOP/s): any ``groups > 1`` takes MLX's naive
   ``slow_conv_2D`` loop (conv.cpp). Here: a channel-vectorised loop in C;
 - transposed convolution (~1.2 GFLOP/s): MLX runs it as a convolution with input
-  dilation, which also takes ``slow_conv_2D``. Here: ONE GEMM (input x all kernel taps)
-  and a sub-pixel scatter (strided adds per output phase) in MLX ops, so OpenBLAS does
-  the arithmetic;
+  dilation, which also takes ``slow_conv_2D``. Here: ONE GEMM (input x all kernel taps),
+  so OpenBLAS does the arithmetic, then one threaded C pass sums each output pixel's taps;
 - 1x1 convolutions: MLX's explicit-GEMM convolution copies the input twice (a padded
   copy, then the patch matrix) even when the patch is one pixel. Here: a matmul;
 - convolutions with few output channels (LaMa's last 7x7 conv 64->3): MLX's explicit
   GEMM first copies every input patch (im2col: H*W x 3136 floats, ~0.8 GB at 256 px) for
-  a GEMM with 3 columns. Here: one GEMM of the input with all taps, then the taps'
-  outputs are summed at their shifts.
+  a GEMM with 3 columns. Here: one GEMM of the input with all taps, then the same C pass
+  sums each output pixel's taps.
 
 Each function takes and returns mx.arrays in MLX's NHWC layouts. The C routines need
 data: on the CPU they evaluate their input first; inside ``mx.compile``/``vmap`` (no data
@@ -77,6 +76,8 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_inverted_residual_f32.argtypes = [_PTR] * 8 + [ctypes.c_int] * 7
                 lib.zoo_attention_f32.argtypes = ([_PTR] * 4 + [size, ctypes.c_float, _PTR, ctypes.POINTER(size)]
                                                   + [size] * 6 + [ctypes.c_int])
+                lib.zoo_matmul_batched_f32.argtypes = [_PTR] * 3 + [size] + [ctypes.c_int] * 5
+                lib.zoo_tap_sum_f32.argtypes = [_PTR] * 3 + [ctypes.c_int] * 14
                 from zoo import blas
 
                 # None (no OpenBLAS): zoo_conv2d_f32 declines
@@ -90,14 +91,15 @@ def on_cpu() -> bool:
     return mx.default_device() == mx.cpu
 
 
-def per_image(fn, x: mx.array) -> mx.array:
-    """``fn(x)`` with each image of a CPU batch computed apart. OpenBLAS computes the last rows of a
-    GEMM with another kernel (on an AMD EPYC, 2026-11-27, those rows differed in their last bits),
-    so a convolution whose GEMM spans the batch gave an image other bits in a batch than alone;
-    zoo's batches give each image its batch-of-one result (docs/streams.md). Elsewhere: ``fn(x)``."""
+def per_image(fn, x: mx.array, *more: mx.array) -> mx.array:
+    """``fn(x, *more)`` with each image of a CPU batch computed apart (``more``: arrays of the same batch,
+    sliced alike). OpenBLAS computes the last rows of a GEMM with another kernel (on an AMD EPYC,
+    2026-11-27, those rows differed in their last bits), so a convolution whose GEMM spans the batch
+    gave an image other bits in a batch than alone; zoo's batches give each image its batch-of-one
+    result (docs/streams.md). Elsewhere: ``fn(x, *more)``."""
     if not on_cpu() or x.shape[0] < 2:
-        return fn(x)
-    return mx.concatenate([fn(x[i:i + 1]) for i in range(x.shape[0])])
+        return fn(x, *more)
+    return mx.concatenate([fn(*(a[i:i + 1] for a in (x, *more))) for i in range(x.shape[0])])
 
 
 def native_available() -> bool:
@@ -355,6 +357,25 @@ def _attention_call(lib, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: mx.a
         scale, _ptr(_view(out)), (ctypes.c_ssize_t * 12)(*strides), batches, heads, nq, nk, d, dv, _threads()) == 0
 
 
+def batched_matmul(a: mx.array, b: mx.array) -> mx.array:
+    """a @ b for a (M, K) or (B, M, K) and b (B, K, N): (B, M, N). On the CPU one C call that runs the
+    products over its threads, each product on one OpenBLAS thread (MLX's calls OpenBLAS per product,
+    which splits each small one over its threads and waits for them: zoo/native/cpu_ops.c)."""
+    batch, k, n = b.shape
+    m = a.shape[-2]
+    fits = a.shape[-1] == k and (a.ndim == 2 or (a.ndim == 3 and a.shape[0] == batch))
+    lib = _library() if _fast_path() and fits else None
+    out = _output((batch, m, n)) if lib is not None else None
+    host = _host(b, out, a) if lib is not None else None
+    left = _host(a) if host is not None else None
+    done = left is not None and lib.zoo_matmul_batched_f32(_ptr(left), _ptr(host), _ptr(_view(out)), batch,
+                                                           int(a.ndim == 2), m, n, k, _threads()) == 0
+    _ran("matmul (batched)", done)
+    if not done:
+        return a @ b
+    return _like(out, b)
+
+
 def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:
     """activation(y + bias) (ACTIVATION_OPS): what the C convolutions add where MLX's convolution runs."""
     return ACTIVATION_OPS[activation](y if bias is None else y + bias)
@@ -573,16 +594,33 @@ def _shift_sum(taps: mx.array, phase_len: tuple[int, int], shifts) -> mx.array:
     return out if out is not None else mx.zeros((n, *phase_len, c), taps.dtype)
 
 
-def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_padding=0) -> mx.array:
-    """mx.conv_transpose2d (weight (O, KH, KW, I), no dilation) as one GEMM and a sub-pixel scatter.
+def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_padding=0,
+                     bias: mx.array | None = None, activation: str | None = None) -> mx.array:
+    """activation(mx.conv_transpose2d(x, weight) + bias) (weight (O, KH, KW, I), no dilation) as one GEMM
+    of every input pixel with all taps, then each output pixel's sum of the taps that reach it.
 
-    out[ih*s + kh - p] += x[ih] @ w[kh]: the GEMM computes every (input pixel, tap) product;
-    taps with kh = q*s + r land on output phase r shifted by q input rows, so each of the
-    s*s phases is a sum of shifted tap planes, and interleaving the phases gives the output.
+    out[ih*s + kh - p] += x[ih] @ w[kh]. On the CPU the sums, the bias and the activation are one
+    threaded C pass (``_tap_sums``); elsewhere, and inside traces, ``_conv_transpose2d``'s MLX forms.
     """
     sh, sw = pair(stride)
     ph, pw = pair(padding)
     oph, opw = pair(output_padding)
+    co, kh, kw, ci = weight.shape
+    n, h, w, _ = x.shape
+    if _fast_path() and sh == sw:
+        oh, ow = (h - 1) * sh - 2 * ph + kh + oph, (w - 1) * sw - 2 * pw + kw + opw
+        y = _tap_sums(_all_taps(x, weight), bias, (oh, ow), (kh, kw), sh, (ph, pw), True, activation)
+        if y is not None:
+            _ran("conv_transpose2d", True)
+            return _like(y, x)
+    return biased_activation(_conv_transpose2d(x, weight, (sh, sw), (ph, pw), (oph, opw)), bias, activation)
+
+
+def _conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output_padding) -> mx.array:
+    """mx.conv_transpose2d's values: where the C sums do not run."""
+    sh, sw = stride
+    ph, pw = padding
+    oph, opw = output_padding
     co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
     if not _fast_path():
@@ -624,6 +662,23 @@ def gemm_conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output
     return full[:, ph:ph + oh, pw:pw + ow]
 
 
+def _tap_sums(taps: mx.array, bias: mx.array | None, size: tuple[int, int], kernel: tuple[int, int], stride: int,
+              padding: tuple[int, int], transposed: bool, activation: str | None) -> mx.array | None:
+    """activation(bias + the sum of the ``taps`` (``_all_taps``) each output pixel of a convolution
+    (``transposed``: a transposed convolution) of this kernel, stride and zero padding reads), float32
+    (N, *size, O), by one threaded C pass; None where the C routine cannot run (a trace, no library)."""
+    n, h, w, _, co = taps.shape
+    lib = _library() if _fast_path() else None
+    out = _output((n, *size, co)) if lib is not None else None
+    host = _host(taps, out) if lib is not None else None
+    b = _host(bias) if host is not None and bias is not None else None
+    if host is None:
+        return None
+    lib.zoo_tap_sum_f32(_ptr(host), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, co, *kernel, stride,
+                        *padding, int(transposed), *size, ACTIVATIONS[activation][0], _threads())
+    return out
+
+
 def _all_taps(x: mx.array, weight: mx.array) -> mx.array:
     """Every input pixel times every tap of a (O, KH, KW, I) weight, as one GEMM: (N, H, W, KH*KW, O)."""
     co, kh, kw, ci = weight.shape
@@ -639,13 +694,21 @@ def _gemm_form(x: mx.array) -> bool:
     return _fast_path() or x.dtype == mx.float32
 
 
-def conv2d_few_outputs(x: mx.array, weight: mx.array) -> mx.array:
-    """mx.conv2d(x, weight) (stride 1, no padding: pad first) for a weight (O, KH, KW, I) with few
-    output channels, as ``gemm_taps_conv2d`` where ``_gemm_form`` says."""
+def conv2d_few_outputs(x: mx.array, weight: mx.array, bias: mx.array | None = None,
+                       activation: str | None = None) -> mx.array:
+    """activation(mx.conv2d(x, weight) + bias) (stride 1, no padding: pad first) for a weight (O, KH, KW,
+    I) with few output channels: one GEMM of every input pixel with all taps, then on the CPU each
+    output pixel's sum of its taps, the bias and the activation in one threaded C pass; elsewhere
+    ``gemm_taps_conv2d`` where ``_gemm_form`` says."""
     co, kh, kw, ci = weight.shape
     gemm = _gemm_form(x) and not (kh == 1 and kw == 1)
-    _ran("conv2d (few outputs)", _fast_path() and gemm)
-    return gemm_taps_conv2d(x, weight) if gemm else mx.conv2d(x, weight)
+    n, h, w, _ = x.shape
+    y = _tap_sums(_all_taps(x, weight), bias, (h - kh + 1, w - kw + 1), (kh, kw), 1, (0, 0), False, activation) \
+        if gemm and _fast_path() else None
+    _ran("conv2d (few outputs)", y)
+    if y is not None:
+        return _like(y, x)
+    return biased_activation(gemm_taps_conv2d(x, weight) if gemm else mx.conv2d(x, weight), bias, activation)
 
 
 def gemm_taps_conv2d(x: mx.array, weight: mx.array) -> mx.array:

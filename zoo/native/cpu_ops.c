@@ -749,6 +749,76 @@ int zoo_inverted_residual_f32(const float *x, const float *w1, const float *b1, 
   return atomic_load(&a.failed) ? -1 : 0;
 }
 
+/* ---- the taps' sums of a convolution or transposed convolution computed as one GEMM -------------
+ * zoo/kernels/cpu.py multiplies every input pixel by all KH*KW taps of the weight in one GEMM
+ * (taps (N, H, W, KH*KW, O)); each output pixel is then the sum of the tap products of the input
+ * pixels it reads. MLX summed them as one shifted plane per tap (pads, slices, adds, an interleave
+ * of the phases: single-threaded passes over the output, most of LaMa's upsampling time). Here one
+ * threaded pass gathers each output pixel's taps, with the bias and the activation. */
+
+typedef struct {
+  const float *taps, *bias; /* (N, H, W, KH*KW, O), (O) or NULL */
+  float *y;                 /* (N, OH, OW, O) */
+  int H, W, O, KH, KW, stride, pad_top, pad_left, transposed, OH, OW, act;
+} tap_sum_args;
+
+/* The input position tap k reads for output position o, or -1 where it reads none: a convolution
+ * reads o * stride - pad + k; a transposed convolution's input i reaches o = i * stride - pad + k. */
+static inline int tap_input(int o, int k, int stride, int pad, int transposed, int size) {
+  int i;
+  if (transposed) {
+    const int reach = o + pad - k; /* i * stride */
+    if (reach < 0 || reach % stride) return -1;
+    i = reach / stride;
+  } else {
+    i = o * stride - pad + k;
+  }
+  return i >= 0 && i < size ? i : -1;
+}
+
+ZOO_CLONES static void tap_sum_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const tap_sum_args *a = (const tap_sum_args *)p;
+  const ptrdiff_t O = a->O, pixel_taps = (ptrdiff_t)a->KH * a->KW * O;
+  for (ptrdiff_t row = b; row < e; ++row) { /* row = image * OH + output row */
+    const ptrdiff_t n = row / a->OH;
+    const int oh = (int)(row % a->OH);
+    float *restrict out = a->y + row * a->OW * O;
+    for (int ow = 0; ow < a->OW; ++ow) {
+      if (a->bias != NULL)
+        memcpy(out + (ptrdiff_t)ow * O, a->bias, sizeof(float) * (size_t)O);
+      else
+        memset(out + (ptrdiff_t)ow * O, 0, sizeof(float) * (size_t)O);
+    }
+    /* tap by tap over the row: the input row and the tap's offset are found once per tap */
+    for (int kh = 0; kh < a->KH; ++kh) {
+      const int ih = tap_input(oh, kh, a->stride, a->pad_top, a->transposed, a->H);
+      if (ih < 0) continue;
+      const float *in_row = a->taps + (n * a->H + ih) * a->W * pixel_taps;
+      for (int kw = 0; kw < a->KW; ++kw) {
+        const float *tap = in_row + (kh * a->KW + kw) * O;
+        for (int ow = 0; ow < a->OW; ++ow) {
+          const int iw = tap_input(ow, kw, a->stride, a->pad_left, a->transposed, a->W);
+          if (iw < 0) continue;
+          const float *restrict src = tap + iw * pixel_taps;
+          float *restrict dst = out + (ptrdiff_t)ow * O;
+          ZOO_NO_ALIAS
+          for (ptrdiff_t c = 0; c < O; ++c) dst[c] += src[c];
+        }
+      }
+    }
+    activate(out, out, a->OW * O, a->act); /* the row is still in cache */
+  }
+}
+
+/* y (N, OH, OW, O) = act(bias + the sum of each output pixel's taps): ``transposed`` 0 for a
+ * convolution (zero padding), 1 for a transposed convolution (stride, padding and OH, OW its own). */
+void zoo_tap_sum_f32(const float *taps, const float *bias, float *y, int N, int H, int W, int O, int KH, int KW,
+                     int stride, int pad_top, int pad_left, int transposed, int OH, int OW, int act, int threads) {
+  tap_sum_args a = {taps, bias, y, H, W, O, KH, KW, stride, pad_top, pad_left, transposed, OH, OW, act};
+  if ((ptrdiff_t)N * OH * OW * O < UNARY_GRAIN) threads = 1;
+  parallel_for(tap_sum_rows, &a, (ptrdiff_t)N * OH, threads);
+}
+
 /* ---- 3x3 stride-1 convolution as Winograd F(2x2, 3x3) ----------------------------------------
  * zoo/kernels/winograd.py's transforms (its docstring has the maths): V = B^T d B per tile and
  * input channel, 16 sgemm V[k] (tiles x C) @ U[k] (C x O), Y = A^T M A + bias per tile and
@@ -906,6 +976,35 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
   else
     winograd_output_tiles(&out, 0, tiles);
   free(v), free(m), free(zeros);
+  return 0;
+}
+
+/* ---- many small matrix products, one per thread ------------------------------------------- */
+
+/* MLX's CPU batched matmul calls sgemm once per product, and OpenBLAS splits each over its threads:
+ * LaMa's Fourier units (rfft2_planar at 256 px: 32 products of 68x32 by 32x192 per unit) then waited
+ * for OpenBLAS's second thread 64 times per unit. Here the products go over our threads, each on one
+ * OpenBLAS thread (parallel_products). */
+typedef struct {
+  const float *a, *b; /* (batch or 1, M, K), (batch, K, N) */
+  float *c;           /* (batch, M, N) */
+  ptrdiff_t a_step;   /* M * K, or 0: one left matrix for every product */
+  int M, N, K;
+} matmul_args;
+
+static void matmul_products(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const matmul_args *a = (const matmul_args *)p;
+  for (ptrdiff_t i = b; i < e; ++i)
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, a->M, a->N, a->K, 1.0f, a->a + i * a->a_step, a->K,
+          a->b + i * (ptrdiff_t)a->K * a->N, a->N, 0.0f, a->c + i * (ptrdiff_t)a->M * a->N, a->N);
+}
+
+/* c[i] = a[i] @ b[i] (a_shared: a @ b[i]) for i in [0, batch). Returns 0, or -1 when no sgemm was given. */
+int zoo_matmul_batched_f32(const float *a, const float *b, float *c, ptrdiff_t batch, int a_shared, int M, int N,
+                           int K, int threads) {
+  if (sgemm == NULL) return -1;
+  matmul_args args = {a, b, c, a_shared ? 0 : (ptrdiff_t)M * K, M, N, K};
+  parallel_products(matmul_products, &args, batch, (double)batch * M * N * K <= (1 << 18) ? 1 : threads);
   return 0;
 }
 
