@@ -291,7 +291,7 @@ class MLXConv2d(nn.Conv2d):
 
 class ConvTranspose2d(nn.ConvTranspose2d):
     """nn.ConvTranspose2d (same weights, same names) run as one GEMM and a sub-pixel scatter
-    on the CPU (zoo.kernels.cpu.conv_transpose2d)."""
+    on the CPU, an interleave where kernel = stride (zoo.kernels.cpu.conv_transpose2d)."""
 
     def __call__(self, x: mx.array) -> mx.array:
         if not _no_dilation(self.dilation):

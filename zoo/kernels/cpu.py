@@ -17,7 +17,7 @@ Measured on Linux x86-64, 2 cores (docs/speed-cpu.md has the figures and ratios)
 - transposed convolution (~1.2 GFLOP/s): MLX runs it as a convolution with input
   dilation, which also takes ``slow_conv_2D``. Here: ONE GEMM (input x all kernel taps)
   and a sub-pixel scatter (strided adds per output phase) in MLX ops, so OpenBLAS does
-  the arithmetic;
+  the arithmetic (kernel = stride, SAM's 2x2: the GEMM and one interleave);
 - 1x1 convolutions: MLX's explicit-GEMM convolution copies the input twice (a padded
   copy, then the patch matrix) even when the patch is one pixel. Here: a matmul;
 - convolutions with few output channels (LaMa's last 7x7 conv 64->3): MLX's explicit
