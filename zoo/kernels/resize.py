@@ -203,6 +203,8 @@ def _host_form(x, rows, row_weights, cols, col_weights) -> mx.array | None:
     if host is None:
         return None
     rows, row_weights, cols, col_weights = (np.asarray(a) for a in (rows, row_weights, cols, col_weights))
+    if out.size == 0:  # an empty window or batch
+        return out if x.dtype == mx.float32 else out.astype(x.dtype)
     view = cpu_ops._view(out)
     w_left, w_right = col_weights[None, None, :, 0, None], col_weights[None, None, :, 1, None]
     w_upper, w_lower = row_weights[None, :, 0, None, None], row_weights[None, :, 1, None, None]
