@@ -106,7 +106,7 @@ def test_conv_transpose_matches_mlx(kernel, stride, padding, output_padding, dty
     w = mx.random.normal((4, kernel, kernel, 7), key=mx.random.key(4)).astype(DTYPES[dtype])
     want = mx.conv_transpose2d(x.astype(mx.float32), w.astype(mx.float32), stride=stride, padding=padding,
                                output_padding=output_padding)
-    for mode in ("native", "fallback"):  # fallback: the GPU's form (a GEMM and an interleave for kernel == stride)
+    for mode in ("native", "fallback"):  # kernel == stride: a GEMM and an interleave in both
         monkeypatch.setenv("ZOO_KERNELS", "" if mode == "native" else "fallback")
         got = cpu.conv_transpose2d(x, w, stride, padding, output_padding)
         assert got.shape == want.shape and got.dtype == x.dtype, mode

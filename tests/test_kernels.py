@@ -271,6 +271,25 @@ def test_resize_windows_are_the_whole_resize_cut_to_them(variant, size, mode, al
         np.testing.assert_array_equal(part.view(np.uint32), whole[:, rows, slice(*columns)].view(np.uint32))
 
 
+@pytest.mark.parametrize("dtype", [mx.float32, mx.float16])
+def test_resize_cpu_form_is_mlx_ops_bit_for_bit(dtype, monkeypatch):
+    """The CPU's numpy form of the bilinear resize (chunks of images over threads) gives MLX's own ops'
+    bits: enlarging and shrinking, windows, more images than a chunk, several channels."""
+    monkeypatch.setattr(mx, "default_device", lambda: mx.Device(mx.cpu))  # zoo.kernels.cpu.on_cpu: the form runs
+    rng = np.random.default_rng(11)
+    cases = [((9, 13, 17, 1), (61, 40), None, None), ((9, 40, 33, 2), (7, 30), (1, 6), (3, 29)),
+             ((1, 16, 16, 3), (64, 64), (10, 50), None), ((2, 5, 5, 1), (5, 5), None, None)]
+    for shape, size, band, columns in cases:
+        x = mx.array(rng.standard_normal(shape).astype(np.float32)).astype(dtype)
+        monkeypatch.delenv(core.ENV_VAR, raising=False)
+        got = resize(x, size, band=band, columns=columns)
+        monkeypatch.setenv(core.ENV_VAR, "fallback")
+        want = resize(x, size, band=band, columns=columns)
+        assert got.dtype == dtype and got.shape == want.shape
+        assert np.array_equal(np.array(got.astype(mx.float32)).view(np.uint32),
+                              np.array(want.astype(mx.float32)).view(np.uint32)), (shape, size)
+
+
 @pytest.mark.parametrize("mode, align_corners", MODES)
 def test_resize_float16(variant, mode, align_corners):
     x = np.random.default_rng(7).standard_normal((1, 15, 9, 2)).astype(np.float16)

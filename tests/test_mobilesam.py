@@ -147,6 +147,30 @@ def test_mask_input_from_a_previous_prediction_matches_reference(predictor, imag
         assert rel_err(g, ref) < TOL
 
 
+def test_cpu_decoder_forms_equal_the_upstream_layers(small_sam, predictor):
+    """On the CPU the decoder puts several prompt sets' queries against the one image as the rows of one
+    attention per head, and makes only the masks it returns: the values of upstream's layers as the
+    validator runs them (zoo.compiled.eager), and of all four masks sliced (bit for bit)."""
+    from zoo.compiled import eager
+
+    rng = np.random.default_rng(3)
+    coords = rng.uniform(0, 80, (5, 2, 2)).astype(np.float32)
+    labels = np.array([[1, 0], [1, 1], [0, 1], [1, 0], [1, 1]], np.int32)
+    for multimask in (True, False):
+        got = [np.array(a) for a in predictor.decode(coords, labels, multimask_output=multimask)]
+        with eager():
+            want = [np.array(a) for a in predictor.decode(coords, labels, multimask_output=multimask)]
+        assert got[0].shape == (5, 32, 32, 3 if multimask else 1)  # 4x the 8 x 8 grid of the small model
+        np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5 * np.abs(want[0]).max())
+        np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-5)
+    sparse, dense = small_sam.prompt_encoder((mx.array(coords), mx.array(labels)), None, None)
+    inputs = (predictor.features, small_sam.prompt_encoder.get_dense_pe(), sparse, dense[:1])
+    all_masks, all_iou = small_sam.mask_decoder.predict_masks(*inputs)
+    masks, iou = small_sam.mask_decoder.predict_masks(*inputs, slice(1, None))
+    assert np.array_equal(np.array(masks), np.array(all_masks[..., 1:]))
+    assert np.array_equal(np.array(iou), np.array(all_iou))
+
+
 def test_set_image_encodes_once_for_many_predictions(small_sam, image, monkeypatch):
     calls = []
     original = TinyViT.__call__

@@ -12,7 +12,12 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from zoo.compiled import folded
-from zoo.models.layers import GELU, ConvTranspose2d, Linear, Sequential, attention
+from zoo.models.layers import (GELU, ConvTranspose2d, LayerNorm, Linear, Sequential, attention, fusing_on_cpu,
+                               split_heads)
+
+
+# Token counts from which a tensor is the image side (64 x 64 tokens at 1024; the prompt side has a few)
+IMAGE_TOKENS_FROM = 64
 
 
 class MLP(nn.Module):
@@ -54,6 +59,8 @@ class Attention(nn.Module):
 
     def _heads(self, x: mx.array) -> mx.array:
         b, n, c = x.shape
+        if n >= IMAGE_TOKENS_FROM:  # the image tokens: split_heads' threaded copy on the CPU, views elsewhere
+            return split_heads(x, self.num_heads, 1)[0]
         return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(0, 2, 1, 3)
 
     def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
@@ -66,10 +73,18 @@ class Attention(nn.Module):
     def attend(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
         """The attention of projected q, k and v (B, N, internal), through out_proj."""
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
-        if q.shape[0] != k.shape[0]:  # one image side for many prompt sets (MaskDecoder): broadcast
+        scale = 1.0 / math.sqrt(q.shape[-1])
+        if k.shape[0] == 1 < q.shape[0] and fusing_on_cpu():
+            # one image side for many prompt sets' queries (MaskDecoder): on the CPU the sets' queries
+            # as the rows of one attention per head (each row's own softmax: the same sums), so the
+            # image's keys and values are not copied once per set
+            b, heads, n, d = q.shape
+            out = attention(q.transpose(1, 0, 2, 3).reshape(1, heads, b * n, d), k, v, scale)
+            return self.out_proj(out.reshape(heads, b, n, -1).transpose(1, 2, 0, 3).reshape(b, n, -1))
+        if q.shape[0] != k.shape[0]:  # the image's queries against each prompt set's tokens: broadcast
             batch = max(q.shape[0], k.shape[0])
             q, k, v = (mx.broadcast_to(a, (batch, *a.shape[1:])) for a in (q, k, v))
-        out = attention(q, k, v, 1.0 / math.sqrt(q.shape[-1]))
+        out = attention(q, k, v, scale)
         b, _, n, _ = out.shape
         return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
 
@@ -85,7 +100,7 @@ class TwoWayAttentionBlock(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = MLPBlock(dim, mlp_dim)
         self.norm3 = nn.LayerNorm(dim)
-        self.norm4 = nn.LayerNorm(dim)
+        self.norm4 = LayerNorm(dim)  # over every image token: the C form on the CPU (nn's on the tokens)
         self.cross_attn_image_to_token = Attention(dim, num_heads, downsample_rate=2)
         self.skip_first_layer_pe = skip_first_layer_pe
 
@@ -174,7 +189,7 @@ class MaskDecoder(nn.Module):
         self.mask_tokens = nn.Embedding(self.num_mask_tokens, dim)
         self.output_upscaling = Sequential(
             ConvTranspose2d(dim, dim // 4, 2, stride=2),
-            nn.LayerNorm(dim // 4, eps=1e-6),  # LayerNorm2d over channels (last axis in NHWC)
+            LayerNorm(dim // 4, eps=1e-6),  # LayerNorm2d over channels (last axis in NHWC)
             GELU(),
             ConvTranspose2d(dim // 4, dim // 8, 2, stride=2),
             GELU(),
@@ -185,13 +200,17 @@ class MaskDecoder(nn.Module):
     def __call__(self, image_embeddings: mx.array, image_pe: mx.array, sparse_prompt_embeddings: mx.array,
                  dense_prompt_embeddings: mx.array, multimask_output: bool) -> tuple[mx.array, mx.array]:
         """-> (mask logits (B, 256, 256, C) NHWC, IoU predictions (B, C)); C = 3 (multimask) or 1."""
-        masks, iou_pred = self.predict_masks(image_embeddings, image_pe, sparse_prompt_embeddings,
-                                             dense_prompt_embeddings)
         # tokens 1..3 are the three disambiguated masks, token 0 the single-mask answer
         selected = slice(1, None) if multimask_output else slice(0, 1)
-        return masks[..., selected], iou_pred[:, selected]
+        masks, iou_pred = self.predict_masks(image_embeddings, image_pe, sparse_prompt_embeddings,
+                                             dense_prompt_embeddings, selected)
+        return masks, iou_pred[:, selected]
 
-    def predict_masks(self, image_embeddings, image_pe, sparse_prompt_embeddings, dense_prompt_embeddings):
+    def predict_masks(self, image_embeddings, image_pe, sparse_prompt_embeddings, dense_prompt_embeddings,
+                      selected: slice = slice(None)):
+        """-> (the mask logits of the mask tokens ``selected`` (B, 256, 256, C), every token's IoU
+        prediction (B, 4)). Upstream makes all four masks and slices them: each mask is its own
+        token's product, so making only the selected ones gives the same values (bit for bit)."""
         batch = sparse_prompt_embeddings.shape[0]
         output_tokens = mx.concatenate([self.iou_token.weight, self.mask_tokens.weight], axis=0)
         output_tokens = mx.broadcast_to(output_tokens[None], (batch, *output_tokens.shape))
@@ -219,7 +238,10 @@ class MaskDecoder(nn.Module):
         else:
             hyper_in, iou_pred = self.heads_stacked(hs[:, : 1 + self.num_mask_tokens], stacked)
         b, uh, uw, uc = upscaled.shape
-        masks = (upscaled.reshape(b, uh * uw, uc) @ hyper_in.transpose(0, 2, 1)).reshape(b, uh, uw, -1)
+        # the hypernetwork outputs as a contiguous (B, C', tokens) operand: MLX's CPU product with the
+        # transposed view took 4x the time (2026-11-29)
+        hyper_in = mx.contiguous(hyper_in[:, selected].transpose(0, 2, 1))
+        masks = (upscaled.reshape(b, uh * uw, uc) @ hyper_in).reshape(b, uh, uw, -1)
         return masks, iou_pred
 
     def head_layers(self) -> list[Linear]:

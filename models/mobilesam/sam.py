@@ -92,9 +92,11 @@ class Sam(nn.Module):
         return resize(masks, tuple(original_size), mode="bilinear")
 
     def input_logits(self, masks: mx.array, input_size: tuple[int, int]) -> mx.array:
-        """postprocess_masks' first resize: (B, 256, 256, C) -> (B, h, w, C) float32 at the resized image's size."""
-        masks = resize(masks.astype(mx.float32), (self.img_size, self.img_size), mode="bilinear")
-        return masks[:, : input_size[0], : input_size[1]]
+        """postprocess_masks' first resize: (B, 256, 256, C) -> (B, h, w, C) float32 at the resized image's size:
+        upstream's resize to S x S cropped to the image, made only over the image (the same values: the
+        resize's band and columns; a 4:3 photo skips a quarter of the pixels)."""
+        return resize(masks.astype(mx.float32), (self.img_size, self.img_size), mode="bilinear",
+                      band=(0, input_size[0]), columns=(0, input_size[1]))
 
     def masks_into(self, masks: mx.array, input_size: tuple[int, int], out: np.ndarray) -> np.ndarray:
         """``postprocess_masks`` written into ``out`` (B, C, H, W): bool ``out`` gets logits >
