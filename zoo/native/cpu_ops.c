@@ -610,32 +610,57 @@ ZOO_CLONES static void direct_conv_rows(const void *p, ptrdiff_t b, ptrdiff_t e)
   free(rows.cols);
 }
 
-/* A 1x1 convolution (a Linear's product) in blocks of POINTWISE_ROWS rows, the blocks over our threads,
- * each block one sgemm on one OpenBLAS thread followed by its activation while the block is in
+/* A 1x1 convolution (a Linear's product) in tiles of at most POINTWISE_ROWS rows, the tiles over our
+ * threads, each tile one sgemm on one OpenBLAS thread followed by its activation while the tile is in
  * cache. OpenBLAS splitting each product over its threads left ~30% of the TinyViT encoder's CPU
  * time in its workers' spinning and waiting (blas_thread_server, exec_blas_async_wait: perf, loaded
- * 2-core host), and the activation then took another pass over the whole output. */
+ * 2-core host), and the activation then took another pass over the whole output. A product of fewer
+ * rows than two tiles a thread is also split over its output channels (ResNet-50's last stages: 196
+ * and 49 rows), so that every thread has tiles. */
 #define POINTWISE_ROWS 256
+#define POINTWISE_MIN_COLUMNS 16
+#define POINTWISE_MIN_ROWS 2048
 
 typedef struct {
   const float *x, *w, *bias, *add; /* x (rows, width), w (O, width), bias (O) or NULL, add (rows, O) or NULL */
   float *y;                        /* (rows, O) */
-  ptrdiff_t rows, width, O;
+  ptrdiff_t rows, width, O, tile_rows, tile_cols, col_tiles;
   int act;
 } pointwise_args;
 
-static void pointwise_blocks(const void *p, ptrdiff_t b, ptrdiff_t e) {
+static void pointwise_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
   const pointwise_args *a = (const pointwise_args *)p;
-  for (ptrdiff_t block = b; block < e; ++block) {
-    const ptrdiff_t first = block * POINTWISE_ROWS;
-    const ptrdiff_t rows = a->rows - first < POINTWISE_ROWS ? a->rows - first : POINTWISE_ROWS;
-    float *out = a->y + first * a->O;
+  for (ptrdiff_t tile = b; tile < e; ++tile) {
+    const ptrdiff_t first = tile / a->col_tiles * a->tile_rows, col = tile % a->col_tiles * a->tile_cols;
+    const ptrdiff_t rows = a->rows - first < a->tile_rows ? a->rows - first : a->tile_rows;
+    const ptrdiff_t cols = a->O - col < a->tile_cols ? a->O - col : a->tile_cols;
+    float *out = a->y + first * a->O + col;
     const int initial = a->bias != NULL || a->add != NULL;
-    if (initial) initial_c(out, a->bias, a->add == NULL ? NULL : a->add + first * a->O, rows, a->O);
-    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)a->O, (int)a->width, 1.0f,
-          a->x + first * a->width, (int)a->width, a->w, (int)a->width, initial ? 1.0f : 0.0f, out, (int)a->O);
-    activate(out, out, rows * a->O, a->act);
+    for (ptrdiff_t r = 0; initial && r < rows; ++r)
+      initial_c(out + r * a->O, a->bias == NULL ? NULL : a->bias + col,
+                a->add == NULL ? NULL : a->add + (first + r) * a->O + col, 1, cols);
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, (int)a->width, 1.0f,
+          a->x + first * a->width, (int)a->width, a->w + col * a->width, (int)a->width, initial ? 1.0f : 0.0f, out,
+          (int)a->O);
+    for (ptrdiff_t r = 0; r < rows; ++r) activate(out + r * a->O, out + r * a->O, cols, a->act);
   }
+}
+
+/* The pointwise product over ``threads``: tiles of POINTWISE_ROWS rows, split over the output channels too
+ * (in multiples of POINTWISE_MIN_COLUMNS) where there are fewer than two row tiles a thread. */
+static void pointwise_product(const float *x, const float *w, const float *bias, const float *add, float *y,
+                              ptrdiff_t rows, ptrdiff_t width, ptrdiff_t O, int act, int threads) {
+  if ((double)rows * width * O <= (1 << 18)) threads = 1;
+  const ptrdiff_t row_tiles = (rows + POINTWISE_ROWS - 1) / POINTWISE_ROWS;
+  ptrdiff_t tile_cols = O;
+  if (threads > 1 && row_tiles < 2 * threads) {
+    const ptrdiff_t col_tiles = (2 * threads + row_tiles - 1) / row_tiles;
+    tile_cols = ((O + col_tiles - 1) / col_tiles + POINTWISE_MIN_COLUMNS - 1) / POINTWISE_MIN_COLUMNS *
+                POINTWISE_MIN_COLUMNS;
+  }
+  const ptrdiff_t col_tiles = (O + tile_cols - 1) / tile_cols;
+  pointwise_args args = {x, w, bias, add, y, rows, width, O, POINTWISE_ROWS, tile_cols, col_tiles, act};
+  parallel_products(pointwise_tiles, &args, row_tiles * col_tiles, threads);
 }
 
 /* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL) + add (N, OH, OW, O, or
@@ -643,7 +668,7 @@ static void pointwise_blocks(const void *p, ptrdiff_t b, ptrdiff_t e) {
  * code applied to each chunk after its sgemm (chunks small enough to stay in cache took more sgemm
  * calls and measured slower: docs/speed-cpu.md). Short patch rows into few channels are multiplied
  * in C (direct_conv_rows); a 1x1 stride-1 convolution without padding multiplies the input itself
- * (its patch rows are its pixels), in blocks over the threads (pointwise_blocks). Returns 0, or -1
+ * (its patch rows are its pixels), in tiles over the threads (pointwise_product). Returns 0, or -1
  * when no sgemm was given or memory ran out (the caller falls back). */
 int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const float *add, float *y, int N, int H,
                    int W, int C, int O, int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH,
@@ -662,26 +687,27 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const floa
   }
   if (sgemm == NULL) return -1;
   const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad_top == 0 && pad_left == 0 && OH == H && OW == W;
-  if (pointwise) {
-    pointwise_args args = {x, w, bias, add, y, pixels, width, O, act};
-    parallel_products(pointwise_blocks, &args, (pixels + POINTWISE_ROWS - 1) / POINTWISE_ROWS,
-                      (double)pixels * width * O <= (1 << 18) ? 1 : threads);
+  if (pointwise && pixels >= POINTWISE_MIN_ROWS) {
+    pointwise_product(x, w, bias, add, y, pixels, width, O, act, threads);
     return 0;
   }
   ptrdiff_t chunk = PATCH_CHUNK_FLOATS / (width > O ? width : O);
   if (chunk < 64) chunk = 64;
   if (chunk > pixels) chunk = pixels;
-  float *cols = (float *)malloc(sizeof(float) * (size_t)chunk * width);
-  if (cols == NULL) return -1;
+  float *cols = pointwise ? NULL : (float *)malloc(sizeof(float) * (size_t)chunk * width);
+  if (!pointwise && cols == NULL) return -1;
   patch_args a = {x, cols, 0, H, W, C, KH, KW, OH, OW, stride, pad_top, pad_left, reflect};
   for (ptrdiff_t first = 0; first < pixels; first += chunk) {
     const ptrdiff_t rows = pixels - first < chunk ? pixels - first : chunk;
-    a.first_pixel = first;
-    parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
+    const float *patches = pointwise ? x + (size_t)first * C : cols; /* a 1x1's patch rows are its pixels */
+    if (!pointwise) {
+      a.first_pixel = first;
+      parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
+    }
     float *out = y + (size_t)first * O;
     const int initial = bias != NULL || add != NULL;
     if (initial) initial_c(out, bias, add == NULL ? NULL : add + (size_t)first * O, rows, O);
-    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, cols, (int)width, w,
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, patches, (int)width, w,
           (int)width, initial ? 1.0f : 0.0f, out, O);
     if (act != ACT_NONE) activate_all(out, out, rows, O, act, threads);
   }
