@@ -106,9 +106,13 @@ def test_conv_transpose_matches_mlx(kernel, stride, padding, output_padding, dty
     w = mx.random.normal((4, kernel, kernel, 7), key=mx.random.key(4)).astype(DTYPES[dtype])
     want = mx.conv_transpose2d(x.astype(mx.float32), w.astype(mx.float32), stride=stride, padding=padding,
                                output_padding=output_padding)
-    for mode in ("native", "fallback"):  # kernel == stride: a GEMM and an interleave in both
+    for mode in ("native", "fallback"):  # fallback (the GPU's and traces' form), kernel == stride: GEMM + interleave
         monkeypatch.setenv("ZOO_KERNELS", "" if mode == "native" else "fallback")
-        got = cpu.conv_transpose2d(x, w, stride, padding, output_padding)
+        noted = []
+        with coverage.listening(lambda op, impl: noted.append(op)):
+            got = cpu.conv_transpose2d(x, w, stride, padding, output_padding)
+        interleaved = mode == "fallback" and kernel == stride and (padding, output_padding) == (0, 0)
+        assert noted == ["conv_transpose2d (GEMM + interleave)" if interleaved else "conv_transpose2d"], mode
         assert got.shape == want.shape and got.dtype == x.dtype, mode
         tol = 1e-6 if dtype == "float32" else 2e-2
         assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item(), mode

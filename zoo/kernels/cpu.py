@@ -624,6 +624,12 @@ def _conv_transpose2d(x: mx.array, weight: mx.array, stride, padding, output_pad
     co, kh, kw, ci = weight.shape
     n, h, w, _ = x.shape
     if not _fast_path():
+        if (kh, kw) == (sh, sw) and (ph, pw, oph, opw) == (0, 0, 0, 0):
+            # taps that do not overlap (SAM's 2x2 stride 2, YOLO's mask protos): one GEMM and an
+            # interleave; on the H100 1.5-1.9x faster than the GPU's conv_transpose2d, same values
+            coverage.note("conv_transpose2d (GEMM + interleave)", coverage.MLX_OP)
+            taps = x.reshape(-1, ci) @ weight.reshape(co * kh * kw, ci).T  # (N*H*W, (O, KH, KW))
+            return taps.reshape(n, h, w, co, kh, kw).transpose(0, 1, 4, 2, 5, 3).reshape(n, h * kh, w * kw, co)
         _ran("conv_transpose2d", False)
         return mx.conv_transpose2d(x, weight, stride=(sh, sw), padding=(ph, pw), output_padding=(oph, opw))
     _ran("conv_transpose2d", True)
