@@ -163,13 +163,17 @@ def resize_launch(x, rows, row_weights, cols, col_weights, nearest: bool) -> cor
 def _fallback(x, rows, row_weights, cols, col_weights, nearest: bool) -> mx.array:
     if nearest:
         return mx.take(mx.take(x, rows[:, 0], axis=1), cols[:, 0], axis=2)
-    w_left = col_weights[None, None, :, 0, None]
-    w_right = col_weights[None, None, :, 1, None]
+    source = x if x.dtype == mx.float32 else x.astype(mx.float32)
+    return _bilinear(mx.take, source, rows, row_weights, cols, col_weights).astype(x.dtype)
+
+
+def _bilinear(take, x, rows, row_weights, cols, col_weights):
+    """The bilinear resize of float32 NHWC ``x`` by its taps, with MLX's arrays (``take`` = mx.take) or
+    numpy's (np.take): the same float32 products and sums in the same order either way."""
+    w_left, w_right = col_weights[None, None, :, 0, None], col_weights[None, None, :, 1, None]
 
     def blend_columns(image_rows):
-        left = mx.take(image_rows, cols[:, 0], axis=2).astype(mx.float32)
-        right = mx.take(image_rows, cols[:, 1], axis=2).astype(mx.float32)
-        return w_left * left + w_right * right
+        return w_left * take(image_rows, cols[:, 0], axis=2) + w_right * take(image_rows, cols[:, 1], axis=2)
 
     first, last = int(rows.min().item()), int(rows.max().item())
     if last + 1 - first < 2 * rows.shape[0]:
@@ -177,12 +181,10 @@ def _fallback(x, rows, row_weights, cols, col_weights, nearest: bool) -> mx.arra
         # the output rows that sample it (the same products and sums per pixel as below, ~6x fewer
         # from 1024 to 6000 rows).
         blended = blend_columns(x[:, first:last + 1])
-        upper, lower = (mx.take(blended, rows[:, k] - first, axis=1) for k in (0, 1))
+        upper, lower = (take(blended, rows[:, k] - first, axis=1) for k in (0, 1))
     else:
-        upper = blend_columns(mx.take(x, rows[:, 0], axis=1))
-        lower = blend_columns(mx.take(x, rows[:, 1], axis=1))
-    out = row_weights[None, :, 0, None, None] * upper + row_weights[None, :, 1, None, None] * lower
-    return out.astype(x.dtype)
+        upper, lower = (blend_columns(take(x, rows[:, k], axis=1)) for k in (0, 1))
+    return row_weights[None, :, 0, None, None] * upper + row_weights[None, :, 1, None, None] * lower
 
 
 # Images the CPU's numpy form blends at a time: its temporaries (gathered rows, products) stay a few
@@ -191,9 +193,8 @@ HOST_CHUNK_IMAGES = 4
 
 
 def _host_form(x, rows, row_weights, cols, col_weights) -> mx.array | None:
-    """_fallback's bilinear resize on the CPU in numpy: the same float32 products and sums in the same
-    order (the same bits), vectorised, where MLX's CPU gathers and element-wise ops run one float at a
-    time (48 SAM masks 256 -> 1024 x 768 -> 480 x 640: 0.3 s of CPU against 2.2 s, 2026-11-29); chunks
+    """_fallback's bilinear resize on the CPU in numpy (``_bilinear`` on numpy's arrays: the same bits),
+    vectorised, where MLX's CPU gathers and element-wise ops run one float at a time (48 SAM masks 256 -> 1024 x 768 -> 480 x 640: 0.3 s of CPU against 2.2 s, 2026-11-29); chunks
     of images over zoo's threads (numpy lets go of the GIL). None off the CPU, with ZOO_KERNELS=fallback,
     or while MLX traces (no data)."""
     if not cpu_ops._fast_path():
@@ -206,24 +207,10 @@ def _host_form(x, rows, row_weights, cols, col_weights) -> mx.array | None:
     if out.size == 0:  # an empty window or batch
         return out if x.dtype == mx.float32 else out.astype(x.dtype)
     view = cpu_ops._view(out)
-    w_left, w_right = col_weights[None, None, :, 0, None], col_weights[None, None, :, 1, None]
-    w_upper, w_lower = row_weights[None, :, 0, None, None], row_weights[None, :, 1, None, None]
-    first, last = int(rows.min()), int(rows.max())
-    enlarging = last + 1 - first < 2 * rows.shape[0]
-
-    def blend_columns(image_rows):
-        return w_left * np.take(image_rows, cols[:, 0], axis=2) + w_right * np.take(image_rows, cols[:, 1], axis=2)
 
     def chunk(start: int) -> None:
-        images = host[start:start + HOST_CHUNK_IMAGES]
-        if enlarging:
-            blended = blend_columns(images[:, first:last + 1])
-            upper, lower = (np.take(blended, rows[:, k] - first, axis=1) for k in (0, 1))
-        else:
-            upper, lower = (blend_columns(np.take(images, rows[:, k], axis=1)) for k in (0, 1))
-        target = view[start:start + HOST_CHUNK_IMAGES]
-        np.multiply(w_upper, upper, out=target)
-        target += w_lower * lower
+        view[start:start + HOST_CHUNK_IMAGES] = _bilinear(np.take, host[start:start + HOST_CHUNK_IMAGES], rows,
+                                                          row_weights, cols, col_weights)
 
     starts = range(0, host.shape[0], HOST_CHUNK_IMAGES)
     threads = min(cpu_ops._threads(), len(starts))

@@ -809,12 +809,7 @@ ZOO_CLONES static void tap_sum_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
     const ptrdiff_t n = row / a->OH;
     const int oh = (int)(row % a->OH);
     float *restrict out = a->y + row * a->OW * O;
-    for (int ow = 0; ow < a->OW; ++ow) {
-      if (a->bias != NULL)
-        memcpy(out + (ptrdiff_t)ow * O, a->bias, sizeof(float) * (size_t)O);
-      else
-        memset(out + (ptrdiff_t)ow * O, 0, sizeof(float) * (size_t)O);
-    }
+    initial_c(out, a->bias, NULL, a->OW, O);
     /* tap by tap over the row: the input row and the tap's offset are found once per tap */
     for (int kh = 0; kh < a->KH; ++kh) {
       const int ih = tap_input(oh, kh, a->stride, a->pad_top, a->transposed, a->H);
