@@ -470,10 +470,14 @@ class FFCResNetGenerator(nn.Module):
         only. Each band computes the rows its kernels reach (halo), so it holds the values of the
         whole map's forward, up to float rounding (OpenBLAS's GEMM rows). A map of one band runs
         as a whole. Each upsampling is one C pass (``upsampling``)."""
-        layers = self.model.children_in_order()
-        head, upsamplings, (pad, conv, sigmoid) = layers[:24], layers[24:-3], layers[-3:]
-        for layer in head:
+        for layer in self.model.children_in_order()[:24]:
             x = layer(x)
+        return self.tail_in_bands(x)
+
+    def tail_in_bands(self, x: mx.array) -> mx.array:
+        """``model.24`` on, over the merged map ``x``, in bands of output rows (``banded``)."""
+        layers = self.model.children_in_order()
+        upsamplings, (pad, conv, sigmoid) = layers[24:-3], layers[-3:]
         stages = [upsamplings[i:i + 3] for i in range(0, len(upsamplings), 3)]
         height, width = x.shape[1] * 2 ** len(stages), x.shape[2] * 2 ** len(stages)
         step = band_rows(width)

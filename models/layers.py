@@ -316,18 +316,25 @@ class ConvTranspose2d(nn.ConvTranspose2d):
     pass on the CPU: zoo.kernels.cpu.conv_transpose2d)."""
 
     def __call__(self, x: mx.array) -> mx.array:
-        return self._forward(x, self.weight, self.bias if "bias" in self else None)
+        matrix = kept(self, "_tap_matrix", (self,), lambda: cpu_ops.tap_matrix(self.weight)) \
+            if cpu_ops.on_cpu() else None
+        return self._forward(x, self.weight, self.bias if "bias" in self else None, matrix=matrix)
 
     def with_batch_norm(self, x: mx.array, bn: nn.BatchNorm, activation: str | None = None) -> mx.array:
         """``activation(bn(self(x)))`` with ``bn`` folded into the weight and bias (as
-        Conv2d.with_batch_norm; kept until a weight is replaced), the bias and activation applied by
-        the C pass that sums the taps (where ``fusing_on_cpu`` and ``folds_batch_norm``)."""
-        weight, bias = kept(self, "_batch_norm_forms", (self, bn),
-                            lambda: tuple(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn)))
-        return self._forward(x, weight, bias, activation)
+        Conv2d.with_batch_norm; kept until a weight is replaced, with the weight's GEMM operand), the
+        bias and activation applied by the C pass that sums the taps (where ``fusing_on_cpu`` and
+        ``folds_batch_norm``)."""
+        def fold():
+            weight, bias = (a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn))
+            return weight, bias, cpu_ops.tap_matrix(weight)
+        weight, bias, matrix = kept(self, "_batch_norm_forms", (self, bn), fold)
+        return self._forward(x, weight, bias, activation, matrix)
 
-    def _forward(self, x: mx.array, weight: mx.array, bias: mx.array | None, activation: str | None = None):
+    def _forward(self, x: mx.array, weight: mx.array, bias: mx.array | None, activation: str | None = None,
+                 matrix: mx.array | None = None):
         if not _no_dilation(self.dilation):
             return cpu_ops.biased_activation(mx.conv_transpose2d(x, weight, self.stride, self.padding, self.dilation,
                                                                  self.output_padding), bias, activation)
-        return cpu_ops.conv_transpose2d(x, weight, self.stride, self.padding, self.output_padding, bias, activation)
+        return cpu_ops.conv_transpose2d(x, weight, self.stride, self.padding, self.output_padding, bias, activation,
+                                        matrix)

@@ -595,12 +595,14 @@ def _shift_sum(taps: mx.array, phase_len: tuple[int, int], shifts) -> mx.array:
 
 
 def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_padding=0,
-                     bias: mx.array | None = None, activation: str | None = None) -> mx.array:
+                     bias: mx.array | None = None, activation: str | None = None,
+                     matrix: mx.array | None = None) -> mx.array:
     """activation(mx.conv_transpose2d(x, weight) + bias) (weight (O, KH, KW, I), no dilation) as one GEMM
     of every input pixel with all taps, then each output pixel's sum of the taps that reach it.
 
     out[ih*s + kh - p] += x[ih] @ w[kh]. On the CPU the sums, the bias and the activation are one
     threaded C pass (``_tap_sums``); elsewhere, and inside traces, ``_conv_transpose2d``'s MLX forms.
+    ``matrix``: the weight's ``tap_matrix``, kept by the caller (else a copy is made per call).
     """
     sh, sw = pair(stride)
     ph, pw = pair(padding)
@@ -609,7 +611,7 @@ def conv_transpose2d(x: mx.array, weight: mx.array, stride=1, padding=0, output_
     n, h, w, _ = x.shape
     if _fast_path() and sh == sw:
         oh, ow = (h - 1) * sh - 2 * ph + kh + oph, (w - 1) * sw - 2 * pw + kw + opw
-        y = _tap_sums(_all_taps(x, weight), bias, (oh, ow), (kh, kw), sh, (ph, pw), True, activation)
+        y = _tap_sums(_all_taps(x, weight, matrix), bias, (oh, ow), (kh, kw), sh, (ph, pw), True, activation)
         if y is not None:
             _ran("conv_transpose2d", True)
             return _like(y, x)
@@ -679,10 +681,17 @@ def _tap_sums(taps: mx.array, bias: mx.array | None, size: tuple[int, int], kern
     return out
 
 
-def _all_taps(x: mx.array, weight: mx.array) -> mx.array:
-    """Every input pixel times every tap of a (O, KH, KW, I) weight, as one GEMM: (N, H, W, KH*KW, O)."""
+def tap_matrix(weight: mx.array) -> mx.array:
+    """A (O, KH, KW, I) weight as ``_all_taps``' GEMM operand (I, KH*KW*O): a transposed copy."""
     co, kh, kw, ci = weight.shape
-    taps = x.reshape(-1, ci) @ weight.reshape(co, kh * kw, ci).transpose(2, 1, 0).reshape(ci, kh * kw * co)
+    return weight.reshape(co, kh * kw, ci).transpose(2, 1, 0).reshape(ci, kh * kw * co)
+
+
+def _all_taps(x: mx.array, weight: mx.array, matrix: mx.array | None = None) -> mx.array:
+    """Every input pixel times every tap of a (O, KH, KW, I) weight (``matrix``: its ``tap_matrix``), as
+    one GEMM: (N, H, W, KH*KW, O)."""
+    co, kh, kw, ci = weight.shape
+    taps = x.reshape(-1, ci) @ (tap_matrix(weight) if matrix is None else matrix)
     return taps.reshape(*x.shape[:3], kh * kw, co)
 
 
