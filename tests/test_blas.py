@@ -83,3 +83,29 @@ def test_import_logs_the_blas_and_the_cpu_forms_in_use():
     assert len(lines) == 1, out.stderr
     assert re.fullmatch(r"DEBUG:zoo:CPU: BLAS OpenBLAS .+ \(scipy-openblas32\), \w+ kernels, \d+ threads; "
                         rf"C forms {level} \(.+\)", lines[0]), lines[0]
+
+
+IDLE_CPU_AFTER_GEMM = """
+import os, time, zoo
+import mlx.core as mx
+a = mx.ones((1024, 1024))
+for _ in range(3):
+    mx.eval(a @ a)  # OpenBLAS's workers take part
+start = os.times()
+time.sleep(0.5)
+end = os.times()
+print(end.user + end.system - start.user - start.system)
+"""
+
+
+@linux_only
+def test_openblas_workers_sleep_after_a_product():
+    """OpenBLAS reads OPENBLAS_THREAD_TIMEOUT when it loads: zoo sets it before anything loads the library,
+    so its idle workers sleep at once (by default they spin ~0.1 s after each product, 2^28 cycles)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    runs = [subprocess.run([sys.executable, "-c", IDLE_CPU_AFTER_GEMM], capture_output=True, text=True, env=env,
+                           check=True) for _ in range(3)]
+    idle_cpu = [float(run.stdout.split()[-1]) for run in runs]
+    assert min(idle_cpu) < 0.02, idle_cpu

@@ -104,6 +104,8 @@ def _bind_openblas() -> None:
     elif "mlx.core" in sys.modules:
         _state["reason"] = "mlx was imported before zoo: import zoo first to give MLX OpenBLAS"
     else:
+        # before the import: it loads the library, which reads the variable then
+        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", THREAD_TIMEOUT)
         try:
             import scipy_openblas32
         except ImportError:
@@ -113,7 +115,6 @@ def _bind_openblas() -> None:
         if forwarder is None:
             _state["reason"] = "zoo.native.cblas_forward was not compiled at install (no C compiler?)"
             return
-        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", THREAD_TIMEOUT)
         try:
             path = Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so"
             library = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
