@@ -466,7 +466,7 @@ class FFCResNetGenerator(nn.Module):
     def banded(self, x: mx.array) -> mx.array:
         """The generator on the CPU, its upsamplings and last convolution (``model.24`` on) in bands of
         output rows, each evaluated before the next: at full resolution their temporaries (the
-        transposed convolutions' taps, the 7x7 convolution's taps; 2 kB per pixel) live for one band
+        transposed convolutions' taps, the upsampled maps; about 1.2 kB per pixel) live for one band
         only. Each band computes the rows its kernels reach (halo), so it holds the values of the
         whole map's forward, up to float rounding (OpenBLAS's GEMM rows). A map of one band runs
         as a whole. Each upsampling is one C pass (``upsampling``)."""
