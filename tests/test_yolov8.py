@@ -414,3 +414,21 @@ def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, cap
         yolov8n.predict(image, batch=0)
     with pytest.raises(ZooError, match="takes no options"):
         yolov8n(mx.zeros((1, 64, 64, 3)), conf=0.5)
+
+
+def test_dfl_softmax_runs_in_c_on_the_cpu_with_mlxs_values():
+    """The DFL's softmax over 16 bins is zoo's C form on the CPU (MLX's CPU exp was 4x slower there)."""
+    from zoo.kernels import coverage
+    from zoo.models.yolov8.model import DFL
+
+    dfl = DFL()
+    bins = mx.arange(16, dtype=mx.float32)
+    dfl.conv.weight = bins.reshape(1, 1, 1, 16)
+    x = mx.random.normal((2, 64, 300), key=mx.random.key(5)) * 4
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append((op, impl))):
+        got = dfl(x)
+    assert ("softmax", coverage.CPU_FORM) in noted
+    want = (mx.softmax(x.reshape(2, 4, 16, 300).swapaxes(2, 3), axis=-1, precise=True) * bins).sum(-1)
+    assert got.shape == (2, 4, 300)
+    assert mx.abs(got - want).max().item() < 1e-5
