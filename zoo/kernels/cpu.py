@@ -464,8 +464,9 @@ def inverted_residual(x: mx.array, expand: dict, depthwise: dict, project: dict,
 
 
 # The CPU's Winograd form where both channel counts reach this (min(C_in, C_out)): thinner GEMMs
-# gained less than the transforms cost (measured: docs/speed-cpu.md)
-WINOGRAD_MIN_CHANNELS = 32
+# gained less than the transforms cost. 16 since 2026-11-29 (YOLOv8n's 16 -> 16 at 160x160: 1.6-1.7 ms
+# against 2.7-3.5 as patch rows; it was slower before its products ran one per thread: docs/speed-cpu.md)
+WINOGRAD_MIN_CHANNELS = 16
 
 
 def winograd_suits(weight_shape, stride, padding, groups, dilation) -> bool:
