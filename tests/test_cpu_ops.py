@@ -176,6 +176,7 @@ MLX_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": nn.silu, "gelu": 
 @pytest.mark.parametrize("outputs,stride,reflect,size", [
     (32, 2, False, (37, 40)),  # TinyViT's stem: 3x3 stride 2 over 3 channels, 27-float patch rows
     (16, 2, False, (21, 20)), (5, 1, True, (9, 10)), (64, 1, False, (6, 5)),
+    (64, 1, False, (5, 40)), (16, 2, False, (9, 70)),  # blocks of 16 pixels x 16 channels in registers, a tail
 ])
 def test_conv2d_of_short_patch_rows_matches_mlx(outputs, stride, reflect, size, activation):
     # patch rows of at most 32 floats into at most 64 channels are multiplied in C instead of by sgemm
@@ -328,7 +329,7 @@ def test_linear_applies_the_activation(tokens, activation):
 @pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
 @pytest.mark.parametrize("channels,groups,kernel,stride", [
     (16, 1, 3, 1), (16, 1, 1, 1), (16, 1, 3, 2), (16, 16, 3, 1),
-    (cpu.WINOGRAD_MIN_CHANNELS, 1, 3, 1),  # the Winograd form
+    (2 * cpu.WINOGRAD_MIN_CHANNELS, 1, 3, 1),  # the Winograd form
 ])
 def test_conv_bn_folds_on_the_cpu_as_the_layers_compute_apart(channels, groups, kernel, stride, activation):
     """layers.conv_bn on the CPU: one C convolution with the BatchNorm folded in and the activation
