@@ -173,15 +173,17 @@ MLX_ACTIVATIONS = {None: lambda y: y, "relu": nn.relu, "silu": nn.silu, "gelu": 
 
 
 @pytest.mark.parametrize("activation", [None, "gelu"])
-@pytest.mark.parametrize("outputs,stride,reflect,size", [
-    (32, 2, False, (37, 40)),  # TinyViT's stem: 3x3 stride 2 over 3 channels, 27-float patch rows
-    (16, 2, False, (21, 20)), (5, 1, True, (9, 10)), (64, 1, False, (6, 5)),
-    (64, 1, False, (5, 40)), (16, 2, False, (9, 70)),  # blocks of 16 pixels x 16 channels in registers, a tail
+@pytest.mark.parametrize("outputs,stride,reflect,size,channels", [
+    (32, 2, False, (37, 40), 3),  # TinyViT's stem: 3x3 stride 2 over 3 channels, 27-float patch rows
+    (16, 2, False, (21, 20), 3), (5, 1, True, (9, 10), 3), (64, 1, False, (6, 5), 3),
+    (64, 1, False, (5, 40), 3), (16, 2, False, (9, 70), 3),  # blocks of 16 pixels x 16 channels in registers
+    (32, 2, False, (9, 70), 16), (64, 1, True, (7, 37), 28),  # wider rows into multiples of 16: YOLO's, LaMa's
 ])
-def test_conv2d_of_short_patch_rows_matches_mlx(outputs, stride, reflect, size, activation):
-    # patch rows of at most 32 floats into at most 64 channels are multiplied in C instead of by sgemm
-    x = mx.random.normal((2, *size, 3), key=mx.random.key(21))
-    w = mx.random.normal((outputs, 3, 3, 3), key=mx.random.key(22))
+def test_conv2d_of_short_patch_rows_matches_mlx(outputs, stride, reflect, size, channels, activation):
+    # patch rows of at most 32 floats into at most 64 channels, or of up to 256 into a multiple of 16,
+    # are multiplied in C instead of by sgemm
+    x = mx.random.normal((2, *size, channels), key=mx.random.key(21))
+    w = mx.random.normal((outputs, 3, 3, channels), key=mx.random.key(22))
     b = mx.random.normal((outputs,), key=mx.random.key(23))
     got = cpu.conv2d(x, w, b, stride, 1, reflect=reflect, activation=activation)
     padded = mx.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)), mode="reflect") if reflect else x

@@ -564,6 +564,10 @@ static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t r
  * rows, 32 outputs, 1024 px) at ~8 GFLOP/s, its packing dominating so short a sum. */
 #define DIRECT_MAX_WIDTH 32
 #define DIRECT_MAX_OUTPUTS 64
+/* and wider rows of a kernel larger than 1x1 into a multiple of 16 channels, summed in registers
+ * (direct_block16): YOLOv8n's second convolution (3x3 stride 2, 16 -> 32: 144-float rows), LaMa's first
+ * (7x7 over 4 channels -> 64: 196) */
+#define DIRECT_MAX_BLOCK_WIDTH 256
 #define DIRECT_PIXELS 16
 
 typedef struct {
@@ -698,7 +702,8 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const floa
                    int W, int C, int O, int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH,
                    int OW, int act, int threads) {
   const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
-  if (width <= DIRECT_MAX_WIDTH && O <= DIRECT_MAX_OUTPUTS) {
+  if (O <= DIRECT_MAX_OUTPUTS &&
+      (width <= DIRECT_MAX_WIDTH || (KH * KW > 1 && O % 16 == 0 && width <= DIRECT_MAX_BLOCK_WIDTH))) {
     float *wt = (float *)malloc(sizeof(float) * (size_t)(width * O));
     if (wt == NULL) return -1;
     for (ptrdiff_t o = 0; o < O; ++o)
