@@ -236,3 +236,18 @@ def test_predict_before_set_image_and_bad_images(small_sam, tmp_path):
         p.set_image(tmp_path / "broken.png")
     with pytest.raises(ZooError, match="image_format 'RGBA'"):
         p.set_image(np.zeros((8, 8, 3), np.uint8), image_format="RGBA")
+
+
+def test_the_dense_positional_encoding_is_made_once_per_weights():
+    """get_dense_pe's sines and cosines (13 ms of MLX's CPU) are kept until the Gaussian matrix is replaced."""
+    from zoo.models.mobilesam.prompt_encoder import PromptEncoder
+
+    encoder = PromptEncoder(embed_dim=16, image_embedding_size=(8, 8), input_image_size=(128, 128), mask_in_chans=4)
+    encoder.pe_layer.positional_encoding_gaussian_matrix = mx.random.normal((2, 8), key=mx.random.key(1))
+    first = encoder.get_dense_pe()
+    assert encoder.get_dense_pe() is first and first.shape == (1, 8, 8, 16)
+    np.testing.assert_array_equal(np.array(first), np.array(encoder.pe_layer.grid(8, 8)[None]))
+    encoder.pe_layer.positional_encoding_gaussian_matrix = mx.random.normal((2, 8), key=mx.random.key(2))
+    again = encoder.get_dense_pe()
+    assert again is not first
+    np.testing.assert_array_equal(np.array(again), np.array(encoder.pe_layer.grid(8, 8)[None]))
