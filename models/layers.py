@@ -52,6 +52,11 @@ def gelu(x: mx.array) -> mx.array:
     return cpu_ops.gelu(x)
 
 
+def softmax(x: mx.array) -> mx.array:
+    """Softmax over the last axis, in float32 maths (MLX's precise softmax)."""
+    return cpu_ops.softmax(x)
+
+
 def attention(q: mx.array, k: mx.array, v: mx.array, scale: float, mask: mx.array | None = None) -> mx.array:
     """mx.fast.scaled_dot_product_attention with an additive mask (or none)."""
     return cpu_ops.attention(q, k, v, scale, mask)

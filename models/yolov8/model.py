@@ -33,8 +33,8 @@ from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import box_decode, sppf_maxpool
-from zoo.kernels import cpu as cpu_ops
-from zoo.models.layers import BatchNorm, Conv2d, Sequential, attention, conv2d_derived, conv_bn, sigmoid, silu
+from zoo.models.layers import (BatchNorm, Conv2d, Sequential, attention, conv2d_derived, conv_bn, sigmoid, silu,
+                               softmax)
 
 from .ops import STRIDE, resolve_classes
 from .predict import PREDICT_OPTIONS, predict
@@ -403,8 +403,7 @@ class DFL(nn.Module):
         n, _, a = x.shape
         # (N, 4 sides, A, bins): NHWC for the 1x1 conv, bins as channels. On the CPU zoo's C softmax:
         # MLX's CPU exp took 6.4 ms of YOLOv8n's forward at 640 here (8400 x 64 logits), the C one 1.6
-        logits = x.reshape(n, 4, self.bins, a).swapaxes(2, 3)
-        p = cpu_ops.softmax(logits) if cpu_ops.on_cpu() else mx.softmax(logits, axis=-1)
+        p = softmax(x.reshape(n, 4, self.bins, a).swapaxes(2, 3))
         return self.conv(p).reshape(n, 4, a)
 
 

@@ -412,8 +412,9 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     array of the output's shape, or None) added before the activation. On the CPU: patch rows
     gathered in C and one OpenBLAS sgemm per chunk (patch rows of at most 32 floats into at most 64
     channels, or of a kernel larger than 1x1 up to 256 floats into 16, 32, 48 or 64, multiplied in C; a
-    1x1 stride-1 convolution multiplies the input itself, in blocks of rows over the threads), the bias plus the residual its initial C, the activation applied to each chunk
-    after its product. ``op``: what zoo.kernels.coverage calls the caller's op."""
+    1x1 stride-1 convolution multiplies the input itself, in blocks of rows over the threads), the bias
+    plus the residual its initial C, the activation applied to each chunk after its product. ``op``:
+    what zoo.kernels.coverage calls the caller's op."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
     co, kh, kw, ci = weight.shape

@@ -195,8 +195,9 @@ HOST_CHUNK_IMAGES = 4
 
 def _host_form(x, rows, row_weights, cols, col_weights) -> mx.array | None:
     """_fallback's bilinear resize on the CPU in numpy (``_blended_rows`` on numpy's arrays: the same bits),
-    vectorised, where MLX's CPU gathers and element-wise ops run one float at a time (48 SAM masks 256 -> 1024 x 768 -> 480 x 640: 0.3 s of CPU against 2.2 s, 2026-11-29); chunks
-    of images over zoo's threads (numpy lets go of the GIL). None off the CPU, with ZOO_KERNELS=fallback,
+    vectorised, where MLX's CPU gathers and element-wise ops run one float at a time (48 SAM masks
+    256 -> 1024 x 768 -> 480 x 640: 0.3 s of CPU against 2.2 s, 2026-11-29); chunks of images over
+    zoo's threads (numpy lets go of the GIL). None off the CPU, with ZOO_KERNELS=fallback,
     or while MLX traces (no data)."""
     if not cpu_ops._fast_path():
         return None
