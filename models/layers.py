@@ -29,6 +29,16 @@ class Sequential(nn.Module):
         return x
 
 
+class MaxPool2d(nn.MaxPool2d):
+    """nn.MaxPool2d; a square window runs as one threaded C pass on the CPU (zoo.kernels.cpu.max_pool2d)."""
+
+    def __call__(self, x: mx.array) -> mx.array:
+        (kh, kw), (sh, sw), ((ph, _), (pw, _)) = self._kernel_size, self._stride, self._padding
+        if kh == kw and sh == sw and ph == pw:
+            return cpu_ops.max_pool2d(x, kh, sh, ph)
+        return super().__call__(x)
+
+
 class GlobalAvgPool(nn.Module):
     """AdaptiveAvgPool2d(1) on NHWC: (N, H, W, C) -> (N, 1, 1, C)."""
 
@@ -134,17 +144,23 @@ class LayerNorm(nn.LayerNorm):
                                   self.bias if "bias" in self else None, self.eps)
 
 
-def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None, activation: str | None = None) -> mx.array:
-    """``activation(bn(conv(x)))`` (or ``activation(eager(x))``); activation None, "relu", "silu" or
-    "gelu". In a compiled forward that folds them (zoo.compiled) one convolution whose weight and bias
-    hold the BatchNorm (``conv2d_derived``); on the CPU one C convolution that also applies the
-    activation (``Conv2d.with_batch_norm``, where ``fuses_on_cpu``)."""
+def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None, activation: str | None = None,
+            residual: mx.array | None = None) -> mx.array:
+    """``activation(bn(conv(x)) + residual)``; activation None, "relu", "silu" or "gelu"; ``residual`` an
+    array of the output's shape, or None. In a compiled forward that folds them (zoo.compiled) one
+    convolution whose weight and bias hold the BatchNorm (``conv2d_derived``); on the CPU one C
+    convolution that also adds the residual and applies the activation (``Conv2d.with_batch_norm``,
+    where ``fuses_on_cpu``); else the layers apart, as ``eager(x)`` where given (the module holding
+    both: torchvision's ``downsample``, which the validator records)."""
     fold = folded(conv)
-    if fold is None:
-        if eager is None and fuses_on_cpu(conv, bn):
-            return conv.with_batch_norm(x, bn, activation)
+    if fold is None and fuses_on_cpu(conv, bn):
+        return conv.with_batch_norm(x, bn, activation, residual)
+    if residual is None:
+        if fold is not None:
+            return conv2d_derived(x, conv, fold, activation)
         return cpu_ops.ACTIVATION_OPS[activation](bn(conv(x)) if eager is None else eager(x))
-    return conv2d_derived(x, conv, fold, activation)
+    y = conv2d_derived(x, conv, fold) if fold is not None else bn(conv(x)) if eager is None else eager(x)
+    return cpu_ops.ACTIVATION_OPS[activation](y + residual)
 
 
 def fuses_on_cpu(conv: nn.Conv2d, bn: nn.BatchNorm) -> bool:
@@ -213,18 +229,24 @@ class Conv2d(nn.Conv2d):
         cout, _, _, cin = self.weight.shape
         return _no_dilation(self.dilation) and (self.groups == 1 or (self.groups == cout and cin == 1))
 
-    def with_batch_norm(self, x: mx.array, bn: nn.BatchNorm, activation: str | None = None) -> mx.array:
-        """``activation(bn(self(x)))`` with ``bn`` folded into the weight and bias (zoo.compiled's
+    def with_batch_norm(self, x: mx.array, bn: nn.BatchNorm, activation: str | None = None,
+                        residual: mx.array | None = None) -> mx.array:
+        """``activation(bn(self(x)) + residual)`` with ``bn`` folded into the weight and bias (zoo.compiled's
         fold, computed in float32 and stored in the weight's dtype, as a compiled forward stores it;
-        kept until a weight is replaced) and the activation applied by the C routine in place: no
-        BatchNorm pass and no new array for the activation (layers.fuses_on_cpu says where)."""
+        kept until a weight is replaced), the residual (an array of the output's shape, or None) added
+        and the activation applied by the C routine in place: no BatchNorm pass and no new array for
+        either (layers.fuses_on_cpu says where)."""
         forms = self.batch_norm_forms(bn)
-        return self.with_forms(x, forms, activation)
+        return self.with_forms(x, forms, activation, residual)
 
-    def with_forms(self, x: mx.array, forms: dict[str, mx.array | None], activation: str | None = None) -> mx.array:
-        """activation(conv(x) + bias) with this convolution's stride and padding and another weight and
-        bias (``forms`` of them: its input channels may differ), each image apart (cpu_ops.per_image)."""
-        return cpu_ops.per_image(lambda image: self._forward(image, forms, activation), x)
+    def with_forms(self, x: mx.array, forms: dict[str, mx.array | None], activation: str | None = None,
+                   residual: mx.array | None = None) -> mx.array:
+        """activation(conv(x) + bias + residual) with this convolution's stride and padding and another
+        weight and bias (``forms`` of them: its input channels may differ), each image apart
+        (cpu_ops.per_image)."""
+        if residual is None:
+            return cpu_ops.per_image(lambda image: self._forward(image, forms, activation), x)
+        return cpu_ops.per_image(lambda image, add: self._forward(image, forms, activation, add), x, residual)
 
     def batch_norm_forms(self, bn: nn.BatchNorm) -> dict[str, mx.array | None]:
         """``forms`` of the weight and bias with ``bn`` folded in (zoo.compiled's fold, computed in float32
@@ -241,8 +263,9 @@ class Conv2d(nn.Conv2d):
             forms["winograd"] = transformed
         return forms
 
-    def _forward(self, x: mx.array, forms: dict | None = None, activation: str | None = None) -> mx.array:
-        """activation(conv(x) + bias) with the ``forms`` of a weight and bias (default: its own)."""
+    def _forward(self, x: mx.array, forms: dict | None = None, activation: str | None = None,
+                 residual: mx.array | None = None) -> mx.array:
+        """activation(conv(x) + bias + residual) with the ``forms`` of a weight and bias (default: its own)."""
         if forms is None:
             bias = self.bias if "bias" in self else None
             forms = kept(self, "_forms", (self,), lambda: self.forms(self.weight, bias)) if cpu_ops.on_cpu() \
@@ -255,12 +278,15 @@ class Conv2d(nn.Conv2d):
         few_outputs = plain and (kh, kw) != (1, 1) and cout * 8 <= cin
         if cpu_ops.on_cpu() and self.groups == 1 and _no_dilation(self.dilation) and not few_outputs:
             if "winograd" in forms:
+                # its output transform adds no residual: then the add and the activation follow it
                 y = cpu_ops.winograd_conv3x3(x, forms["winograd"], bias, cpu_ops.pair(reflect or self.padding)[0],
-                                             bool(reflect), activation)
+                                             bool(reflect), activation if residual is None else None)
                 if y is not None:
-                    return y
+                    return y if residual is None else cpu_ops.ACTIVATION_OPS[activation](y + residual)
             return cpu_ops.conv2d(x, weight, bias, self.stride, reflect or self.padding, reflect=bool(reflect),
-                                  activation=activation)
+                                  activation=activation, residual=residual)
+        if residual is not None:  # the forms below add none
+            return cpu_ops.ACTIVATION_OPS[activation](self._forward(x, forms) + residual)
         if reflect:
             x = reflect_pad(x, reflect)
         if self.groups > 1 and self.groups == cout and cin == 1 and _no_dilation(self.dilation):
@@ -295,25 +321,6 @@ def cpu_winograd(conv: nn.Conv2d, weight: mx.array, padding) -> mx.array | None:
     if not cpu_ops.winograd_suits(weight.shape, conv.stride, padding, conv.groups, conv.dilation):
         return None
     return winograd.transform_weight(weight.astype(mx.float32))
-
-
-class MLXConv2d(nn.Conv2d):
-    """nn.Conv2d (same weights, same names): MLX's own convolution, each image of a CPU batch apart
-    (zoo.kernels.cpu.per_image); on the CPU a 3x3 stride-1 convolution runs as Winograd's form where
-    it suits (ResNet's: 1.3-1.9x faster than MLX's there, docs/speed-cpu.md)."""
-
-    def __call__(self, x: mx.array) -> mx.array:
-        return cpu_ops.per_image(self._forward, x)
-
-    def _forward(self, x: mx.array) -> mx.array:
-        transformed = kept(self, "_winograd", (self,), lambda: cpu_winograd(self, self.weight, self.padding)) \
-            if cpu_ops.on_cpu() else None
-        if transformed is not None:
-            y = cpu_ops.winograd_conv3x3(x, transformed, self.bias if "bias" in self else None,
-                                         cpu_ops.pair(self.padding)[0])
-            if y is not None:
-                return y
-        return super().__call__(x)
 
 
 class ConvTranspose2d(nn.ConvTranspose2d):

@@ -20,7 +20,7 @@ from zoo.devices import as_model_input
 from zoo.errors import UsageError, ZooError
 from zoo.images import center_crop, load_image, resize_shorter_side
 from zoo.kernels import cpu as cpu_ops
-from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, MLXConv2d, Sequential, conv_bn
+from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, Linear, MaxPool2d, Sequential, conv_bn, fuses_on_cpu
 
 DEPTHS = {
     "resnet18": ("basic", (2, 2, 2, 2)),
@@ -33,9 +33,7 @@ CLASS_NAMES = Path(__file__).parent / "data" / "imagenet_classes.txt"
 
 
 def conv3x3(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
-    # MLX's own convolution, not layers.Conv2d's CPU form: on the CPU ResNet-50 took 101 ms with it
-    # against 107-115 ms with the C patch-row form (sbs.py, alternating runs, 2026-11-25)
-    return MLXConv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+    return Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
 
 
 def conv1x1(cin: int, cout: int, stride: int = 1) -> nn.Conv2d:
@@ -65,8 +63,7 @@ class BasicBlock(nn.Module):
 
     def __call__(self, x: mx.array) -> mx.array:
         out = conv_bn(self.conv1, self.bn1, x, activation="relu")
-        out = conv_bn(self.conv2, self.bn2, out)
-        return nn.relu(out + self.shortcut(x))
+        return conv_bn(self.conv2, self.bn2, out, activation="relu", residual=self.shortcut(x))
 
 
 class Bottleneck(nn.Module):
@@ -89,8 +86,7 @@ class Bottleneck(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         out = conv_bn(self.conv1, self.bn1, x, activation="relu")
         out = conv_bn(self.conv2, self.bn2, out, activation="relu")
-        out = conv_bn(self.conv3, self.bn3, out)
-        return nn.relu(out + self.shortcut(x))
+        return conv_bn(self.conv3, self.bn3, out, activation="relu", residual=self.shortcut(x))
 
 
 STAGES = 5  # feature maps: the stem, layer1..layer4
@@ -180,10 +176,10 @@ class ResNet(nn.Module):
                  features_only: bool = False, out_indices=(0, 1, 2, 3, 4), global_pool: str = "avg"):
         super().__init__()
         picked = take_indices(out_indices)
-        self.conv1 = MLXConv2d(3, 64, 7, stride=2, padding=3, bias=False)  # MLX's, as conv3x3
+        self.conv1 = Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
         self.bn1 = BatchNorm(64)
         self.relu = nn.ReLU()
-        self.maxpool = nn.MaxPool2d(3, stride=2, padding=1)
+        self.maxpool = MaxPool2d(3, stride=2, padding=1)
         # module names are torchvision's (timm calls the stem's ReLU act1)
         info = [{"num_chs": 64, "reduction": 2, "module": "relu"}]
         stages = max(picked) if features_only else 4
@@ -251,7 +247,7 @@ class ResNet(nn.Module):
         if "fc" in self:
             del self["fc"]
         if num_classes:
-            self.fc = nn.Linear(self.head_hidden_size, num_classes)
+            self.fc = Linear(self.head_hidden_size, num_classes)
             self.fc.update({"weight": mx.zeros_like(self.fc.weight, dtype=self.dtype),
                             "bias": mx.zeros_like(self.fc.bias, dtype=self.dtype)})
         self.num_classes = num_classes
@@ -259,7 +255,10 @@ class ResNet(nn.Module):
             self.compiled.clear()  # the traces hold the old head and pooling
 
     def stem(self, x: mx.array) -> mx.array:
-        return self.relu(conv_bn(self.conv1, self.bn1, as_model_input(x, self.dtype)))
+        x = as_model_input(x, self.dtype)
+        if fuses_on_cpu(self.conv1, self.bn1):  # one C call; elsewhere the ReLU stays a layer the validator records
+            return conv_bn(self.conv1, self.bn1, x, activation="relu")
+        return self.relu(conv_bn(self.conv1, self.bn1, x))
 
     def stage_maps(self, x: mx.array, last: int = 4) -> tuple[list[mx.array], mx.array]:
         """The stem's map and each stage's up to index ``last`` (0: stem, 4: layer4), NHWC, and the map

@@ -271,21 +271,6 @@ def test_conv2d_layer_takes_the_winograd_form_where_it_suits():
         assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
 
 
-def test_mlx_conv2d_layer_takes_the_winograd_form_on_the_cpu():
-    """layers.MLXConv2d (ResNet's): Winograd's form for a 3x3 stride-1 convolution where it suits,
-    MLX's convolution otherwise, batches image by image either way."""
-    for stride, winograd_form in [(1, True), (2, False)]:
-        conv = layers.MLXConv2d(cpu.WINOGRAD_MIN_CHANNELS, cpu.WINOGRAD_MIN_CHANNELS, 3, stride=stride, padding=1,
-                                bias=False)
-        x = mx.random.normal((2, 10, 12, cpu.WINOGRAD_MIN_CHANNELS), key=mx.random.key(34))
-        noted = []
-        with coverage.listening(lambda op, impl: noted.append(op)):
-            got = conv(x)
-        assert ("conv2d 3x3 (Winograd)" in noted) == winograd_form, stride
-        want = mx.conv2d(x, conv.weight, stride=stride, padding=1)
-        assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
-
-
 @pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
 @pytest.mark.parametrize("stride", [1, 2])
 def test_depthwise_applies_bias_and_activation(stride, activation):
@@ -328,14 +313,16 @@ def test_linear_applies_the_activation(tokens, activation):
     assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
 
 
+@pytest.mark.parametrize("residual", [False, True])
 @pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
 @pytest.mark.parametrize("channels,groups,kernel,stride", [
     (16, 1, 3, 1), (16, 1, 1, 1), (16, 1, 3, 2), (16, 16, 3, 1),
     (2 * cpu.WINOGRAD_MIN_CHANNELS, 1, 3, 1),  # the Winograd form
 ])
-def test_conv_bn_folds_on_the_cpu_as_the_layers_compute_apart(channels, groups, kernel, stride, activation):
-    """layers.conv_bn on the CPU: one C convolution with the BatchNorm folded in and the activation
-    applied, against the same modules run one after the other inside zoo.compiled.eager()."""
+def test_conv_bn_folds_on_the_cpu_as_the_layers_compute_apart(channels, groups, kernel, stride, activation, residual):
+    """layers.conv_bn on the CPU: one C convolution with the BatchNorm folded in, the residual added
+    and the activation applied, against the same modules and the add run one after the other inside
+    zoo.compiled.eager()."""
     from zoo.compiled import eager
 
     conv = layers.Conv2d(channels, channels if groups > 1 or channels > 16 else 8, kernel, stride=stride,
@@ -348,15 +335,57 @@ def test_conv_bn_folds_on_the_cpu_as_the_layers_compute_apart(channels, groups, 
                "running_var": mx.random.uniform(0.5, 2.0, bn.running_var.shape, key=keys[3])})
     bn.eval()
     x = mx.random.normal((2, 9, 10, channels), key=mx.random.key(26)) * 2
+    size = 9 // stride + 9 % stride, 10 // stride
+    add = mx.random.normal((2, *size, conv.weight.shape[0]), key=mx.random.key(27)) if residual else None
     assert layers.fuses_on_cpu(conv, bn)
     noted = []
     with coverage.listening(lambda op, impl: noted.append(op)):
-        got = layers.conv_bn(conv, bn, x, activation=activation)
+        got = layers.conv_bn(conv, bn, x, activation=activation, residual=add)
     assert "batch_norm (channel affine)" not in noted  # folded: no BatchNorm pass of its own
     with eager():
         assert not layers.fuses_on_cpu(conv, bn)
-        want = cpu.ACTIVATION_OPS[activation](bn(conv(x)))
+        want = bn(conv(x))
+        want = cpu.ACTIVATION_OPS[activation](want if add is None else want + add)
     assert mx.abs(got - want).max().item() <= 4e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("kernel,stride,padding", [(3, 2, 1), (5, 1, 2), (2, 2, 0), (3, 1, 0)])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("size", [(112, 112), (7, 9), (3, 4)])
+def test_max_pool_matches_mlx(kernel, stride, padding, size, dtype):
+    """The C max-pool gives MLX's nn.MaxPool2d bit for bit: the padding never wins, NaN does (torch's
+    max_pool2d), every dtype; layers.MaxPool2d takes it for a square window."""
+    shape = (2, *size, 19)
+    x = mx.random.normal(shape, key=mx.random.key(40)).astype(DTYPES[dtype])
+    x = mx.where(mx.random.uniform(shape=shape, key=mx.random.key(41)) < 0.02, mx.array(float("nan"), x.dtype), x)
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append((op, impl))):
+        got = layers.MaxPool2d(kernel, stride, padding)(x)
+    want = nn.MaxPool2d(kernel, stride, padding)(x)
+    assert noted == [("max_pool2d", coverage.CPU_FORM)]
+    assert got.dtype == x.dtype and got.shape == want.shape
+    assert np.array_equal(np.array(got.astype(mx.float32)), np.array(want.astype(mx.float32)), equal_nan=True)
+
+
+def test_a_linear_with_a_large_weight_takes_the_c_form_for_one_row():
+    """A head such as ResNet-50's (one row an image) is one sgemm in C from LINEAR_MIN_WEIGHT weights."""
+    features = math.isqrt(cpu.LINEAR_MIN_WEIGHT)
+    lin = layers.Linear(features, features)
+    x = mx.random.normal((1, features), key=mx.random.key(42))
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append((op, impl))):
+        got = lin(x)
+    assert noted == [("linear", coverage.CPU_FORM)]
+    want = mx.addmm(lin.bias, x, lin.weight.T)
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+def test_c_outputs_start_as_zeros_of_their_own():
+    """The C routines' outputs are copied from a read-only zero mapping: each is zeros and its own buffer."""
+    first, second = cpu._output((3, 5)), cpu._output((3, 5))
+    mx.eval(first, second)
+    cpu._view(first)[...] = 7
+    assert mx.all(first == 7).item() and mx.all(second == 0).item() and mx.all(cpu._output((3, 5)) == 0).item()
 
 
 def test_layers_keep_nn_weights_and_results():
@@ -570,7 +599,7 @@ def test_windows_match_pad_and_transpose(size, window, dtype, monkeypatch):
 
 
 @pytest.mark.parametrize("conv", [layers.Conv2d(16, 32, 3, padding=1), layers.Conv2d(16, 32, 1),
-                                  layers.MLXConv2d(16, 32, 3, stride=2, padding=1)])
+                                  layers.Conv2d(16, 32, 3, stride=2, padding=1)])
 def test_a_batch_gives_each_image_its_batch_of_one_result(conv):
     # bit for bit: OpenBLAS computes a GEMM's last rows with another kernel, which on an AMD EPYC
     # changed their last bits when a convolution's GEMM spanned the batch (cpu.per_image)
@@ -598,12 +627,13 @@ def test_results_do_not_depend_on_the_thread_count(threads, monkeypatch):
                 cpu.depthwise_conv2d(x, depthwise, 1, 1, activation="gelu"),
                 cpu.conv2d(x, w, bias, 2, 1, activation="silu"),
                 cpu.winograd_conv3x3(x, winograd.transform_weight(w), bias, 1, False, "relu"),
-                cpu.window_partition(x, 7)]
+                cpu.window_partition(x, 7), cpu.max_pool2d(x, 3, 2, 1)]
 
     monkeypatch.setattr(cpu, "_threads", lambda: 1)
     one = outputs()
     monkeypatch.setattr(cpu, "_threads", lambda: threads)
-    for name, a, b in zip(["gelu", "silu", "softmax", "layer_norm", "depthwise", "conv2d", "winograd", "window"],
+    for name, a, b in zip(["gelu", "silu", "softmax", "layer_norm", "depthwise", "conv2d", "winograd", "window",
+                           "max_pool"],
                           one, outputs()):
         assert a.shape == b.shape and mx.array_equal(a, b).item(), name
 

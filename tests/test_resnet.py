@@ -41,7 +41,10 @@ def test_mlx_resnet18_matches_upstream_case(case, resnet18_file):
     assert rel_err(logits, arrays["output"]) < 1e-4
     names = [k[len("trace/"):] for k in arrays.files if k.startswith("trace/")]
     assert len(names) == 18  # every traced module: stem, stages, blocks, avgpool, fc
-    for name in names:
+    # on the CPU the stem's convolution, BatchNorm and ReLU run as one C call (ResNet.stem): none of
+    # them records a value of its own, and the value they make reaches maxpool on
+    assert {"conv1", "bn1", "relu"}.isdisjoint(records)
+    for name in [name for name in names if name not in ("conv1", "bn1", "relu")]:
         ref, channels = traced(arrays, sidecar, name)
         got = np.array(records[name].output)
         got = got.transpose(0, 3, 1, 2)[:, channels] if got.ndim == 4 else got

@@ -70,6 +70,7 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_split_heads_f32.argtypes = [_PTR] * 4 + [size] * 5 + [ctypes.c_int]
                 lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
+                lib.zoo_max_pool2d_f32.argtypes = [_PTR, _PTR] + [ctypes.c_int] * 10
                 lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
@@ -135,10 +136,28 @@ def _ptr(a: np.ndarray):
     return a.ctypes.data_as(_PTR)
 
 
+# Outputs up to this size are copied from a read-only private anonymous mapping: its pages are all
+# the kernel's one zero page, so the copy reads a cached page. mx.zeros is evaluated on MLX's CPU
+# stream thread: a round trip and a fill, 40-120 us a C call where mx.array's copy on this thread
+# took 2-70 us (ResNet-50's 53 C calls a forward, 2026-11-29).
+ZERO_MAPPING_BYTES = 1 << 28
+
+
+@functools.cache
+def _zero_floats() -> np.ndarray:
+    import mmap
+
+    zeros = mmap.mmap(-1, ZERO_MAPPING_BYTES, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=mmap.PROT_READ)
+    return np.frombuffer(zeros, dtype=np.float32)
+
+
 def _output(shape) -> mx.array:
-    """A fresh float32 MLX array for a C routine to fill (made only where the C routine will run):
-    pass it to ``_host`` (evaluated there, with the input), then write through ``_view``."""
-    return mx.zeros(shape, mx.float32)
+    """A fresh float32 MLX array of zeros for a C routine to fill (made only where the C routine will
+    run), already evaluated: pass it to ``_host`` with the input, then write through ``_view``."""
+    count = int(np.prod(shape))
+    if 4 * count > ZERO_MAPPING_BYTES:
+        return mx.zeros(shape, mx.float32)
+    return mx.array(_zero_floats()[:count].reshape(shape))
 
 
 def _view(out: mx.array) -> np.ndarray:
@@ -403,6 +422,21 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: m
     return _like(out, x)
 
 
+def max_pool2d(x: mx.array, kernel: int, stride: int, padding: int) -> mx.array:
+    """nn.MaxPool2d(kernel, stride, padding)(x) for NHWC x, square windows (torch's max_pool2d: the
+    padding never wins, NaN does); on the CPU one threaded C pass, else MLX's pooling."""
+    n, h, w, c = x.shape
+    oh, ow = (h + 2 * padding - kernel) // stride + 1, (w + 2 * padding - kernel) // stride + 1
+    lib = _library() if _fast_path() and min(oh, ow) > 0 and padding < kernel else None
+    out = _output((n, oh, ow, c)) if lib is not None else None
+    host = _host(x, out) if lib is not None else None
+    _ran("max_pool2d", host)
+    if host is None:
+        return nn.MaxPool2d(kernel, stride, padding)(x)
+    lib.zoo_max_pool2d_f32(_ptr(host), _ptr(_view(out)), n, h, w, c, kernel, stride, padding, oh, ow, _threads())
+    return _like(out, x)
+
+
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
            reflect: bool = False, activation: str | None = None, *, residual: mx.array | None = None,
            op: str = "conv2d") -> mx.array:
@@ -505,15 +539,18 @@ def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: i
 # first, a round trip to MLX's CPU stream that costs more than a small product (the SAM decoder's
 # prompt tokens)
 LINEAR_MIN_ELEMENTS = 1 << 16
+# unless its weight has this many: ResNet-50's head (2048 -> 1000, one row an image) took 3.6 ms
+# through MLX's addmm after the forward and 1.0 ms as the C form's sgemm (2026-11-29)
+LINEAR_MIN_WEIGHT = 1 << 20
 
 
 def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activation: str | None = None,
            residual: mx.array | None = None) -> mx.array:
     """activation(nn.Linear's x @ weight.T + bias + residual) over the last axis (``residual``: an array of
-    the output's shape, or None); on the CPU, from LINEAR_MIN_ELEMENTS inputs, one sgemm whose initial C
-    is the bias plus the residual (MLX's addmm first copies the broadcast bias with a strided loop), the
-    activation applied by the same C call; else MLX's ops."""
-    if not _fast_path() or _library() is None or x.size < LINEAR_MIN_ELEMENTS:
+    the output's shape, or None); on the CPU, from LINEAR_MIN_ELEMENTS inputs or LINEAR_MIN_WEIGHT weights,
+    one sgemm whose initial C is the bias plus the residual (MLX's addmm first copies the broadcast bias
+    with a strided loop), the activation applied by the same C call; else MLX's ops."""
+    if not _fast_path() or _library() is None or (x.size < LINEAR_MIN_ELEMENTS and weight.size < LINEAR_MIN_WEIGHT):
         y = x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
         return ACTIVATION_OPS[activation](y if residual is None else y + residual)
     out, k = weight.shape

@@ -5,7 +5,8 @@ PyTorch's ``max_pool2d``) three times in a row and uses all three results.
 Max-pools with -inf padding compose: two chained pools of radius r are one pool
 of radius 2r, three are one of radius 3r (windows clipped to the image). The
 kernel reads each element's largest window once and keeps the maxima of the
-three nested windows; the fallback chains MLX's ``nn.MaxPool2d`` three times.
+three nested windows; the fallback chains three pools (zoo.kernels.cpu.max_pool2d: a C pass on
+the CPU, MLX's ``nn.MaxPool2d`` elsewhere).
 """
 
 from __future__ import annotations
@@ -13,10 +14,9 @@ from __future__ import annotations
 import numbers
 
 import mlx.core as mx
-import mlx.nn as nn
 
 from zoo.errors import ZooError
-from zoo.kernels import core, coverage
+from zoo.kernels import core, coverage, cpu
 
 SPPF = core.Kernel(
     name="zoo_sppf_maxpool",
@@ -100,7 +100,9 @@ def sppf_launch(x: mx.array, k: int) -> core.Launch:
 
 
 def _fallback(x: mx.array, k: int):
-    pool = nn.MaxPool2d(k, stride=1, padding=k // 2)
+    def pool(v):  # the C pass on the CPU, MLX's pooling elsewhere
+        return cpu.max_pool2d(v, k, 1, k // 2)
+
     y1 = pool(x)
     y2 = pool(y1)
     return y1, y2, pool(y2)
