@@ -657,3 +657,46 @@ def test_winograd_products_leave_openblas_threads_as_they_were(monkeypatch):
             assert blas.info()["threads"] == threads
     finally:
         blas.set_threads(before)
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+@pytest.mark.parametrize("size", [(6, 10), (40, 52)])  # one tile; tiles over rows and threads
+def test_pointwise_parts_equal_the_convolution_of_their_concatenation(size, activation):
+    """A 1x1 convolution of a channel concatenation read where its parts lie: two halves of one map
+    (strided views), a map of its own, and a half-size part's product added upsampled 2x (nearest)."""
+    rng = np.random.default_rng(43)
+    h, w = size
+    both = mx.array(rng.standard_normal((2, h, w, 32)).astype(np.float32))
+    first, second = mx.split(both, 2, axis=-1)
+    other = mx.array(rng.standard_normal((2, h, w, 24)).astype(np.float32))
+    small = mx.array(rng.standard_normal((2, h // 2, w // 2, 8)).astype(np.float32))
+    weight = mx.array(rng.standard_normal((40, 1, 1, 64)).astype(np.float32))
+    bias = mx.array(rng.standard_normal(40).astype(np.float32))
+    half = cpu.conv2d(small, weight[..., :8])  # the upsampled part's columns come first
+    got = cpu.pointwise_parts([first, second, other], [8, 24, 40], weight, bias, activation, half=half)
+    upsampled = mx.repeat(mx.repeat(small, 2, axis=1), 2, axis=2)
+    want = cpu.ACTIVATION_OPS[activation](mx.conv2d(mx.concatenate([upsampled, first, second, other], -1), weight) + bias)
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 4e-6 * mx.abs(want).max().item()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("classes,bins", [(80, 16), (3, 8)])
+def test_box_decode_matches_the_kernels_mlx_ops(classes, bins, dtype):
+    """The C decode of a detection head gives zoo.kernels.box_decode's MLX ops' result: boxes from the
+    DFL integral and the cells' centres, sigmoid scores, levels of other sizes and strides."""
+    from zoo.kernels import box_decode
+
+    rng = np.random.default_rng(44)
+    sizes = [(8, 6), (4, 3), (2, 2)]
+    boxes = [mx.array(rng.standard_normal((2, h, w, 4 * bins)).astype(np.float32) * 3).astype(DTYPES[dtype])
+             for h, w in sizes]
+    scores = [mx.array(rng.standard_normal((2, h, w, classes)).astype(np.float32) * 3).astype(DTYPES[dtype])
+              for h, w in sizes]
+    weights = mx.array(rng.uniform(0, bins, bins).astype(np.float32))
+    got = cpu.box_decode(boxes, scores, weights, (8, 16, 32))
+    want = box_decode._fallback(boxes, scores, weights, (8, 16, 32))
+    assert got.dtype == want.dtype and got.shape == want.shape == (2, 64, 4 + classes)
+    scale = mx.maximum(mx.abs(want.astype(mx.float32)).max(axis=(0, 1)), 1.0)
+    tol = 2e-6 if dtype == "float32" else 2e-3
+    assert (mx.abs(got.astype(mx.float32) - want.astype(mx.float32)) / scale).max().item() <= tol

@@ -33,8 +33,9 @@ from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import box_decode, sppf_maxpool
-from zoo.models.layers import (BatchNorm, Conv2d, Sequential, attention, conv2d_derived, conv_bn, sigmoid, silu,
-                               softmax)
+from zoo.kernels import cpu as cpu_ops
+from zoo.models.layers import (BatchNorm, Conv2d, Sequential, attention, conv2d_derived, conv_bn, fusing_on_cpu,
+                               sigmoid, silu, softmax)
 
 from .ops import STRIDE, resolve_classes
 from .predict import PREDICT_OPTIONS, predict
@@ -168,8 +169,11 @@ class Conv(nn.Module):
     def of_parts(self, parts: Parts) -> mx.array:
         """This 1x1 Conv of the channel concatenation of ``parts``, in a compiled forward: one matmul
         per part with its rows of the folded weight (``split_by_input``), the products added up; a
-        half-size part's product is added to each pixel of its 2x2 block (nearest upsampling)."""
+        half-size part's product is added to each pixel of its 2x2 block (nearest upsampling). Eager
+        on the CPU: one C call reading the parts where they lie (``on_cpu_of_parts``)."""
         fold = folded(self.conv)
+        if fold is None:
+            return self.on_cpu_of_parts(parts)
         full, half = None, []
         for part, weight in zip(parts, fold["parts"]):
             x = part.half if isinstance(part, Upscaled) else part
@@ -182,6 +186,30 @@ class Conv(nn.Module):
         for y in half:
             full = (full.reshape(n, h // 2, 2, w // 2, 2, c) + y[:, :, None, :, None, :]).reshape(n, h, w, c)
         return silu(full + fold["bias"])
+
+    def on_cpu_of_parts(self, parts: Parts) -> mx.array:
+        """of_parts eager on the CPU: a half-size part's product (its columns of the weight, with the
+        BatchNorm folded) made at its size, then one C call (zoo.kernels.cpu.pointwise_parts) that adds
+        the other parts' products where they lie, that product upsampled, the bias and the SiLU: no
+        concatenated or upsampled map is made. Each image apart (cpu_ops.per_image)."""
+        widths = [p.half.shape[-1] if isinstance(p, Upscaled) else p.shape[-1] for p in parts]
+        starts = [sum(widths[:i]) for i in range(len(parts))]
+        if not cpu_ops.native_available():
+            return self(materialized(parts))
+        forms = self.conv.batch_norm_forms(self.bn)
+        weight, half = forms["weight"], None
+        for part, start, width in zip(parts, starts, widths):
+            if isinstance(part, Upscaled):
+                product = cpu_ops.per_image(lambda x, w=weight[..., start:start + width]: cpu_ops.conv2d(x, w), part.half)
+                half = product if half is None else half + product
+        full = [(p, start) for p, start in zip(parts, starts) if not isinstance(p, Upscaled)]
+        offsets = [start for _, start in full]
+
+        def one_image(*maps):
+            return cpu_ops.pointwise_parts(maps[:len(full)], offsets, weight, forms["bias"], self.activation,
+                                           half=maps[len(full)] if half is not None else None)
+
+        return cpu_ops.per_image(one_image, *(p for p, _ in full), *(() if half is None else (half,)))
 
 
 class DWConv(Conv):
@@ -226,14 +254,24 @@ def dfl_bins(conv, _) -> dict[str, mx.array]:
 
 
 class Upscaled(NamedTuple):
-    """Upsample's output in a compiled forward: the map at half size, to be upsampled by the Conv
-    that reads it (Conv.of_parts)."""
+    """Upsample's output in a compiled forward or eager on the CPU: the map at half size, to be
+    upsampled by the Conv that reads it (Conv.of_parts)."""
 
     half: mx.array
 
 
 class Parts(tuple):
-    """Concat's output in a compiled forward: the maps, to be read apart by the 1x1 Conv after it."""
+    """Concat's output in a compiled forward or eager on the CPU: the maps, to be read apart by the 1x1
+    Conv after it."""
+
+
+def materialized(x: mx.array | Upscaled | Parts) -> mx.array:
+    """The map an Upscaled or Parts stands for (upsampled 2x, nearest; concatenated); an array as it is."""
+    if isinstance(x, Upscaled):
+        return mx.repeat(mx.repeat(x.half, 2, axis=1), 2, axis=2)
+    if isinstance(x, Parts):
+        return mx.concatenate([materialized(part) for part in x], axis=-1)
+    return x
 
 
 class Upsample(nn.Upsample):
@@ -246,7 +284,7 @@ class Upsample(nn.Upsample):
         super().__init__(scale_factor=2.0, mode="nearest")
 
     def __call__(self, x: mx.array) -> mx.array | Upscaled:
-        return Upscaled(x) if folding() else super().__call__(x)
+        return Upscaled(x) if folding() or fusing_on_cpu() else super().__call__(x)
 
 
 class Bottleneck(nn.Module):
@@ -283,6 +321,8 @@ class C2f(nn.Module):
         ys = mx.split(self.cv1.of_parts(x) if isinstance(x, Parts) else self.cv1(x), 2, axis=-1)
         for bottleneck in self.m.children_in_order():
             ys.append(bottleneck(ys[-1]))
+        if fusing_on_cpu() and not folding():  # eager on the CPU: the halves and the blocks' maps read where they lie
+            return self.cv2.of_parts(Parts(ys))
         return self.cv2(mx.concatenate(ys, axis=-1))
 
 
@@ -384,7 +424,7 @@ class Concat(nn.Module):
     """Channel concatenation; in a compiled forward the parts, for the C2f after it (Conv.of_parts)."""
 
     def __call__(self, *xs: mx.array | Upscaled) -> mx.array | Parts:
-        return Parts(xs) if folding() else mx.concatenate(xs, axis=-1)
+        return Parts(xs) if folding() or fusing_on_cpu() else mx.concatenate(xs, axis=-1)
 
 
 class DFL(nn.Module):
@@ -482,6 +522,10 @@ class Detect(nn.Module):
             # b16 peak (YOLOv8s 731-825 -> 1188-1273 MiB, H100, 2026-11-27), MLX ordering the six
             # branches feeding it side by side; bfloat16 was not measured
             return box_decode.decode(boxes, classes, folded(self.dfl.conv)["bins"], STRIDES)
+        if fusing_on_cpu() and not folding():  # eager: one C pass (recording, the DFL runs as its layer)
+            decoded = cpu_ops.box_decode(boxes, classes, self.dfl.conv.weight, STRIDES)
+            if decoded is not None:
+                return decoded
         n = levels[0].shape[0]
         box = mx.concatenate([b.reshape(n, -1, 4 * REG_MAX) for b in boxes], axis=1)
         dist = self.dfl(box.swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b

@@ -71,6 +71,9 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
                 lib.zoo_max_pool2d_f32.argtypes = [_PTR, _PTR] + [ctypes.c_int] * 10
+                lib.zoo_pointwise_parts_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, _PTR, size, _PTR, _PTR,
+                                                                                ctypes.c_int, _PTR] + [ctypes.c_int] * 6
+                lib.zoo_box_decode_f32.argtypes = [_PTR] * 7 + [ctypes.c_int, _PTR] + [ctypes.c_int] * 12
                 lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
@@ -118,18 +121,24 @@ def _threads() -> int:
     return int(blas.info().get("threads") or os.cpu_count() or 1)
 
 
-def _host(x: mx.array, *outputs: mx.array) -> np.ndarray | None:
-    """x as a contiguous float32 numpy array sharing MLX's buffer where it can; None while
-    MLX is tracing (compile/vmap/grad: there is no data to hand over yet). ``outputs`` (from
-    ``_output``) are evaluated in the same ``mx.eval``: each evaluation is a round trip to MLX's
-    CPU stream thread, which cost more than the small C routines themselves."""
+def _host_view(x: mx.array, *outputs: mx.array) -> np.ndarray | None:
+    """x (float32) as numpy where it lies, strided as MLX holds it; None while MLX is tracing."""
     if x.dtype != mx.float32:
         x = x.astype(mx.float32)
     try:
         mx.eval(x, *outputs)
     except ValueError:  # "Attempting to eval an array during function transformations"
         return None
-    return np.ascontiguousarray(np.asarray(x))
+    return np.asarray(x)
+
+
+def _host(x: mx.array, *outputs: mx.array) -> np.ndarray | None:
+    """x as a contiguous float32 numpy array sharing MLX's buffer where it can; None while
+    MLX is tracing (compile/vmap/grad: there is no data to hand over yet). ``outputs`` (from
+    ``_output``) are evaluated in the same ``mx.eval``: each evaluation is a round trip to MLX's
+    CPU stream thread, which cost more than the small C routines themselves."""
+    host = _host_view(x, *outputs)
+    return None if host is None else np.ascontiguousarray(host)
 
 
 def _ptr(a: np.ndarray):
@@ -420,6 +429,65 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: m
     lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, c,
                                  kh, kw, sh, ph, pw, oh, ow, ACTIVATIONS[activation][0], _threads())
     return _like(out, x)
+
+
+def _rows(x: mx.array) -> tuple[np.ndarray, int] | None:
+    """NHWC x as numpy where it lies with its pixels' stride in floats, where its pixels are evenly
+    strided (a channel slice of a map: C2f's halves); else a contiguous copy; None while tracing."""
+    host = _host_view(x)
+    if host is None:
+        return None
+    n, h, w, c = host.shape
+    s = host.strides
+    ld = s[2] // 4
+    if s[3] == 4 and s[2] % 4 == 0 and ld >= c and (h == 1 or s[1] == w * s[2]) and (n == 1 or s[0] == h * s[1]):
+        return host, ld
+    return np.ascontiguousarray(host), c
+
+
+def pointwise_parts(parts, offsets, weight: mx.array, bias: mx.array | None = None, activation: str | None = None,
+                    half: mx.array | None = None) -> mx.array | None:
+    """activation(y + bias + upsample2x(half)) for NHWC ``parts`` of one size, where y is the 1x1
+    convolution (weight (O, 1, 1, I)) of their channel concatenation with part i's channels at
+    ``offsets[i]`` of I (columns of the weight no part reads belong to a part the caller multiplied
+    itself: ``half``, an (N, H/2, W/2, O) product whose nearest 2x upsampling is added). One C call
+    reading each part where it lies; None where it cannot run (not the CPU, a trace, no OpenBLAS)."""
+    n, h, w, _ = parts[0].shape
+    lib = _library() if _fast_path() and 1 <= len(parts) <= 8 else None
+    out = _output((n, h, w, weight.shape[0])) if lib is not None else None
+    if out is None:
+        return None
+    rows = [_rows(p) for p in parts]
+    wt = _host(weight)
+    b = _host(bias) if bias is not None else None
+    add = _host(half) if half is not None else None
+    if any(r is None for r in rows) or wt is None:
+        return None
+    pointers = (ctypes.c_void_p * len(parts))(*(r[0].ctypes.data for r in rows))
+    lds, widths, starts = ((ctypes.c_ssize_t * len(parts))(*values) for values in
+                           ([r[1] for r in rows], [p.shape[3] for p in parts], offsets))
+    done = lib.zoo_pointwise_parts_f32(pointers, lds, widths, starts, len(parts), _ptr(wt), wt.shape[-1],
+                                       None if b is None else _ptr(b), None if add is None else _ptr(add),
+                                       int(add is not None), _ptr(_view(out)), n, h, w, weight.shape[0],
+                                       ACTIVATIONS[activation][0], _threads()) == 0
+    _ran("conv2d 1x1 of a concatenation (parts)", done)
+    return _like(out, parts[0]) if done else None
+
+
+def box_decode(boxes, classes, bins: mx.array, strides) -> mx.array | None:
+    """zoo.kernels.box_decode.decode's result (N, A, 4 + classes) as one threaded C pass over the three
+    levels' maps, computed in float32 and returned in the maps' dtype; None where it cannot run (not
+    the CPU, a trace, no C library): the caller runs its other form."""
+    lib = _library() if _fast_path() else None
+    n, nc = boxes[0].shape[0], classes[0].shape[3]
+    out = _output((n, sum(b.shape[1] * b.shape[2] for b in boxes), 4 + nc)) if lib is not None else None
+    maps = [_host(m, *(() if i else (out,))) for i, m in enumerate((*boxes, *classes))] if lib is not None else [None]
+    weights = _host(bins.reshape(-1)) if all(m is not None for m in maps) else None
+    done = weights is not None and lib.zoo_box_decode_f32(
+        *(_ptr(m) for m in maps), _ptr(weights), weights.size, _ptr(_view(out)), n, nc,
+        *(side for b in boxes for side in b.shape[1:3]), *strides, _threads()) == 0
+    _ran("box decode", done)
+    return _like(out, boxes[0]) if done else None
 
 
 def max_pool2d(x: mx.array, kernel: int, stride: int, padding: int) -> mx.array:

@@ -450,6 +450,70 @@ void zoo_depthwise_conv2d_f32(const float *x, const float *w, const float *bias,
   parallel_for(depthwise_rows, &a, (ptrdiff_t)N * OH, threads);
 }
 
+/* ---- an anchor-free detection head's decode (zoo.kernels.box_decode's kernel, for the CPU) ----
+ * y (N, A, 4 + classes): per cell of the three levels in order, its box (centre x, centre y, width,
+ * height in pixels: the DFL integral of each side's bins from the cell's centre, times the level's
+ * stride) and the sigmoid of its class logits, read from the levels' NHWC maps where they lie. As MLX
+ * ops on the CPU: three concatenations, a transposed copy for the softmax, the bins' product, the
+ * anchor grid and the final concatenation, each one float at a time on one thread (YOLOv8n at 640:
+ * 3.9 ms after the last convolution). Rows (n, a) over the threads. */
+typedef struct {
+  const float *box[3], *cls[3], *bins;
+  float *y;
+  int bin_count, classes, cells[3], width[3], stride[3];
+  ptrdiff_t anchors;
+} decode_args;
+
+ZOO_CLONES static void decode_rows(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const decode_args *a = (const decode_args *)p;
+  const int B = a->bin_count, out_width = 4 + a->classes;
+  float weights[64];
+  for (ptrdiff_t r = b; r < e; ++r) {
+    const ptrdiff_t n = r / a->anchors;
+    ptrdiff_t cell = r % a->anchors;
+    int level = 0;
+    while (cell >= a->cells[level]) cell -= a->cells[level++];
+    const ptrdiff_t row = n * a->cells[level] + cell;
+    const float *logits = a->box[level] + row * 4 * B;
+    float distance[4]; /* left, top, right, bottom */
+    for (int side = 0; side < 4; ++side) {
+      const float *v = logits + side * B;
+      float top = v[0];
+      for (int j = 1; j < B; ++j) top = v[j] > top ? v[j] : top;
+      float total = 0.0f, weighted = 0.0f;
+      for (int j = 0; j < B; ++j) weights[j] = exp_nonpositive(v[j] - top);
+      for (int j = 0; j < B; ++j) {
+        total += weights[j];
+        weighted += weights[j] * a->bins[j];
+      }
+      distance[side] = weighted / total;
+    }
+    const float cx = (float)(cell % a->width[level]) + 0.5f, cy = (float)(cell / a->width[level]) + 0.5f;
+    const float stride = (float)a->stride[level];
+    float *out = a->y + r * out_width;
+    const float left = cx - distance[0], top = cy - distance[1], right = cx + distance[2], bottom = cy + distance[3];
+    out[0] = (left + right) / 2.0f * stride;
+    out[1] = (top + bottom) / 2.0f * stride;
+    out[2] = (right - left) * stride;
+    out[3] = (bottom - top) * stride;
+    activate(a->cls[level] + row * a->classes, out + 4, a->classes, ACT_SIGMOID);
+  }
+}
+
+/* box<l> (N, H_l, W_l, 4 * bin_count), cls<l> (N, H_l, W_l, classes), bins (bin_count <= 64). Returns 0,
+ * or -1 for more bins (the caller falls back). */
+int zoo_box_decode_f32(const float *box0, const float *box1, const float *box2, const float *cls0, const float *cls1,
+                       const float *cls2, const float *bins, int bin_count, float *y, int N, int classes, int H0,
+                       int W0, int H1, int W1, int H2, int W2, int stride0, int stride1, int stride2, int threads) {
+  if (bin_count > 64) return -1;
+  decode_args a = {{box0, box1, box2}, {cls0, cls1, cls2}, bins, y, bin_count, classes,
+                   {H0 * W0, H1 * W1, H2 * W2}, {W0, W1, W2}, {stride0, stride1, stride2},
+                   (ptrdiff_t)H0 * W0 + (ptrdiff_t)H1 * W1 + (ptrdiff_t)H2 * W2};
+  const ptrdiff_t rows = (ptrdiff_t)N * a.anchors;
+  parallel_for(decode_rows, &a, rows, rows * (4 * bin_count + classes) < UNARY_GRAIN ? 1 : threads);
+  return 0;
+}
+
 /* ---- max pooling, NHWC -------------------------------------------------------------------
  * MLX's MaxPool2d pads into a copy (-inf) and reduces a strided window view one float at a time on
  * one thread: ResNet's stem pool (112x112x64 -> 56x56) took 1.1 ms, here a pass over the
@@ -696,18 +760,36 @@ ZOO_CLONES static void direct_conv_rows(const void *p, ptrdiff_t b, ptrdiff_t e)
  * cache. OpenBLAS splitting each product over its threads left ~30% of the TinyViT encoder's CPU
  * time in its workers' spinning and waiting (blas_thread_server, exec_blas_async_wait: perf, loaded
  * 2-core host), and the activation then took another pass over the whole output. A product of fewer
- * rows than two tiles a thread is also split over its output channels (ResNet-50's last stages: 196
- * and 49 rows), so that every thread has tiles. */
+ * rows than two tiles a thread is also split over its output channels (YOLO's parts at 20x20: 400
+ * rows), so that every thread has tiles. Convolutions of fewer than POINTWISE_MIN_ROWS pixels take the
+ * patch-row path's one sgemm, which OpenBLAS splits itself. */
 #define POINTWISE_ROWS 256
 #define POINTWISE_MIN_COLUMNS 16
 #define POINTWISE_MIN_ROWS 2048
+#define POINTWISE_MAX_PARTS 8
 
+/* The product's input as up to POINTWISE_MAX_PARTS matrices side by side (a channel concatenation
+ * read where its parts lie: YOLO's C2f and neck), each (rows, width) with its own row stride ld, and
+ * its columns of w from offset. add, where given, is (rows, O), or with add_half a (N, H/2, W/2, O) map
+ * whose nearest 2x upsampling (N, H, W, O) is added: a 1x1 convolution commutes with that upsampling,
+ * so an upsampled part's product is made at a quarter of the pixels. */
 typedef struct {
-  const float *x, *w, *bias, *add; /* x (rows, width), w (O, width), bias (O) or NULL, add (rows, O) or NULL */
-  float *y;                        /* (rows, O) */
-  ptrdiff_t rows, width, O, tile_rows, tile_cols, col_tiles;
+  const float *x[POINTWISE_MAX_PARTS];
+  ptrdiff_t ld[POINTWISE_MAX_PARTS], width[POINTWISE_MAX_PARTS], offset[POINTWISE_MAX_PARTS];
+  int parts;
+  const float *w, *bias, *add; /* w (O, w_ld), bias (O) or NULL, add as above or NULL */
+  int add_half;
+  ptrdiff_t H, W, w_ld;
+  float *y; /* (rows, O) */
+  ptrdiff_t rows, O, tile_rows, tile_cols, col_tiles;
   int act;
 } pointwise_args;
+
+static const float *add_row(const pointwise_args *a, ptrdiff_t pixel) {
+  if (!a->add_half) return a->add + pixel * a->O;
+  const ptrdiff_t n = pixel / (a->H * a->W), h = pixel / a->W % a->H, w = pixel % a->W;
+  return a->add + ((n * (a->H / 2) + h / 2) * (a->W / 2) + w / 2) * a->O;
+}
 
 static void pointwise_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
   const pointwise_args *a = (const pointwise_args *)p;
@@ -719,29 +801,53 @@ static void pointwise_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
     const int initial = a->bias != NULL || a->add != NULL;
     for (ptrdiff_t r = 0; initial && r < rows; ++r)
       initial_c(out + r * a->O, a->bias == NULL ? NULL : a->bias + col,
-                a->add == NULL ? NULL : a->add + (first + r) * a->O + col, 1, cols);
-    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, (int)a->width, 1.0f,
-          a->x + first * a->width, (int)a->width, a->w + col * a->width, (int)a->width, initial ? 1.0f : 0.0f, out,
-          (int)a->O);
+                a->add == NULL ? NULL : add_row(a, first + r) + col, 1, cols);
+    for (int part = 0; part < a->parts; ++part)
+      sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, (int)a->width[part], 1.0f,
+            a->x[part] + first * a->ld[part], (int)a->ld[part], a->w + col * a->w_ld + a->offset[part], (int)a->w_ld,
+            initial || part > 0 ? 1.0f : 0.0f, out, (int)a->O);
     for (ptrdiff_t r = 0; r < rows; ++r) activate(out + r * a->O, out + r * a->O, cols, a->act);
   }
 }
 
 /* The pointwise product over ``threads``: tiles of POINTWISE_ROWS rows, split over the output channels too
  * (in multiples of POINTWISE_MIN_COLUMNS) where there are fewer than two row tiles a thread. */
-static void pointwise_product(const float *x, const float *w, const float *bias, const float *add, float *y,
-                              ptrdiff_t rows, ptrdiff_t width, ptrdiff_t O, int act, int threads) {
-  if ((double)rows * width * O <= (1 << 18)) threads = 1;
-  const ptrdiff_t row_tiles = (rows + POINTWISE_ROWS - 1) / POINTWISE_ROWS;
-  ptrdiff_t tile_cols = O;
+static void pointwise_product(pointwise_args *args, int threads) {
+  ptrdiff_t width = 0;
+  for (int part = 0; part < args->parts; ++part) width += args->width[part];
+  if ((double)args->rows * width * args->O <= (1 << 18)) threads = 1;
+  const ptrdiff_t row_tiles = (args->rows + POINTWISE_ROWS - 1) / POINTWISE_ROWS;
+  ptrdiff_t tile_cols = args->O;
   if (threads > 1 && row_tiles < 2 * threads) {
     const ptrdiff_t col_tiles = (2 * threads + row_tiles - 1) / row_tiles;
-    tile_cols = ((O + col_tiles - 1) / col_tiles + POINTWISE_MIN_COLUMNS - 1) / POINTWISE_MIN_COLUMNS *
+    tile_cols = ((args->O + col_tiles - 1) / col_tiles + POINTWISE_MIN_COLUMNS - 1) / POINTWISE_MIN_COLUMNS *
                 POINTWISE_MIN_COLUMNS;
   }
-  const ptrdiff_t col_tiles = (O + tile_cols - 1) / tile_cols;
-  pointwise_args args = {x, w, bias, add, y, rows, width, O, POINTWISE_ROWS, tile_cols, col_tiles, act};
-  parallel_products(pointwise_tiles, &args, row_tiles * col_tiles, threads);
+  args->tile_rows = POINTWISE_ROWS;
+  args->tile_cols = tile_cols;
+  args->col_tiles = (args->O + tile_cols - 1) / tile_cols;
+  parallel_products(pointwise_tiles, args, row_tiles * args->col_tiles, threads);
+}
+
+/* y (N, H, W, O) = act(concat(parts) w^T + bias + add): a 1x1 convolution of a channel concatenation
+ * of ``parts`` maps read where they lie (pointwise_args: xs, lds, widths, offsets into w (O, w_ld));
+ * add NULL, (N, H, W, O), or with add_half (N, H/2, W/2, O) upsampled 2x (nearest). Returns 0, or -1
+ * when no sgemm was given or there are too many parts (the caller falls back). */
+int zoo_pointwise_parts_f32(const float *const *xs, const ptrdiff_t *lds, const ptrdiff_t *widths,
+                            const ptrdiff_t *offsets, int parts, const float *w, ptrdiff_t w_ld, const float *bias,
+                            const float *add, int add_half, float *y, int N, int H, int W, int O, int act,
+                            int threads) {
+  if (sgemm == NULL || parts < 1 || parts > POINTWISE_MAX_PARTS) return -1;
+  pointwise_args args = {{0}, {0}, {0}, {0}, parts, w, bias, add, add_half, H, W, w_ld, y,
+                         (ptrdiff_t)N * H * W, O, 0, 0, 0, act};
+  for (int part = 0; part < parts; ++part) {
+    args.x[part] = xs[part];
+    args.ld[part] = lds[part];
+    args.width[part] = widths[part];
+    args.offset[part] = offsets[part];
+  }
+  pointwise_product(&args, threads);
+  return 0;
 }
 
 /* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL) + add (N, OH, OW, O, or
@@ -770,7 +876,8 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const floa
   if (sgemm == NULL) return -1;
   const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad_top == 0 && pad_left == 0 && OH == H && OW == W;
   if (pointwise && pixels >= POINTWISE_MIN_ROWS) {
-    pointwise_product(x, w, bias, add, y, pixels, width, O, act, threads);
+    pointwise_args args = {{x}, {width}, {width}, {0}, 1, w, bias, add, 0, H, W, width, y, pixels, O, 0, 0, 0, act};
+    pointwise_product(&args, threads);
     return 0;
   }
   ptrdiff_t chunk = PATCH_CHUNK_FLOATS / (width > O ? width : O);
