@@ -153,7 +153,11 @@ class FourierUnit(nn.Module):
         planar = self.planar() if max(h, w) <= DFT_MAX_SIDE else None
         if planar is not None:
             z = rfft2_planar(x.astype(mx.float32))
-            z = mx.maximum(z @ planar["matrix"] + planar["bias"], 0)
+            if fusing_eagerly_on_cpu() and cpu_ops.native_available():  # a C call an image, split over our threads
+                weight = self.planar_weight(planar)
+                z = cpu_ops.per_image(lambda v: cpu_ops.pointwise_parts([v], [0], weight, planar["bias"], "relu"), z)
+            else:
+                z = mx.maximum(z @ planar["matrix"] + planar["bias"], 0)
             return irfft2_planar(z, (h, w)).astype(x.dtype)
         parts = rfft2_parts(x)  # float32 (n, h, w//2+1, 2c)
         # float32 in, half-precision weights: MLX promotes, so this stays float32
@@ -168,6 +172,12 @@ class FourierUnit(nn.Module):
         if traced is not None or recording_layers() or self.training or not self.bn.track_running_stats:
             return traced
         return kept(self, "_planar", (self.conv_layer, self.bn), lambda: self.planar_fold(self.conv_layer, self.bn))
+
+    def planar_weight(self, planar: dict[str, mx.array]) -> mx.array:
+        """``planar``'s matrix as a 1x1 convolution's weight (out, 1, 1, in) for the C forms, kept until a
+        weight is replaced."""
+        return kept(self, "_planar_weight", (self.conv_layer, self.bn),
+                    lambda: mx.contiguous(planar["matrix"].T)[:, None, None, :])
 
     @staticmethod
     def planar_fold(conv: nn.Conv2d, bn: nn.BatchNorm) -> dict[str, mx.array]:
@@ -217,7 +227,7 @@ def rfft2_planar(x: mx.array) -> mx.array:
     forward_w, forward_h, _, _ = dft_matrices(h, w)
     k = w // 2 + 1
     y = cpu_ops.batched_matmul(forward_w, x.reshape(n * h, w, c))  # (N*H, (s, k, p), C)
-    return (forward_h @ y.reshape(n, 2 * h, 2 * k * c)).reshape(n, h, k, 2 * c)
+    return cpu_ops.matmul(forward_h, y.reshape(n, 2 * h, 2 * k * c)).reshape(n, h, k, 2 * c)
 
 
 def irfft2_planar(z: mx.array, size: tuple[int, int]) -> mx.array:
@@ -226,7 +236,7 @@ def irfft2_planar(z: mx.array, size: tuple[int, int]) -> mx.array:
     w = size[1]
     _, _, inverse_w, inverse_h = dft_matrices(h, w)
     v = cpu_ops.batched_matmul(inverse_w, z.reshape(n * h, 2 * k, c2 // 2))  # (N*H, (q, w), C)
-    return (inverse_h @ v.reshape(n, 2 * h, w * c2 // 2)).reshape(n, h, w, c2 // 2)
+    return cpu_ops.matmul(inverse_h, v.reshape(n, 2 * h, w * c2 // 2)).reshape(n, h, w, c2 // 2)
 
 
 def fusing_eagerly_on_cpu() -> bool:

@@ -73,6 +73,7 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_max_pool2d_f32.argtypes = [_PTR, _PTR] + [ctypes.c_int] * 10
                 lib.zoo_pointwise_parts_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, _PTR, size, _PTR, _PTR,
                                                                                 ctypes.c_int, _PTR] + [ctypes.c_int] * 6
+                lib.zoo_matmul_tiles_f32.argtypes = [_PTR] * 3 + [ctypes.c_int] * 4
                 lib.zoo_box_decode_f32.argtypes = [_PTR] * 7 + [ctypes.c_int, _PTR] + [ctypes.c_int] * 12
                 lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
@@ -402,6 +403,30 @@ def batched_matmul(a: mx.array, b: mx.array) -> mx.array:
     if not done:
         return a @ b
     return _like(out, b)
+
+
+def matmul(a: mx.array, b: mx.array) -> mx.array:
+    """a @ b for a (M, K) and b (B, K, N): each of the B products as one C call that splits it in tiles
+    of rows and columns over our threads, each tile one sgemm on one OpenBLAS thread (MLX's matmul lets
+    OpenBLAS split it and wait for its sleeping thread: zoo/native/cpu_ops.c); MLX's matmul where the
+    C form cannot run."""
+    out = _tiled_product(a, b)
+    _ran("matmul (tiles)", out is not None)
+    return a @ b if out is None else out
+
+
+def _tiled_product(a: mx.array, b: mx.array) -> mx.array | None:
+    """``matmul``'s C form, or None where it cannot run (not the CPU, a trace, no OpenBLAS)."""
+    batch, k, n = b.shape
+    m = a.shape[0]
+    lib = _library() if _fast_path() and a.ndim == 2 and a.shape[1] == k else None
+    out = _output((batch, m, n)) if lib is not None else None
+    host = _host(b, out, a) if lib is not None else None
+    left = _host(a) if host is not None else None
+    done = left is not None and all(
+        lib.zoo_matmul_tiles_f32(_ptr(left), _ptr(host[i]), _ptr(_view(out)[i]), m, n, k, _threads()) == 0
+        for i in range(batch))
+    return _like(out, b) if done else None
 
 
 def biased_activation(y: mx.array, bias: mx.array | None, activation: str | None) -> mx.array:
@@ -798,8 +823,9 @@ def _all_taps(x: mx.array, weight: mx.array, matrix: mx.array | None = None) -> 
     """Every input pixel times every tap of a (O, KH, KW, I) weight (``matrix``: its ``tap_matrix``), as
     one GEMM: (N, H, W, KH*KW, O)."""
     co, kh, kw, ci = weight.shape
-    taps = x.reshape(-1, ci) @ (tap_matrix(weight) if matrix is None else matrix)
-    return taps.reshape(*x.shape[:3], kh * kw, co)
+    rows, matrix = x.reshape(-1, ci), tap_matrix(weight) if matrix is None else matrix
+    taps = _tiled_product(rows, matrix[None])
+    return (rows @ matrix if taps is None else taps).reshape(*x.shape[:3], kh * kw, co)
 
 
 def _gemm_form(x: mx.array) -> bool:

@@ -1218,6 +1218,39 @@ int zoo_matmul_batched_f32(const float *a, const float *b, float *c, ptrdiff_t b
   return 0;
 }
 
+/* c (M, N) = a (M, K) @ b (K, N) in tiles of rows and columns over our threads, each tile one sgemm on
+ * one OpenBLAS thread. As MLX's matmul, which OpenBLAS splits over its threads, the product waited for
+ * OpenBLAS's sleeping second thread: LaMa's Fourier units' products over H (32 x 64 by 64 x 6528 at
+ * 256 px) took 0.3 ms alone and up to 13 ms after our C calls (2026-11-29, a 2-core VM); its
+ * transposed convolutions' tap products likewise. Returns 0, or -1 when no sgemm was given. */
+#define TILE_ROWS 512
+#define TILE_COLUMNS 256
+
+typedef struct {
+  const float *a, *b;
+  float *c;
+  int M, N, K, col_tiles;
+} tiles_args;
+
+static void product_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const tiles_args *a = (const tiles_args *)p;
+  for (ptrdiff_t tile = b; tile < e; ++tile) {
+    const int row = (int)(tile / a->col_tiles) * TILE_ROWS, col = (int)(tile % a->col_tiles) * TILE_COLUMNS;
+    const int rows = a->M - row < TILE_ROWS ? a->M - row : TILE_ROWS;
+    const int cols = a->N - col < TILE_COLUMNS ? a->N - col : TILE_COLUMNS;
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, rows, cols, a->K, 1.0f, a->a + (ptrdiff_t)row * a->K,
+          a->K, a->b + col, a->N, 0.0f, a->c + (ptrdiff_t)row * a->N + col, a->N);
+  }
+}
+
+int zoo_matmul_tiles_f32(const float *a, const float *b, float *c, int M, int N, int K, int threads) {
+  if (sgemm == NULL) return -1;
+  tiles_args args = {a, b, c, M, N, K, (N + TILE_COLUMNS - 1) / TILE_COLUMNS};
+  const ptrdiff_t tiles = (ptrdiff_t)((M + TILE_ROWS - 1) / TILE_ROWS) * args.col_tiles;
+  parallel_products(product_tiles, &args, tiles, (double)M * N * K <= (1 << 18) ? 1 : threads);
+  return 0;
+}
+
 /* ---- attention: softmax(scale * q k^T + bias) v, one (batch, head) per product ------------- */
 
 /* MLX's CPU attention is matmul, softmax, matmul, each matmul a loop of one sgemm per (batch, head)
