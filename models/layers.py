@@ -230,23 +230,23 @@ class Conv2d(nn.Conv2d):
         return _no_dilation(self.dilation) and (self.groups == 1 or (self.groups == cout and cin == 1))
 
     def with_batch_norm(self, x: mx.array, bn: nn.BatchNorm, activation: str | None = None,
-                        residual: mx.array | None = None) -> mx.array:
-        """``activation(bn(self(x)) + residual)`` with ``bn`` folded into the weight and bias (zoo.compiled's
-        fold, computed in float32 and stored in the weight's dtype, as a compiled forward stores it;
-        kept until a weight is replaced), the residual (an array of the output's shape, or None) added
-        and the activation applied by the C routine in place: no BatchNorm pass and no new array for
-        either (layers.fuses_on_cpu says where)."""
+                        residual: mx.array | None = None, skip: mx.array | None = None) -> mx.array:
+        """``activation(bn(self(x)) + residual) + skip`` with ``bn`` folded into the weight and bias
+        (zoo.compiled's fold, computed in float32 and stored in the weight's dtype, as a compiled forward
+        stores it; kept until a weight is replaced), the residual and the skip (arrays of the output's
+        shape, or None) added and the activation applied by the C routine in place where its form takes
+        them: no BatchNorm pass and no new array for either (layers.fuses_on_cpu says where)."""
         forms = self.batch_norm_forms(bn)
-        return self.with_forms(x, forms, activation, residual)
+        return self.with_forms(x, forms, activation, residual, skip)
 
     def with_forms(self, x: mx.array, forms: dict[str, mx.array | None], activation: str | None = None,
-                   residual: mx.array | None = None) -> mx.array:
-        """activation(conv(x) + bias + residual) with this convolution's stride and padding and another
-        weight and bias (``forms`` of them: its input channels may differ), each image apart
+                   residual: mx.array | None = None, skip: mx.array | None = None) -> mx.array:
+        """activation(conv(x) + bias + residual) + skip with this convolution's stride and padding and
+        another weight and bias (``forms`` of them: its input channels may differ), each image apart
         (cpu_ops.per_image)."""
-        if residual is None:
-            return cpu_ops.per_image(lambda image: self._forward(image, forms, activation), x)
-        return cpu_ops.per_image(lambda image, add: self._forward(image, forms, activation, add), x, residual)
+        added = {name: a for name, a in (("residual", residual), ("skip", skip)) if a is not None}
+        return cpu_ops.per_image(lambda image, *more: self._forward(image, forms, activation, **dict(zip(added, more))),
+                                 x, *added.values())
 
     def batch_norm_forms(self, bn: nn.BatchNorm) -> dict[str, mx.array | None]:
         """``forms`` of the weight and bias with ``bn`` folded in (zoo.compiled's fold, computed in float32
@@ -264,8 +264,9 @@ class Conv2d(nn.Conv2d):
         return forms
 
     def _forward(self, x: mx.array, forms: dict | None = None, activation: str | None = None,
-                 residual: mx.array | None = None) -> mx.array:
-        """activation(conv(x) + bias + residual) with the ``forms`` of a weight and bias (default: its own)."""
+                 residual: mx.array | None = None, skip: mx.array | None = None) -> mx.array:
+        """activation(conv(x) + bias + residual) + skip with the ``forms`` of a weight and bias (default:
+        its own)."""
         if forms is None:
             bias = self.bias if "bias" in self else None
             forms = kept(self, "_forms", (self,), lambda: self.forms(self.weight, bias)) if cpu_ops.on_cpu() \
@@ -277,16 +278,18 @@ class Conv2d(nn.Conv2d):
             and _no_dilation(self.dilation)
         few_outputs = plain and (kh, kw) != (1, 1) and cout * 8 <= cin
         if cpu_ops.on_cpu() and self.groups == 1 and _no_dilation(self.dilation) and not few_outputs:
-            if "winograd" in forms:
-                # its output transform adds no residual: then the add and the activation follow it
+            if "winograd" in forms and (residual is None or skip is None):
                 y = cpu_ops.winograd_conv3x3(x, forms["winograd"], bias, cpu_ops.pair(reflect or self.padding)[0],
-                                             bool(reflect), activation if residual is None else None)
+                                             bool(reflect), activation, residual=residual, skip=skip)
                 if y is not None:
-                    return y if residual is None else cpu_ops.ACTIVATION_OPS[activation](y + residual)
-            return cpu_ops.conv2d(x, weight, bias, self.stride, reflect or self.padding, reflect=bool(reflect),
-                                  activation=activation, residual=residual)
-        if residual is not None:  # the forms below add none
-            return cpu_ops.ACTIVATION_OPS[activation](self._forward(x, forms) + residual)
+                    return y
+            y = cpu_ops.conv2d(x, weight, bias, self.stride, reflect or self.padding, reflect=bool(reflect),
+                               activation=activation, residual=residual)
+            return y if skip is None else y + skip
+        if residual is not None or skip is not None:  # the forms below add neither
+            y = self._forward(x, forms, activation if residual is None else None)
+            y = y if residual is None else cpu_ops.ACTIVATION_OPS[activation](y + residual)
+            return y if skip is None else y + skip
         if reflect:
             x = reflect_pad(x, reflect)
         if self.groups > 1 and self.groups == cout and cin == 1 and _no_dilation(self.dilation):

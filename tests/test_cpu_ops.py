@@ -256,6 +256,25 @@ def test_winograd_conv3x3_matches_mlx(size, padding, reflect, with_bias, activat
     assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
 
 
+@pytest.mark.parametrize("added", ["residual", "skip"])
+@pytest.mark.parametrize("size", [(8, 8), (9, 7)])
+def test_winograd_reads_a_channel_slice_and_adds_a_residual_or_a_skip(size, added):
+    """Winograd's C form reads x where it lies when it is a channel slice of a map (C2f's halves), and
+    adds a residual before the activation (ResNet's blocks) or a skip after it (YOLO's Bottleneck),
+    itself a strided slice."""
+    from zoo.kernels import winograd
+
+    both = mx.random.normal((2, *size, 80), key=mx.random.key(46)) * 2
+    x, other = mx.split(both, 2, axis=-1)
+    w = mx.random.normal((40, 3, 3, 40), key=mx.random.key(47)) * 0.2
+    b = mx.random.normal((40,), key=mx.random.key(48))
+    got = cpu.winograd_conv3x3(x, winograd.transform_weight(w), b, 1, False, "silu", **{added: other})
+    y = mx.conv2d(x, w, padding=1) + b
+    want = MLX_ACTIVATIONS["silu"](y + other) if added == "residual" else MLX_ACTIVATIONS["silu"](y) + other
+    assert got.shape == want.shape
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
 def test_conv2d_layer_takes_the_winograd_form_where_it_suits():
     """layers.Conv2d on the CPU: 3x3 stride-1 convolutions with WINOGRAD_MIN_CHANNELS a side run as
     Winograd's form (its weight transformed once, kept), others as patch rows."""

@@ -34,8 +34,8 @@ from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import box_decode, sppf_maxpool
 from zoo.kernels import cpu as cpu_ops
-from zoo.models.layers import (BatchNorm, Conv2d, Sequential, attention, conv2d_derived, conv_bn, fusing_on_cpu,
-                               sigmoid, silu, softmax)
+from zoo.models.layers import (BatchNorm, Conv2d, Sequential, attention, conv2d_derived, conv_bn, fuses_on_cpu,
+                               fusing_on_cpu, sigmoid, silu, softmax)
 
 from .ops import STRIDE, resolve_classes
 from .predict import PREDICT_OPTIONS, predict
@@ -163,8 +163,13 @@ class Conv(nn.Module):
         self.bn = BatchNorm(c2, eps=1e-3, momentum=0.03)
         self.activation = "silu" if act else None
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return conv_bn(self.conv, self.bn, x, activation=self.activation)
+    def __call__(self, x: mx.array, skip: mx.array | None = None) -> mx.array:
+        """activation(bn(conv(x))) + skip (an array of the output's shape, or None); on the CPU the skip
+        is added by the convolution's C call where its form takes it (Bottleneck's shortcut)."""
+        if skip is not None and fuses_on_cpu(self.conv, self.bn) and not folding():
+            return self.conv.with_batch_norm(x, self.bn, self.activation, skip=skip)
+        y = conv_bn(self.conv, self.bn, x, activation=self.activation)
+        return y if skip is None else y + skip
 
     def of_parts(self, parts: Parts) -> mx.array:
         """This 1x1 Conv of the channel concatenation of ``parts``, in a compiled forward: one matmul
@@ -302,6 +307,8 @@ class Bottleneck(nn.Module):
         return x
 
     def __call__(self, x: mx.array) -> mx.array:
+        if self.add and fusing_on_cpu() and not folding():  # eager on the CPU: cv2's C call adds the shortcut
+            return self.cv2(self.cv1(x), skip=self.shortcut(x))
         y = self.cv2(self.cv1(x))
         return y + self.shortcut(x) if self.add else y
 

@@ -76,7 +76,8 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_matmul_tiles_f32.argtypes = [_PTR] * 3 + [ctypes.c_int] * 4
                 lib.zoo_box_decode_f32.argtypes = [_PTR] * 7 + [ctypes.c_int, _PTR] + [ctypes.c_int] * 12
                 lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
-                lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 9
+                lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, size, _PTR, _PTR, _PTR, size, ctypes.c_int, _PTR] \
+                    + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
                 lib.zoo_inverted_residual_f32.argtypes = [_PTR] * 8 + [ctypes.c_int] * 7
                 lib.zoo_attention_f32.argtypes = ([_PTR] * 4 + [size, ctypes.c_float, _PTR, ctypes.POINTER(size)]
@@ -605,25 +606,37 @@ def winograd_suits(weight_shape, stride, padding, groups, dilation) -> bool:
 
 
 def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: int, reflect: bool = False,
-                     activation: str | None = None) -> mx.array | None:
-    """activation(conv3x3(x) + bias), stride 1, as Winograd F(2x2, 3x3) in C (zoo.kernels.winograd has
-    the maths): the input transform, 16 OpenBLAS sgemm with ``u`` (winograd.transform_weight: (16,
-    C_in, C_out); one product per thread, each on one OpenBLAS thread), the output transform with
-    the bias and the activation; zero or (``reflect``)
-    torch's reflect padding of 0 or 1. None where it cannot run (no OpenBLAS, no memory, a trace):
-    the caller runs its other form."""
+                     activation: str | None = None, *, residual: mx.array | None = None,
+                     skip: mx.array | None = None) -> mx.array | None:
+    """activation(conv3x3(x) + bias + residual) + skip, stride 1, as Winograd F(2x2, 3x3) in C
+    (zoo.kernels.winograd has the maths): the input transform, 16 OpenBLAS sgemm with ``u``
+    (winograd.transform_weight: (16, C_in, C_out); one product per thread, each on one OpenBLAS
+    thread), the output transform with the bias, the residual, the activation and the skip (each
+    an array of the output's shape, or None: one of them; YOLO's Bottleneck adds its input after
+    the SiLU); zero or (``reflect``) torch's reflect padding of 0 or 1. x and the skip are read
+    where they lie where their pixels are evenly strided (C2f's halves). None where it cannot run
+    (no OpenBLAS, no memory, a trace): the caller runs its other form."""
+    if residual is not None and skip is not None:
+        raise ValueError("winograd_conv3x3: a residual or a skip, not both")
     n, h, w, c = x.shape
     o = u.shape[-1]
     oh, ow = h + 2 * padding - 2, w + 2 * padding - 2
+    add = residual if residual is not None else skip
+    if add is not None and tuple(add.shape) != (n, oh, ow, o):
+        raise ValueError(f"winograd_conv3x3: {tuple(add.shape)} is not the output's shape {(n, oh, ow, o)}")
     lib = _library() if _fast_path() and min(oh, ow) > 0 and (not reflect or padding < min(h, w)) else None
     out = _output((n, oh, ow, o)) if lib is not None else None
-    host = _host(x, out) if lib is not None else None
-    ut = _host(u) if host is not None else None
+    rows = _rows(x) if lib is not None else None
+    added = _rows(add) if rows is not None and add is not None else None
+    ut = _host(u) if rows is not None else None
     b = _host(bias) if ut is not None and bias is not None else None
-    if ut is None:
+    if ut is None or (add is not None and added is None):
         return None
-    done = lib.zoo_winograd_conv3x3_f32(_ptr(host), _ptr(ut), None if b is None else _ptr(b), _ptr(_view(out)), n, h,
-                                        w, c, o, padding, int(reflect), ACTIVATIONS[activation][0], _threads())
+    (host, ldx), (add_host, ld_add) = rows, added or (None, 0)
+    done = lib.zoo_winograd_conv3x3_f32(_ptr(host), ldx, _ptr(ut), None if b is None else _ptr(b),
+                                        None if add_host is None else _ptr(add_host), ld_add, int(skip is not None),
+                                        _ptr(_view(out)), n, h, w, c, o, padding, int(reflect),
+                                        ACTIVATIONS[activation][0], _threads())
     _ran("conv2d 3x3 (Winograd)", done == 0)
     return _like(out, x) if done == 0 else None
 

@@ -1044,10 +1044,10 @@ static inline ptrdiff_t tile_position(ptrdiff_t tile, int tile_rows, int tile_co
 }
 
 typedef struct {
-  const float *x; /* (N, H, W, C) */
+  const float *x; /* (N, H, W, C), its pixels ldx floats apart (C where contiguous: a channel slice more) */
   float *v;       /* (16, tiles, C) */
   const float *zeros; /* C zeros: the patch outside the (padded) image */
-  ptrdiff_t tiles;
+  ptrdiff_t tiles, ldx;
   int H, W, C, pad, reflect, tile_rows, tile_cols;
 } winograd_in_args;
 
@@ -1067,7 +1067,7 @@ ZOO_CLONES static void winograd_input_tiles(const void *p, ptrdiff_t b, ptrdiff_
         int q = 2 * tx - a->pad + j;
         const int ok = row_ok && (a->reflect ? q >= -a->pad && q < a->W + a->pad : q >= 0 && q < a->W);
         if (a->reflect) q = reflect_index(q, a->W);
-        d[4 * i + j] = ok ? a->x + ((n * a->H + r) * a->W + q) * C : a->zeros;
+        d[4 * i + j] = ok ? a->x + ((n * a->H + r) * a->W + q) * a->ldx : a->zeros;
       }
     }
     /* B^T d (rows d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the same on the columns, over the
@@ -1100,8 +1100,9 @@ typedef struct {
   const float *zeros; /* O zeros: no bias */
   float *y;           /* (N, OH, OW, O) */
   float *spare[3];    /* O floats each: where a half tile's missing outputs go (one thread) */
-  ptrdiff_t tiles;
-  int OH, OW, O, tile_rows, tile_cols, act;
+  const float *add;   /* (N, OH, OW, O) with its pixels ld_add floats apart, or NULL */
+  ptrdiff_t tiles, ld_add;
+  int OH, OW, O, tile_rows, tile_cols, act, add_after; /* add_after: add after the activation, else before */
 } winograd_out_args;
 
 ZOO_CLONES static void winograd_output_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
@@ -1135,8 +1136,16 @@ ZOO_CLONES static void winograd_output_tiles(const void *p, ptrdiff_t b, ptrdiff
       y11[c] = s11 - s12 - s13 + bias[c];
     }
     for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 2; ++j)
-        if (i < rows && j < cols) activate(out[2 * i + j], out[2 * i + j], O, a->act);
+      for (int j = 0; j < 2; ++j) {
+        if (i >= rows || j >= cols) continue;
+        float *restrict o = out[2 * i + j];
+        const float *restrict r = a->add == NULL ? NULL : a->add + (o - a->y) / O * a->ld_add;
+        if (r != NULL && !a->add_after)
+          for (ptrdiff_t c = 0; c < O; ++c) o[c] += r[c];
+        activate(o, o, O, a->act);
+        if (r != NULL && a->add_after)
+          for (ptrdiff_t c = 0; c < O; ++c) o[c] += r[c];
+      }
   }
 }
 
@@ -1156,11 +1165,13 @@ static void winograd_products(const void *p, ptrdiff_t b, ptrdiff_t e) {
           a->m + (size_t)k * a->tiles * a->O, a->O);
 }
 
-/* y (N, OH, OW, O) = act(conv3x3(x (N, H, W, C), g) + bias), stride 1, padding pad (0 or 1; zero
- * or reflect), from u = G g G^T laid out (16, C, O). Returns 0, or -1 when no sgemm was given or
- * memory ran out (nothing written: the caller falls back). */
-int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, float *y, int N, int H, int W, int C,
-                             int O, int pad, int reflect, int act, int threads) {
+/* y (N, OH, OW, O) = act(conv3x3(x (N, H, W, C), g) + bias + add), or with add_after act(...) + add (YOLO's
+ * Bottleneck adds its input after the SiLU), stride 1, padding pad (0 or 1; zero or reflect), from
+ * u = G g G^T laid out (16, C, O); x's pixels ldx floats apart, add's ld_add (add NULL: none).
+ * Returns 0, or -1 when no sgemm was given or memory ran out (nothing written: the caller falls back). */
+int zoo_winograd_conv3x3_f32(const float *x, ptrdiff_t ldx, const float *u, const float *bias, const float *add,
+                             ptrdiff_t ld_add, int add_after, float *y, int N, int H, int W, int C, int O, int pad,
+                             int reflect, int act, int threads) {
   if (sgemm == NULL) return -1;
   const int OH = H + 2 * pad - 2, OW = W + 2 * pad - 2, tile_rows = (OH + 1) / 2, tile_cols = (OW + 1) / 2;
   const ptrdiff_t tiles = (ptrdiff_t)N * tile_rows * tile_cols;
@@ -1171,7 +1182,7 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
     free(v), free(m), free(zeros);
     return -1;
   }
-  winograd_in_args in = {x, v, zeros, tiles, H, W, C, pad, reflect, tile_rows, tile_cols};
+  winograd_in_args in = {x, v, zeros, tiles, ldx, H, W, C, pad, reflect, tile_rows, tile_cols};
   parallel_for(winograd_input_tiles, &in, tiles, tiles * C < UNARY_GRAIN ? 1 : threads);
   winograd_products_args products = {v, u, m, tiles, C, O};
   /* products OpenBLAS would run on one thread anyway (m*n*k up to 2^18) in a row on this one */
@@ -1179,8 +1190,8 @@ int zoo_winograd_conv3x3_f32(const float *x, const float *u, const float *bias, 
   /* half tiles (odd maps) are the last row and column of tiles: done by one thread, with its spares */
   const ptrdiff_t whole = (OH % 2 || OW % 2) ? 0 : tiles;
   const size_t width = (size_t)(C > O ? C : O);
-  winograd_out_args out = {m, bias, zeros, y, {zeros + width, zeros + 2 * width, zeros + 3 * width}, tiles,
-                           OH, OW, O, tile_rows, tile_cols, act};
+  winograd_out_args out = {m, bias, zeros, y, {zeros + width, zeros + 2 * width, zeros + 3 * width}, add, tiles,
+                           ld_add, OH, OW, O, tile_rows, tile_cols, act, add_after};
   if (whole)
     parallel_for(winograd_output_tiles, &out, tiles, tiles * O < UNARY_GRAIN ? 1 : threads);
   else
