@@ -277,15 +277,18 @@ def test_winograd_reads_a_channel_slice_and_adds_a_residual_or_a_skip(size, adde
 
 def test_conv2d_layer_takes_the_winograd_form_where_it_suits():
     """layers.Conv2d on the CPU: 3x3 stride-1 convolutions with WINOGRAD_MIN_CHANNELS a side run as
-    Winograd's form (its weight transformed once, kept), others as patch rows."""
-    for cin, stride, form in [(cpu.WINOGRAD_MIN_CHANNELS, 1, "conv2d 3x3 (Winograd)"),
-                              (cpu.WINOGRAD_MIN_CHANNELS - 1, 1, "conv2d"), (cpu.WINOGRAD_MIN_CHANNELS, 2, "conv2d")]:
-        conv = layers.Conv2d(cin, cpu.WINOGRAD_MIN_CHANNELS, 3, stride=stride, padding=1)
+    Winograd's form (its weight transformed once, kept), except where the register-held direct form
+    takes them (short patch rows into a multiple of 16 channels); others as patch rows."""
+    least = cpu.WINOGRAD_MIN_CHANNELS
+    for cin, cout, stride, form in [(least, least + 8, 1, "conv2d 3x3 (Winograd)"), (least, 16, 1, "conv2d"),
+                                    (2 * least, 16, 1, "conv2d 3x3 (Winograd)"), (least - 1, least, 1, "conv2d"),
+                                    (least, least, 2, "conv2d")]:
+        conv = layers.Conv2d(cin, cout, 3, stride=stride, padding=1)
         x = mx.random.normal((1, 10, 12, cin), key=mx.random.key(30))
         noted = []
         with coverage.listening(lambda op, impl: noted.append(op)):
             got = conv(x)
-        assert noted == [form], (cin, stride)
+        assert noted == [form], (cin, cout, stride)
         want = mx.conv2d(x, conv.weight, stride=stride, padding=1) + conv.bias
         assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
 

@@ -598,11 +598,22 @@ def inverted_residual(x: mx.array, expand: dict, depthwise: dict, project: dict,
 WINOGRAD_MIN_CHANNELS = 16
 
 
+# zoo_conv2d_f32 sums patch rows of up to this many floats into a multiple of 16 channels, up to
+# DIRECT_MAX_OUTPUTS, in registers (zoo/native/cpu_ops.c's DIRECT_MAX_BLOCK_WIDTH, DIRECT_MAX_OUTPUTS):
+# for a 3x3 over 16 channels that beat Winograd (YOLOv8n's 16 -> 16 at 160x160: 1.22 against
+# 1.52-1.75 ms, 16 -> 32: 2.03 against 2.48; 2026-11-29)
+DIRECT_MAX_BLOCK_WIDTH = 256
+DIRECT_MAX_OUTPUTS = 64
+
+
 def winograd_suits(weight_shape, stride, padding, groups, dilation) -> bool:
     """Whether a convolution takes ``winograd_conv3x3`` on the CPU: zoo.kernels.winograd.fits (3x3,
-    stride 1, padding 0 or 1) with WINOGRAD_MIN_CHANNELS a side, where the C routines run."""
+    stride 1, padding 0 or 1) with WINOGRAD_MIN_CHANNELS a side, where the C routines run and their
+    register-held direct form does not take it."""
+    o, kh, kw, c = weight_shape
+    direct = kh * kw * c <= DIRECT_MAX_BLOCK_WIDTH and o % 16 == 0 and o <= DIRECT_MAX_OUTPUTS
     return (_fast_path() and native_available() and winograd.fits(weight_shape, stride, padding, groups, dilation)
-            and min(weight_shape[0], weight_shape[3]) >= WINOGRAD_MIN_CHANNELS)
+            and min(o, c) >= WINOGRAD_MIN_CHANNELS and not direct)
 
 
 def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: int, reflect: bool = False,
