@@ -403,11 +403,13 @@ def test_a_linear_with_a_large_weight_takes_the_c_form_for_one_row():
 
 
 def test_c_outputs_start_as_zeros_of_their_own():
-    """The C routines' outputs are copied from a read-only zero mapping: each is zeros and its own buffer."""
-    first, second = cpu._output((3, 5)), cpu._output((3, 5))
-    mx.eval(first, second)
-    cpu._view(first)[...] = 7
-    assert mx.all(first == 7).item() and mx.all(second == 0).item() and mx.all(cpu._output((3, 5)) == 0).item()
+    """The C routines' outputs (small ones copied from a read-only zero mapping, larger ones MLX's zeros):
+    each is zeros and its own buffer."""
+    for shape in [(3, 5), (cpu.ZERO_MAPPING_BYTES // 4 + 1,)]:
+        first, second = cpu._output(shape), cpu._output(shape)
+        mx.eval(first, second)
+        cpu._view(first)[...] = 7
+        assert mx.all(first == 7).item() and mx.all(second == 0).item() and mx.all(cpu._output(shape) == 0).item()
 
 
 def test_layers_keep_nn_weights_and_results():

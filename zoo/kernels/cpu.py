@@ -148,10 +148,13 @@ def _ptr(a: np.ndarray):
 
 
 # Outputs up to this size are copied from a read-only private anonymous mapping: its pages are all
-# the kernel's one zero page, so the copy reads a cached page. mx.zeros is evaluated on MLX's CPU
-# stream thread: a round trip and a fill, 40-120 us a C call where mx.array's copy on this thread
-# took 2-70 us (ResNet-50's 53 C calls a forward, 2026-11-29).
-ZERO_MAPPING_BYTES = 1 << 28
+# the kernel's one zero page, so the copy reads a cached page, on this thread. mx.zeros is evaluated on
+# MLX's CPU stream thread: a round trip (~40 us) and a fill, which larger outputs repay (a fill
+# outran the copy from 2 MB: 4 MB 224 against 298 us). Whole forwards, same process, interleaved
+# (2026-11-29, 2-core AMD EPYC): ResNet-50 58.0 / 59.5 / 58.9 ms with every output copied / filled /
+# copied up to 1 MB; YOLOv8n 67.8 / 68.7 / 68.5; SAM prompt + decoder 59.3 / 53.7 / 51.7; LaMa 256
+# 608 / 595 / 604.
+ZERO_MAPPING_BYTES = 1 << 20
 
 
 @functools.cache
@@ -164,7 +167,8 @@ def _zero_floats() -> np.ndarray:
 
 def _output(shape) -> mx.array:
     """A fresh float32 MLX array of zeros for a C routine to fill (made only where the C routine will
-    run), already evaluated: pass it to ``_host`` with the input, then write through ``_view``."""
+    run): up to ZERO_MAPPING_BYTES copied here, larger ones mx.zeros; pass it to ``_host`` with the
+    input (which evaluates both), then write through ``_view``."""
     count = int(np.prod(shape))
     if 4 * count > ZERO_MAPPING_BYTES:
         return mx.zeros(shape, mx.float32)
