@@ -227,7 +227,7 @@ def rfft2_planar(x: mx.array) -> mx.array:
     forward_w, forward_h, _, _ = dft_matrices(h, w)
     k = w // 2 + 1
     y = cpu_ops.batched_matmul(forward_w, x.reshape(n * h, w, c))  # (N*H, (s, k, p), C)
-    return cpu_ops.matmul(forward_h, y.reshape(n, 2 * h, 2 * k * c)).reshape(n, h, k, 2 * c)
+    return cpu_ops.batched_matmul(forward_h, y.reshape(n, 2 * h, 2 * k * c)).reshape(n, h, k, 2 * c)
 
 
 def irfft2_planar(z: mx.array, size: tuple[int, int]) -> mx.array:
@@ -236,7 +236,7 @@ def irfft2_planar(z: mx.array, size: tuple[int, int]) -> mx.array:
     w = size[1]
     _, _, inverse_w, inverse_h = dft_matrices(h, w)
     v = cpu_ops.batched_matmul(inverse_w, z.reshape(n * h, 2 * k, c2 // 2))  # (N*H, (q, w), C)
-    return cpu_ops.matmul(inverse_h, v.reshape(n, 2 * h, w * c2 // 2)).reshape(n, h, w, c2 // 2)
+    return cpu_ops.batched_matmul(inverse_h, v.reshape(n, 2 * h, w * c2 // 2)).reshape(n, h, w, c2 // 2)
 
 
 def fusing_eagerly_on_cpu() -> bool:

@@ -652,7 +652,7 @@ def test_results_do_not_depend_on_the_thread_count(threads, monkeypatch):
                 cpu.conv2d(x, w, bias, 2, 1, activation="silu"),
                 cpu.winograd_conv3x3(x, winograd.transform_weight(w), bias, 1, False, "relu"),
                 cpu.window_partition(x, 7), cpu.max_pool2d(x, 3, 2, 1),
-                cpu.matmul(x.reshape(-1, 64), mx.swapaxes(w.reshape(1, 48, -1)[:, :, :64], 1, 2))]
+                cpu.batched_matmul(x.reshape(-1, 64), mx.swapaxes(w.reshape(1, 48, -1)[:, :, :64], 1, 2))]
 
     monkeypatch.setattr(cpu, "_threads", lambda: 1)
     one = outputs()
@@ -729,14 +729,14 @@ def test_box_decode_matches_the_kernels_mlx_ops(classes, bins, dtype):
 
 @pytest.mark.parametrize("m,n,k", [(32, 6528, 64), (1100, 300, 40), (3, 5, 7)])
 def test_tiled_matmul_matches_mlx(m, n, k):
-    """cpu.matmul (LaMa's Fourier units' products over H, the transposed convolutions' tap products):
-    tiles of rows and columns over the threads, each product of the batch apart."""
+    """cpu.batched_matmul of large products (LaMa's Fourier units' products over H, the transposed
+    convolutions' tap products): tiles of rows and columns over the threads."""
     rng = np.random.default_rng(45)
     a = mx.array(rng.standard_normal((m, k)).astype(np.float32))
     b = mx.array(rng.standard_normal((2, k, n)).astype(np.float32))
     noted = []
     with coverage.listening(lambda op, impl: noted.append((op, impl))):
-        got = cpu.matmul(a, b)
-    assert noted == [("matmul (tiles)", coverage.CPU_FORM)]
+        got = cpu.batched_matmul(a, b)
+    assert noted == [("matmul (batched)", coverage.CPU_FORM)]
     want = a @ b
     assert got.shape == want.shape and mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()

@@ -243,7 +243,7 @@ class MaskDecoder(nn.Module):
         # transposed view took 4x the time (2026-11-29)
         hyper_in = mx.contiguous(hyper_in[:, selected].transpose(0, 2, 1))
         if cpu_ops.on_cpu():  # C products tiled over our threads: MLX's let OpenBLAS wait for its sleeping thread
-            masks = mx.concatenate([cpu_ops.matmul(upscaled[i].reshape(uh * uw, uc), hyper_in[i:i + 1])
+            masks = mx.concatenate([cpu_ops.batched_matmul(upscaled[i].reshape(uh * uw, uc), hyper_in[i:i + 1])
                                     for i in range(b)])
         else:
             masks = upscaled.reshape(b, uh * uw, uc) @ hyper_in

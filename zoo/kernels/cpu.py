@@ -73,9 +73,9 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_max_pool2d_f32.argtypes = [_PTR, _PTR] + [ctypes.c_int] * 10
                 lib.zoo_pointwise_parts_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, _PTR, size, _PTR, _PTR,
                                                                                 ctypes.c_int, _PTR] + [ctypes.c_int] * 6
-                lib.zoo_matmul_tiles_f32.argtypes = [_PTR] * 3 + [ctypes.c_int] * 4
                 lib.zoo_box_decode_f32.argtypes = [_PTR] * 7 + [ctypes.c_int, _PTR] + [ctypes.c_int] * 12
                 lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
+                lib.zoo_conv2d_direct.argtypes = [ctypes.c_int] * 4
                 lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, size, _PTR, _PTR, _PTR, size, ctypes.c_int, _PTR] \
                     + [ctypes.c_int] * 9
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
@@ -392,9 +392,17 @@ def _attention_call(lib, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: mx.a
 
 
 def batched_matmul(a: mx.array, b: mx.array) -> mx.array:
-    """a @ b for a (M, K) or (B, M, K) and b (B, K, N): (B, M, N). On the CPU one C call that runs the
-    products over its threads, each product on one OpenBLAS thread (MLX's calls OpenBLAS per product,
-    which splits each small one over its threads and waits for them: zoo/native/cpu_ops.c)."""
+    """a @ b for a (M, K) or (B, M, K) and b (B, K, N): (B, M, N). On the CPU one C call that cuts the
+    products in tiles over its threads, each tile on one OpenBLAS thread (MLX's calls OpenBLAS per
+    product, which splits each over its threads and waits for them, or for its sleeping thread to
+    wake: zoo/native/cpu_ops.c); MLX's matmul where the C form cannot run."""
+    out = _batched_product(a, b)
+    _ran("matmul (batched)", out is not None)
+    return a @ b if out is None else out
+
+
+def _batched_product(a: mx.array, b: mx.array) -> mx.array | None:
+    """``batched_matmul``'s C form, or None where it cannot run (not the CPU, a trace, no OpenBLAS)."""
     batch, k, n = b.shape
     m = a.shape[-2]
     fits = a.shape[-1] == k and (a.ndim == 2 or (a.ndim == 3 and a.shape[0] == batch))
@@ -404,33 +412,6 @@ def batched_matmul(a: mx.array, b: mx.array) -> mx.array:
     left = _host(a) if host is not None else None
     done = left is not None and lib.zoo_matmul_batched_f32(_ptr(left), _ptr(host), _ptr(_view(out)), batch,
                                                            int(a.ndim == 2), m, n, k, _threads()) == 0
-    _ran("matmul (batched)", done)
-    if not done:
-        return a @ b
-    return _like(out, b)
-
-
-def matmul(a: mx.array, b: mx.array) -> mx.array:
-    """a @ b for a (M, K) and b (B, K, N): each of the B products as one C call that splits it in tiles
-    of rows and columns over our threads, each tile one sgemm on one OpenBLAS thread (MLX's matmul lets
-    OpenBLAS split it and wait for its sleeping thread: zoo/native/cpu_ops.c); MLX's matmul where the
-    C form cannot run."""
-    out = _tiled_product(a, b)
-    _ran("matmul (tiles)", out is not None)
-    return a @ b if out is None else out
-
-
-def _tiled_product(a: mx.array, b: mx.array) -> mx.array | None:
-    """``matmul``'s C form, or None where it cannot run (not the CPU, a trace, no OpenBLAS)."""
-    batch, k, n = b.shape
-    m = a.shape[0]
-    lib = _library() if _fast_path() and a.ndim == 2 and a.shape[1] == k else None
-    out = _output((batch, m, n)) if lib is not None else None
-    host = _host(b, out, a) if lib is not None else None
-    left = _host(a) if host is not None else None
-    done = left is not None and all(
-        lib.zoo_matmul_tiles_f32(_ptr(left), _ptr(host[i]), _ptr(_view(out)[i]), m, n, k, _threads()) == 0
-        for i in range(batch))
     return _like(out, b) if done else None
 
 
@@ -602,22 +583,15 @@ def inverted_residual(x: mx.array, expand: dict, depthwise: dict, project: dict,
 WINOGRAD_MIN_CHANNELS = 16
 
 
-# zoo_conv2d_f32 sums patch rows of up to this many floats into a multiple of 16 channels, up to
-# DIRECT_MAX_OUTPUTS, in registers (zoo/native/cpu_ops.c's DIRECT_MAX_BLOCK_WIDTH, DIRECT_MAX_OUTPUTS):
-# for a 3x3 over 16 channels that beat Winograd (YOLOv8n's 16 -> 16 at 160x160: 1.22 against
-# 1.52-1.75 ms, 16 -> 32: 2.03 against 2.48; 2026-11-29)
-DIRECT_MAX_BLOCK_WIDTH = 256
-DIRECT_MAX_OUTPUTS = 64
-
-
 def winograd_suits(weight_shape, stride, padding, groups, dilation) -> bool:
     """Whether a convolution takes ``winograd_conv3x3`` on the CPU: zoo.kernels.winograd.fits (3x3,
-    stride 1, padding 0 or 1) with WINOGRAD_MIN_CHANNELS a side, where the C routines run and their
-    register-held direct form does not take it."""
+    stride 1, padding 0 or 1) with WINOGRAD_MIN_CHANNELS a side, where the C routines run and
+    ``conv2d``'s register-held direct form (zoo_conv2d_direct) does not take it: a 3x3 over 16
+    channels into 16 ran there in 1.22 ms against Winograd's 1.52-1.75 (YOLOv8n at 160x160; 16 -> 32:
+    2.03 against 2.48; 2026-11-29)."""
     o, kh, kw, c = weight_shape
-    direct = kh * kw * c <= DIRECT_MAX_BLOCK_WIDTH and o % 16 == 0 and o <= DIRECT_MAX_OUTPUTS
     return (_fast_path() and native_available() and winograd.fits(weight_shape, stride, padding, groups, dilation)
-            and min(o, c) >= WINOGRAD_MIN_CHANNELS and not direct)
+            and min(o, c) >= WINOGRAD_MIN_CHANNELS and not _library().zoo_conv2d_direct(o, kh, kw, c))
 
 
 def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: int, reflect: bool = False,
@@ -852,7 +826,7 @@ def _all_taps(x: mx.array, weight: mx.array, matrix: mx.array | None = None) -> 
     one GEMM: (N, H, W, KH*KW, O)."""
     co, kh, kw, ci = weight.shape
     rows, matrix = x.reshape(-1, ci), tap_matrix(weight) if matrix is None else matrix
-    taps = _tiled_product(rows, matrix[None])
+    taps = _batched_product(rows, matrix[None])
     return (rows @ matrix if taps is None else taps).reshape(*x.shape[:3], kh * kw, co)
 
 

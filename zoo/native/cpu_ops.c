@@ -850,6 +850,14 @@ int zoo_pointwise_parts_f32(const float *const *xs, const ptrdiff_t *lds, const 
   return 0;
 }
 
+/* Whether zoo_conv2d_f32 multiplies a convolution of these sizes in C (direct_conv_rows) rather than by
+ * sgemm: short patch rows, or rows of a kernel larger than 1x1 into a multiple of 16 channels. */
+int zoo_conv2d_direct(int O, int KH, int KW, int C) {
+  const ptrdiff_t width = (ptrdiff_t)KH * KW * C;
+  return O <= DIRECT_MAX_OUTPUTS &&
+         (width <= DIRECT_MAX_WIDTH || (KH * KW > 1 && O % 16 == 0 && width <= DIRECT_MAX_BLOCK_WIDTH));
+}
+
 /* y (N, OH, OW, O) = act(conv(x (N, H, W, C), w (O, KH, KW, C)) + bias (O, or NULL) + add (N, OH, OW, O, or
  * NULL: a residual)), act an ACT_*
  * code applied to each chunk after its sgemm (chunks small enough to stay in cache took more sgemm
@@ -861,8 +869,7 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const floa
                    int W, int C, int O, int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH,
                    int OW, int act, int threads) {
   const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
-  if (O <= DIRECT_MAX_OUTPUTS &&
-      (width <= DIRECT_MAX_WIDTH || (KH * KW > 1 && O % 16 == 0 && width <= DIRECT_MAX_BLOCK_WIDTH))) {
+  if (zoo_conv2d_direct(O, KH, KW, C)) {
     float *wt = (float *)malloc(sizeof(float) * (size_t)(width * O));
     if (wt == NULL) return -1;
     for (ptrdiff_t o = 0; o < O; ++o)
@@ -1200,65 +1207,49 @@ int zoo_winograd_conv3x3_f32(const float *x, ptrdiff_t ldx, const float *u, cons
   return 0;
 }
 
-/* ---- many small matrix products, one per thread ------------------------------------------- */
+/* ---- matrix products in tiles over our threads --------------------------------------------- */
 
 /* MLX's CPU batched matmul calls sgemm once per product, and OpenBLAS splits each over its threads:
  * LaMa's Fourier units (rfft2_planar at 256 px: 32 products of 68x32 by 32x192 per unit) then waited
- * for OpenBLAS's second thread 64 times per unit. Here the products go over our threads, each on one
- * OpenBLAS thread (parallel_products). */
+ * for OpenBLAS's second thread 64 times per unit, and a product that followed other work waited for
+ * that sleeping thread to wake: the units' products over H (32 x 64 by 64 x 6528) took 0.3 ms alone and
+ * up to 13 ms after our C calls (2026-11-29, a 2-core VM); the transposed convolutions' tap products
+ * likewise. Here every product is cut in tiles of at most TILE_ROWS x TILE_COLUMNS (small ones are
+ * one tile), the tiles of all products go over our threads, each tile one sgemm on one OpenBLAS
+ * thread (parallel_products). */
+#define TILE_ROWS 512
+#define TILE_COLUMNS 256
+
 typedef struct {
   const float *a, *b; /* (batch or 1, M, K), (batch, K, N) */
   float *c;           /* (batch, M, N) */
   ptrdiff_t a_step;   /* M * K, or 0: one left matrix for every product */
-  int M, N, K;
+  int M, N, K, row_tiles, col_tiles;
 } matmul_args;
 
-static void matmul_products(const void *p, ptrdiff_t b, ptrdiff_t e) {
+static void matmul_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
   const matmul_args *a = (const matmul_args *)p;
-  for (ptrdiff_t i = b; i < e; ++i)
-    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, a->M, a->N, a->K, 1.0f, a->a + i * a->a_step, a->K,
-          a->b + i * (ptrdiff_t)a->K * a->N, a->N, 0.0f, a->c + i * (ptrdiff_t)a->M * a->N, a->N);
+  const ptrdiff_t per_product = (ptrdiff_t)a->row_tiles * a->col_tiles;
+  for (ptrdiff_t tile = b; tile < e; ++tile) {
+    const ptrdiff_t i = tile / per_product;
+    const int row = (int)(tile % per_product / a->col_tiles) * TILE_ROWS;
+    const int col = (int)(tile % a->col_tiles) * TILE_COLUMNS;
+    const int rows = a->M - row < TILE_ROWS ? a->M - row : TILE_ROWS;
+    const int cols = a->N - col < TILE_COLUMNS ? a->N - col : TILE_COLUMNS;
+    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, rows, cols, a->K, 1.0f,
+          a->a + i * a->a_step + (ptrdiff_t)row * a->K, a->K, a->b + i * (ptrdiff_t)a->K * a->N + col, a->N, 0.0f,
+          a->c + i * (ptrdiff_t)a->M * a->N + (ptrdiff_t)row * a->N + col, a->N);
+  }
 }
 
 /* c[i] = a[i] @ b[i] (a_shared: a @ b[i]) for i in [0, batch). Returns 0, or -1 when no sgemm was given. */
 int zoo_matmul_batched_f32(const float *a, const float *b, float *c, ptrdiff_t batch, int a_shared, int M, int N,
                            int K, int threads) {
   if (sgemm == NULL) return -1;
-  matmul_args args = {a, b, c, a_shared ? 0 : (ptrdiff_t)M * K, M, N, K};
-  parallel_products(matmul_products, &args, batch, (double)batch * M * N * K <= (1 << 18) ? 1 : threads);
-  return 0;
-}
-
-/* c (M, N) = a (M, K) @ b (K, N) in tiles of rows and columns over our threads, each tile one sgemm on
- * one OpenBLAS thread. As MLX's matmul, which OpenBLAS splits over its threads, the product waited for
- * OpenBLAS's sleeping second thread: LaMa's Fourier units' products over H (32 x 64 by 64 x 6528 at
- * 256 px) took 0.3 ms alone and up to 13 ms after our C calls (2026-11-29, a 2-core VM); its
- * transposed convolutions' tap products likewise. Returns 0, or -1 when no sgemm was given. */
-#define TILE_ROWS 512
-#define TILE_COLUMNS 256
-
-typedef struct {
-  const float *a, *b;
-  float *c;
-  int M, N, K, col_tiles;
-} tiles_args;
-
-static void product_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
-  const tiles_args *a = (const tiles_args *)p;
-  for (ptrdiff_t tile = b; tile < e; ++tile) {
-    const int row = (int)(tile / a->col_tiles) * TILE_ROWS, col = (int)(tile % a->col_tiles) * TILE_COLUMNS;
-    const int rows = a->M - row < TILE_ROWS ? a->M - row : TILE_ROWS;
-    const int cols = a->N - col < TILE_COLUMNS ? a->N - col : TILE_COLUMNS;
-    sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_NO_TRANS, rows, cols, a->K, 1.0f, a->a + (ptrdiff_t)row * a->K,
-          a->K, a->b + col, a->N, 0.0f, a->c + (ptrdiff_t)row * a->N + col, a->N);
-  }
-}
-
-int zoo_matmul_tiles_f32(const float *a, const float *b, float *c, int M, int N, int K, int threads) {
-  if (sgemm == NULL) return -1;
-  tiles_args args = {a, b, c, M, N, K, (N + TILE_COLUMNS - 1) / TILE_COLUMNS};
-  const ptrdiff_t tiles = (ptrdiff_t)((M + TILE_ROWS - 1) / TILE_ROWS) * args.col_tiles;
-  parallel_products(product_tiles, &args, tiles, (double)M * N * K <= (1 << 18) ? 1 : threads);
+  matmul_args args = {a, b, c, a_shared ? 0 : (ptrdiff_t)M * K, M, N, K, (M + TILE_ROWS - 1) / TILE_ROWS,
+                      (N + TILE_COLUMNS - 1) / TILE_COLUMNS};
+  parallel_products(matmul_tiles, &args, batch * args.row_tiles * args.col_tiles,
+                    (double)batch * M * N * K <= (1 << 18) ? 1 : threads);
   return 0;
 }
 
