@@ -103,10 +103,16 @@ def matched(ours: list[dict], theirs: list[dict]) -> int:
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     from zoo.bench.__main__ import import_torch, prepare_environment
+    from zoo.errors import ZooError, command_line
     from zoo.files import check_output_file
 
     if args.json:
-        check_output_file(args.json, "--json", overwrite=args.overwrite)
+        try:
+            with command_line():  # its refusal names --overwrite, as a command's
+                check_output_file(args.json, "--json", overwrite=args.overwrite)
+        except ZooError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     bench_args = SimpleNamespace(upstream=[args.upstream], upstream_fallback=args.upstream_fallback, tf32=False,
                                  device="gpu" if args.device == "cuda" else "cpu", torch_threads=args.torch_threads)
     prepare_environment(bench_args)

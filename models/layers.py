@@ -254,13 +254,28 @@ class Conv2d(nn.Conv2d):
         return kept(self, "_batch_norm_forms", (self, bn),
                     lambda: self.forms(*(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn))))
 
+    def few_outputs(self, weight: mx.array) -> bool:
+        """Whether this convolution with ``weight`` takes zoo.kernels.cpu.conv2d_few_outputs (larger than
+        1x1, plain, into at most an eighth of its input channels: LaMa's last convolution)."""
+        cout, kh, kw, cin = weight.shape
+        plain = self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0)) \
+            and _no_dilation(self.dilation)
+        return plain and (kh, kw) != (1, 1) and cout * 8 <= cin
+
     def forms(self, weight: mx.array, bias: mx.array | None) -> dict[str, mx.array | None]:
         """{weight, bias} and, where this convolution runs as Winograd's form on the CPU
-        (zoo.kernels.cpu.winograd_suits), the transformed weight as "winograd"."""
+        (zoo.kernels.cpu.winograd_suits), the transformed weight as "winograd"; where the host's CPU
+        takes the C library's own products (zoo.kernels.cpu.pack), the weight packed for them as
+        "packed", or the transformed one as "winograd packed" instead of "winograd"."""
         forms = {"weight": weight, "bias": bias}
         transformed = cpu_winograd(self, weight, self.reflect_padding or self.padding)
-        if transformed is not None:
+        packed = cpu_ops.pack_winograd(transformed) if transformed is not None else None
+        if packed is not None:  # in place of the transformed weight: the memory it took (LaMa: 1.78x its 3x3s')
+            forms["winograd packed"] = packed
+        elif transformed is not None:
             forms["winograd"] = transformed
+        elif self.groups == 1 and not self.few_outputs(weight):
+            forms["packed"] = cpu_ops.pack(weight)
         return forms
 
     def _forward(self, x: mx.array, forms: dict | None = None, activation: str | None = None,
@@ -274,17 +289,16 @@ class Conv2d(nn.Conv2d):
         weight, bias = forms["weight"], forms["bias"]
         cout, kh, kw, cin = weight.shape
         reflect = self.reflect_padding
-        plain = self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0)) \
-            and _no_dilation(self.dilation)
-        few_outputs = plain and (kh, kw) != (1, 1) and cout * 8 <= cin
+        few_outputs = self.few_outputs(weight)
         if cpu_ops.on_cpu() and self.groups == 1 and _no_dilation(self.dilation) and not few_outputs:
-            if "winograd" in forms and (residual is None or skip is None):
-                y = cpu_ops.winograd_conv3x3(x, forms["winograd"], bias, cpu_ops.pair(reflect or self.padding)[0],
-                                             bool(reflect), activation, residual=residual, skip=skip)
+            if ("winograd" in forms or "winograd packed" in forms) and (residual is None or skip is None):
+                y = cpu_ops.winograd_conv3x3(x, forms.get("winograd"), bias, cpu_ops.pair(reflect or self.padding)[0],
+                                             bool(reflect), activation, residual=residual, skip=skip,
+                                             packed=forms.get("winograd packed"), outputs=cout)
                 if y is not None:
                     return y
             y = cpu_ops.conv2d(x, weight, bias, self.stride, reflect or self.padding, reflect=bool(reflect),
-                               activation=activation, residual=residual)
+                               activation=activation, residual=residual, packed=forms.get("packed"))
             return y if skip is None else y + skip
         if residual is not None or skip is not None:  # the forms below add neither
             y = self._forward(x, forms, activation if residual is None else None)
@@ -298,7 +312,8 @@ class Conv2d(nn.Conv2d):
             return cpu_ops.depthwise_conv2d(x, weight, self.stride, self.padding, bias, activation)
         if few_outputs:
             return cpu_ops.conv2d_few_outputs(x, weight, bias, activation)
-        if plain and kh == kw == 1:
+        if kh == kw == 1 and self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0)) \
+                and _no_dilation(self.dilation):
             y = cpu_ops.pointwise_conv2d(x, weight)
         else:
             coverage.note("conv2d (dilated)" if not _no_dilation(self.dilation) else
@@ -308,14 +323,16 @@ class Conv2d(nn.Conv2d):
 
 
 class Linear(nn.Linear):
-    """nn.Linear (same parameters and names); on the CPU one sgemm whose initial C is the bias
-    (zoo.kernels.cpu.linear)."""
+    """nn.Linear (same parameters and names); on the CPU one product whose initial C is the bias
+    (zoo.kernels.cpu.linear), with the weight packed for it (zoo.kernels.cpu.pack) kept until replaced."""
 
     def __call__(self, x: mx.array, activation: str | None = None, residual: mx.array | None = None) -> mx.array:
         """activation(x @ weight.T + bias + residual); on the CPU the activation and the residual (an array of
         the output's shape) applied by the product's C call (callers pass them only where ``fusing_on_cpu``:
         the validator records the layers apart)."""
-        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None, activation, residual)
+        packed = kept(self, "_packed", (self,), lambda: cpu_ops.pack(self.weight)) \
+            if cpu_ops.linear_in_c(x, self.weight) else None
+        return cpu_ops.linear(x, self.weight, self.bias if "bias" in self else None, activation, residual, packed)
 
 
 def cpu_winograd(conv: nn.Conv2d, weight: mx.array, padding) -> mx.array | None:

@@ -635,9 +635,10 @@ def test_a_batch_gives_each_image_its_batch_of_one_result(conv):
 
 @pytest.mark.parametrize("threads", [2, 3, 7])
 def test_results_do_not_depend_on_the_thread_count(threads, monkeypatch):
-    """The C routines' threads take blocks of a range in turn (and start pinned to other CPUs where
-    there are enough): every output must be the one thread's, bit for bit, whichever thread took
-    which block; sizes above the routines' one-thread grain, rows not a multiple of the blocks."""
+    """The C routines' threads take blocks of a range in turn (workers that stay, started pinned to other
+    CPUs where there are enough): every output must be the one thread's, bit for bit, whichever thread
+    took which block, however a packed product's tiles fall; sizes above the routines' one-thread grain,
+    rows not a multiple of the blocks."""
     from zoo.kernels import winograd
 
     rng = np.random.default_rng(3)
@@ -650,15 +651,18 @@ def test_results_do_not_depend_on_the_thread_count(threads, monkeypatch):
         return [cpu.gelu(x), cpu.silu(x), cpu.softmax(x, 0.5), cpu.layer_norm(x, None, None, 1e-5),
                 cpu.depthwise_conv2d(x, depthwise, 1, 1, activation="gelu"),
                 cpu.conv2d(x, w, bias, 2, 1, activation="silu"),
+                cpu.conv2d(x, w, bias, 2, 1, activation="silu", packed=cpu.pack(w)),
                 cpu.winograd_conv3x3(x, winograd.transform_weight(w), bias, 1, False, "relu"),
+                cpu.winograd_conv3x3(x, winograd.transform_weight(w), bias, 1, False, "relu",
+                                     packed=cpu.pack_winograd(winograd.transform_weight(w))),
                 cpu.window_partition(x, 7), cpu.max_pool2d(x, 3, 2, 1),
                 cpu.batched_matmul(x.reshape(-1, 64), mx.swapaxes(w.reshape(1, 48, -1)[:, :, :64], 1, 2))]
 
     monkeypatch.setattr(cpu, "_threads", lambda: 1)
     one = outputs()
     monkeypatch.setattr(cpu, "_threads", lambda: threads)
-    for name, a, b in zip(["gelu", "silu", "softmax", "layer_norm", "depthwise", "conv2d", "winograd", "window",
-                           "max_pool", "matmul"],
+    for name, a, b in zip(["gelu", "silu", "softmax", "layer_norm", "depthwise", "conv2d", "conv2d packed", "winograd",
+                           "winograd packed", "window", "max_pool", "matmul"],
                           one, outputs()):
         assert a.shape == b.shape and mx.array_equal(a, b).item(), name
 
@@ -740,3 +744,98 @@ def test_tiled_matmul_matches_mlx(m, n, k):
     assert noted == [("matmul (batched)", coverage.CPU_FORM)]
     want = a @ b
     assert got.shape == want.shape and mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+
+
+def _packs() -> bool:
+    return bool(cpu.native_available() and cpu._library().zoo_packs())
+
+
+@pytest.mark.parametrize("shape", [
+    (1, 7, 7, 64, 80, 1, 1, 1, 0),  # 49 rows: blocks of 6 and one; 80 outputs: two panels and a half
+    (1, 14, 14, 48, 40, 1, 1, 1, 0),  # 40 outputs: a panel and a narrow one through the scratch block
+    (2, 9, 11, 32, 16, 3, 3, 2, 1),  # a 3x3 stride 2 (patch rows), 16 outputs: half a panel
+    (1, 48, 50, 20, 70, 1, 1, 1, 0),  # 2400 rows: tiles of rows over the threads
+    (1, 3, 3, 130, 5, 3, 3, 1, 1),  # 5 outputs over 1170-float patch rows
+])
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_packed_products_match_openblas(shape, activation):
+    """The C library's own products with a packed weight (cpu.pack) give OpenBLAS's sgemm's result
+    (to float rounding: the sums run in another order), with the bias, a residual and the activation,
+    on every row and output channel whatever the blocks and panels; on a host without AVX-512 nothing
+    is packed and OpenBLAS multiplies."""
+    n, h, w, c, o, kh, kw, stride, pad = shape
+    rng = np.random.default_rng(46)
+    x = mx.array(rng.standard_normal((n, h, w, c)).astype(np.float32))
+    weight = mx.array((rng.standard_normal((o, kh, kw, c)) / math.sqrt(kh * kw * c)).astype(np.float32))
+    bias = mx.array(rng.standard_normal(o).astype(np.float32))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+    residual = mx.array(rng.standard_normal((n, oh, ow, o)).astype(np.float32))
+    packed = cpu.pack(weight)
+    if not _packs():
+        assert packed is None
+        return
+    assert packed is not None and packed.size == math.ceil(o / 32) * 32 * kh * kw * c
+    got = cpu.conv2d(x, weight, bias, stride, pad, activation=activation, residual=residual, packed=packed)
+    want = cpu.conv2d(x, weight, bias, stride, pad, activation=activation, residual=residual)
+    assert got.shape == want.shape == (n, oh, ow, o)
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+    # the products are the packed weight's: a zero one leaves the bias and the residual
+    zero = cpu.conv2d(x, weight, bias, stride, pad, activation=activation, residual=residual, packed=np.zeros_like(packed))
+    assert mx.array_equal(zero, cpu.ACTIVATION_OPS[activation](bias + residual)).item()
+
+
+def test_packed_forms_of_parts_winograd_and_linear_match_openblas():
+    """The packed weight in the other C forms: a 1x1 of parts read where they lie (their columns at their
+    offsets of the packed weight), Winograd's 16 products (cpu.pack_winograd) and a Linear."""
+    from zoo.kernels import winograd
+
+    rng = np.random.default_rng(47)
+    both = mx.array(rng.standard_normal((1, 20, 18, 64)).astype(np.float32))
+    first, second = mx.split(both, 2, axis=-1)
+    weight = mx.array((rng.standard_normal((80, 1, 1, 64)) * 0.1).astype(np.float32))
+    bias = mx.array(rng.standard_normal(80).astype(np.float32))
+    u = winograd.transform_weight(mx.array((rng.standard_normal((48, 3, 3, 32)) * 0.1).astype(np.float32)))
+    linear = layers.Linear(96, 200)
+    tokens = mx.array(rng.standard_normal((1, 700, 96)).astype(np.float32))
+    packed, packed_u = cpu.pack(weight), cpu.pack_winograd(u)
+    if not _packs():
+        assert packed is None and packed_u is None
+        return
+    pairs = [(cpu.pointwise_parts([second, first], [0, 32], weight, bias, "silu", packed=packed),
+              cpu.pointwise_parts([second, first], [0, 32], weight, bias, "silu")),
+             (cpu.winograd_conv3x3(first, u, bias[:48], 1, activation="relu", packed=packed_u),
+              cpu.winograd_conv3x3(first, u, bias[:48], 1, activation="relu")),
+             (linear(tokens), cpu.linear(tokens, linear.weight, linear.bias))]
+    for got, want in pairs:
+        assert got.shape == want.shape
+        assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
+    assert linear.__dict__["_packed"][1] is not None  # the Linear kept its packed weight
+
+
+def test_a_forked_child_runs_the_c_routines_on_workers_of_its_own():
+    """The C routines' workers stay for the next call; a forked child has none of them (only the thread
+    that forked): its calls over several threads must start their own and give the same result."""
+    import os
+
+    lib = cpu._library()
+    rng = np.random.default_rng(48)
+    x = np.ascontiguousarray(rng.standard_normal((1, 64, 64, 32)).astype(np.float32))
+
+    def pooled() -> np.ndarray:
+        y = np.zeros((1, 32, 32, 32), np.float32)
+        lib.zoo_max_pool2d_f32(x.ctypes.data_as(cpu._PTR), y.ctypes.data_as(cpu._PTR), 1, 64, 64, 32, 3, 2, 1, 32, 32,
+                               2)
+        return y
+
+    want = pooled()  # the parent's workers started
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # no MLX here: its threads are not in the child either
+        try:
+            ok = all(np.array_equal(pooled(), want) for _ in range(3))
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(child, 0)
+    assert os.read(read, 1) == b"1" and os.WEXITSTATUS(status) == 0

@@ -212,7 +212,8 @@ class Conv(nn.Module):
 
         def one_image(*maps):
             return cpu_ops.pointwise_parts(maps[:len(full)], offsets, weight, forms["bias"], self.activation,
-                                           half=maps[len(full)] if half is not None else None)
+                                           half=maps[len(full)] if half is not None else None,
+                                           packed=forms.get("packed"))
 
         return cpu_ops.per_image(one_image, *(p for p, _ in full), *(() if half is None else (half,)))
 

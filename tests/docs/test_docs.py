@@ -15,7 +15,9 @@ own tests, never tests/docs) runs in the repository's root. A command continues 
 while a quote is open (``python -c "..."`` over several lines).
 
 A block that cannot run here says why in an HTML comment on the line before it
-(``<!-- not-run: needs a GPU -->``); the test lists those. Commands that start Ray (``--ray``, ``ray_*.py``,
+(``<!-- not-run: needs a cluster -->``); the test lists those. A block that needs an MLX GPU says
+``<!-- gpu -->``: here it is listed, and tests/gpu/test_docs_gpu.py runs it, as written, twice, on a
+machine with a GPU (with ``../shared`` beside the clone where it names the PyTorch peers). Commands that start Ray (``--ray``, ``ray_*.py``,
 ``import ray``) run in the ``ray``-marked test (``pytest -m ray``), in the same order.
 """
 from __future__ import annotations
@@ -46,6 +48,7 @@ ROOT = Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+-]*)")
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(.*?)\s*-->")
+GPU_MARK = re.compile(r"<!--\s*gpu\s*-->")
 SHELL_TAGS = {"bash", "sh", "shell", "console", "zsh"}
 COMMAND = re.compile(r"^(\w+=\S*\s+)*(nice\s+)?(python3?|pip|ray|zoo-run|zoo-validate)\s")
 
@@ -57,6 +60,7 @@ class Block:
     tag: str
     text: str
     not_run: str | None  # the reason given in a <!-- not-run: ... --> comment before it
+    gpu: bool  # marked <!-- gpu -->: runs in tests/gpu/test_docs_gpu.py
 
     @property
     def where(self) -> str:
@@ -88,7 +92,7 @@ def blocks(page: Path) -> list[Block]:
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
         reason = NOT_RUN.search(before)
         found.append(Block(page, i + 1, opening.group(2).lower(), "\n".join(lines[i + 1:end]),
-                           reason.group(1) if reason else None))
+                           reason.group(1) if reason else None, GPU_MARK.search(before) is not None))
         i = end + 1
     return found
 
@@ -258,8 +262,9 @@ def _make_samples(root: Path) -> None:
         _mask(root / name, SMALL)
     (root / "tests").mkdir()
     shutil.copy(ROOT / "tests" / "any_models.py", root / "tests")  # validate-any-model.md's --module
-    _video(root / "clip.mp4")
-    _video(root / "video.mp4")
+    for name in ["clip.mp4", "video.mp4", "videos/a.mp4", "videos/b.mp4"]:
+        (root / name).parent.mkdir(exist_ok=True)
+        _video(root / name)
     _coco_val(root)
     _untrained_head(FIXTURES / "yolov8" / "custom_best.pt", root / "best.pt")  # a `yolo train` best.pt, 3 classes
     for path in ["runs/detect/train/weights/best.pt", "runs/train/weights/best.pt"]:
@@ -289,6 +294,8 @@ def page_folder(samples, tmp_path, monkeypatch, request) -> Path:
     if best_pt:
         _yolo_best_pt(folder / "best.pt", *best_pt)
     (folder / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)  # the scripts, read only
+    if (ROOT.parent / "shared").is_dir():  # ../shared as beside the clone: the PyTorch peers of <!-- gpu --> blocks
+        (folder.parent / "shared").symlink_to(ROOT.parent / "shared", target_is_directory=True)
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
     return folder
@@ -305,10 +312,12 @@ def run_command(command: str, monkeypatch) -> tuple[int, str]:
 
     words = shlex.split(command, comments=True)
     with monkeypatch.context() as scoped:
+        mlx_settings = False  # MLX reads its MLX_* variables once, as it starts: a process of their own
         while words and re.fullmatch(r"\w+=.*", words[0]):  # VAR=value before the command
             name, _, value = words.pop(0).partition("=")
             scoped.setenv(name, value)
-        if words[:2] != ["python", "-m"] or len(words) < 3 or words[2] not in ENTRY_POINTS:
+            mlx_settings |= name.startswith("MLX_") and name != "MLX_ENABLE_TF32"
+        if words[:2] != ["python", "-m"] or len(words) < 3 or words[2] not in ENTRY_POINTS or mlx_settings:
             return run_child(words)
         main, argv = importlib.import_module(ENTRY_POINTS[words[2]]).main, words[3:]
         out = io.StringIO()
@@ -329,8 +338,10 @@ def run_child(words: list[str]) -> tuple[int, str]:
     argv, cwd = [sys.executable, *program[1:]], None
     if program[1:3] == ["-m", "pytest"]:
         paths = [word.split("::")[0] for word in program[3:] if not word.startswith("-")]
-        assert paths and all(path.startswith("tests/") and not path.startswith("tests/docs") for path in paths), \
-            f"{shlex.join(words)!r}: a page runs files of tests/ (never tests/docs, which runs the pages)"
+        assert paths and all(path.startswith("tests/") and not path.startswith(("tests/docs", "tests/gpu/test_docs"))
+                             and path.rstrip("/") != "tests/gpu" for path in paths), \
+            f"{shlex.join(words)!r}: a page runs files of tests/ (never tests/docs or tests/gpu/test_docs_gpu.py, " \
+            "which run the pages)"
         cwd = ROOT
     done = subprocess.run(["nice", *argv] if words[:1] == ["nice"] else argv, cwd=cwd, capture_output=True, text=True,
                           timeout=600)
@@ -376,13 +387,16 @@ def run_python(block: Block, namespace: dict, folder: Path, again: bool) -> None
         assert files(folder) == before, f"{block.where}: refused ({e}) but changed files"
 
 
-def run_page(page: Path, folder: Path, monkeypatch, ray: bool) -> list[str]:
-    """Run the page's blocks twice in ``folder``; the not-run ones are returned as 'where: reason'."""
+def run_page(page: Path, folder: Path, monkeypatch, ray: bool, gpu: bool = False) -> list[str]:
+    """Run the page's blocks twice in ``folder`` (``gpu``: only those marked <!-- gpu -->, else all
+    others); the ones not run are returned as 'where: reason'."""
     skipped = []
     for again in (False, True):
         namespace = {"__name__": f"docs:{page.name}"}
         for block in blocks(page):
-            if block.kind == "text":
+            if block.kind == "text" or block.gpu != gpu:
+                if block.gpu and not again:
+                    skipped.append(f"{block.where}: needs a GPU (tests/gpu/test_docs_gpu.py runs it)")
                 continue
             if block.not_run is not None:
                 if not again:
@@ -427,4 +441,5 @@ def test_blocks_are_found_and_marked_with_reasons():
     kinds = {b.kind for b in found}
     assert kinds == {"python", "shell", "text"}
     assert all(b.not_run for b in found if b.not_run is not None)
+    assert any(b.gpu for b in found) and not any(b.gpu and b.not_run is not None for b in found)
     assert sum(text.count("```") for text in (p.read_text() for p in PAGES)) == 2 * len(found)

@@ -71,13 +71,17 @@ def _library() -> ctypes.CDLL | None:
                 lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
                 lib.zoo_max_pool2d_f32.argtypes = [_PTR, _PTR] + [ctypes.c_int] * 10
-                lib.zoo_pointwise_parts_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, _PTR, size, _PTR, _PTR,
-                                                                                ctypes.c_int, _PTR] + [ctypes.c_int] * 6
+                lib.zoo_pointwise_parts_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, _PTR, _PTR, size, _PTR,
+                                                                                _PTR, ctypes.c_int, _PTR] \
+                    + [ctypes.c_int] * 6
                 lib.zoo_box_decode_f32.argtypes = [_PTR] * 7 + [ctypes.c_int, _PTR] + [ctypes.c_int] * 12
-                lib.zoo_conv2d_f32.argtypes = [_PTR] * 5 + [ctypes.c_int] * 15
+                lib.zoo_conv2d_f32.argtypes = [_PTR] * 6 + [ctypes.c_int] * 15
                 lib.zoo_conv2d_direct.argtypes = [ctypes.c_int] * 4
-                lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, size, _PTR, _PTR, _PTR, size, ctypes.c_int, _PTR] \
-                    + [ctypes.c_int] * 9
+                lib.zoo_winograd_conv3x3_f32.argtypes = [_PTR, size, _PTR, _PTR, _PTR, _PTR, size, ctypes.c_int,
+                                                         _PTR] + [ctypes.c_int] * 9
+                lib.zoo_packed_floats.argtypes = [ctypes.c_int] * 3
+                lib.zoo_packed_floats.restype = size
+                lib.zoo_pack_f32.argtypes = [_PTR] + [size] * 3 + [ctypes.c_int] * 3 + [_PTR]
                 lib.zoo_set_sgemm.argtypes = [ctypes.c_void_p] * 3
                 lib.zoo_inverted_residual_f32.argtypes = [_PTR] * 8 + [ctypes.c_int] * 7
                 lib.zoo_attention_f32.argtypes = ([_PTR] * 4 + [size, ctypes.c_float, _PTR, ctypes.POINTER(size)]
@@ -457,12 +461,13 @@ def _rows(x: mx.array) -> tuple[np.ndarray, int] | None:
 
 
 def pointwise_parts(parts, offsets, weight: mx.array, bias: mx.array | None = None, activation: str | None = None,
-                    half: mx.array | None = None) -> mx.array | None:
+                    half: mx.array | None = None, packed: np.ndarray | None = None) -> mx.array | None:
     """activation(y + bias + upsample2x(half)) for NHWC ``parts`` of one size, where y is the 1x1
     convolution (weight (O, 1, 1, I)) of their channel concatenation with part i's channels at
     ``offsets[i]`` of I (columns of the weight no part reads belong to a part the caller multiplied
-    itself: ``half``, an (N, H/2, W/2, O) product whose nearest 2x upsampling is added). One C call
-    reading each part where it lies; None where it cannot run (not the CPU, a trace, no OpenBLAS)."""
+    itself: ``half``, an (N, H/2, W/2, O) product whose nearest 2x upsampling is added); ``packed``: the
+    weight's ``pack``, or None. One C call reading each part where it lies; None where it cannot run (not
+    the CPU, a trace, no OpenBLAS)."""
     n, h, w, _ = parts[0].shape
     lib = _library() if _fast_path() and 1 <= len(parts) <= 8 else None
     out = _output((n, h, w, weight.shape[0])) if lib is not None else None
@@ -477,7 +482,7 @@ def pointwise_parts(parts, offsets, weight: mx.array, bias: mx.array | None = No
     pointers = (ctypes.c_void_p * len(parts))(*(r[0].ctypes.data for r in rows))
     lds, widths, starts = ((ctypes.c_ssize_t * len(parts))(*values) for values in
                            ([r[1] for r in rows], [p.shape[3] for p in parts], offsets))
-    done = lib.zoo_pointwise_parts_f32(pointers, lds, widths, starts, len(parts), _ptr(wt), wt.shape[-1],
+    done = lib.zoo_pointwise_parts_f32(pointers, lds, widths, starts, len(parts), _ptr(wt), _packed(packed), wt.shape[-1],
                                        None if b is None else _ptr(b), None if add is None else _ptr(add),
                                        int(add is not None), _ptr(_view(out)), n, h, w, weight.shape[0],
                                        ACTIVATIONS[activation][0], _threads()) == 0
@@ -518,7 +523,7 @@ def max_pool2d(x: mx.array, kernel: int, stride: int, padding: int) -> mx.array:
 
 def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1, padding=0,
            reflect: bool = False, activation: str | None = None, *, residual: mx.array | None = None,
-           op: str = "conv2d") -> mx.array:
+           packed: np.ndarray | None = None, op: str = "conv2d") -> mx.array:
     """activation(mx.conv2d(x, weight, stride, padding) + bias + residual) for weight (O, KH, KW, I), no
     groups or dilation; ``reflect``: the padding is torch's reflect padding instead of zeros (it must be
     smaller than the input); activation None, "relu", "silu" or "gelu" (exact); ``residual`` (an
@@ -526,7 +531,8 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     gathered in C and one OpenBLAS sgemm per chunk (patch rows of at most 32 floats into at most 64
     channels, or of a kernel larger than 1x1 up to 256 floats into 16, 32, 48 or 64, multiplied in C; a
     1x1 stride-1 convolution multiplies the input itself, in blocks of rows over the threads), the bias
-    plus the residual its initial C, the activation applied to each chunk after its product. ``op``:
+    plus the residual its initial C, the activation applied to each chunk after its product; with
+    ``packed`` (the weight's ``pack``) the products are the C library's own instead of sgemm. ``op``:
     what zoo.kernels.coverage calls the caller's op."""
     sh, sw = pair(stride)
     ph, pw = pair(padding)
@@ -545,7 +551,8 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     b = _host(bias) if wt is not None and bias is not None else None
     add = _host(residual) if wt is not None and residual is not None else None
     done = wt is not None and lib.zoo_conv2d_f32(
-        _ptr(host), _ptr(wt), None if b is None else _ptr(b), None if add is None else _ptr(add), _ptr(_view(out)), n,
+        _ptr(host), _ptr(wt), _packed(packed), None if b is None else _ptr(b), None if add is None else _ptr(add),
+        _ptr(_view(out)), n,
         h, w, ci, co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads()) == 0
     _ran(op, done)
     if not done:  # MLX's (a trace, another device), or no OpenBLAS to call, or no memory for the patch rows
@@ -594,21 +601,55 @@ def winograd_suits(weight_shape, stride, padding, groups, dilation) -> bool:
             and min(o, c) >= WINOGRAD_MIN_CHANNELS and not _library().zoo_conv2d_direct(o, kh, kw, c))
 
 
-def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: int, reflect: bool = False,
+def pack(weight: mx.array) -> np.ndarray | None:
+    """A convolution's weight (O, KH, KW, I), or a Linear's (O, I), packed for the C library's own
+    products (zoo_pack_f32: panels of output channels, each read in order by a block of sums held in
+    registers; packed once, as OpenBLAS packs both matrices at every call): float32, on hosts whose
+    CPU takes them (AVX-512: zoo_packs), outside traces; else None (the products stay OpenBLAS's)."""
+    o = weight.shape[0]
+    k = int(np.prod(weight.shape[1:]))
+    return _pack(weight, 1, 0, k, 1, o, k)
+
+
+def pack_winograd(u: mx.array) -> np.ndarray | None:
+    """``pack`` of Winograd's transformed weight (16, C_in, C_out): its 16 matrices, each C_out by C_in."""
+    _, c, o = u.shape
+    return _pack(u, 16, c * o, 1, o, o, c)
+
+
+def _pack(weight: mx.array, batch: int, batch_step: int, n_step: int, k_step: int, n: int, k: int) -> np.ndarray | None:
+    if not _fast_path() or not native_available() or not _library().zoo_packs():
+        return None
+    host = _host(weight)
+    if host is None:
+        return None
+    packed = np.empty(_library().zoo_packed_floats(batch, n, k), np.float32)
+    _library().zoo_pack_f32(_ptr(host), batch_step, n_step, k_step, batch, n, k, _ptr(packed))
+    return packed
+
+
+def _packed(packed: np.ndarray | None):
+    return None if packed is None else _ptr(packed)
+
+
+def winograd_conv3x3(x: mx.array, u: mx.array | None, bias: mx.array | None, padding: int, reflect: bool = False,
                      activation: str | None = None, *, residual: mx.array | None = None,
-                     skip: mx.array | None = None) -> mx.array | None:
+                     skip: mx.array | None = None, packed: np.ndarray | None = None,
+                     outputs: int | None = None) -> mx.array | None:
     """activation(conv3x3(x) + bias + residual) + skip, stride 1, as Winograd F(2x2, 3x3) in C
     (zoo.kernels.winograd has the maths): the input transform, 16 OpenBLAS sgemm with ``u``
     (winograd.transform_weight: (16, C_in, C_out); one product per thread, each on one OpenBLAS
     thread), the output transform with the bias, the residual, the activation and the skip (each
     an array of the output's shape, or None: one of them; YOLO's Bottleneck adds its input after
     the SiLU); zero or (``reflect``) torch's reflect padding of 0 or 1. x and the skip are read
-    where they lie where their pixels are evenly strided (C2f's halves). None where it cannot run
-    (no OpenBLAS, no memory, a trace): the caller runs its other form."""
+    where they lie where their pixels are evenly strided (C2f's halves); ``packed``: u's
+    ``pack_winograd`` (the products then the C library's own), or None; u may be None where packed
+    is given, with ``outputs`` its C_out. None where it cannot run (no OpenBLAS, no memory, a trace):
+    the caller runs its other form."""
     if residual is not None and skip is not None:
         raise ValueError("winograd_conv3x3: a residual or a skip, not both")
     n, h, w, c = x.shape
-    o = u.shape[-1]
+    o = u.shape[-1] if u is not None else outputs
     oh, ow = h + 2 * padding - 2, w + 2 * padding - 2
     add = residual if residual is not None else skip
     if add is not None and tuple(add.shape) != (n, oh, ow, o):
@@ -617,12 +658,13 @@ def winograd_conv3x3(x: mx.array, u: mx.array, bias: mx.array | None, padding: i
     out = _output((n, oh, ow, o)) if lib is not None else None
     rows = _rows(x) if lib is not None else None
     added = _rows(add) if rows is not None and add is not None else None
-    ut = _host(u) if rows is not None else None
-    b = _host(bias) if ut is not None and bias is not None else None
-    if ut is None or (add is not None and added is None):
+    ut = _host(u) if rows is not None and u is not None else None
+    b = _host(bias) if rows is not None and bias is not None else None
+    if rows is None or (ut is None and packed is None) or (add is not None and added is None):
         return None
     (host, ldx), (add_host, ld_add) = rows, added or (None, 0)
-    done = lib.zoo_winograd_conv3x3_f32(_ptr(host), ldx, _ptr(ut), None if b is None else _ptr(b),
+    done = lib.zoo_winograd_conv3x3_f32(_ptr(host), ldx, None if ut is None else _ptr(ut), _packed(packed),
+                                        None if b is None else _ptr(b),
                                         None if add_host is None else _ptr(add_host), ld_add, int(skip is not None),
                                         _ptr(_view(out)), n, h, w, c, o, padding, int(reflect),
                                         ACTIVATIONS[activation][0], _threads())
@@ -639,18 +681,24 @@ LINEAR_MIN_ELEMENTS = 1 << 16
 LINEAR_MIN_WEIGHT = 1 << 20
 
 
+def linear_in_c(x: mx.array, weight: mx.array) -> bool:
+    """Whether ``linear`` of x by weight runs in C: on the CPU, from LINEAR_MIN_ELEMENTS inputs or
+    LINEAR_MIN_WEIGHT weights."""
+    return _fast_path() and _library() is not None and (x.size >= LINEAR_MIN_ELEMENTS or weight.size >= LINEAR_MIN_WEIGHT)
+
+
 def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activation: str | None = None,
-           residual: mx.array | None = None) -> mx.array:
+           residual: mx.array | None = None, packed: np.ndarray | None = None) -> mx.array:
     """activation(nn.Linear's x @ weight.T + bias + residual) over the last axis (``residual``: an array of
-    the output's shape, or None); on the CPU, from LINEAR_MIN_ELEMENTS inputs or LINEAR_MIN_WEIGHT weights,
-    one sgemm whose initial C is the bias plus the residual (MLX's addmm first copies the broadcast bias
-    with a strided loop), the activation applied by the same C call; else MLX's ops."""
-    if not _fast_path() or _library() is None or (x.size < LINEAR_MIN_ELEMENTS and weight.size < LINEAR_MIN_WEIGHT):
+    the output's shape, or None); where ``linear_in_c``, one product whose initial C is the bias plus the
+    residual (MLX's addmm first copies the broadcast bias with a strided loop), the activation applied by
+    the same C call (``packed``: the weight's ``pack``, or None: OpenBLAS's sgemm); else MLX's ops."""
+    if not linear_in_c(x, weight):
         y = x @ weight.T if bias is None else mx.addmm(bias, x, weight.T)
         return ACTIVATION_OPS[activation](y if residual is None else y + residual)
     out, k = weight.shape
     rows = conv2d(x.reshape(1, 1, -1, k), weight.reshape(out, 1, 1, k), bias, activation=activation,
-                  residual=None if residual is None else residual.reshape(1, 1, -1, out), op="linear")
+                  residual=None if residual is None else residual.reshape(1, 1, -1, out), packed=packed, op="linear")
     return rows.reshape(*x.shape[:-1], out)
 
 

@@ -22,6 +22,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* One clone per x86-64 level, so that the AVX2 one also has FMA: "avx2,fma" names two clones
  * (avx2 without FMA was the one taken: GELU 1.6x slower), and "arch=haswell" is taken only on
@@ -72,17 +73,17 @@ typedef void (*range_fn)(const void *args, ptrdiff_t begin, ptrdiff_t end);
  * tens of ms) takes fewer blocks, instead of the whole op waiting for its fixed half. */
 #define BLOCKS_PER_THREAD 8
 
-/* The work of one parallel_for, on the heap: a thread that the scheduler starts only after the
- * caller took every block finds none left, and neither touches the caller's arguments nor is
- * waited for (its threads are detached). Waiting to join such a thread cost a whole scheduler
- * slice per op on a loaded host (load average ~5 on 2 cores). The last owner frees it. */
+/* The work of one parallel_for, on the heap: a worker that comes to it only after the caller took every
+ * block finds none left, and neither touches the caller's arguments nor is waited for. Waiting for such a
+ * thread cost a whole scheduler slice per op on a loaded host (load average ~5 on 2 cores). The last
+ * owner frees it. */
 typedef struct {
   range_fn fn;
   const void *args;
   ptrdiff_t n, block, blocks;
   atomic_llong next;  /* the next block to take */
   atomic_llong done;  /* blocks finished */
-  atomic_int owners;  /* the caller and the threads still to leave */
+  atomic_int owners;  /* the caller and the workers still to leave */
   pthread_mutex_t lock;
   pthread_cond_t finished; /* done reached blocks */
 } work_t;
@@ -108,25 +109,71 @@ static void take_blocks(work_t *w) {
   }
 }
 
-static void *run_blocks(void *p) {
-  take_blocks((work_t *)p);
-  leave((work_t *)p);
+/* Workers that stay: each waits for the work handed to it, yielding its CPU in a loop for up to WORKER_SPIN_NS
+ * after its last work and then sleeping. A thread started per parallel_for (until 2026-11-29) cost 20-45 us
+ * a call on this 2-core VM, and a forward makes ~100 of them (YOLOv8n 69 C calls, Winograd's three passes
+ * in each): with workers that stay, ResNet-50 took 48.7-49.1 against 51.0-51.2 ms, YOLOv8n 66.0-66.6 against
+ * 68.0-70.7 (one process, interleaved). The loop yields (sched_yield) rather than spins: a thread that needs
+ * the CPU (OpenBLAS's, MLX's stream) gets it. */
+#define WORKER_SPIN_NS 1000000
+
+typedef struct {
+  _Atomic(work_t *) work; /* handed by parallel_for, cleared by the worker when done */
+  atomic_int sleeping;
+  pthread_mutex_t lock;
+  pthread_cond_t wake;
+} worker_t;
+
+static worker_t workers[MAX_THREADS];
+static atomic_int worker_count;
+static pthread_mutex_t workers_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static double now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static void *worker_loop(void *p) {
+  worker_t *me = (worker_t *)p;
+  for (;;) {
+    work_t *w = atomic_load(&me->work);
+    for (const double start = now_ns(); w == NULL && now_ns() - start < WORKER_SPIN_NS; w = atomic_load(&me->work))
+      sched_yield();
+    if (w == NULL) {
+      pthread_mutex_lock(&me->lock);
+      atomic_store(&me->sleeping, 1);
+      while ((w = atomic_load(&me->work)) == NULL) pthread_cond_wait(&me->wake, &me->lock);
+      atomic_store(&me->sleeping, 0);
+      pthread_mutex_unlock(&me->lock);
+    }
+    take_blocks(w);
+    atomic_store(&me->work, NULL);
+    leave(w);
+  }
   return NULL;
 }
 
-/* Each started thread's attributes: on Linux, pinned to an allowed CPU other than the caller's.
- * Left to itself the scheduler put the second thread on the caller's CPU after every OpenBLAS
- * call (the other CPU still counted busy with OpenBLAS's just-parked worker), so the work that
- * follows a sgemm ran on one core of two. */
-static void spread_threads(pthread_attr_t *attrs, int threads) {
+/* A forked child has none of its parent's workers: it starts its own */
+static void forget_workers(void) {
+  atomic_store(&worker_count, 0);
+  pthread_mutex_init(&workers_lock, NULL);
+}
+
+/* Each new worker's attributes: on Linux, pinned to an allowed CPU other than the caller's. Left to
+ * itself the scheduler put the second thread on the caller's CPU after every OpenBLAS call (the other
+ * CPU still counted busy with OpenBLAS's just-parked worker), so the work that follows a sgemm ran on
+ * one core of two. */
+static void spread_workers(pthread_attr_t *attrs, int first, int count) {
 #if defined(__linux__)
   cpu_set_t allowed;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < threads) return;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0 || CPU_COUNT(&allowed) < count + 1) return;
   const int here = sched_getcpu();
   int cpu = -1;
-  for (int t = 1; t < threads; ++t) {
+  for (int t = 0; t < count; ++t) {
     do ++cpu; while (cpu < CPU_SETSIZE && (!CPU_ISSET(cpu, &allowed) || cpu == here));
     if (cpu >= CPU_SETSIZE) return;
+    if (t < first) continue;
     cpu_set_t one;
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
@@ -134,8 +181,39 @@ static void spread_threads(pthread_attr_t *attrs, int threads) {
   }
 #else
   (void)attrs;
-  (void)threads;
+  (void)first;
+  (void)count;
 #endif
+}
+
+/* ``wanted`` workers started (fewer where a thread could not start): how many there are */
+static int start_workers(int wanted) {
+  if (wanted > MAX_THREADS) wanted = MAX_THREADS;
+  int have = atomic_load(&worker_count);
+  if (have >= wanted) return wanted;
+  pthread_mutex_lock(&workers_lock);
+  static int fork_handler = 0;
+  if (!fork_handler) fork_handler = pthread_atfork(NULL, NULL, forget_workers) == 0;
+  have = atomic_load(&worker_count);
+  pthread_attr_t attrs[MAX_THREADS];
+  for (int t = have; t < wanted; ++t) {
+    pthread_attr_init(&attrs[t]);
+    pthread_attr_setdetachstate(&attrs[t], PTHREAD_CREATE_DETACHED);
+  }
+  spread_workers(attrs, have, wanted);
+  for (int t = have; t < wanted; ++t) {
+    worker_t *w = &workers[t];
+    atomic_init(&w->work, NULL);
+    atomic_init(&w->sleeping, 0);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->wake, NULL);
+    pthread_t id;
+    if (have == t && pthread_create(&id, &attrs[t], worker_loop, w) == 0) ++have;
+    pthread_attr_destroy(&attrs[t]);
+  }
+  atomic_store(&worker_count, have);
+  pthread_mutex_unlock(&workers_lock);
+  return have;
 }
 
 static void parallel_for(range_fn fn, const void *args, ptrdiff_t n, int threads) {
@@ -150,21 +228,25 @@ static void parallel_for(range_fn fn, const void *args, ptrdiff_t n, int threads
   work->fn = fn, work->args = args, work->n = n, work->block = block, work->blocks = (n + block - 1) / block;
   atomic_init(&work->next, 0);
   atomic_init(&work->done, 0);
-  atomic_init(&work->owners, threads);
+  atomic_init(&work->owners, 1);
   pthread_mutex_init(&work->lock, NULL);
   pthread_cond_init(&work->finished, NULL);
-  pthread_attr_t attrs[MAX_THREADS];
-  for (int t = 1; t < threads; ++t) {
-    pthread_attr_init(&attrs[t]);
-    pthread_attr_setdetachstate(&attrs[t], PTHREAD_CREATE_DETACHED);
+  const int count = start_workers(threads - 1);
+  for (int t = 0; t < count; ++t) {
+    worker_t *w = &workers[t];
+    work_t *none = NULL;
+    atomic_fetch_add(&work->owners, 1);
+    if (!atomic_compare_exchange_strong(&w->work, &none, work)) { /* still on earlier work (another caller's) */
+      atomic_fetch_sub(&work->owners, 1);
+      continue;
+    }
+    if (atomic_load(&w->sleeping)) {
+      pthread_mutex_lock(&w->lock);
+      pthread_cond_signal(&w->wake);
+      pthread_mutex_unlock(&w->lock);
+    }
   }
-  spread_threads(attrs, threads);
-  for (int t = 1; t < threads; ++t) {
-    pthread_t id;
-    if (pthread_create(&id, &attrs[t], run_blocks, work) != 0) leave(work); /* its share, never started */
-    pthread_attr_destroy(&attrs[t]);
-  }
-  take_blocks(work); /* the caller takes blocks too (all of them where no thread started in time) */
+  take_blocks(work); /* the caller takes blocks too (all of them where no worker came in time) */
   pthread_mutex_lock(&work->lock);
   while (atomic_load(&work->done) < work->blocks) pthread_cond_wait(&work->finished, &work->lock);
   pthread_mutex_unlock(&work->lock);
@@ -659,6 +741,131 @@ static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t r
   }
 }
 
+/* ---- products with a packed weight --------------------------------------------------------
+ * OpenBLAS packs both matrices of every sgemm it makes. A convolution's weight is the same at every
+ * call: it is packed once (zoo_pack_f32; the Python side keeps it with the weight's other forms) in
+ * panels of PANEL output channels, each panel (K, PANEL) row-major, and multiplied here PACKED_ROWS
+ * rows at a time, their PACKED_ROWS x PANEL sums held in registers over all of K (24 of the 32 vector
+ * registers AVX-512 gives; 8-float vectors: on an AMD EPYC (Zen 4) as fast as 16-float ones). On that
+ * 2-core host, one thread, ResNet-50's 1x1 products ran at ~110 GFLOP/s against OpenBLAS's 64-104
+ * (49 x 2048 -> 512: 0.92 against 1.60 ms; 784 x 512 -> 128: 0.90 against 1.01 ms). With 16 vector
+ * registers (AVX2) the block spilled (60 GFLOP/s): there, and without AVX-512, OpenBLAS keeps them. */
+#define PANEL 32
+#define PACKED_ROWS 6
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#define PACKED_TARGET __attribute__((target("arch=x86-64-v4")))
+#define PACKED_FORM 1
+#else
+#define PACKED_TARGET
+#define PACKED_FORM 0
+#endif
+
+/* Whether this CPU takes the packed products (else the callers pass no packed weight) */
+int zoo_packs(void) {
+#if PACKED_FORM
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("x86-64-v4");
+#else
+  return 0;
+#endif
+}
+
+/* ``packed``, or NULL where this CPU cannot run the packed products (a packed form that came from
+ * another host: its products go to sgemm instead) */
+static const float *usable(const float *packed) {
+  static atomic_int packs = -1;
+  if (packed != NULL && atomic_load(&packs) < 0) atomic_store(&packs, zoo_packs());
+  return packed != NULL && atomic_load(&packs) ? packed : NULL;
+}
+
+/* Floats of the packed form of ``batch`` matrices of N output channels by K */
+ptrdiff_t zoo_packed_floats(int batch, int N, int K) {
+  return (ptrdiff_t)batch * ((N + PANEL - 1) / PANEL) * K * PANEL;
+}
+
+/* packed[b][panel][k][j] = w[b * batch_step + n * n_step + k * k_step], n = panel * PANEL + j (zero past N):
+ * a weight (N, K) has n_step K and k_step 1; Winograd's (16, K, N) has n_step 1 and k_step N */
+void zoo_pack_f32(const float *w, ptrdiff_t batch_step, ptrdiff_t n_step, ptrdiff_t k_step, int batch, int N, int K,
+                  float *packed) {
+  const int panels = (N + PANEL - 1) / PANEL;
+  for (int b = 0; b < batch; ++b)
+    for (int p = 0; p < panels; ++p)
+      for (ptrdiff_t k = 0; k < K; ++k, packed += PANEL)
+        for (int j = 0; j < PANEL; ++j) {
+          const ptrdiff_t n = (ptrdiff_t)p * PANEL + j;
+          packed[j] = n < N ? w[b * batch_step + n * n_step + k * k_step] : 0.0f;
+        }
+}
+
+typedef float f32x8 __attribute__((vector_size(32)));
+
+/* c (rows, 8 * vectors; ldc) = (accumulate ? c : 0) + a (rows, K; lda) times the first 8 * vectors columns of
+ * one panel (K, PANEL), rows <= PACKED_ROWS, vectors <= PANEL / 8 (constants where it is inlined: its loops
+ * unrolled, the sums in registers) */
+__attribute__((always_inline)) static inline void packed_block(int rows, int vectors, const float *restrict a,
+                                                               ptrdiff_t lda, const float *restrict panel, ptrdiff_t K,
+                                                               float *restrict c, ptrdiff_t ldc, int accumulate) {
+  f32x8 sum[PACKED_ROWS][PANEL / 8];
+  for (int r = 0; r < rows; ++r)
+    for (int v = 0; v < vectors; ++v) {
+      if (accumulate)
+        memcpy(&sum[r][v], c + r * ldc + 8 * v, sizeof(f32x8));
+      else
+        sum[r][v] = (f32x8){0};
+    }
+  for (ptrdiff_t k = 0; k < K; ++k) {
+    f32x8 w[PANEL / 8]; /* a load each (one copy of the whole row went through the stack: 1.8x slower) */
+    for (int v = 0; v < vectors; ++v) memcpy(&w[v], panel + k * PANEL + 8 * v, sizeof(f32x8));
+#pragma GCC unroll 6
+    for (int r = 0; r < rows; ++r) {
+      const float x = a[r * lda + k];
+      for (int v = 0; v < vectors; ++v) sum[r][v] += x * w[v];
+    }
+  }
+  for (int r = 0; r < rows; ++r)
+    for (int v = 0; v < vectors; ++v) memcpy(c + r * ldc + 8 * v, &sum[r][v], sizeof(f32x8));
+}
+
+/* packed_block with rows and vectors as constants: one unrolled block for each */
+#define PACKED_BLOCKS(vectors)                                                                 \
+  switch (rows) {                                                                              \
+  case 6: packed_block(6, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
+  case 5: packed_block(5, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
+  case 4: packed_block(4, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
+  case 3: packed_block(3, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
+  case 2: packed_block(2, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
+  default: packed_block(1, vectors, x, lda, panels, K, block, ld, accumulate); break;          \
+  }
+
+/* c (M, cols; ldc) = (accumulate ? c : 0) + a (M, K; lda) times ``cols`` columns of a packed weight from
+ * ``panels`` (its first panel, at the first of the K rows to use), ``panel_step`` floats from panel to
+ * panel. A last panel of fewer than PANEL columns sums only its first half where the rest is padding
+ * (YOLO's 80 classes: 2.5 panels), and goes through a scratch block where it is not a whole half. */
+PACKED_TARGET static void packed_product(const float *a, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K, const float *panels,
+                                         ptrdiff_t panel_step, ptrdiff_t cols, float *c, ptrdiff_t ldc, int accumulate) {
+  float scratch[PACKED_ROWS * PANEL];
+  for (ptrdiff_t col = 0; col < cols; col += PANEL, panels += panel_step) {
+    const ptrdiff_t width = cols - col < PANEL ? cols - col : PANEL;
+    for (ptrdiff_t row = 0; row < M; row += PACKED_ROWS) {
+      const int rows = M - row < PACKED_ROWS ? (int)(M - row) : PACKED_ROWS;
+      const float *x = a + row * lda;
+      float *out = c + row * ldc + col, *block = out;
+      ptrdiff_t ld = ldc;
+      const int narrow = width != PANEL && width != PANEL / 2; /* not a whole panel or half */
+      if (narrow) {
+        block = scratch, ld = PANEL;
+        for (int r = 0; accumulate && r < rows; ++r) memcpy(scratch + r * PANEL, out + r * ldc, sizeof(float) * width);
+      }
+      if (width <= PANEL / 2)
+        PACKED_BLOCKS(PANEL / 16)
+      else
+        PACKED_BLOCKS(PANEL / 8)
+      if (narrow)
+        for (int r = 0; r < rows; ++r) memcpy(out + r * ldc, scratch + r * PANEL, sizeof(float) * width);
+    }
+  }
+}
+
 /* Patch-matrix floats per chunk (16 MiB): LaMa's 32x32 maps in one sgemm (splitting it costs
  * ~5%), full-resolution maps in pieces instead of a patch matrix of hundreds of MB. */
 #define PATCH_CHUNK_FLOATS (1 << 22)
@@ -778,6 +985,7 @@ typedef struct {
   ptrdiff_t ld[POINTWISE_MAX_PARTS], width[POINTWISE_MAX_PARTS], offset[POINTWISE_MAX_PARTS];
   int parts;
   const float *w, *bias, *add; /* w (O, w_ld), bias (O) or NULL, add as above or NULL */
+  const float *packed;         /* w packed (zoo_pack_f32), or NULL: OpenBLAS's sgemm */
   int add_half;
   ptrdiff_t H, W, w_ld;
   float *y; /* (rows, O) */
@@ -803,42 +1011,60 @@ static void pointwise_tiles(const void *p, ptrdiff_t b, ptrdiff_t e) {
       initial_c(out + r * a->O, a->bias == NULL ? NULL : a->bias + col,
                 a->add == NULL ? NULL : add_row(a, first + r) + col, 1, cols);
     for (int part = 0; part < a->parts; ++part)
-      sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, (int)a->width[part], 1.0f,
-            a->x[part] + first * a->ld[part], (int)a->ld[part], a->w + col * a->w_ld + a->offset[part], (int)a->w_ld,
-            initial || part > 0 ? 1.0f : 0.0f, out, (int)a->O);
+      if (a->packed != NULL)
+        packed_product(a->x[part] + first * a->ld[part], a->ld[part], rows, a->width[part],
+                       a->packed + (col / PANEL * a->w_ld + a->offset[part]) * PANEL, a->w_ld * PANEL, cols, out, a->O,
+                       initial || part > 0);
+      else
+        sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, (int)cols, (int)a->width[part], 1.0f,
+              a->x[part] + first * a->ld[part], (int)a->ld[part], a->w + col * a->w_ld + a->offset[part], (int)a->w_ld,
+              initial || part > 0 ? 1.0f : 0.0f, out, (int)a->O);
     for (ptrdiff_t r = 0; r < rows; ++r) activate(out + r * a->O, out + r * a->O, cols, a->act);
   }
 }
 
 /* The pointwise product over ``threads``: tiles of POINTWISE_ROWS rows, split over the output channels too
- * (in multiples of POINTWISE_MIN_COLUMNS) where there are fewer than two row tiles a thread. */
+ * (in multiples of POINTWISE_MIN_COLUMNS, of PANEL with a packed weight) where there are fewer than two row
+ * tiles a thread. */
 static void pointwise_product(pointwise_args *args, int threads) {
   ptrdiff_t width = 0;
   for (int part = 0; part < args->parts; ++part) width += args->width[part];
-  if ((double)args->rows * width * args->O <= (1 << 18)) threads = 1;
-  const ptrdiff_t row_tiles = (args->rows + POINTWISE_ROWS - 1) / POINTWISE_ROWS;
+  /* one thread for products OpenBLAS would run on one (m*n*k up to 2^18), and for packed ones up to 2^22
+   * (~0.08 ms on one thread: starting the second one cost more, YOLOv8n's 20x20 maps) */
+  if ((double)args->rows * width * args->O <= (args->packed != NULL ? 1 << 22 : 1 << 18)) threads = 1;
+  ptrdiff_t row_tiles = (args->rows + POINTWISE_ROWS - 1) / POINTWISE_ROWS, tile_rows = POINTWISE_ROWS;
+  if (args->packed != NULL && row_tiles > 1) { /* as many tiles a thread, of whole blocks of rows */
+    row_tiles = (row_tiles + threads - 1) / threads * threads;
+    tile_rows = ((args->rows + row_tiles - 1) / row_tiles + PACKED_ROWS - 1) / PACKED_ROWS * PACKED_ROWS;
+    row_tiles = (args->rows + tile_rows - 1) / tile_rows;
+  }
   ptrdiff_t tile_cols = args->O;
   if (threads > 1 && row_tiles < 2 * threads) {
     const ptrdiff_t col_tiles = (2 * threads + row_tiles - 1) / row_tiles;
-    tile_cols = ((args->O + col_tiles - 1) / col_tiles + POINTWISE_MIN_COLUMNS - 1) / POINTWISE_MIN_COLUMNS *
-                POINTWISE_MIN_COLUMNS;
+    const ptrdiff_t step = args->packed != NULL ? PANEL : POINTWISE_MIN_COLUMNS;
+    tile_cols = ((args->O + col_tiles - 1) / col_tiles + step - 1) / step * step;
   }
-  args->tile_rows = POINTWISE_ROWS;
+  args->tile_rows = tile_rows;
   args->tile_cols = tile_cols;
   args->col_tiles = (args->O + tile_cols - 1) / tile_cols;
-  parallel_products(pointwise_tiles, args, row_tiles * args->col_tiles, threads);
+  if (args->packed != NULL)
+    parallel_for(pointwise_tiles, args, row_tiles * args->col_tiles, threads);
+  else
+    parallel_products(pointwise_tiles, args, row_tiles * args->col_tiles, threads);
 }
 
 /* y (N, H, W, O) = act(concat(parts) w^T + bias + add): a 1x1 convolution of a channel concatenation
- * of ``parts`` maps read where they lie (pointwise_args: xs, lds, widths, offsets into w (O, w_ld));
+ * of ``parts`` maps read where they lie (pointwise_args: xs, lds, widths, offsets into w (O, w_ld), which
+ * ``packed`` holds packed, or NULL);
  * add NULL, (N, H, W, O), or with add_half (N, H/2, W/2, O) upsampled 2x (nearest). Returns 0, or -1
  * when no sgemm was given or there are too many parts (the caller falls back). */
 int zoo_pointwise_parts_f32(const float *const *xs, const ptrdiff_t *lds, const ptrdiff_t *widths,
-                            const ptrdiff_t *offsets, int parts, const float *w, ptrdiff_t w_ld, const float *bias,
-                            const float *add, int add_half, float *y, int N, int H, int W, int O, int act,
-                            int threads) {
-  if (sgemm == NULL || parts < 1 || parts > POINTWISE_MAX_PARTS) return -1;
-  pointwise_args args = {{0}, {0}, {0}, {0}, parts, w, bias, add, add_half, H, W, w_ld, y,
+                            const ptrdiff_t *offsets, int parts, const float *w, const float *packed, ptrdiff_t w_ld,
+                            const float *bias, const float *add, int add_half, float *y, int N, int H, int W, int O,
+                            int act, int threads) {
+  packed = usable(packed);
+  if ((sgemm == NULL && packed == NULL) || parts < 1 || parts > POINTWISE_MAX_PARTS) return -1;
+  pointwise_args args = {{0}, {0}, {0}, {0}, parts, w, bias, add, packed, add_half, H, W, w_ld, y,
                          (ptrdiff_t)N * H * W, O, 0, 0, 0, act};
   for (int part = 0; part < parts; ++part) {
     args.x[part] = xs[part];
@@ -865,10 +1091,11 @@ int zoo_conv2d_direct(int O, int KH, int KW, int C) {
  * in C (direct_conv_rows); a 1x1 stride-1 convolution without padding multiplies the input itself
  * (its patch rows are its pixels), in tiles over the threads (pointwise_product). Returns 0, or -1
  * when no sgemm was given or memory ran out (the caller falls back). */
-int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const float *add, float *y, int N, int H,
-                   int W, int C, int O, int KH, int KW, int stride, int pad_top, int pad_left, int reflect, int OH,
-                   int OW, int act, int threads) {
+int zoo_conv2d_f32(const float *x, const float *w, const float *packed, const float *bias, const float *add, float *y,
+                   int N, int H, int W, int C, int O, int KH, int KW, int stride, int pad_top, int pad_left,
+                   int reflect, int OH, int OW, int act, int threads) {
   const ptrdiff_t width = (ptrdiff_t)KH * KW * C, pixels = (ptrdiff_t)N * OH * OW;
+  packed = usable(packed);
   if (zoo_conv2d_direct(O, KH, KW, C)) {
     float *wt = (float *)malloc(sizeof(float) * (size_t)(width * O));
     if (wt == NULL) return -1;
@@ -880,10 +1107,11 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const floa
     free(wt);
     return atomic_load(&d.failed) ? -1 : 0;
   }
-  if (sgemm == NULL) return -1;
+  if (sgemm == NULL && packed == NULL) return -1;
   const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad_top == 0 && pad_left == 0 && OH == H && OW == W;
-  if (pointwise && pixels >= POINTWISE_MIN_ROWS) {
-    pointwise_args args = {{x}, {width}, {width}, {0}, 1, w, bias, add, 0, H, W, width, y, pixels, O, 0, 0, 0, act};
+  if (pointwise && (pixels >= POINTWISE_MIN_ROWS || packed != NULL)) {
+    pointwise_args args = {{x}, {width}, {width}, {0}, 1, w, bias, add, packed, 0, H, W, width, y, pixels, O, 0, 0, 0,
+                           act};
     pointwise_product(&args, threads);
     return 0;
   }
@@ -901,6 +1129,12 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *bias, const floa
       parallel_for(patch_rows, &a, rows, rows * width < UNARY_GRAIN ? 1 : threads);
     }
     float *out = y + (size_t)first * O;
+    if (packed != NULL) { /* the chunk's patch rows as a 1x1 convolution's input */
+      pointwise_args args = {{patches}, {width}, {width}, {0}, 1, w, bias, add == NULL ? NULL : add + (size_t)first * O,
+                             packed, 0, 1, rows, width, out, rows, O, 0, 0, 0, act};
+      pointwise_product(&args, threads);
+      continue;
+    }
     const int initial = bias != NULL || add != NULL;
     if (initial) initial_c(out, bias, add == NULL ? NULL : add + (size_t)first * O, rows, O);
     sgemm(CBLAS_ROW_MAJOR, CBLAS_NO_TRANS, CBLAS_TRANS, (int)rows, O, (int)width, 1.0f, patches, (int)width, w,
@@ -1158,8 +1392,9 @@ ZOO_CLONES static void winograd_output_tiles(const void *p, ptrdiff_t b, ptrdiff
 
 typedef struct {
   const float *v, *u; /* (16, tiles, C), (16, C, O) */
+  const float *packed; /* u packed (zoo_pack_f32: 16 matrices of O by C), or NULL */
   float *m;           /* (16, tiles, O) */
-  ptrdiff_t tiles;
+  ptrdiff_t tiles, chunks; /* with packed: each product in chunks of WINOGRAD_CHUNK tiles */
   int C, O;
 } winograd_products_args;
 
@@ -1172,14 +1407,29 @@ static void winograd_products(const void *p, ptrdiff_t b, ptrdiff_t e) {
           a->m + (size_t)k * a->tiles * a->O, a->O);
 }
 
+/* The same products with U packed, WINOGRAD_CHUNK tiles of product k / chunks at a time: every thread has
+ * work where the maps are small, and a chunk's V rows stay in cache over U's panels */
+#define WINOGRAD_CHUNK 192
+static void winograd_packed_products(const void *p, ptrdiff_t b, ptrdiff_t e) {
+  const winograd_products_args *a = (const winograd_products_args *)p;
+  const ptrdiff_t panels = (a->O + PANEL - 1) / PANEL;
+  for (ptrdiff_t item = b; item < e; ++item) {
+    const ptrdiff_t k = item / a->chunks, first = item % a->chunks * WINOGRAD_CHUNK;
+    const ptrdiff_t rows = a->tiles - first < WINOGRAD_CHUNK ? a->tiles - first : WINOGRAD_CHUNK;
+    packed_product(a->v + (k * a->tiles + first) * a->C, a->C, rows, a->C, a->packed + k * panels * a->C * PANEL,
+                   (ptrdiff_t)a->C * PANEL, a->O, a->m + (k * a->tiles + first) * a->O, a->O, 0);
+  }
+}
+
 /* y (N, OH, OW, O) = act(conv3x3(x (N, H, W, C), g) + bias + add), or with add_after act(...) + add (YOLO's
  * Bottleneck adds its input after the SiLU), stride 1, padding pad (0 or 1; zero or reflect), from
- * u = G g G^T laid out (16, C, O); x's pixels ldx floats apart, add's ld_add (add NULL: none).
+ * u = G g G^T laid out (16, C, O) and/or the same packed (either NULL); x's pixels ldx floats apart, add's ld_add (add NULL: none).
  * Returns 0, or -1 when no sgemm was given or memory ran out (nothing written: the caller falls back). */
-int zoo_winograd_conv3x3_f32(const float *x, ptrdiff_t ldx, const float *u, const float *bias, const float *add,
-                             ptrdiff_t ld_add, int add_after, float *y, int N, int H, int W, int C, int O, int pad,
-                             int reflect, int act, int threads) {
-  if (sgemm == NULL) return -1;
+int zoo_winograd_conv3x3_f32(const float *x, ptrdiff_t ldx, const float *u, const float *packed, const float *bias,
+                             const float *add, ptrdiff_t ld_add, int add_after, float *y, int N, int H, int W, int C,
+                             int O, int pad, int reflect, int act, int threads) {
+  packed = usable(packed);
+  if ((sgemm == NULL || u == NULL) && packed == NULL) return -1;
   const int OH = H + 2 * pad - 2, OW = W + 2 * pad - 2, tile_rows = (OH + 1) / 2, tile_cols = (OW + 1) / 2;
   const ptrdiff_t tiles = (ptrdiff_t)N * tile_rows * tile_cols;
   float *v = (float *)malloc(sizeof(float) * 16 * (size_t)tiles * C);
@@ -1191,9 +1441,14 @@ int zoo_winograd_conv3x3_f32(const float *x, ptrdiff_t ldx, const float *u, cons
   }
   winograd_in_args in = {x, v, zeros, tiles, ldx, H, W, C, pad, reflect, tile_rows, tile_cols};
   parallel_for(winograd_input_tiles, &in, tiles, tiles * C < UNARY_GRAIN ? 1 : threads);
-  winograd_products_args products = {v, u, m, tiles, C, O};
+  const ptrdiff_t chunks = (tiles + WINOGRAD_CHUNK - 1) / WINOGRAD_CHUNK;
+  winograd_products_args products = {v, u, packed, m, tiles, chunks, C, O};
   /* products OpenBLAS would run on one thread anyway (m*n*k up to 2^18) in a row on this one */
-  parallel_products(winograd_products, &products, 16, (double)tiles * C * O <= (1 << 18) ? 1 : threads);
+  const int product_threads = (double)tiles * C * O <= (1 << 18) ? 1 : threads;
+  if (packed != NULL)
+    parallel_for(winograd_packed_products, &products, 16 * chunks, product_threads);
+  else
+    parallel_products(winograd_products, &products, 16, product_threads);
   /* half tiles (odd maps) are the last row and column of tiles: done by one thread, with its spares */
   const ptrdiff_t whole = (OH % 2 || OW % 2) ? 0 : tiles;
   const size_t width = (size_t)(C > O ? C : O);
