@@ -9,7 +9,8 @@ run of a page proves its examples can be run again: each command then succeeds o
 ``error:`` line that names ``--overwrite``/``--resume``, and a refused command changes no file.
 
 ``python -m zoo.run``/``zoo.validate`` commands run in-process; other ``python`` commands (the
-benchmarks/ scripts, ``python -c``) run as child processes of this interpreter in the page's folder,
+benchmarks/ scripts, ``python -c``, any command under ``nice`` or ``/usr/bin/time``, or setting an
+``MLX_*`` variable MLX reads as it starts) run as child processes of this interpreter in the page's folder,
 which links benchmarks/ and holds tests/any_models.py; ``python -m pytest tests/...`` (the project's
 own tests, never tests/docs) runs in the repository's root. A command continues on the next line
 while a quote is open (``python -c "..."`` over several lines).
@@ -50,7 +51,7 @@ FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+-]*)")
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(.*?)\s*-->")
 GPU_MARK = re.compile(r"<!--\s*gpu\s*-->")
 SHELL_TAGS = {"bash", "sh", "shell", "console", "zsh"}
-COMMAND = re.compile(r"^(\w+=\S*\s+)*(nice\s+)?(python3?|pip|ray|zoo-run|zoo-validate)\s")
+COMMAND = re.compile(r"^(\w+=\S*\s+)*(nice\s+|/usr/bin/time(\s+-\w+)*\s+)?(python3?|pip|ray|zoo-run|zoo-validate)\s")
 
 
 @dataclass
@@ -332,7 +333,12 @@ def run_command(command: str, monkeypatch) -> tuple[int, str]:
 def run_child(words: list[str]) -> tuple[int, str]:
     """A ``python`` command other than the entry points, in a child process of this interpreter: in the
     page's folder, or in the repository's root for the project's own tests (``python -m pytest tests/...``)."""
-    program = words[1:] if words[:1] == ["nice"] else words
+    program = words
+    while program[:1] == ["nice"] or program[:1] == ["/usr/bin/time"]:  # with its options (-v)
+        program = program[1:]
+        while program and program[0].startswith("-"):
+            program = program[1:]
+    prefix = words[:len(words) - len(program)]
     if not program or program[0] not in ("python", "python3"):
         pytest.fail(f"cannot run {shlex.join(words)!r}: run it here, or mark its block <!-- not-run: REASON -->")
     argv, cwd = [sys.executable, *program[1:]], None
@@ -343,9 +349,12 @@ def run_child(words: list[str]) -> tuple[int, str]:
             f"{shlex.join(words)!r}: a page runs files of tests/ (never tests/docs or tests/gpu/test_docs_gpu.py, " \
             "which run the pages)"
         cwd = ROOT
-    done = subprocess.run(["nice", *argv] if words[:1] == ["nice"] else argv, cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
-    return done.returncode, done.stdout + done.stderr
+    done = subprocess.run([*prefix, *argv], cwd=cwd, capture_output=True, text=True, timeout=600)
+    printed = done.stdout + done.stderr
+    if "/usr/bin/time" in prefix:  # its report follows what the command printed
+        printed = re.split(r"^(?:Command exited with non-zero status \d+$|\tCommand being timed:)", printed, maxsplit=1,
+                           flags=re.M)[0]
+    return done.returncode, printed
 
 
 def files(folder: Path) -> dict[str, int]:
