@@ -839,3 +839,41 @@ def test_a_forked_child_runs_the_c_routines_on_workers_of_its_own():
     os.close(write)
     _, status = os.waitpid(child, 0)
     assert os.read(read, 1) == b"1" and os.WEXITSTATUS(status) == 0
+
+
+@pytest.mark.parametrize("chosen,level", [("halves", 1), ("off", 0)])
+def test_zoo_packed_chooses_the_form_of_an_avx2_cpu_or_none(chosen, level):
+    """ZOO_PACKED=halves runs the packed products as an AVX2 CPU does (half a panel at a time, 12
+    registers of sums), ZOO_PACKED=off leaves them to OpenBLAS; either way the convolutions give
+    OpenBLAS's result (the form is chosen once per process: a child process of its own)."""
+    import os
+    import subprocess
+
+    if not _packs():
+        assert cpu.pack(mx.zeros((8, 1, 1, 8))) is None
+        return
+    script = """
+import math, sys
+import numpy as np
+import zoo, mlx.core as mx
+from zoo.kernels import cpu
+assert cpu._library().zoo_packs() == int(sys.argv[1])
+rng = np.random.default_rng(49)
+for n, h, w, c, o, k, stride in [(1, 7, 7, 64, 80, 1, 1), (1, 14, 14, 48, 40, 1, 1), (2, 9, 11, 32, 16, 3, 2),
+                                 (1, 48, 50, 20, 70, 1, 1)]:
+    x = mx.array(rng.standard_normal((n, h, w, c)).astype(np.float32))
+    weight = mx.array((rng.standard_normal((o, k, k, c)) / math.sqrt(k * k * c)).astype(np.float32))
+    bias = mx.array(rng.standard_normal(o).astype(np.float32))
+    packed = cpu.pack(weight)
+    assert (packed is None) == (sys.argv[1] == "0")
+    got = cpu.conv2d(x, weight, bias, stride, k // 2, activation="relu", packed=packed)
+    want = cpu.conv2d(x, weight, bias, stride, k // 2, activation="relu")
+    assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item(), (n, h, w, c, o, k)
+    if packed is not None:  # the products are the packed weight's
+        zero = cpu.conv2d(x, weight, bias, stride, k // 2, packed=np.zeros_like(packed))
+        assert mx.array_equal(zero, mx.broadcast_to(bias, zero.shape)).item()
+print("ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script, str(level)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ZOO_PACKED": chosen})
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr

@@ -749,22 +749,30 @@ static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t r
  * registers AVX-512 gives; 8-float vectors: on an AMD EPYC (Zen 4) as fast as 16-float ones). On that
  * 2-core host, one thread, ResNet-50's 1x1 products ran at ~110 GFLOP/s against OpenBLAS's 64-104
  * (49 x 2048 -> 512: 0.92 against 1.60 ms; 784 x 512 -> 128: 0.90 against 1.01 ms). With 16 vector
- * registers (AVX2) the block spilled (60 GFLOP/s): there, and without AVX-512, OpenBLAS keeps them. */
+ * registers (AVX2) the block takes half a panel at a time (12 registers of sums): with every library
+ * held to AVX2 on that host, ResNet-50 took 56.4 against 67.5 ms with OpenBLAS's Haswell kernels,
+ * YOLOv8n 79.8 against 95.5 (docs/speed-cpu.md). Without AVX2, OpenBLAS keeps the products. */
 #define PANEL 32
 #define PACKED_ROWS 6
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-#define PACKED_TARGET __attribute__((target("arch=x86-64-v4")))
 #define PACKED_FORM 1
+#define PACKED_WIDE __attribute__((target("arch=x86-64-v4")))
+#define PACKED_HALVES __attribute__((target("arch=x86-64-v3")))
 #else
-#define PACKED_TARGET
 #define PACKED_FORM 0
+#define PACKED_WIDE
+#define PACKED_HALVES
 #endif
 
-/* Whether this CPU takes the packed products (else the callers pass no packed weight) */
+/* Whether this CPU takes the packed products (else the callers pass no packed weight): 2 with AVX-512
+ * (whole panels), 1 with AVX2 and FMA (half panels), 0; ZOO_PACKED=off says 0 (OpenBLAS multiplies),
+ * ZOO_PACKED=halves at most 1 (an AVX2 CPU's form, to compare) */
 int zoo_packs(void) {
 #if PACKED_FORM
+  const char *chosen = getenv("ZOO_PACKED");
   __builtin_cpu_init();
-  return __builtin_cpu_supports("x86-64-v4");
+  if ((chosen != NULL && strcmp(chosen, "off") == 0) || !__builtin_cpu_supports("x86-64-v3")) return 0;
+  return __builtin_cpu_supports("x86-64-v4") && !(chosen != NULL && strcmp(chosen, "halves") == 0) ? 2 : 1;
 #else
   return 0;
 #endif
@@ -772,11 +780,13 @@ int zoo_packs(void) {
 
 /* ``packed``, or NULL where this CPU cannot run the packed products (a packed form that came from
  * another host: its products go to sgemm instead) */
-static const float *usable(const float *packed) {
-  static atomic_int packs = -1;
-  if (packed != NULL && atomic_load(&packs) < 0) atomic_store(&packs, zoo_packs());
-  return packed != NULL && atomic_load(&packs) ? packed : NULL;
+static int packed_level(void) {
+  static atomic_int level = -1;
+  if (atomic_load(&level) < 0) atomic_store(&level, zoo_packs());
+  return atomic_load(&level);
 }
+
+static const float *usable(const float *packed) { return packed != NULL && packed_level() ? packed : NULL; }
 
 /* Floats of the packed form of ``batch`` matrices of N output channels by K */
 ptrdiff_t zoo_packed_floats(int batch, int N, int K) {
@@ -827,22 +837,23 @@ __attribute__((always_inline)) static inline void packed_block(int rows, int vec
 }
 
 /* packed_block with rows and vectors as constants: one unrolled block for each */
-#define PACKED_BLOCKS(vectors)                                                                 \
+#define PACKED_BLOCKS(vectors, panel, block)                                                   \
   switch (rows) {                                                                              \
-  case 6: packed_block(6, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
-  case 5: packed_block(5, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
-  case 4: packed_block(4, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
-  case 3: packed_block(3, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
-  case 2: packed_block(2, vectors, x, lda, panels, K, block, ld, accumulate); break;           \
-  default: packed_block(1, vectors, x, lda, panels, K, block, ld, accumulate); break;          \
+  case 6: packed_block(6, vectors, x, lda, panel, K, block, ld, accumulate); break;            \
+  case 5: packed_block(5, vectors, x, lda, panel, K, block, ld, accumulate); break;            \
+  case 4: packed_block(4, vectors, x, lda, panel, K, block, ld, accumulate); break;            \
+  case 3: packed_block(3, vectors, x, lda, panel, K, block, ld, accumulate); break;            \
+  case 2: packed_block(2, vectors, x, lda, panel, K, block, ld, accumulate); break;            \
+  default: packed_block(1, vectors, x, lda, panel, K, block, ld, accumulate); break;           \
   }
 
 /* c (M, cols; ldc) = (accumulate ? c : 0) + a (M, K; lda) times ``cols`` columns of a packed weight from
  * ``panels`` (its first panel, at the first of the K rows to use), ``panel_step`` floats from panel to
  * panel. A last panel of fewer than PANEL columns sums only its first half where the rest is padding
  * (YOLO's 80 classes: 2.5 panels), and goes through a scratch block where it is not a whole half. */
-PACKED_TARGET static void packed_product(const float *a, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K, const float *panels,
-                                         ptrdiff_t panel_step, ptrdiff_t cols, float *c, ptrdiff_t ldc, int accumulate) {
+__attribute__((always_inline)) static inline void packed_panels(int wide, const float *a, ptrdiff_t lda, ptrdiff_t M,
+                                                                ptrdiff_t K, const float *panels, ptrdiff_t panel_step,
+                                                                ptrdiff_t cols, float *c, ptrdiff_t ldc, int accumulate) {
   float scratch[PACKED_ROWS * PANEL];
   for (ptrdiff_t col = 0; col < cols; col += PANEL, panels += panel_step) {
     const ptrdiff_t width = cols - col < PANEL ? cols - col : PANEL;
@@ -856,14 +867,35 @@ PACKED_TARGET static void packed_product(const float *a, ptrdiff_t lda, ptrdiff_
         block = scratch, ld = PANEL;
         for (int r = 0; accumulate && r < rows; ++r) memcpy(scratch + r * PANEL, out + r * ldc, sizeof(float) * width);
       }
-      if (width <= PANEL / 2)
-        PACKED_BLOCKS(PANEL / 16)
-      else
-        PACKED_BLOCKS(PANEL / 8)
+      if (wide && width > PANEL / 2)
+        PACKED_BLOCKS(PANEL / 8, panels, block)
+      else { /* a half panel, or (AVX2: 16 vector registers) each half in turn */
+        PACKED_BLOCKS(PANEL / 16, panels, block)
+        if (width > PANEL / 2) PACKED_BLOCKS(PANEL / 16, panels + PANEL / 2, block + PANEL / 2)
+      }
       if (narrow)
         for (int r = 0; r < rows; ++r) memcpy(out + r * ldc, scratch + r * PANEL, sizeof(float) * width);
     }
   }
+}
+
+PACKED_WIDE static void packed_product_wide(const float *a, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K,
+                                            const float *panels, ptrdiff_t panel_step, ptrdiff_t cols, float *c,
+                                            ptrdiff_t ldc, int accumulate) {
+  packed_panels(1, a, lda, M, K, panels, panel_step, cols, c, ldc, accumulate);
+}
+
+PACKED_HALVES static void packed_product_halves(const float *a, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K,
+                                                const float *panels, ptrdiff_t panel_step, ptrdiff_t cols, float *c,
+                                                ptrdiff_t ldc, int accumulate) {
+  packed_panels(0, a, lda, M, K, panels, panel_step, cols, c, ldc, accumulate);
+}
+
+/* The form for this CPU (callers run it only where usable() let a packed weight through) */
+static void packed_product(const float *a, ptrdiff_t lda, ptrdiff_t M, ptrdiff_t K, const float *panels,
+                           ptrdiff_t panel_step, ptrdiff_t cols, float *c, ptrdiff_t ldc, int accumulate) {
+  (packed_level() == 2 ? packed_product_wide : packed_product_halves)(a, lda, M, K, panels, panel_step, cols, c, ldc,
+                                                                     accumulate);
 }
 
 /* Patch-matrix floats per chunk (16 MiB): LaMa's 32x32 maps in one sgemm (splitting it costs
