@@ -750,8 +750,8 @@ static void initial_c(float *y, const float *bias, const float *add, ptrdiff_t r
  * 2-core host, one thread, ResNet-50's 1x1 products ran at ~110 GFLOP/s against OpenBLAS's 64-104
  * (49 x 2048 -> 512: 0.92 against 1.60 ms; 784 x 512 -> 128: 0.90 against 1.01 ms). With 16 vector
  * registers (AVX2) the block takes half a panel at a time (12 registers of sums): with every library
- * held to AVX2 on that host, ResNet-50 took 56.4 against 67.5 ms with OpenBLAS's Haswell kernels,
- * YOLOv8n 79.8 against 95.5 (docs/speed-cpu.md). Without AVX2, OpenBLAS keeps the products. */
+ * held to AVX2 on that host, ResNet-50 took 52.8 against 63.0 ms with OpenBLAS's Haswell kernels,
+ * YOLOv8n 76.3 against 111.3 (docs/speed-cpu.md). Without AVX2, OpenBLAS keeps the products. */
 #define PANEL 32
 #define PACKED_ROWS 6
 #if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
@@ -778,14 +778,15 @@ int zoo_packs(void) {
 #endif
 }
 
-/* ``packed``, or NULL where this CPU cannot run the packed products (a packed form that came from
- * another host: its products go to sgemm instead) */
+/* zoo_packs, asked once */
 static int packed_level(void) {
   static atomic_int level = -1;
   if (atomic_load(&level) < 0) atomic_store(&level, zoo_packs());
   return atomic_load(&level);
 }
 
+/* ``packed``, or NULL where this CPU cannot run the packed products (a packed form that came from
+ * another host, or ZOO_PACKED=off: its products go to sgemm instead) */
 static const float *usable(const float *packed) { return packed != NULL && packed_level() ? packed : NULL; }
 
 /* Floats of the packed form of ``batch`` matrices of N output channels by K */
