@@ -74,15 +74,18 @@ X86_64_V4 = X86_64_V3 | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512v
 @linux_only
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="the C forms' clones are x86-64 levels")
 def test_import_logs_the_blas_and_the_cpu_forms_in_use():
-    """`import zoo` says at debug level which BLAS MLX calls and which clone of the C forms this CPU takes."""
+    """`import zoo` says at debug level which BLAS MLX calls, which clone of the C forms this CPU takes and
+    whose products the convolutions' packed weights take."""
     flags = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split(":")[1].split())
     level = "avx512" if X86_64_V4 <= flags else "avx2" if X86_64_V3 <= flags else "generic"
     out = subprocess.run([sys.executable, "-c", "import logging; logging.basicConfig(level=logging.DEBUG); import zoo"],
                          capture_output=True, text=True, check=True)
     lines = [line for line in out.stderr.splitlines() if line.startswith("DEBUG:zoo:CPU: ")]
     assert len(lines) == 1, out.stderr
+    products = {"avx512": r"zoo's, whole panels \(AVX-512\)", "avx2": r"zoo's, half panels \(AVX2\)",
+                "generic": "OpenBLAS's"}[level]
     assert re.fullmatch(r"DEBUG:zoo:CPU: BLAS OpenBLAS .+ \(scipy-openblas32\), \w+ kernels, \d+ threads; "
-                        rf"C forms {level} \(.+\)", lines[0]), lines[0]
+                        rf"C forms {level} \(.+\), weight products {products}", lines[0]), lines[0]
 
 
 IDLE_CPU_AFTER_GEMM = """

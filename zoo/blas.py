@@ -126,18 +126,23 @@ def _bind_openblas() -> None:
         _state.update(blas=f"OpenBLAS {scipy_openblas32.__version__} (scipy-openblas32)", reason="")
 
 
+# what zoo_packs says: the form of the products of packed weights (zoo.kernels.cpu.pack)
+PACKED_FORMS = {0: "OpenBLAS's", 1: "zoo's, half panels (AVX2)", 2: "zoo's, whole panels (AVX-512)"}
+
+
 def cpu_forms() -> str | None:
     """Which clone of zoo/native/cpu_ops' routines this CPU takes, e.g. "avx512 (x86-64-v4)", "avx2
-    (x86-64-v3)", "generic (x86-64)"; None where the library was not compiled."""
+    (x86-64-v3)", "generic (x86-64)", and whose products the convolutions' weights take
+    (PACKED_FORMS); None where the library was not compiled."""
     spec = importlib.util.find_spec("zoo.native.cpu_ops")
     if spec is None or not spec.origin:
         return None
     try:
-        forms = ctypes.CDLL(spec.origin).zoo_cpu_forms
-    except (OSError, AttributeError):
+        library = ctypes.CDLL(spec.origin)
+    except OSError:
         return None
-    forms.restype = ctypes.c_char_p
-    return forms().decode()
+    library.zoo_cpu_forms.restype = ctypes.c_char_p
+    return f"{library.zoo_cpu_forms().decode()}, weight products {PACKED_FORMS[library.zoo_packs()]}"
 
 
 def describe() -> str:
