@@ -254,13 +254,16 @@ class Conv2d(nn.Conv2d):
         return kept(self, "_batch_norm_forms", (self, bn),
                     lambda: self.forms(*(a.astype(self.weight.dtype) for a in fold_batch_norm(self, bn))))
 
+    def plain(self) -> bool:
+        """Groups 1, stride 1, no padding, no dilation."""
+        return self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0)) \
+            and _no_dilation(self.dilation)
+
     def few_outputs(self, weight: mx.array) -> bool:
         """Whether this convolution with ``weight`` takes zoo.kernels.cpu.conv2d_few_outputs (larger than
         1x1, plain, into at most an eighth of its input channels: LaMa's last convolution)."""
         cout, kh, kw, cin = weight.shape
-        plain = self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0)) \
-            and _no_dilation(self.dilation)
-        return plain and (kh, kw) != (1, 1) and cout * 8 <= cin
+        return self.plain() and (kh, kw) != (1, 1) and cout * 8 <= cin
 
     def forms(self, weight: mx.array, bias: mx.array | None) -> dict[str, mx.array | None]:
         """{weight, bias} and, where this convolution runs as Winograd's form on the CPU
@@ -312,8 +315,7 @@ class Conv2d(nn.Conv2d):
             return cpu_ops.depthwise_conv2d(x, weight, self.stride, self.padding, bias, activation)
         if few_outputs:
             return cpu_ops.conv2d_few_outputs(x, weight, bias, activation)
-        if kh == kw == 1 and self.groups == 1 and self.stride in (1, (1, 1)) and self.padding in (0, (0, 0)) \
-                and _no_dilation(self.dilation):
+        if self.plain() and kh == kw == 1:
             y = cpu_ops.pointwise_conv2d(x, weight)
         else:
             coverage.note("conv2d (dilated)" if not _no_dilation(self.dilation) else

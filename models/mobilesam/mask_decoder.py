@@ -242,12 +242,8 @@ class MaskDecoder(nn.Module):
         # the hypernetwork outputs as a contiguous (B, C', tokens) operand: MLX's CPU product with the
         # transposed view took 4x the time (2026-11-29)
         hyper_in = mx.contiguous(hyper_in[:, selected].transpose(0, 2, 1))
-        if cpu_ops.on_cpu():  # C products tiled over our threads: MLX's let OpenBLAS wait for its sleeping thread
-            masks = mx.concatenate([cpu_ops.batched_matmul(upscaled[i].reshape(uh * uw, uc), hyper_in[i:i + 1])
-                                    for i in range(b)])
-        else:
-            masks = upscaled.reshape(b, uh * uw, uc) @ hyper_in
-        masks = masks.reshape(b, uh, uw, -1)
+        # on the CPU, C products tiled over our threads (MLX's let OpenBLAS wait for its sleeping thread)
+        masks = cpu_ops.batched_matmul(upscaled.reshape(b, uh * uw, uc), hyper_in).reshape(b, uh, uw, -1)
         return masks, iou_pred
 
     def head_layers(self) -> list[Linear]:

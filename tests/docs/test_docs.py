@@ -18,8 +18,9 @@ while a quote is open (``python -c "..."`` over several lines).
 A block that cannot run here says why in an HTML comment on the line before it
 (``<!-- not-run: needs a cluster -->``); the test lists those. A block that needs an MLX GPU says
 ``<!-- gpu -->``: here it is listed, and tests/gpu/test_docs_gpu.py runs it, as written, twice, on a
-machine with a GPU (with ``../shared`` beside the clone where it names the PyTorch peers). Commands that start Ray (``--ray``, ``ray_*.py``,
-``import ray``) run in the ``ray``-marked test (``pytest -m ray``), in the same order.
+machine with a GPU (with ``../shared`` beside the clone where it names the PyTorch peers). Commands that
+start Ray (``--ray``, ``ray_*.py``, ``import ray``) run in the ``ray``-marked test (``pytest -m ray``), in
+the same order.
 """
 from __future__ import annotations
 

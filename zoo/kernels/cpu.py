@@ -147,8 +147,9 @@ def _host(x: mx.array, *outputs: mx.array) -> np.ndarray | None:
     return None if host is None else np.ascontiguousarray(host)
 
 
-def _ptr(a: np.ndarray):
-    return a.ctypes.data_as(_PTR)
+def _ptr(a: np.ndarray | None):
+    """a's buffer as a float pointer for the C routines; None (NULL: the routine's "none") for None."""
+    return None if a is None else a.ctypes.data_as(_PTR)
 
 
 # Outputs up to this size are copied from a read-only private anonymous mapping: its pages are all
@@ -254,7 +255,7 @@ def softmax(x: mx.array, scale: float = 1.0, bias: mx.array | None = None) -> mx
         scores = x.astype(mx.float32) * scale if scale != 1.0 else x
         return mx.softmax(scores if bias is None else scores + bias, axis=-1, precise=True).astype(x.dtype)
     cols = host.shape[-1]
-    lib.zoo_softmax_f32(_ptr(host), None if b is None else _ptr(b), 0 if b is None else b.size // cols, scale,
+    lib.zoo_softmax_f32(_ptr(host), _ptr(b), 0 if b is None else b.size // cols, scale,
                         _ptr(_view(out)), host.size // cols, cols, _threads())
     return _like(out, x)
 
@@ -391,7 +392,7 @@ def _attention_call(lib, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: mx.a
     and out in floats; False where it could not run (the caller falls back)."""
     bias = _host(mask) if mask is not None else None
     return lib.zoo_attention_f32(
-        _ptr(q), _ptr(k), _ptr(v), None if bias is None else _ptr(bias), 0 if bias is None else bias.size // (nq * nk),
+        _ptr(q), _ptr(k), _ptr(v), _ptr(bias), 0 if bias is None else bias.size // (nq * nk),
         scale, _ptr(_view(out)), (ctypes.c_ssize_t * 12)(*strides), batches, heads, nq, nk, d, dv, _threads()) == 0
 
 
@@ -441,7 +442,7 @@ def depthwise_conv2d(x: mx.array, weight: mx.array, stride=1, padding=0, bias: m
     _ran("depthwise conv2d", wt)
     if wt is None:
         return biased_activation(mx.conv2d(x, weight, stride=(sh, sw), padding=(ph, pw), groups=c), bias, activation)
-    lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, c,
+    lib.zoo_depthwise_conv2d_f32(_ptr(host), _ptr(wt), _ptr(b), _ptr(_view(out)), n, h, w, c,
                                  kh, kw, sh, ph, pw, oh, ow, ACTIVATIONS[activation][0], _threads())
     return _like(out, x)
 
@@ -482,10 +483,9 @@ def pointwise_parts(parts, offsets, weight: mx.array, bias: mx.array | None = No
     pointers = (ctypes.c_void_p * len(parts))(*(r[0].ctypes.data for r in rows))
     lds, widths, starts = ((ctypes.c_ssize_t * len(parts))(*values) for values in
                            ([r[1] for r in rows], [p.shape[3] for p in parts], offsets))
-    done = lib.zoo_pointwise_parts_f32(pointers, lds, widths, starts, len(parts), _ptr(wt), _packed(packed), wt.shape[-1],
-                                       None if b is None else _ptr(b), None if add is None else _ptr(add),
-                                       int(add is not None), _ptr(_view(out)), n, h, w, weight.shape[0],
-                                       ACTIVATIONS[activation][0], _threads()) == 0
+    done = lib.zoo_pointwise_parts_f32(pointers, lds, widths, starts, len(parts), _ptr(wt), _ptr(packed), wt.shape[-1],
+                                       _ptr(b), _ptr(add), int(add is not None), _ptr(_view(out)), n, h, w,
+                                       weight.shape[0], ACTIVATIONS[activation][0], _threads()) == 0
     _ran("conv2d 1x1 of a concatenation (parts)", done)
     return _like(out, parts[0]) if done else None
 
@@ -551,9 +551,8 @@ def conv2d(x: mx.array, weight: mx.array, bias: mx.array | None = None, stride=1
     b = _host(bias) if wt is not None and bias is not None else None
     add = _host(residual) if wt is not None and residual is not None else None
     done = wt is not None and lib.zoo_conv2d_f32(
-        _ptr(host), _ptr(wt), _packed(packed), None if b is None else _ptr(b), None if add is None else _ptr(add),
-        _ptr(_view(out)), n,
-        h, w, ci, co, kh, kw, sh, ph, pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads()) == 0
+        _ptr(host), _ptr(wt), _ptr(packed), _ptr(b), _ptr(add), _ptr(_view(out)), n, h, w, ci, co, kh, kw, sh, ph,
+        pw, int(reflect), oh, ow, ACTIVATIONS[activation][0], _threads()) == 0
     _ran(op, done)
     if not done:  # MLX's (a trace, another device), or no OpenBLAS to call, or no memory for the patch rows
         y = _mlx_conv2d(x, weight, bias, (sh, sw), (ph, pw), reflect)
@@ -605,7 +604,7 @@ def pack(weight: mx.array) -> np.ndarray | None:
     """A convolution's weight (O, KH, KW, I), or a Linear's (O, I), packed for the C library's own
     products (zoo_pack_f32: panels of output channels, each read in order by a block of sums held in
     registers; packed once, as OpenBLAS packs both matrices at every call): float32, on hosts whose
-    CPU takes them (AVX-512: zoo_packs), outside traces; else None (the products stay OpenBLAS's)."""
+    CPU takes them (AVX-512 or AVX2: zoo_packs), outside traces; else None (the products stay OpenBLAS's)."""
     o = weight.shape[0]
     k = int(np.prod(weight.shape[1:]))
     return _pack(weight, 1, 0, k, 1, o, k)
@@ -628,24 +627,20 @@ def _pack(weight: mx.array, batch: int, batch_step: int, n_step: int, k_step: in
     return packed
 
 
-def _packed(packed: np.ndarray | None):
-    return None if packed is None else _ptr(packed)
-
 
 def winograd_conv3x3(x: mx.array, u: mx.array | None, bias: mx.array | None, padding: int, reflect: bool = False,
                      activation: str | None = None, *, residual: mx.array | None = None,
                      skip: mx.array | None = None, packed: np.ndarray | None = None,
                      outputs: int | None = None) -> mx.array | None:
     """activation(conv3x3(x) + bias + residual) + skip, stride 1, as Winograd F(2x2, 3x3) in C
-    (zoo.kernels.winograd has the maths): the input transform, 16 OpenBLAS sgemm with ``u``
-    (winograd.transform_weight: (16, C_in, C_out); one product per thread, each on one OpenBLAS
-    thread), the output transform with the bias, the residual, the activation and the skip (each
-    an array of the output's shape, or None: one of them; YOLO's Bottleneck adds its input after
-    the SiLU); zero or (``reflect``) torch's reflect padding of 0 or 1. x and the skip are read
-    where they lie where their pixels are evenly strided (C2f's halves); ``packed``: u's
-    ``pack_winograd`` (the products then the C library's own), or None; u may be None where packed
-    is given, with ``outputs`` its C_out. None where it cannot run (no OpenBLAS, no memory, a trace):
-    the caller runs its other form."""
+    (zoo.kernels.winograd has the maths): the input transform, 16 products with ``u``
+    (winograd.transform_weight: (16, C_in, C_out); OpenBLAS sgemm, one product per thread, each on one
+    OpenBLAS thread; or the C library's own with ``packed``, u's ``pack_winograd``, where u may be None
+    and ``outputs`` is its C_out), the output transform with the bias, the residual, the activation
+    and the skip (each an array of the output's shape, or None: one of them; YOLO's Bottleneck adds
+    its input after the SiLU); zero or (``reflect``) torch's reflect padding of 0 or 1. x and the skip
+    are read where they lie where their pixels are evenly strided (C2f's halves). None where it cannot
+    run (no OpenBLAS, no memory, a trace): the caller runs its other form."""
     if residual is not None and skip is not None:
         raise ValueError("winograd_conv3x3: a residual or a skip, not both")
     n, h, w, c = x.shape
@@ -663,10 +658,8 @@ def winograd_conv3x3(x: mx.array, u: mx.array | None, bias: mx.array | None, pad
     if rows is None or (ut is None and packed is None) or (add is not None and added is None):
         return None
     (host, ldx), (add_host, ld_add) = rows, added or (None, 0)
-    done = lib.zoo_winograd_conv3x3_f32(_ptr(host), ldx, None if ut is None else _ptr(ut), _packed(packed),
-                                        None if b is None else _ptr(b),
-                                        None if add_host is None else _ptr(add_host), ld_add, int(skip is not None),
-                                        _ptr(_view(out)), n, h, w, c, o, padding, int(reflect),
+    done = lib.zoo_winograd_conv3x3_f32(_ptr(host), ldx, _ptr(ut), _ptr(packed), _ptr(b), _ptr(add_host), ld_add,
+                                        int(skip is not None), _ptr(_view(out)), n, h, w, c, o, padding, int(reflect),
                                         ACTIVATIONS[activation][0], _threads())
     _ran("conv2d 3x3 (Winograd)", done == 0)
     return _like(out, x) if done == 0 else None
@@ -684,7 +677,8 @@ LINEAR_MIN_WEIGHT = 1 << 20
 def linear_in_c(x: mx.array, weight: mx.array) -> bool:
     """Whether ``linear`` of x by weight runs in C: on the CPU, from LINEAR_MIN_ELEMENTS inputs or
     LINEAR_MIN_WEIGHT weights."""
-    return _fast_path() and _library() is not None and (x.size >= LINEAR_MIN_ELEMENTS or weight.size >= LINEAR_MIN_WEIGHT)
+    return (_fast_path() and _library() is not None
+            and (x.size >= LINEAR_MIN_ELEMENTS or weight.size >= LINEAR_MIN_WEIGHT))
 
 
 def linear(x: mx.array, weight: mx.array, bias: mx.array | None = None, activation: str | None = None,
@@ -858,7 +852,7 @@ def _tap_sums(taps: mx.array, bias: mx.array | None, size: tuple[int, int], kern
     b = _host(bias) if host is not None and bias is not None else None
     if host is None:
         return None
-    lib.zoo_tap_sum_f32(_ptr(host), None if b is None else _ptr(b), _ptr(_view(out)), n, h, w, co, *kernel, stride,
+    lib.zoo_tap_sum_f32(_ptr(host), _ptr(b), _ptr(_view(out)), n, h, w, co, *kernel, stride,
                         *padding, int(transposed), *size, ACTIVATIONS[activation][0], _threads())
     return out
 

@@ -112,8 +112,8 @@ static void take_blocks(work_t *w) {
 /* Workers that stay: each waits for the work handed to it, yielding its CPU in a loop for up to WORKER_SPIN_NS
  * after its last work and then sleeping. A thread started per parallel_for (until 2026-11-29) cost 20-45 us
  * a call on this 2-core VM, and a forward makes ~100 of them (YOLOv8n 69 C calls, Winograd's three passes
- * in each): with workers that stay, ResNet-50 took 48.7-49.1 against 51.0-51.2 ms, YOLOv8n 66.0-66.6 against
- * 68.0-70.7 (one process, interleaved). The loop yields (sched_yield) rather than spins: a thread that needs
+ * in each): with workers that stay, ResNet-50 took 46.9 against 50.5 ms, YOLOv8n 59.1 against 64.9 (the two
+ * libraries alternated in one process). The loop yields (sched_yield) rather than spins: a thread that needs
  * the CPU (OpenBLAS's, MLX's stream) gets it. */
 #define WORKER_SPIN_NS 1000000
 
@@ -852,9 +852,10 @@ __attribute__((always_inline)) static inline void packed_block(int rows, int vec
  * ``panels`` (its first panel, at the first of the K rows to use), ``panel_step`` floats from panel to
  * panel. A last panel of fewer than PANEL columns sums only its first half where the rest is padding
  * (YOLO's 80 classes: 2.5 panels), and goes through a scratch block where it is not a whole half. */
-__attribute__((always_inline)) static inline void packed_panels(int wide, const float *a, ptrdiff_t lda, ptrdiff_t M,
-                                                                ptrdiff_t K, const float *panels, ptrdiff_t panel_step,
-                                                                ptrdiff_t cols, float *c, ptrdiff_t ldc, int accumulate) {
+__attribute__((always_inline)) static inline void packed_panels(int wide, const float *a, ptrdiff_t lda,
+                                                                ptrdiff_t M, ptrdiff_t K, const float *panels,
+                                                                ptrdiff_t panel_step, ptrdiff_t cols, float *c,
+                                                                ptrdiff_t ldc, int accumulate) {
   float scratch[PACKED_ROWS * PANEL];
   for (ptrdiff_t col = 0; col < cols; col += PANEL, panels += panel_step) {
     const ptrdiff_t width = cols - col < PANEL ? cols - col : PANEL;
@@ -1086,6 +1087,15 @@ static void pointwise_product(pointwise_args *args, int threads) {
     parallel_products(pointwise_tiles, args, row_tiles * args->col_tiles, threads);
 }
 
+/* y (rows, O) = act(x (rows, width) w^T + bias + add), w (O, width) or ``packed``: pointwise_product of one
+ * part read in place (a 1x1 convolution's pixels, or a chunk of patch rows) */
+static void rows_product(const float *x, ptrdiff_t rows, ptrdiff_t width, const float *w, const float *packed,
+                         const float *bias, const float *add, float *y, int O, int act, int threads) {
+  pointwise_args args = {{x}, {width}, {width}, {0}, 1, w, bias, add, packed, 0, 1, rows, width, y, rows, O, 0, 0, 0,
+                         act};
+  pointwise_product(&args, threads);
+}
+
 /* y (N, H, W, O) = act(concat(parts) w^T + bias + add): a 1x1 convolution of a channel concatenation
  * of ``parts`` maps read where they lie (pointwise_args: xs, lds, widths, offsets into w (O, w_ld), which
  * ``packed`` holds packed, or NULL);
@@ -1143,9 +1153,7 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *packed, const fl
   if (sgemm == NULL && packed == NULL) return -1;
   const int pointwise = KH == 1 && KW == 1 && stride == 1 && pad_top == 0 && pad_left == 0 && OH == H && OW == W;
   if (pointwise && (pixels >= POINTWISE_MIN_ROWS || packed != NULL)) {
-    pointwise_args args = {{x}, {width}, {width}, {0}, 1, w, bias, add, packed, 0, H, W, width, y, pixels, O, 0, 0, 0,
-                           act};
-    pointwise_product(&args, threads);
+    rows_product(x, pixels, width, w, packed, bias, add, y, O, act, threads);
     return 0;
   }
   ptrdiff_t chunk = PATCH_CHUNK_FLOATS / (width > O ? width : O);
@@ -1163,9 +1171,8 @@ int zoo_conv2d_f32(const float *x, const float *w, const float *packed, const fl
     }
     float *out = y + (size_t)first * O;
     if (packed != NULL) { /* the chunk's patch rows as a 1x1 convolution's input */
-      pointwise_args args = {{patches}, {width}, {width}, {0}, 1, w, bias, add == NULL ? NULL : add + (size_t)first * O,
-                             packed, 0, 1, rows, width, out, rows, O, 0, 0, 0, act};
-      pointwise_product(&args, threads);
+      rows_product(patches, rows, width, w, packed, bias, add == NULL ? NULL : add + (size_t)first * O, out, O, act,
+                   threads);
       continue;
     }
     const int initial = bias != NULL || add != NULL;
@@ -1456,7 +1463,8 @@ static void winograd_packed_products(const void *p, ptrdiff_t b, ptrdiff_t e) {
 
 /* y (N, OH, OW, O) = act(conv3x3(x (N, H, W, C), g) + bias + add), or with add_after act(...) + add (YOLO's
  * Bottleneck adds its input after the SiLU), stride 1, padding pad (0 or 1; zero or reflect), from
- * u = G g G^T laid out (16, C, O) and/or the same packed (either NULL); x's pixels ldx floats apart, add's ld_add (add NULL: none).
+ * u = G g G^T laid out (16, C, O) and/or the same packed (either NULL); x's pixels ldx floats apart, add's
+ * ld_add (add NULL: none).
  * Returns 0, or -1 when no sgemm was given or memory ran out (nothing written: the caller falls back). */
 int zoo_winograd_conv3x3_f32(const float *x, ptrdiff_t ldx, const float *u, const float *packed, const float *bias,
                              const float *add, ptrdiff_t ld_add, int add_after, float *y, int N, int H, int W, int C,
