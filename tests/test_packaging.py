@@ -1,5 +1,6 @@
 """Every package folder is installed under the single import root `zoo`."""
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -62,3 +63,13 @@ def test_dependency_rules(folder, forbidden, exempt):
             continue
         for module in imported_modules(path):
             assert not module.startswith(forbidden), f"{path.relative_to(ROOT)} imports {module}"
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    """README's test block is the one block the docs test cannot run (it is the suite): CI runs it, so
+    .ci/run must hold its line exactly."""
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"Run the tests[^\n]*\n\n<!-- not-run:[^\n]*-->\n```bash\n(.*?)\n```", readme, re.S)
+    assert block is not None, "README's 'Run the tests' block (after its not-run mark) is gone"
+    command = block.group(1).strip()
+    assert "\n" not in command and command in (ROOT / ".ci" / "run").read_text().splitlines()
