@@ -4,6 +4,7 @@ import math
 import platform
 import re
 import sys
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -12,6 +13,8 @@ import pytest
 
 from zoo.kernels import coverage, cpu
 from zoo.models import layers
+
+ROOT = Path(__file__).parents[1]
 
 pytestmark = pytest.mark.usefixtures("on_cpu")
 
@@ -52,9 +55,7 @@ def test_the_c_activations_are_built_to_vectorise():
     2 cores). The build keeps the flag (a check on the build, not a timing: a timing fails on a
     loaded machine), and the C SiLU still gives SiLU."""
     import tomllib
-    from pathlib import Path
-
-    config = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     modules = {m["name"]: m for m in config["tool"]["setuptools"]["ext-modules"]}
     assert "-fno-trapping-math" in modules["zoo.native.cpu_ops"]["extra-compile-args"]
     x = mx.random.normal((1, 32, 32, 16), key=mx.random.key(0))
@@ -841,21 +842,13 @@ def test_a_forked_child_runs_the_c_routines_on_workers_of_its_own():
     assert os.read(read, 1) == b"1" and os.WEXITSTATUS(status) == 0
 
 
-@pytest.mark.parametrize("chosen,level", [("halves", 1), ("off", 0)])
-def test_zoo_packed_chooses_the_form_of_an_avx2_cpu_or_none(chosen, level):
-    """ZOO_PACKED=halves runs the packed products as an AVX2 CPU does (half a panel at a time, 12
-    registers of sums), ZOO_PACKED=off leaves them to OpenBLAS; either way the convolutions give
-    OpenBLAS's result (the form is chosen once per process: a child process of its own)."""
-    import os
-    import subprocess
-
-    if not _packs():
-        assert cpu.pack(mx.zeros((8, 1, 1, 8))) is None
-        return
-    script = """
+# A child process's check that the packed level is sys.argv[1] and that the convolutions then give OpenBLAS's
+# result (the form is chosen once per process); it prints the debug line's CPU forms, then "ok"
+PACKED_LEVEL_CHECK = """
 import math, sys
 import numpy as np
 import zoo, mlx.core as mx
+from zoo import blas
 from zoo.kernels import cpu
 assert cpu._library().zoo_packs() == int(sys.argv[1])
 rng = np.random.default_rng(49)
@@ -872,8 +865,40 @@ for n, h, w, c, o, k, stride in [(1, 7, 7, 64, 80, 1, 1), (1, 14, 14, 48, 40, 1,
     if packed is not None:  # the products are the packed weight's
         zero = cpu.conv2d(x, weight, bias, stride, k // 2, packed=np.zeros_like(packed))
         assert mx.array_equal(zero, mx.broadcast_to(bias, zero.shape)).item()
+print(blas.cpu_forms())
 print("ok")
 """
-    done = subprocess.run([sys.executable, "-c", script, str(level)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "ZOO_PACKED": chosen})
+
+
+@pytest.mark.parametrize("chosen,level", [("halves", 1), ("off", 0)])
+def test_zoo_packed_chooses_the_form_of_an_avx2_cpu_or_none(chosen, level):
+    """ZOO_PACKED=halves runs the packed products as an AVX2 CPU does (half a panel at a time, 12
+    registers of sums), ZOO_PACKED=off leaves them to OpenBLAS; either way the convolutions give
+    OpenBLAS's result (a child process of its own)."""
+    import os
+    import subprocess
+
+    if not _packs():
+        assert cpu.pack(mx.zeros((8, 1, 1, 8))) is None
+        return
+    done = subprocess.run([sys.executable, "-c", PACKED_LEVEL_CHECK, str(level)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "ZOO_PACKED": chosen})
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+
+
+def test_the_avx2_emulation_runs_a_build_held_to_avx2(tmp_path):
+    """benchmarks/avx2_emulation.py (the stand-in for an AVX2 host in docs/speed-cpu.md) builds the C
+    routines for x86-64-v3 with no clones and runs a script on that build: it says so in the debug line,
+    takes the AVX2 packed form without ZOO_PACKED, and gives OpenBLAS's results."""
+    import subprocess
+
+    if not _packs():  # no AVX2 build to hold it to (not x86-64 with GCC 12, or no AVX2 here)
+        assert cpu._library() is None or cpu._library().zoo_packs() == 0
+        return
+    script = tmp_path / "check.py"
+    script.write_text(PACKED_LEVEL_CHECK)
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "avx2_emulation.py"), str(script), "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
+    assert "avx2 (one level, as compiled), weight products zoo's, half panels (AVX2)" in done.stdout
+    assert "OPENBLAS_CORETYPE=Haswell" in done.stderr and "ATEN_CPU_CAPABILITY=avx2" in done.stderr

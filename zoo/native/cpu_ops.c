@@ -27,7 +27,10 @@
 /* One clone per x86-64 level, so that the AVX2 one also has FMA: "avx2,fma" names two clones
  * (avx2 without FMA was the one taken: GELU 1.6x slower), and "arch=haswell" is taken only on
  * Intel Haswell-family CPUs (__builtin_cpu_is), not on an AMD EPYC. GCC 12 knows the levels. */
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#if defined(ZOO_CLONES) /* given empty on the command line: one build for the level -march names
+                          * (benchmarks/avx2_emulation.py builds an AVX2 one on an AVX-512 host) */
+#define ZOO_ONE_LEVEL 1
+#elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
 #define ZOO_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #elif defined(__x86_64__) && defined(__linux__) && (defined(__GNUC__) || defined(__clang__))
 #define ZOO_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -38,7 +41,13 @@
 /* Which clone of the entry points the loader takes on this CPU, by the test GCC's target_clones
  * resolver makes (zoo.blas logs it at import) */
 const char *zoo_cpu_forms(void) {
-#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#if defined(ZOO_ONE_LEVEL) && defined(__AVX512F__)
+  return "avx512 (one level, as compiled)";
+#elif defined(ZOO_ONE_LEVEL) && defined(__AVX2__)
+  return "avx2 (one level, as compiled)";
+#elif defined(ZOO_ONE_LEVEL)
+  return "generic (one level, as compiled)";
+#elif defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
   __builtin_cpu_init();
   if (__builtin_cpu_supports("x86-64-v4")) return "avx512 (x86-64-v4)";
   if (__builtin_cpu_supports("x86-64-v3")) return "avx2 (x86-64-v3)";
@@ -772,6 +781,9 @@ int zoo_packs(void) {
   const char *chosen = getenv("ZOO_PACKED");
   __builtin_cpu_init();
   if ((chosen != NULL && strcmp(chosen, "off") == 0) || !__builtin_cpu_supports("x86-64-v3")) return 0;
+#if defined(ZOO_ONE_LEVEL) && !defined(__AVX512F__)
+  return 1; /* a build held to AVX2 takes its form wherever it runs */
+#endif
   return __builtin_cpu_supports("x86-64-v4") && !(chosen != NULL && strcmp(chosen, "halves") == 0) ? 2 : 1;
 #else
   return 0;
