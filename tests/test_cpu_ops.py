@@ -54,7 +54,10 @@ def test_the_c_activations_are_built_to_vectorise():
     if-converted): the C SiLU took ~1.7x numpy's time, vectorised ~0.4x (2026-11-27, AMD EPYC,
     2 cores). The build keeps the flag (a check on the build, not a timing: a timing fails on a
     loaded machine), and the C SiLU still gives SiLU."""
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10: the test extra's backport
+        import tomli as tomllib
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     modules = {m["name"]: m for m in config["tool"]["setuptools"]["ext-modules"]}
     assert "-fno-trapping-math" in modules["zoo.native.cpu_ops"]["extra-compile-args"]
