@@ -25,6 +25,15 @@ def synthetic_checkpoint(variant: str, path: Path, seed: int = 0) -> Path:
 # Python source for a child process to report its peak RSS in KB as peak_rss_kb(): its own high-water
 # mark (Linux's VmHWM). ru_maxrss would also count the parent's RSS when it spawned the child: the
 # pytest process's, which by then may hold models of earlier tests.
+def pyproject() -> dict:
+    """The project's pyproject.toml, parsed (tomllib; on Python 3.10 the test extra's backport, tomli)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:
+        import tomli as tomllib
+    return tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+
+
 PEAK_RSS_KB = """
 import resource
 def peak_rss_kb():

@@ -11,6 +11,7 @@ import mlx.nn as nn
 import numpy as np
 import pytest
 
+from conftest import pyproject
 from zoo.kernels import coverage, cpu
 from zoo.models import layers
 
@@ -54,11 +55,7 @@ def test_the_c_activations_are_built_to_vectorise():
     if-converted): the C SiLU took ~1.7x numpy's time, vectorised ~0.4x (2026-11-27, AMD EPYC,
     2 cores). The build keeps the flag (a check on the build, not a timing: a timing fails on a
     loaded machine), and the C SiLU still gives SiLU."""
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10: the test extra's backport
-        import tomli as tomllib
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    config = pyproject()
     modules = {m["name"]: m for m in config["tool"]["setuptools"]["ext-modules"]}
     assert "-fno-trapping-math" in modules["zoo.native.cpu_ops"]["extra-compile-args"]
     x = mx.random.normal((1, 32, 32, 16), key=mx.random.key(0))
@@ -765,8 +762,8 @@ def _packs() -> bool:
 def test_packed_products_match_openblas(shape, activation):
     """The C library's own products with a packed weight (cpu.pack) give OpenBLAS's sgemm's result
     (to float rounding: the sums run in another order), with the bias, a residual and the activation,
-    on every row and output channel whatever the blocks and panels; on a host without AVX-512 nothing
-    is packed and OpenBLAS multiplies."""
+    on every row and output channel whatever the blocks and panels; on a host without AVX2 nothing is
+    packed and OpenBLAS multiplies."""
     n, h, w, c, o, kh, kw, stride, pad = shape
     rng = np.random.default_rng(46)
     x = mx.array(rng.standard_normal((n, h, w, c)).astype(np.float32))

@@ -6,17 +6,14 @@ from pathlib import Path
 
 import pytest
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the test extra's backport
-    import tomli as tomllib
+from conftest import pyproject
 
 
 ROOT = Path(__file__).parent.parent
 
 
 def test_every_package_folder_is_listed():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    config = pyproject()["tool"]["setuptools"]
     listed = set(config["packages"])
     roots = config["package-dir"]
     found = set()

@@ -627,7 +627,6 @@ def _pack(weight: mx.array, batch: int, batch_step: int, n_step: int, k_step: in
     return packed
 
 
-
 def winograd_conv3x3(x: mx.array, u: mx.array | None, bias: mx.array | None, padding: int, reflect: bool = False,
                      activation: str | None = None, *, residual: mx.array | None = None,
                      skip: mx.array | None = None, packed: np.ndarray | None = None,
