@@ -82,6 +82,72 @@ def test_supervision_reads_and_draws_our_detections():
     assert len(empty) == 0
 
 
+# tracked rows x1, y1, x2, y2, id, conf, cls, the second partly outside the 100 x 120 image, and what
+# ultralytics 8.3.253's Results.update(boxes=...) gives for them (its save_txt appends the id after the score)
+TRACKED = [[10, 20, 50, 80, 7, 0.9, 0], [-5, 0, 130, 31, 8, 0.8, 2]]
+TRACKED_SUMMARY = [{"name": "person", "class": 0, "confidence": 0.9,
+                    "box": {"x1": 10.0, "y1": 20.0, "x2": 50.0, "y2": 80.0}, "track_id": 7},
+                   {"name": "car", "class": 2, "confidence": 0.8,
+                    "box": {"x1": 0.0, "y1": 0.0, "x2": 120.0, "y2": 31.0}, "track_id": 8}]
+TRACKED_TXT = "0 0.25 0.5 0.333333 0.6 0.9 7\n2 0.5 0.155 1 0.31 0.8 8\n"
+
+
+def test_tracked_boxes_and_update_as_ultralytics(tmp_path, monkeypatch):
+    import supervision as sv
+
+    r = ours()
+    assert not r.boxes.is_track and r.boxes.id is None
+    r.update(boxes=np.array(TRACKED, np.float32))
+    assert r.boxes.is_track and r.boxes.id.tolist() == [7, 8] and r.boxes.cls.tolist() == [0, 2]
+    assert r.boxes.xyxy.tolist() == [[10, 20, 50, 80], [0, 0, 120, 31]]  # clipped to the image, as upstream
+    assert r.boxes.conf.tolist() == pytest.approx([0.9, 0.8]) and [float(b.id) for b in r.boxes] == [7, 8]
+    assert r.summary() == TRACKED_SUMMARY and r[1].boxes.id.tolist() == [8]
+    r.save_txt(tmp_path / "tracked.txt", save_conf=True)
+    assert (tmp_path / "tracked.txt").read_text() == TRACKED_TXT
+    assert sv.Detections.from_ultralytics(r).tracker_id.tolist() == [7, 8]
+    # 'instance' colours by track id: the two boxes' colours differ from their classes' colours
+    assert not np.array_equal(r.plot(color_mode="instance"), r.plot(color_mode="class"))
+    r.update(masks=np.ones((2, 100, 120), np.uint8))
+    assert len(r.masks) == 2 and r.masks.data.shape == (2, 100, 120)
+    with pytest.raises(ZooError, match="no classification or oriented boxes"):
+        r.update(probs=np.ones(3))
+
+
+def test_plot_takes_ultralytics_arguments(monkeypatch):
+    r = ours()
+    default = r.plot()
+    # ultralytics' signature, every argument positional in its order
+    same = r.plot(True, None, None, "Arial.ttf", False, None, None, 5, True, True, True, True, True, False, False,
+                  None, "class", (255, 255, 255))
+    assert np.array_equal(same, default)
+    assert not np.array_equal(r.plot(boxes=False), default)
+    assert np.array_equal(r.plot(boxes=False), r.plot(boxes=False, labels=False))  # labels go with boxes, as upstream
+    shown = []
+    monkeypatch.setattr(Image.Image, "show", lambda image, title=None: shown.append((image.size, title)))
+    r.show()
+    assert shown == [((120, 100), "bus.jpg")]
+    with pytest.raises(ZooError, match="color_mode='class' or color_mode='instance'"):
+        r.plot(color_mode="track")
+
+
+def test_predicted_images_take_drawing_and_one_class_id():
+    import cv2
+    import supervision as sv
+
+    det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    image = np.random.default_rng(4).integers(0, 256, (48, 64, 3), np.uint8)
+    r = det(image, conf=0.05, imgsz=64)[0]
+    # drawn on in place, as scripts do with ultralytics' orig_img (writable and contiguous there)
+    cv2.rectangle(r.orig_img, (1, 1), (20, 20), (0, 255, 0), 2)
+    assert r.orig_img[1, 10].tolist() == [0, 255, 0]
+    assert sv.BoxAnnotator().annotate(r.orig_img, sv.Detections.from_ultralytics(r)) is r.orig_img
+    one = det(image, conf=0.05, imgsz=64, classes=0)[0]  # ultralytics' classes=0 for one class
+    assert len(one) and np.array_equal(one.boxes.data, det(image, conf=0.05, imgsz=64, classes=[0])[0].boxes.data)
+    assert len(det(image, conf=0.05, imgsz=64, classes=1)[0]) == 0
+    with pytest.raises(ZooError, match="track\\(\\) is not available in mlx-zoo: run predict"):
+        det.track(image)
+
+
 def test_supervision_reads_mobilesam_records():
     import supervision as sv
     from zoo.models.mobilesam import amg

@@ -85,7 +85,7 @@ def limb_colour(a: int, b: int) -> tuple[int, int, int]:
 
 
 def draw_keypoints(draw: ImageDraw.ImageDraw, points: np.ndarray, shape: tuple[int, int], radius: int,
-                   limb_width: int) -> None:
+                   limb_width: int, colour: tuple[int, int, int] | None = None) -> None:
     """One detection's (K, 2 or 3) keypoints: the skeleton's limbs (17 keypoints, ``limb_width`` > 0), then a
     dot per keypoint; as ultralytics, a keypoint scoring under 0.25 or lying on the image's left or top edge
     (where scale_coords clips what falls outside) is left out."""
@@ -95,12 +95,12 @@ def draw_keypoints(draw: ImageDraw.ImageDraw, points: np.ndarray, shape: tuple[i
     if limb_width and len(points) == COCO_KEYPOINTS:
         for a, b in SKELETON:
             if shown[a] and shown[b]:
-                draw.line([tuple(points[a, :2].tolist()), tuple(points[b, :2].tolist())], fill=limb_colour(a, b),
+                draw.line([tuple(points[a, :2].tolist()), tuple(points[b, :2].tolist())], fill=colour or limb_colour(a, b),
                           width=limb_width)
     for i, (x, y) in enumerate(points[:, :2].tolist()):
         if shown[i]:
-            colour = PART_COLOURS[KEYPOINT_PARTS[i]] if len(points) == COCO_KEYPOINTS else class_colour(i)
-            draw.ellipse((x - radius, y - radius, x + radius, y + radius), fill=colour)
+            dot = colour or (PART_COLOURS[KEYPOINT_PARTS[i]] if len(points) == COCO_KEYPOINTS else class_colour(i))
+            draw.ellipse((x - radius, y - radius, x + radius, y + radius), fill=dot)
 
 
 def text_colour(background: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -253,7 +253,8 @@ class BaseTensor:
 
 
 class Boxes(BaseTensor):
-    """Detection boxes of one image: ``data`` (N, 6) rows x1, y1, x2, y2, conf, cls in pixels.
+    """Detection boxes of one image: ``data`` (N, 6) rows x1, y1, x2, y2, conf, cls in pixels, or (N, 7)
+    x1, y1, x2, y2, track id, conf, cls for tracked boxes (``is_track``; ``id`` is None otherwise), as ultralytics.
 
     Every value is a TensorArray: ``r.boxes.xyxy.cpu().numpy()``, ``r.boxes.cls.int().tolist()``,
     ``for b in r.boxes: int(b.cls), float(b.conf)`` as with ultralytics.
@@ -263,11 +264,18 @@ class Boxes(BaseTensor):
         super().__init__(data, orig_shape)
         if self.data.ndim == 1:
             self.data = self.data[None, :]
-        if self.data.ndim != 2 or self.data.shape[1] != 6:
-            raise ZooError(f"boxes have shape {self.data.shape}: expected (N, 6) rows x1, y1, x2, y2, conf, cls")
+        if self.data.ndim != 2 or self.data.shape[1] not in (6, 7):
+            raise ZooError(f"boxes have shape {self.data.shape}: expected (N, 6) rows x1, y1, x2, y2, conf, cls "
+                           "or (N, 7) rows x1, y1, x2, y2, track id, conf, cls")
 
-    is_track = False
-    id = None
+    @property
+    def is_track(self) -> bool:
+        return self.data.shape[1] == 7
+
+    @property
+    def id(self) -> TensorArray | None:
+        """Track ids (floats, as ultralytics keeps them) of tracked boxes, else None."""
+        return self.data[:, 4] if self.is_track else None
 
     @property
     def xyxy(self) -> TensorArray:
@@ -275,12 +283,17 @@ class Boxes(BaseTensor):
 
     @property
     def conf(self) -> TensorArray:
-        return self.data[:, 4]
+        return self.data[:, -2]
 
     @property
     def cls(self) -> TensorArray:
         """Class ids as floats, as ultralytics keeps them (``int(b.cls)``, ``.int()`` for indexing)."""
-        return self.data[:, 5]
+        return self.data[:, -1]
+
+    @property
+    def rows(self) -> np.ndarray:
+        """(N, 6) x1, y1, x2, y2, conf, cls without the track ids: what the text and drawing methods read."""
+        return self.data if not self.is_track else np.delete(self.data, 4, axis=1)
 
     @property
     def xywh(self) -> TensorArray:
@@ -417,6 +430,24 @@ class Results:
         result.save_dir = self.save_dir
         return result
 
+    def update(self, boxes=None, masks=None, probs=None, obb=None, keypoints=None) -> None:
+        """Replace what is given, as ultralytics' ``update``: boxes (N, 6) or tracked (N, 7) rows, their
+        corners clipped to the image; masks (N, H, W); keypoints (N, K, 2 or 3). No classification or
+        oriented-box model here: ``probs``/``obb`` are refused."""
+        if probs is not None or obb is not None:
+            raise ZooError("update(probs=..., obb=...): these results have no classification or oriented boxes; "
+                           "pass boxes=, masks= or keypoints=")
+        if boxes is not None:
+            data = as_tensor(boxes).copy()
+            h, w = self.orig_shape
+            data[..., [0, 2]] = data[..., [0, 2]].clip(0, w)
+            data[..., [1, 3]] = data[..., [1, 3]].clip(0, h)
+            self.boxes = Boxes(data, self.orig_shape)
+        if masks is not None:
+            self.masks = Masks(masks, self.orig_shape)
+        if keypoints is not None:
+            self.keypoints = Keypoints(keypoints, self.orig_shape)
+
     @property
     def box_rows(self) -> Boxes:
         """boxes, or no boxes when there are none: what the text and drawing methods read."""
@@ -456,10 +487,13 @@ class Results:
         with masks its polygon's "segments" {x: [...], y: [...]}, with keypoints their "keypoints" {x, y[, visible]}."""
         h, w = self.orig_shape if normalize else (1, 1)
         rows = []
-        for i, (x1, y1, x2, y2, conf, cls) in enumerate(self.box_rows.data.tolist()):
+        ids = self.box_rows.id
+        for i, (x1, y1, x2, y2, conf, cls) in enumerate(self.box_rows.rows.tolist()):
             row = {"name": self.names[int(cls)], "class": int(cls), "confidence": round(conf, decimals),
                    "box": {"x1": round(x1 / w, decimals), "y1": round(y1 / h, decimals),
                            "x2": round(x2 / w, decimals), "y2": round(y2 / h, decimals)}}
+            if ids is not None:
+                row["track_id"] = int(ids[i])
             if self.masks is not None:
                 polygon = self.masks.xy[i]
                 row["segments"] = {"x": (polygon[:, 0] / w).round(decimals).tolist(),
@@ -507,7 +541,7 @@ class Results:
             {"image_id": image_id, "file_name": name,
              "category_id": category_ids[int(c)] if category_ids is not None else int(c) + 1,
              "bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)], "score": round(s, 5)}
-            for x1, y1, x2, y2, s, c in self.box_rows.data.tolist()
+            for x1, y1, x2, y2, s, c in self.box_rows.rows.tolist()
         ]
         if self.masks is not None:
             for record, rle in zip(records, self.masks.coco_rles()):
@@ -520,9 +554,11 @@ class Results:
     def label_lines(self, save_conf: bool = False) -> list[str]:
         """YOLO label format, one object a line, values 0-1, as ultralytics' save_txt: detection
         ``class xc yc w h``, segmentation ``class x1 y1 x2 y2 ...`` (the mask's polygon), pose
-        ``class xc yc w h`` then each keypoint's ``x y [visibility]``; ``save_conf`` appends the score."""
+        ``class xc yc w h`` then each keypoint's ``x y [visibility]``; ``save_conf`` appends the score, then
+        a tracked box's id."""
         lines = []
         boxes = self.box_rows
+        ids = boxes.id.tolist() if boxes.is_track else None
         for i, (xywhn, conf, cls) in enumerate(zip(boxes.xywhn.tolist(), boxes.conf.tolist(), boxes.cls.tolist())):
             values = [int(cls), *(self.masks.xyn[i].reshape(-1).tolist() if self.masks is not None else xywhn)]
             if self.keypoints is not None:
@@ -530,37 +566,48 @@ class Results:
                 if self.keypoints.has_visible:
                     points = np.concatenate([points, self.keypoints.conf[i][:, None]], axis=1)
                 values += points.reshape(-1).tolist()
-            values += [conf] if save_conf else []
+            values += ([conf] if save_conf else []) + ([int(ids[i])] if ids is not None else [])
             lines.append(" ".join(f"{v:g}" for v in values))
         return lines
 
     # -- drawing ---------------------------------------------------------------------------------
 
-    def plot(self, conf: bool = True, line_width: float | None = None, font_size: float | None = None, *,
-             labels: bool = True, boxes: bool = True, masks: bool = True, kpt_radius: int = 5, kpt_line: bool = True,
-             pil: bool = False, img: np.ndarray | None = None, save: bool = False, filename: str | Path | None = None):
+    def plot(self, conf: bool = True, line_width: float | None = None, font_size: float | None = None,
+             font: str | None = None, pil: bool = False, img: np.ndarray | None = None, im_gpu=None,
+             kpt_radius: int = 5, kpt_line: bool = True, labels: bool = True, boxes: bool = True, masks: bool = True,
+             probs: bool = True, show: bool = False, save: bool = False, filename: str | Path | None = None,
+             color_mode: str = "class", txt_color=(255, 255, 255)):
         """The image with each box, its class name and score drawn in the class's colour; each mask
         blended in its box's colour; each detection's keypoints (those scoring 0.25 or more) as dots,
-        joined by COCO's skeleton for 17 keypoints.
+        joined by COCO's skeleton for 17 keypoints. ultralytics' arguments, in its order.
 
         Returns (H, W, 3) BGR uint8 as ultralytics does (a PIL image, RGB, with ``pil=True``). ``img``: a BGR
         image to draw on instead of ``orig_img``; ``line_width``/``font_size``: pixels (default: from the
         image size); ``conf``/``labels``/``boxes``/``masks``: draw scores / labels / boxes / masks;
-        ``kpt_radius``: the dots' radius, ``kpt_line``: draw the skeleton; ``save``: also write it to
-        ``filename`` (default ``results_<image name>``) as save() does.
+        ``kpt_radius``: the dots' radius, ``kpt_line``: draw the skeleton; ``color_mode``: 'class' (a colour
+        per class) or 'instance' (per track id, else per detection); tracked boxes' labels start ``id:N``;
+        ``show``: open it in the system's image viewer (PIL's ``show``); ``save``: also write it to
+        ``filename`` (default ``results_<image name>``) as save() does. Accepted for ultralytics' scripts and
+        without effect here: ``font`` (Pillow's default font is drawn), ``im_gpu`` (a faster path to the same
+        masks upstream), ``probs`` and ``txt_color`` (a classification's top-5 text; these results have none).
         """
+        if color_mode not in ("class", "instance"):
+            raise ZooError(f"color_mode={color_mode!r}: use color_mode='class' or color_mode='instance'")
         target, replace = self.save_path(filename, None) if save else (None, False)  # checked before drawing
         base = self.orig_img if img is None else img
         rgb = np.ascontiguousarray(base[..., 2::-1])  # BGR -> RGB for Pillow
+        rows, ids = self.box_rows.rows.tolist(), self.box_rows.id
+        # each detection's colour: its class's, or in 'instance' mode its track id's (else its index's)
+        colours = [class_colour(int(row[5]) if color_mode == "class" else int(ids[i]) if ids is not None else i)
+                   for i, row in enumerate(rows)]
         if masks and self.masks is not None and len(self.masks):
-            rgb = blend_masks(rgb, self.masks.in_image(), [class_colour(int(c)) for c in self.box_rows.cls])
+            rgb = blend_masks(rgb, self.masks.in_image(), colours)
         canvas = Image.fromarray(rgb)
         draw = ImageDraw.Draw(canvas)
         h, w = base.shape[:2]
         line = max(1, round(line_width)) if line_width else max(2, round((h + w) / 2 * 0.003))
         font = ImageFont.load_default(size=max(1, round(font_size)) if font_size else max(12, round((h + w) / 2 * 0.025)))
         # boxes first, then labels, so no line crosses a label; lowest score first, so the most confident end on top
-        rows = self.box_rows.data.tolist()
         order = sorted(range(len(rows)), key=lambda i: rows[i][4])
         corners = {}
         for i in order:
@@ -568,23 +615,30 @@ class Results:
             (x1, x2), (y1, y2) = sorted(rows[i][0:3:2]), sorted(rows[i][1:4:2])
             corners[i] = (x1, y1)
             if boxes:
-                draw.rectangle((x1, y1, x2, y2), outline=class_colour(int(rows[i][5])), width=line)
-        for i in order if labels else ():
+                draw.rectangle((x1, y1, x2, y2), outline=colours[i], width=line)
+        for i in order if labels and boxes else ():
             x1, y1 = corners[i]
-            cls = int(rows[i][5])
-            label = f"{self.names[cls]} {rows[i][4]:.2f}" if conf else self.names[cls]
+            name = ("" if ids is None else f"id:{int(ids[i])} ") + self.names[int(rows[i][5])]
+            label = f"{name} {rows[i][4]:.2f}" if conf else name
             left, top, right, bottom = draw.textbbox((0, 0), label, font=font)
             tw, th = right - left + 2 * line, bottom - top + 2 * line
             # above the box when there is room, else just inside its top edge
             ty = y1 - th if y1 - th >= 0 else y1
             tx = min(x1, max(0.0, w - tw))
-            draw.rectangle((tx, ty, tx + tw, ty + th), fill=class_colour(cls))
-            draw.text((tx + line - left, ty + line - top), label, fill=text_colour(class_colour(cls)), font=font)
-        for points in self.keypoints.data if self.keypoints is not None else ():
-            draw_keypoints(draw, points, (h, w), kpt_radius, max(1, math.ceil(line / 2)) if kpt_line else 0)
+            draw.rectangle((tx, ty, tx + tw, ty + th), fill=colours[i])
+            draw.text((tx + line - left, ty + line - top), label, fill=text_colour(colours[i]), font=font)
+        for i, points in enumerate(self.keypoints.data if self.keypoints is not None else ()):
+            draw_keypoints(draw, points, (h, w), kpt_radius, max(1, math.ceil(line / 2)) if kpt_line else 0,
+                           colours[i] if color_mode == "instance" and i < len(colours) else None)
+        if show:
+            canvas.show(title=self.path)
         if target is not None:
             write_atomic(target, lambda file: canvas.save(file, format=image_format(target)), replace=replace)
         return canvas if pil else np.asarray(canvas)[..., ::-1].copy()
+
+    def show(self, *args, **kwargs) -> None:
+        """plot() opened in the system's image viewer, as ultralytics' ``show()``."""
+        self.plot(*args, show=True, **kwargs)
 
     def save_path(self, filename: str | Path | None, overwrite: bool | None) -> tuple[Path, bool]:
         """Where save() writes and whether it may replace a file there: ``filename``, else

@@ -680,3 +680,9 @@ class DetectionModel(nn.Module):
             raise ZooError(f"predict() got an unknown keyword argument {unknown[0]}=: it takes "
                            f"{', '.join(PREDICT_OPTIONS)}")
         return predict(self, source, stream=stream, **options)
+
+    def track(self, source=None, **options):
+        """ultralytics' model.track is not built here: one error naming what to use instead."""
+        raise ZooError("track() is not available in mlx-zoo: run predict(source, stream=True) and give each frame's "
+                       "sv.Detections.from_ultralytics(r) to a tracker (e.g. pip install trackers: ByteTrack); "
+                       "r.update(boxes=...) takes tracked (N, 7) rows x1, y1, x2, y2, id, conf, cls")

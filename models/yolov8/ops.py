@@ -176,10 +176,14 @@ def scale_boxes(frame_hw, boxes: np.ndarray, image_hw) -> np.ndarray:
 
 
 def resolve_classes(classes, names: dict[int, str]) -> list[int] | None:
-    """Class ids from names (case-insensitive) and/or integer ids; None means all classes."""
+    """Class ids from names (case-insensitive) and/or integer ids, or one id (ultralytics' ``classes=0``);
+    None means all classes."""
     if classes is None:
         return None
-    items = [c.strip() for c in classes.split(",")] if isinstance(classes, str) else list(classes)
+    if isinstance(classes, str):
+        items = [c.strip() for c in classes.split(",")]
+    else:
+        items = [classes] if isinstance(classes, (int, np.integer)) else list(classes)
     by_name = {name.lower(): i for i, name in names.items()}
     ids, unknown = [], []
     for item in items:

@@ -184,7 +184,8 @@ def predict_batch(model, images: list[np.ndarray], items: list[Item | None], con
         path, frame = (item.path, item.frame) if item is not None else (None, None)
         objects = detected_objects(model, det, batch.shape[1:3], image.shape[:2],
                                    None if protos is None else np.array(protos[i]), retina_masks)
-        results.append(Results(image[..., ::-1], path, model.names, frame=frame, **objects))  # orig_img BGR: a view
+        # orig_img BGR, its own contiguous writable copy as ultralytics': cv2 and supervision draw on it in place
+        results.append(Results(np.ascontiguousarray(image[..., ::-1]), path, model.names, frame=frame, **objects))
     done = time.perf_counter()
     per_image = 1000.0 / len(results)
     speed = {"preprocess": (prepared - start) * per_image, "inference": (inferred - prepared) * per_image,
