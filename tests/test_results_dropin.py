@@ -38,6 +38,7 @@ def test_values_answer_torch_methods():
     boxes = ours().boxes
     assert isinstance(boxes.xyxy, TensorArray) and type(boxes.xyxy.numpy()) is np.ndarray
     assert boxes.cls.long().dtype == np.int64 and boxes.conf.half().dtype == np.float16
+    assert boxes.cls.bool().tolist() == [False, True, False, True] and boxes.xyxy.byte().dtype == np.uint8
     assert boxes.xyxy.to("cuda:0", dtype="float16").dtype == np.float16 and boxes.to("mps").data.dtype == np.float32
     assert boxes.conf.to(np.zeros(1, np.float64)).dtype == np.float64  # .to(other): other's dtype
     assert ours().to("float16").boxes.data.dtype == np.float16 and ours().cuda().boxes is not None

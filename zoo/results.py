@@ -125,8 +125,8 @@ DEVICE_NAMES = ("cpu", "cuda", "mps", "gpu")
 
 class TensorArray(np.ndarray):
     """A numpy array that also answers torch Tensor's methods, so code written for ultralytics' Results
-    runs without torch: ``.cpu() .numpy() .int() .long() .float() .half() .double() .to() .cuda() .clone()
-    .detach() .numel() .dim()``, and ``int()``/``float()`` of any one-element value (a box's ``cls`` has
+    runs without torch: ``.cpu() .numpy() .int() .long() .float() .half() .double() .bool() .byte() .to() .cuda()
+    .clone() .detach() .numel() .dim()``, and ``int()``/``float()`` of any one-element value (a box's ``cls`` has
     shape (1,), as upstream). One element indexed or iterated is a numpy scalar (hashable, so ``names[c]``
     works; torch gives a 0-d tensor): ``.item()``, ``int()``, ``float()`` as torch's. ``.numpy()`` returns a
     plain ndarray (a view). Everything else is numpy's (``.view``, ``.size``).
@@ -172,6 +172,12 @@ class TensorArray(np.ndarray):
 
     def double(self) -> TensorArray:
         return self.astype(np.float64)
+
+    def bool(self) -> TensorArray:
+        return self.astype(np.bool_)
+
+    def byte(self) -> TensorArray:
+        return self.astype(np.uint8)
 
     def numel(self) -> int:
         return self.size
