@@ -149,6 +149,21 @@ def test_predicted_images_take_drawing_and_one_class_id():
         det.track(image)
 
 
+def test_predict_draws_saved_images_as_asked(tmp_path):
+    det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    photo = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(4).integers(0, 256, (48, 64, 3), np.uint8)).save(photo)
+    options = {"conf": 0.05, "imgsz": 64, "save": True, "project": tmp_path / "runs"}
+    plain = det(photo, **options, name="plain")[0]
+    thin = det(photo, **options, name="thin", line_width=1, show_labels=False, show_conf=False)[0]
+    assert len(thin) and Path(thin.save_dir).name == "thin"
+    saved = np.asarray(Image.open(Path(thin.save_dir) / "photo.png"))
+    assert np.array_equal(saved, thin.plot(line_width=1, labels=False)[..., ::-1])
+    assert not np.array_equal(saved, np.asarray(Image.open(Path(plain.save_dir) / "photo.png")))
+    with pytest.raises(ZooError, match="unknown keyword argument show=: call r.show"):
+        det(photo, show=True)
+
+
 def test_supervision_reads_mobilesam_records():
     import supervision as sv
     from zoo.models.mobilesam import amg

@@ -727,14 +727,16 @@ class ResultFiles:
 
     ``<name>`` is the item's unique name (zoo.sources), ``<stem>_<frame>`` for a video frame. ``overwrite``:
     replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
-    ultralytics). ``close()`` finishes the video being written (an interrupted one is dropped).
+    ultralytics); ``plot_options``: plot()'s keywords for the annotated images and videos. ``close()`` finishes the video being written (an interrupted one is dropped).
     """
 
     def __init__(self, out: str | Path, save: bool = True, save_txt: bool = False, save_conf: bool = False,
-                 save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1):
+                 save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1,
+                 plot_options: dict | None = None):
         self.out = Path(out)
         self.save, self.save_txt, self.save_conf, self.save_crop = save, save_txt, save_conf, save_crop
         self.overwrite, self.labels, self.vid_stride = overwrite, labels, vid_stride
+        self.plot_options = plot_options or {}
         self.writer = None  # the video being written
         self.item = None  # its last frame: its video's total says whether the video was finished
 
@@ -746,9 +748,9 @@ class ResultFiles:
             result.save_crop(self.out / "crops", f"{item.name}.jpg")
         # the annotated image last: --resume takes an image whose annotated file exists as done
         if self.save and item.frame is None:
-            result.save(self.out / output_name(item.path, item.name), overwrite=self.overwrite)
+            result.save(self.out / output_name(item.path, item.name), overwrite=self.overwrite, **self.plot_options)
         elif self.save:
-            self.write_frame(item, result.plot()[..., ::-1])
+            self.write_frame(item, result.plot(**self.plot_options)[..., ::-1])
 
     def write_frame(self, item, rgb: np.ndarray) -> None:
         from zoo.sources import VideoWriter

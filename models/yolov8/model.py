@@ -677,7 +677,8 @@ class DetectionModel(nn.Module):
         """ultralytics' model.predict: one Results per image or frame (predict.py has the options)."""
         unknown = [key for key in options if key not in PREDICT_OPTIONS]
         if unknown:
-            raise ZooError(f"predict() got an unknown keyword argument {unknown[0]}=: it takes "
+            hint = "call r.show() on each result to view it; " if unknown[0] == "show" else ""
+            raise ZooError(f"predict() got an unknown keyword argument {unknown[0]}=: {hint}it takes "
                            f"{', '.join(PREDICT_OPTIONS)}")
         return predict(self, source, stream=stream, **options)
 

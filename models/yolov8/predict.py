@@ -37,7 +37,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
             agnostic_nms: bool = False, max_det: int = 300, imgsz=None, batch: int | None = None,
             vid_stride: int = 1, verbose: bool = False, save: bool = False, save_txt: bool = False,
             save_conf: bool = False, save_crop: bool = False, project=None, name=None, exist_ok: bool = False,
-            device=None, half: bool = False, retina_masks: bool = False):
+            device=None, half: bool = False, retina_masks: bool = False, line_width: float | None = None,
+            show_labels: bool = True, show_conf: bool = True, show_boxes: bool = True):
     """Detect objects in ``source``; a list of Results, or a generator of them with ``stream=True``.
 
     As ultralytics' predict: scores strictly above ``conf``; class-aware NMS at ``iou``
@@ -54,6 +55,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     its GPU). ``half``: the model's dtype decides (zoo.load(..., dtype='float16')); half=True on a
     float32 model says so in one line and computes in float32, as ultralytics does on a CPU.
     ``retina_masks`` (segmentation models): masks at the image's size instead of the letterboxed input's.
+    ``line_width``, ``show_labels``, ``show_conf``, ``show_boxes``: how ``save`` draws (plot's ``line_width``,
+    ``labels``, ``conf``, ``boxes``).
     """
     options = prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz, retina_masks)
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, int) or batch < 1):
@@ -68,7 +71,9 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     if save or save_txt or save_crop:
         out = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
         files = ResultFiles(out, save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop,
-                            overwrite=exist_ok, vid_stride=vid_stride)
+                            overwrite=exist_ok, vid_stride=vid_stride,
+                            plot_options={"line_width": line_width, "labels": show_labels, "conf": show_conf,
+                                          "boxes": show_boxes})
     results = predictions(model, opened, size, options, files, verbose)
     return results if stream else list(results)
 
