@@ -164,6 +164,19 @@ def test_predict_draws_saved_images_as_asked(tmp_path):
         det(photo, show=True)
 
 
+def test_predict_into_an_input_folder_replaces_no_input(tmp_path):
+    det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        Image.fromarray(np.random.default_rng(4).integers(0, 256, (48, 64, 3), np.uint8)).save(tmp_path / folder / "cat.png")
+    kept = (tmp_path / "b" / "cat.png").read_bytes()
+    # exist_ok=True into b/: a/cat.png's annotated image would be b/cat.png, the second input
+    with pytest.raises(ZooError, match="is the input file"):
+        det([tmp_path / "a" / "cat.png", tmp_path / "b" / "cat.png"], conf=0.05, imgsz=64, save=True, save_txt=True,
+            project=tmp_path, name="b", exist_ok=True)
+    assert (tmp_path / "b" / "cat.png").read_bytes() == kept and not (tmp_path / "b" / "labels").exists()
+
+
 def test_supervision_reads_mobilesam_records():
     import supervision as sv
     from zoo.models.mobilesam import amg

@@ -30,8 +30,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import (check_new_file, image_format, make_output_folder, refuse_inputs, writable_format, write_atomic,
-                       write_text)
+from zoo.files import (Inputs, check_new_file, image_format, make_output_folder, refuse_inputs, writable_format,
+                       write_atomic, write_text)
 from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
@@ -727,28 +727,34 @@ class ResultFiles:
 
     ``<name>`` is the item's unique name (zoo.sources), ``<stem>_<frame>`` for a video frame. ``overwrite``:
     replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
-    ultralytics); ``plot_options``: plot()'s keywords for the annotated images and videos. ``close()`` finishes the video being written (an interrupted one is dropped).
+    ultralytics); ``plot_options``: plot()'s keywords for the annotated images and videos; ``inputs``: the run's
+    input files and folders, which no output may replace (exist_ok=True into an input's folder). ``close()`` finishes the video being written (an interrupted one is dropped).
     """
 
     def __init__(self, out: str | Path, save: bool = True, save_txt: bool = False, save_conf: bool = False,
                  save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1,
-                 plot_options: dict | None = None):
+                 plot_options: dict | None = None, inputs: Inputs | None = None):
         self.out = Path(out)
         self.save, self.save_txt, self.save_conf, self.save_crop = save, save_txt, save_conf, save_crop
         self.overwrite, self.labels, self.vid_stride = overwrite, labels, vid_stride
         self.plot_options = plot_options or {}
+        self.inputs = inputs or Inputs(())
         self.writer = None  # the video being written
         self.item = None  # its last frame: its video's total says whether the video was finished
 
     def write(self, result: Results, item) -> None:
         result.save_dir = str(self.out)
+        image = self.out / output_name(item.path, item.name)
+        if self.save and item.frame is None:
+            self.inputs.refuse(image, "output")  # before the labels: nothing of this item written when refused
         if self.save_txt:
-            result.save_txt(self.out / "labels" / f"{item.name}.txt", self.save_conf, overwrite=self.labels)
+            result.save_txt(self.inputs.refuse(self.out / "labels" / f"{item.name}.txt", "output"), self.save_conf,
+                            overwrite=self.labels)
         if self.save_crop:
             result.save_crop(self.out / "crops", f"{item.name}.jpg")
         # the annotated image last: --resume takes an image whose annotated file exists as done
         if self.save and item.frame is None:
-            result.save(self.out / output_name(item.path, item.name), overwrite=self.overwrite, **self.plot_options)
+            result.save(image, overwrite=self.overwrite, **self.plot_options)
         elif self.save:
             self.write_frame(item, result.plot(**self.plot_options)[..., ::-1])
 
@@ -759,7 +765,8 @@ class ResultFiles:
             self.close(complete=True)
         if self.writer is None:
             make_output_folder(self.out, "output folder")
-            self.writer = VideoWriter(self.out / f"{item.stem}.mp4", item.fps or DEFAULT_FPS, overwrite=self.overwrite)
+            self.writer = VideoWriter(self.inputs.refuse(self.out / f"{item.stem}.mp4", "output"),
+                                      item.fps or DEFAULT_FPS, overwrite=self.overwrite)
         self.writer.write(rgb)
         self.item = item
 

@@ -25,10 +25,10 @@ import numpy as np
 from zoo import devices
 from zoo.concurrency import serialized
 from zoo.errors import ZooError
-from zoo.files import increment_path
+from zoo.files import Inputs, increment_path
 from zoo.instances import process_mask, process_mask_native, scale_coords
 from zoo.results import ResultFiles, Results
-from zoo.sources import Chain, Item, Source, open_source
+from zoo.sources import Chain, Item, Source, input_paths, open_source
 
 from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, scale_boxes
 
@@ -73,7 +73,9 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
         files = ResultFiles(out, save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop,
                             overwrite=exist_ok, vid_stride=vid_stride,
                             plot_options={"line_width": line_width, "labels": show_labels, "conf": show_conf,
-                                          "boxes": show_boxes})
+                                          "boxes": show_boxes},
+                            inputs=Inputs([*(source if isinstance(source, (list, tuple)) else [source]),
+                                           *input_paths(opened)]))
     results = predictions(model, opened, size, options, files, verbose)
     return results if stream else list(results)
 
