@@ -177,6 +177,20 @@ def test_predict_into_an_input_folder_replaces_no_input(tmp_path):
     assert (tmp_path / "b" / "cat.png").read_bytes() == kept and not (tmp_path / "b" / "labels").exists()
 
 
+def test_a_release_file_name_is_its_model(tmp_path, monkeypatch):
+    from zoo import registry
+
+    monkeypatch.chdir(tmp_path)
+    # YOLO("yolov8n-seg.pt") in ultralytics: the release of that name (fetched when not on disk)
+    assert zoo.load("yolov8n-seg.pt", weights="synthetic:0", device="cpu").task == "segment"
+    assert not registry.is_weights_file("yolo11s-pose.pt") and registry.get_spec("yolo11s-pose.pt").name == "yolo11s-pose"
+    # a file of that name on disk, or a path, is the user's checkpoint
+    (tmp_path / "yolov8n.pt").write_bytes(b"not a checkpoint")
+    assert registry.is_weights_file("yolov8n.pt") and registry.is_weights_file("weights/yolov8s.pt")
+    with pytest.raises(ZooError, match="yolov8n.pt"):
+        zoo.load("yolov8n.pt")
+
+
 def test_supervision_reads_mobilesam_records():
     import supervision as sv
     from zoo.models.mobilesam import amg

@@ -122,8 +122,18 @@ def without_tag(name: str) -> str:
     return base
 
 
+def release_file_model(name: str | Path) -> str | None:
+    """ultralytics' ``YOLO("yolov8n.pt")``: a bare file name that is not on disk and is a registered model's
+    Hub file (``yolov8n.pt``, ``yolo11s-seg.pt``) names that model, whose default weights are that file."""
+    name = str(name)
+    if Path(name).name != name or Path(name).exists():
+        return None
+    spec = REGISTRY.get(Path(name).stem)
+    return spec.name if spec is not None and spec.hub_file == name else None
+
+
 def get_spec(name: str) -> ModelSpec:
-    name = without_tag(name)
+    name = release_file_model(name) or without_tag(name)
     spec = REGISTRY.get(ALIASES.get(name, name))
     if spec is None:
         raise UsageError(f"unknown model {name!r}: known models are {', '.join(list_models())}")
@@ -359,9 +369,11 @@ WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".ckpt", ".bin")
 
 
 def is_weights_file(name: str | Path) -> bool:
-    """A checkpoint path given where a model name goes (``zoo.load("best.pt")``)."""
+    """A checkpoint path given where a model name goes (``zoo.load("best.pt")``), not a release name that is
+    not on disk (``yolov8n.pt``: release_file_model)."""
     name = str(name)
-    return name not in REGISTRY and name not in ALIASES and Path(name).suffix.lower() in WEIGHT_SUFFIXES
+    return (name not in REGISTRY and name not in ALIASES and Path(name).suffix.lower() in WEIGHT_SUFFIXES
+            and release_file_model(name) is None)
 
 
 def identify(path: str | Path) -> tuple[ModelSpec, Weights]:
