@@ -114,6 +114,17 @@ def test_tracked_boxes_and_update_as_ultralytics(tmp_path, monkeypatch):
         r.update(probs=np.ones(3))
 
 
+def test_results_built_with_ultralytics_arguments():
+    image = np.zeros((100, 120, 3), np.uint8)
+    points = np.full((1, 17, 3), 0.5, np.float32)
+    # Results(orig_img, path, names, boxes, masks, probs, keypoints, obb, speed), positional as upstream's
+    r = Results(image, "a.jpg", {0: "person"}, np.array(TRACKED[:1])[:, [0, 1, 2, 3, 5, 6]], None, None, points, None,
+                {"preprocess": 1.0, "inference": 2.0, "postprocess": 3.0})
+    assert r.keypoints.data.shape == (1, 17, 3) and r.masks is None and r.speed["inference"] == 2.0
+    with pytest.raises(ZooError, match="no classification or oriented-box results here"):
+        Results(image, "a.jpg", {0: "person"}, probs=np.ones(3))
+
+
 def test_plot_takes_ultralytics_arguments(monkeypatch):
     r = ours()
     default = r.plot()

@@ -404,8 +404,11 @@ class Results:
     # the per-object attributes, in ultralytics' order: len() is the first one present's
     KEYS = ("boxes", "masks", "probs", "keypoints", "obb")
 
-    def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None, masks=None, *,
-                 keypoints=None, speed: dict | None = None, frame: int | None = None):
+    def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None, masks=None,
+                 probs=None, keypoints=None, obb=None, speed: dict | None = None, *, frame: int | None = None):
+        if probs is not None or obb is not None:
+            raise ZooError("Results(probs=..., obb=...): no classification or oriented-box results here; "
+                           "pass boxes, masks or keypoints")
         self.orig_img = orig_img
         self.orig_shape = tuple(orig_img.shape[:2])
         self.path = path
