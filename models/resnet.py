@@ -314,7 +314,12 @@ class ResNet(nn.Module):
     def __call__(self, x: mx.array):
         """x: (N, H, W, 3) normalised image -> (N, num_classes) logits; features_only: the picked NHWC maps.
 
-        Compiled per input shape (zoo.compiled); ``forward`` is the same network, eager."""
+        Compiled per input shape (zoo.compiled); ``forward`` is the same network, eager. Anything else (a path,
+        a PIL image, one (H, W, 3) image) is one error naming ``predict``, which pre-processes images."""
+        if not isinstance(x, (mx.array, np.ndarray)) or x.ndim != 4:
+            got = f"shape {tuple(x.shape)}" if isinstance(x, (mx.array, np.ndarray)) else f"a {type(x).__name__}"
+            raise ZooError(f"the network takes an (N, H, W, 3) normalised batch, got {got}: for image files, PIL "
+                           "images or (H, W, 3) uint8 arrays use model.predict(images), which resizes and normalises")
         return self.compiled(as_model_input(x, self.dtype))
 
     def forward(self, x: mx.array):

@@ -5,6 +5,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
+from PIL import Image
 
 import zoo
 from zoo import registry
@@ -108,6 +109,18 @@ def test_num_classes_via_zoo_load(capsys):
     assert "the model has no head" in capsys.readouterr().err
     same = zoo.load("resnet18", weights="synthetic:0", device="cpu", num_classes=1000)
     assert "is not loaded" not in capsys.readouterr().err and mx.any(same.fc.weight).item()
+
+
+def test_calling_the_network_on_an_image_names_predict(tmp_path):
+    model = zoo.load("resnet18", weights="synthetic:0", device="cpu")
+    image = tmp_path / "cat.png"
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(image)
+    # as ultralytics' model("cat.png"): one error naming predict, not a dtype complaint or a bare unpacking error
+    for given, got in ((str(image), "got a str"), (Image.open(image), "got a PngImageFile"),
+                       (np.zeros((40, 40, 3), np.uint8), r"got shape \(40, 40, 3\)")):
+        with pytest.raises(ZooError, match=f"{got}: for image files, PIL images .* use model.predict"):
+            model(given)
+    assert len(model.predict(str(image))) == 5
 
 
 def test_list_models_wildcards():
