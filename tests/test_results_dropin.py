@@ -110,7 +110,7 @@ def test_tracked_boxes_and_update_as_ultralytics(tmp_path, monkeypatch):
     assert not np.array_equal(r.plot(color_mode="instance"), r.plot(color_mode="class"))
     r.update(masks=np.ones((2, 100, 120), np.uint8))
     assert len(r.masks) == 2 and r.masks.data.shape == (2, 100, 120)
-    with pytest.raises(ZooError, match="no classification or oriented boxes"):
+    with pytest.raises(ZooError, match="no classification or oriented-box results here"):
         r.update(probs=np.ones(3))
 
 
@@ -179,7 +179,8 @@ def test_predict_into_an_input_folder_replaces_no_input(tmp_path):
     det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
-        Image.fromarray(np.random.default_rng(4).integers(0, 256, (48, 64, 3), np.uint8)).save(tmp_path / folder / "cat.png")
+        image = np.random.default_rng(4).integers(0, 256, (48, 64, 3), np.uint8)
+        Image.fromarray(image).save(tmp_path / folder / "cat.png")
     kept = (tmp_path / "b" / "cat.png").read_bytes()
     # exist_ok=True into b/: a/cat.png's annotated image would be b/cat.png, the second input
     with pytest.raises(ZooError, match="is the input file"):
@@ -194,7 +195,8 @@ def test_a_release_file_name_is_its_model(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # YOLO("yolov8n-seg.pt") in ultralytics: the release of that name (fetched when not on disk)
     assert zoo.load("yolov8n-seg.pt", weights="synthetic:0", device="cpu").task == "segment"
-    assert not registry.is_weights_file("yolo11s-pose.pt") and registry.get_spec("yolo11s-pose.pt").name == "yolo11s-pose"
+    assert not registry.is_weights_file("yolo11s-pose.pt")
+    assert registry.get_spec("yolo11s-pose.pt").name == "yolo11s-pose"
     # a file of that name on disk, or a path, is the user's checkpoint
     (tmp_path / "yolov8n.pt").write_bytes(b"not a checkpoint")
     assert registry.is_weights_file("yolov8n.pt") and registry.is_weights_file("weights/yolov8s.pt")

@@ -95,8 +95,8 @@ def draw_keypoints(draw: ImageDraw.ImageDraw, points: np.ndarray, shape: tuple[i
     if limb_width and len(points) == COCO_KEYPOINTS:
         for a, b in SKELETON:
             if shown[a] and shown[b]:
-                draw.line([tuple(points[a, :2].tolist()), tuple(points[b, :2].tolist())], fill=colour or limb_colour(a, b),
-                          width=limb_width)
+                draw.line([tuple(points[a, :2].tolist()), tuple(points[b, :2].tolist())],
+                          fill=colour or limb_colour(a, b), width=limb_width)
     for i, (x, y) in enumerate(points[:, :2].tolist()):
         if shown[i]:
             dot = colour or (PART_COLOURS[KEYPOINT_PARTS[i]] if len(points) == COCO_KEYPOINTS else class_colour(i))
@@ -390,6 +390,13 @@ class Keypoints(BaseTensor):
         return f"Keypoints({len(self)} x {self.data.shape[1]} keypoints, orig_shape={self.orig_shape})"
 
 
+def refuse_other_tasks(call: str, probs, obb) -> None:
+    """ultralytics' ``probs``/``obb`` arguments: no classification or oriented-box model makes Results here."""
+    if probs is not None or obb is not None:
+        raise ZooError(f"{call}(probs=..., obb=...): no classification or oriented-box results here; "
+                       "pass boxes=, masks= or keypoints=")
+
+
 class Results:
     """One image's results, as ultralytics' Results: ``boxes`` for detection; ``masks``, ``probs``,
     ``keypoints``, ``obb`` are None where the task has none, as upstream.
@@ -406,9 +413,7 @@ class Results:
 
     def __init__(self, orig_img: np.ndarray, path: str | None, names: dict[int, str], boxes=None, masks=None,
                  probs=None, keypoints=None, obb=None, speed: dict | None = None, *, frame: int | None = None):
-        if probs is not None or obb is not None:
-            raise ZooError("Results(probs=..., obb=...): no classification or oriented-box results here; "
-                           "pass boxes, masks or keypoints")
+        refuse_other_tasks("Results", probs, obb)
         self.orig_img = orig_img
         self.orig_shape = tuple(orig_img.shape[:2])
         self.path = path
@@ -443,9 +448,7 @@ class Results:
         """Replace what is given, as ultralytics' ``update``: boxes (N, 6) or tracked (N, 7) rows, their
         corners clipped to the image; masks (N, H, W); keypoints (N, K, 2 or 3). No classification or
         oriented-box model here: ``probs``/``obb`` are refused."""
-        if probs is not None or obb is not None:
-            raise ZooError("update(probs=..., obb=...): these results have no classification or oriented boxes; "
-                           "pass boxes=, masks= or keypoints=")
+        refuse_other_tasks("update", probs, obb)
         if boxes is not None:
             data = as_tensor(boxes).copy()
             h, w = self.orig_shape
@@ -731,7 +734,8 @@ class ResultFiles:
     ``<name>`` is the item's unique name (zoo.sources), ``<stem>_<frame>`` for a video frame. ``overwrite``:
     replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
     ultralytics); ``plot_options``: plot()'s keywords for the annotated images and videos; ``inputs``: the run's
-    input files and folders, which no output may replace (exist_ok=True into an input's folder). ``close()`` finishes the video being written (an interrupted one is dropped).
+    input files and folders, which no output may replace (exist_ok=True into an input's folder). ``close()``
+    finishes the video being written (an interrupted one is dropped).
     """
 
     def __init__(self, out: str | Path, save: bool = True, save_txt: bool = False, save_conf: bool = False,
