@@ -291,6 +291,9 @@ class Conv2d(nn.Conv2d):
                 else {"weight": self.weight, "bias": bias}
         weight, bias = forms["weight"], forms["bias"]
         cout, kh, kw, cin = weight.shape
+        if x.shape[-1] != cin * self.groups:  # as mx.conv2d checks: the C forms would read past the input
+            raise ValueError(f"[conv] input of shape {tuple(x.shape)} has {x.shape[-1]} channels where the "
+                             f"weight {tuple(weight.shape)} with groups {self.groups} takes {cin * self.groups}")
         reflect = self.reflect_padding
         few_outputs = self.few_outputs(weight)
         if cpu_ops.on_cpu() and self.groups == 1 and _no_dilation(self.dilation) and not few_outputs:

@@ -255,7 +255,7 @@ class ResNet(nn.Module):
             self.compiled.clear()  # the traces hold the old head and pooling
 
     def stem(self, x: mx.array) -> mx.array:
-        x = as_model_input(x, self.dtype)
+        x = as_model_input(x, self.dtype, channels=self.conv1.weight.shape[-1])
         if fuses_on_cpu(self.conv1, self.bn1):  # one C call; elsewhere the ReLU stays a layer the validator records
             return conv_bn(self.conv1, self.bn1, x, activation="relu")
         return self.relu(conv_bn(self.conv1, self.bn1, x))
@@ -320,7 +320,7 @@ class ResNet(nn.Module):
             got = f"shape {tuple(x.shape)}" if isinstance(x, (mx.array, np.ndarray)) else f"a {type(x).__name__}"
             raise ZooError(f"the network takes an (N, H, W, 3) normalised batch, got {got}: for image files, PIL "
                            "images or (H, W, 3) uint8 arrays use model.predict(images), which resizes and normalises")
-        return self.compiled(as_model_input(x, self.dtype))
+        return self.compiled(as_model_input(x, self.dtype, channels=self.conv1.weight.shape[-1]))
 
     def forward(self, x: mx.array):
         if self.features_only:

@@ -234,6 +234,22 @@ def test_feature_extraction_as_timm(name):
         assert full.head_hidden_size == (width or 1) * full.num_features
 
 
+def test_a_timm_tensor_is_refused_never_read_as_another_image():
+    """timm's input is NCHW: (1, 3, 224, 224) read as NHWC was a 3x224 image of 224 channels, and the CPU's
+    C convolution gave logits for it (from memory past the input); every entry point now says how to fix it."""
+    model = zoo.load("resnet18", weights="synthetic:0", device="cpu")
+    nchw = mx.zeros((1, 3, 32, 32))
+    for call in (model, model.forward, model.forward_features, model.forward_intermediates):
+        with pytest.raises(ZooError, match=r"shape \(1, 3, 32, 32\): expected \(N, H, W, 3\).*x.transpose\(0, 2, 3, 1\)"):
+            call(nchw)
+    for shape in ((1, 32, 32, 1), (1, 32, 32, 4), (32, 32, 3)):  # grey, RGBA, no batch axis
+        with pytest.raises(ZooError, match="expected \\(N, H, W, 3\\)"):
+            model(np.zeros(shape, np.float32))
+    assert model(nchw.transpose(0, 2, 3, 1)).shape == (1, 1000)
+    with pytest.raises(ValueError, match="has 1 channels where the weight"):  # the layer itself, as mx.conv2d
+        model.conv1(mx.zeros((1, 32, 32, 1)))
+
+
 def test_intermediates_and_pools_equal_the_reference(case):
     spec, weights, x, ref = case
     model = registry.build(spec, weights)

@@ -135,12 +135,18 @@ def dtype_name(dtype: mx.Dtype) -> str:
     return next(name for name, d in DTYPES.items() if d == dtype)
 
 
-def as_model_input(x, dtype: mx.Dtype, what: str = "input") -> mx.array:
+def as_model_input(x, dtype: mx.Dtype, what: str = "input", channels: int | None = None) -> mx.array:
     """Bring a model input to the model's dtype at the boundary.
 
     numpy arrays are converted once here. An mx.array of another float dtype is
     rejected: converting it would hide a dtype mix-up in the caller's pipeline.
+    ``channels``: the input must be an (N, H, W, channels) image batch; an NCHW one (timm's and
+    torch's layout) is refused with the transpose that makes it NHWC, never read as another image.
     """
+    if isinstance(x, (np.ndarray, mx.array)) and channels is not None and (x.ndim != 4 or x.shape[-1] != channels):
+        nchw = x.ndim == 4 and x.shape[1] == channels
+        raise ZooError(f"{what} has shape {tuple(x.shape)}: expected (N, H, W, {channels}), channels last"
+                       + (" (this looks like NCHW: pass x.transpose(0, 2, 3, 1))" if nchw else ""))
     if isinstance(x, np.ndarray):
         if x.dtype.kind not in "fiu":
             raise ZooError(f"{what} has dtype {x.dtype}: pass a float array")

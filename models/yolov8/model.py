@@ -639,9 +639,7 @@ class DetectionModel(nn.Module):
             raise ZooError(f"the network called on an mx.array takes no options ({', '.join(options)}): "
                            "pass an image, a path or a list of them to predict")
         x = source
-        x = as_model_input(x, self.dtype)
-        if x.ndim != 4 or x.shape[-1] != 3:
-            raise ZooError(f"input has shape {tuple(x.shape)}: expected (N, H, W, 3) RGB")
+        x = as_model_input(x, self.dtype, channels=3)
         if x.shape[1] % STRIDE or x.shape[2] % STRIDE or x.shape[1] == 0 or x.shape[2] == 0:
             raise ZooError(f"input is {x.shape[1]}x{x.shape[2]}: height and width must be positive multiples of "
                            f"{STRIDE}; letterbox the image (det.predict does)")
