@@ -112,6 +112,14 @@ def per_image(fn, x: mx.array, *more: mx.array) -> mx.array:
     return mx.concatenate([fn(*(a[i:i + 1] for a in (x, *more))) for i in range(x.shape[0])])
 
 
+def openblas_products() -> bool:
+    """Whether the C routines can call OpenBLAS's sgemm (zoo bound it: imported before mlx). Without it
+    a routine given no ``pack`` of its weight (hosts without AVX2/AVX-512 have none) declines."""
+    from zoo import blas
+
+    return blas.sgemm_address() is not None
+
+
 def native_available() -> bool:
     """The compiled C routines are loaded and not switched off (ZOO_KERNELS=fallback)."""
     return os.environ.get(ENV_VAR, "").lower() != "fallback" and _library() is not None
