@@ -129,6 +129,10 @@ def test_list_models_wildcards():
     assert zoo.list_models("*", task="inpaint") == ["lama"] == zoo.list_models(task="inpaint")
     assert zoo.list_models("vit*") == []
     assert len(zoo.list_models()) == len(registry.REGISTRY)
+    # timm's exclude_filters (a TypeError before): patterns, or one, of the names to leave out, tags included
+    assert zoo.list_models("resnet*", exclude_filters=["*101", "resnet15?"]) == ["resnet18", "resnet34", "resnet50"]
+    assert zoo.list_models("resnet*", pretrained=True, exclude_filters="resnet1*") == [
+        "resnet34.tv_in1k", "resnet50.tv_in1k"]
 
 
 def test_bad_options_fail_before_the_weights(tmp_path):

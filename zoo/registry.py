@@ -89,17 +89,19 @@ ALIASES = {"yolov8": "yolov8n", "yolo11": "yolo11n", "big-lama": "lama", "mobile
 SCALE_FROM_WEIGHTS = frozenset({"yolov8", "yolo11"})
 
 
-def list_models(filter: str | list[str] = "", task: str | None = None, pretrained: bool = False) -> list[str]:
+def list_models(filter: str | list[str] = "", task: str | None = None, pretrained: bool = False,
+                exclude_filters: str | list[str] = "") -> list[str]:
     """Registered names, as timm's: ``filter`` is a wildcard pattern or a list of them ("resnet*");
     ``pretrained``: the names with the tag of their default weights ("resnet50.tv_in1k") where they
-    have one, a pattern without a tag matching any tag."""
-    patterns = [p for p in ([filter] if isinstance(filter, str) else filter) if p]
+    have one, a pattern without a tag matching any tag; ``exclude_filters``: patterns of names left out."""
+    patterns, excluded = ([p for p in ([f] if isinstance(f, str) else f) if p] for f in (filter, exclude_filters))
     if pretrained:
         patterns += [f"{p}.*" for p in patterns if "." not in p]
     names = [(f"{name}.{spec.tag}" if pretrained and spec.tag else name, spec) for name, spec in REGISTRY.items()]
     return [name for name, spec in names
             if (task is None or spec.task == task)
-            and (not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns))]
+            and (not patterns or any(fnmatch.fnmatchcase(name, p) for p in patterns))
+            and not any(fnmatch.fnmatchcase(name, p) for p in excluded)]
 
 
 def is_model(name: str) -> bool:
