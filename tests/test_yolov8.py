@@ -387,6 +387,19 @@ def test_results_text_forms_and_save(tmp_path):
     assert empty.verbose() == "(no detections), " and json.loads(empty.to_json()) == [] and empty.summary() == []
 
 
+def test_classes_as_ultralytics_documents_them():
+    """ultralytics: "classes=0, or classes=[0,2,3]"; a single int raised TypeError ('int' object is not iterable)."""
+    from zoo.models.yolov8.ops import resolve_classes
+
+    names = {i: n for i, n in enumerate(yolov8.class_names())}
+    assert resolve_classes(0, names) == [0] == resolve_classes(np.int64(0), names) == resolve_classes("person", names)
+    assert resolve_classes([0, 2, 3], names) == [0, 2, 3] == resolve_classes("car,0,motorcycle", names)
+    with pytest.raises(ZooError, match="unknown classes 80"):
+        resolve_classes(80, names)
+    with pytest.raises(ZooError, match="unknown classes True"):  # a bool is not a class id
+        resolve_classes(True, names)
+
+
 def test_class_names_ship_with_the_package():
     names = yolov8.class_names()
     assert len(names) == 80 and names[0] == "person" and names[79] == "toothbrush"
