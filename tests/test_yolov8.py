@@ -270,8 +270,11 @@ def test_imgsz_rounds_up_to_multiples_of_32_with_a_warning(capsys):
     assert yolov8.check_imgsz(100) == (128, 128)
     assert "imgsz 100 is not a multiple of 32; using 128" in capsys.readouterr().err
     assert yolov8.check_imgsz((300, 641)) == (320, 672)
+    assert yolov8.check_imgsz([320]) == (320, 320)  # ultralytics' list of one: square (it was refused)
     with pytest.raises(ZooError, match="must be from 1 to 8192"):
         yolov8.check_imgsz(0)
+    with pytest.raises(ZooError, match="bad imgsz"):
+        yolov8.check_imgsz([320, 320, 3])
 
 
 # ---- post-processing ----------------------------------------------------------------------
