@@ -193,6 +193,16 @@ def test_cli_default_output_and_empty_mask(files, tmp_path, capsys):
 
 
 
+def test_cli_takes_the_image_after_options(files, tmp_path, capsys):
+    """`lama --device cpu photo.png --mask m.png` (IOPaint's order: options first) was 'unrecognized
+    arguments: photo.png': the optional IMAGES positional had matched nothing right after the model name."""
+    folder, image, hole = files
+    out = tmp_path / "out.png"
+    assert main(["lama", "--weights", "synthetic:0", "--device", "cpu", str(folder / "photo.png"),
+                 "--mask", str(folder / "mask.png"), "--out", str(out), "--hd-strategy", "original"]) == 0
+    assert np.array_equal(np.asarray(Image.open(out))[~hole], image[~hole])
+
+
 def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):
     """Every check runs before the weights are read: a missing weights file is never reached."""
     folder, _, _ = files

@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("model", help=", ".join(registry.list_models()))
     add_model_arguments(parser)
     task.add_arguments(parser)
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # inputs after options too: lama --device cpu photo.jpg --mask m.png
     if checkpoint is not None:
         refuse_second_checkpoint(name, args.weights)
         args.weights = name  # the task's checks read the file's classes, and never write over it
