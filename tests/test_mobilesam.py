@@ -227,6 +227,27 @@ def test_bad_prompts_raise_one_line_errors(predictor, kwargs, message):
     assert "\n" not in str(e.value)
 
 
+def test_upstreams_batched_prompt_idiom_runs_as_written(predictor, image):
+    """segment-anything's notebook for many boxes: predictor.transform.apply_boxes_torch(boxes, image.shape[:2])
+    .to(predictor.device), then predict_torch, then each mask's .cpu().numpy(); it raised AttributeError."""
+    boxes = np.array([[10, 20, 110, 80], [0, 0, 120, 90]])  # the second: the whole 120x90 image
+    transformed = predictor.transform.apply_boxes_torch(boxes, image.shape[:2]).to(predictor.device)
+    # upstream's ResizeLongestSide: each side scaled by new/old, new = int(old * 128 / 120 + 0.5): 128 x 96
+    assert np.allclose(transformed, boxes * np.array([128 / 120, 96 / 90] * 2), rtol=1e-6)
+    masks, scores, low_res = predictor.predict_torch(point_coords=None, point_labels=None, boxes=transformed,
+                                                     multimask_output=False)
+    assert masks.shape == (2, 1, 90, 120) and masks.dtype == bool and scores.shape == (2, 1)
+    assert low_res.shape == (2, 1, LOW_RES, LOW_RES) and type(masks[0].cpu().numpy()) is np.ndarray
+    same = predictor.predict(boxes=boxes, multimask_output=False)  # the same prompts in the image's pixels
+    assert all(np.array_equal(a, b) for a, b in zip((masks, scores, low_res), same))
+    points = predictor.transform.apply_coords(np.array([[[30, 40]], [[100, 10]]]), image.shape[:2])
+    logits, scores, _ = predictor.predict_torch(points, np.ones((2, 1)), return_logits=True)
+    assert logits.shape == (2, 3, 90, 120) and logits.dtype == np.float32
+    assert np.array_equal(scores, predictor.predict(point_coords=[[[30, 40]], [[100, 10]]], point_labels=[[1], [1]])[1])
+    with pytest.raises(ZooError, match="outside the 128x96 image"):  # the resized frame's bounds
+        predictor.predict_torch(None, None, boxes=boxes * 2)
+
+
 def test_predict_before_set_image_and_bad_images(small_sam, tmp_path):
     p = small_sam.predictor()
     with pytest.raises(ZooError, match="no image set"):

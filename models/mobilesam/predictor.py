@@ -19,6 +19,7 @@ from PIL import Image
 from zoo.concurrency import serialized
 from zoo.errors import UsageError, ZooError
 from zoo.images import load_image
+from zoo.results import TensorArray
 
 
 PROMPTS_PER_DECODE = 16  # prompts decoded at once: memory bounded whatever the number of boxes
@@ -184,10 +185,50 @@ def parse_box(text: str) -> tuple[float, float, float, float]:
     return x1, y1, x2, y2
 
 
+class ResizeLongestSide:
+    """upstream's ``segment_anything.utils.transforms.ResizeLongestSide`` on numpy: original pixels ->
+    the resized image's, the frame ``predict_torch`` takes. The ``_torch`` forms take anything numpy
+    reads (a list, a CPU tensor) and return TensorArrays, which answer ``.to(device)`` as a tensor."""
+
+    def __init__(self, target_length: int):
+        self.target_length = target_length
+
+    def apply_image(self, image: np.ndarray) -> np.ndarray:
+        return resize_longest_side(np.asarray(image), self.target_length)
+
+    def apply_coords(self, coords, original_size: tuple[int, int]) -> np.ndarray:
+        """(..., 2) (x, y) -> (..., 2) float32."""
+        return apply_coords(coords, tuple(original_size), self.target_length)
+
+    def apply_boxes(self, boxes, original_size: tuple[int, int]) -> np.ndarray:
+        """(B, 4) x1, y1, x2, y2 -> (B, 4) float32."""
+        return self.apply_coords(np.asarray(boxes).reshape(-1, 2, 2), original_size).reshape(-1, 4)
+
+    def apply_coords_torch(self, coords, original_size: tuple[int, int]) -> TensorArray:
+        return self.apply_coords(coords, original_size).view(TensorArray)
+
+    def apply_boxes_torch(self, boxes, original_size: tuple[int, int]) -> TensorArray:
+        return self.apply_boxes(boxes, original_size).view(TensorArray)
+
+    @staticmethod
+    def get_preprocess_shape(oldh: int, oldw: int, long_side_length: int) -> tuple[int, int]:
+        return preprocess_shape(oldh, oldw, long_side_length)
+
+
 class SamPredictor:
     def __init__(self, sam_model):
         self.model = sam_model
         self.reset_image()
+
+    @property
+    def transform(self) -> ResizeLongestSide:
+        """upstream's ``predictor.transform``: the model's resize of the image and prompts."""
+        return ResizeLongestSide(self.model.img_size)
+
+    @property
+    def device(self) -> str:
+        """Where predict_torch's prompts and results live: host memory, whatever device MLX computes on."""
+        return "cpu"
 
     def reset_image(self) -> None:
         self.features = None
@@ -244,6 +285,17 @@ class SamPredictor:
         return (masks, iou, low_res) if batched else (masks[0], iou[0], low_res[0])
 
     @serialized(lambda predictor: predictor.model)
+    def predict_torch(self, point_coords, point_labels, boxes=None, mask_input=None, multimask_output: bool = True,
+                      return_logits: bool = False) -> tuple[TensorArray, TensorArray, TensorArray]:
+        """upstream's: B prompts already in the resized image's pixels (``self.transform.apply_coords`` /
+        ``apply_boxes``): point_coords (B, N, 2) with point_labels (B, N), or None; boxes (B, 4); mask_input
+        (B, 1, 256, 256) -> masks (B, C, H, W) bool (float32 logits if return_logits), scores (B, C),
+        low-res logits (B, C, 256, 256), as TensorArrays (numpy that answers ``.cpu().numpy()``)."""
+        _, masks, iou, low_res = self._predict(point_coords, point_labels, None, mask_input, multimask_output, boxes,
+                                               np.float32 if return_logits else bool, resized_frame=True)
+        return masks.view(TensorArray), iou.view(TensorArray), low_res.view(TensorArray)
+
+    @serialized(lambda predictor: predictor.model)
     def predict_low_res(self, point_coords=None, point_labels=None, box=None, mask_input=None,
                         multimask_output: bool = True, boxes=None):
         """predict's scores and low-res logits (the same prompts, checks and shapes) without the
@@ -252,23 +304,23 @@ class SamPredictor:
         return (iou, low_res) if batched else (iou[0], low_res[0])
 
     def _predict(self, point_coords, point_labels, box, mask_input, multimask_output: bool, boxes,
-                 mask_dtype=None) -> tuple:
+                 mask_dtype=None, resized_frame: bool = False) -> tuple:
         """(batched, masks (N, C, H, W) of ``mask_dtype`` or None without one, scores (N, C), low-res
         (N, C, 256, 256)): the prompts checked, then decoded a chunk at a time, each chunk's masks made
-        from the decoder's own logits."""
+        from the decoder's own logits. ``resized_frame``: N prompts in the resized image's pixels
+        (predict_torch's), checked against its size and not scaled again."""
         if not self.is_image_set:
             raise ZooError("no image set: call set_image(image) before predict")
-        batched = boxes is not None or np.ndim(point_coords) == 3
+        batched = resized_frame or boxes is not None or np.ndim(point_coords) == 3
+        frame = self.input_size if resized_frame else self.original_size
         if batched:
             if box is not None:
                 raise ZooError("give box (one prompt) or boxes (N prompts), not both")
             coords, labels, boxes, mask_input = check_batched_prompts(
-                self.original_size, point_coords, point_labels, boxes, mask_input,
-                self.model.prompt_encoder.mask_input_size)
+                frame, point_coords, point_labels, boxes, mask_input, self.model.prompt_encoder.mask_input_size)
         else:
             coords, labels, box, mask_input = check_prompts(
-                self.original_size, point_coords, point_labels, box, mask_input,
-                self.model.prompt_encoder.mask_input_size)
+                frame, point_coords, point_labels, box, mask_input, self.model.prompt_encoder.mask_input_size)
             coords = None if coords is None else coords[None]
             labels = None if labels is None else labels[None]
             boxes = None if box is None else box[None]
@@ -278,11 +330,10 @@ class SamPredictor:
         masks = None if mask_dtype is None else np.empty((n, channels, *self.original_size), mask_dtype)
         if n == 0:
             return batched, masks, np.zeros((0, channels), np.float32), np.zeros((0, channels, 256, 256), np.float32)
-        long_side = self.model.img_size
         if coords is not None:
-            coords = apply_coords(coords, self.original_size, long_side)
+            coords = coords.astype(np.float32) if resized_frame else self.transform.apply_coords(coords, self.original_size)
         if boxes is not None:
-            boxes = apply_coords(boxes.reshape(-1, 2, 2), self.original_size, long_side).reshape(-1, 4)
+            boxes = boxes.astype(np.float32) if resized_frame else self.transform.apply_boxes(boxes, self.original_size)
         iou, low_res = [], []
         for start in range(0, n, PROMPTS_PER_DECODE):  # the decoder takes ~50 MB per prompt
             part = slice(start, start + PROMPTS_PER_DECODE)
