@@ -227,6 +227,25 @@ def test_bad_prompts_raise_one_line_errors(predictor, kwargs, message):
     assert "\n" not in str(e.value)
 
 
+def test_mobilesam_readmes_loading_lines_run_as_written(checkpoint, tmp_path):
+    """MobileSAM's README: sam_model_registry["vit_t"](checkpoint=...), .to(device=device), .eval() (an
+    ImportError before); no checkpoint gives random weights as upstream's; another model type is one error."""
+    from zoo.models.mobilesam import sam_model_registry
+
+    seed5 = synthetic_state_dict(read_manifest(MANIFESTS / "mobilesam.json"), 5)
+    save_file(seed5, str(tmp_path / "mobile_sam.safetensors"))
+    sam = sam_model_registry["vit_t"](checkpoint=str(tmp_path / "mobile_sam.safetensors"))
+    assert sam.to(device="cuda") is sam and sam.eval() is sam
+    loaded = dict(tree_flatten(sam.parameters()))
+    assert np.array_equal(np.array(loaded["mask_decoder.iou_token.weight"]), seed5["mask_decoder.iou_token.weight"])
+    random = dict(tree_flatten(sam_model_registry["vit_t"]().parameters()))  # synthetic:0, the fixture's values
+    assert np.array_equal(np.array(random["mask_decoder.iou_token.weight"]), checkpoint["mask_decoder.iou_token.weight"])
+    with pytest.raises(ZooError, match="MobileSAM only, 'vit_t'"):
+        sam_model_registry["default"]
+    with pytest.raises(ZooError, match="not a device"):
+        sam.to(device="tpu")
+
+
 def test_upstreams_batched_prompt_idiom_runs_as_written(predictor, image):
     """segment-anything's notebook for many boxes: predictor.transform.apply_boxes_torch(boxes, image.shape[:2])
     .to(predictor.device), then predict_torch, then each mask's .cpu().numpy(); it raised AttributeError."""

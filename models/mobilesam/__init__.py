@@ -15,8 +15,27 @@ from __future__ import annotations
 from .automatic_mask_generator import SamAutomaticMaskGenerator
 from .predictor import SamPredictor
 from .sam import Sam
+from zoo.errors import ZooError
 
-__all__ = ["Sam", "SamAutomaticMaskGenerator", "SamPredictor", "build", "sanitize"]
+__all__ = ["Sam", "SamAutomaticMaskGenerator", "SamPredictor", "build", "build_sam_vit_t", "sam_model_registry",
+           "sanitize"]
+
+
+def build_sam_vit_t(checkpoint=None) -> Sam:
+    """upstream's ``sam_model_registry["vit_t"](checkpoint=...)``: the checkpoint's weights (mobile_sam.pt or
+    a .safetensors), or random ones without one, as upstream's (zoo.load warns that they are)."""
+    from zoo.registry import load
+
+    return load("mobilesam", weights=checkpoint, pretrained=checkpoint is not None)
+
+
+class _Registry(dict):
+    def __missing__(self, key):
+        raise ZooError(f"sam_model_registry[{key!r}]: mlx-zoo has MobileSAM only, 'vit_t' "
+                       "(upstream's 'default' is SAM's ViT-H, which it does not have)")
+
+
+sam_model_registry = _Registry(vit_t=build_sam_vit_t)  # MobileSAM's README: sam_model_registry["vit_t"](checkpoint=...)
 
 # TinyViT's ImageNet classifier: in the checkpoint, never used by SAM.
 UNUSED_PREFIXES = ("image_encoder.norm_head.", "image_encoder.head.")

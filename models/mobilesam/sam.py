@@ -10,6 +10,8 @@ import numpy as np
 from zoo.compiled import CompiledForward
 from zoo.kernels import resize
 from zoo.kernels.resize import source_taps
+from zoo.errors import ZooError
+from zoo.results import is_device
 
 from .automatic_mask_generator import SamAutomaticMaskGenerator
 from .mask_decoder import MaskDecoder, image_projections_with_pe, merged_projections, stack_heads
@@ -159,6 +161,13 @@ class Sam(nn.Module):
             part = resize(logits, (height, width), mode="bilinear", band=band, columns=(left, right))
             crop[start - top:band[1] - top] = np.array(part[0, ..., 0] > self.mask_threshold)
         return top, left, crop
+
+    def to(self, device=None) -> Sam:
+        """upstream README's ``sam.to(device=device)``: MLX computes on the process's device (zoo.load's
+        ``device=``), so a device as torch names it is checked and the model returned as it is."""
+        if device is not None and not is_device(device):
+            raise ZooError(f"to(device={device!r}): not a device; MLX runs on the device zoo.load(device=...) chose")
+        return self
 
     def predictor(self) -> SamPredictor:
         """A SamPredictor on this model: set_image once, predict many times."""
