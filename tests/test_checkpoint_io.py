@@ -124,6 +124,27 @@ def test_weight_keys_preference(tmp_path):
         assert_same(read_checkpoint(write_torch_zip(tmp_path / name, obj)), expected)
 
 
+def test_timm_training_checkpoints_load_as_timm_loads_them(tmp_path, capsys):
+    """timm's train.py writes model_best.pth.tar / checkpoint-N.pth.tar ({'state_dict', 'state_dict_ema' with
+    --model-ema, 'optimizer', 'args': a Namespace}); timm's load_checkpoint takes the EMA by default and drops
+    DataParallel's 'module.' prefix. Before: '.tar' was an unknown format, and renamed to .pth the plain weights
+    loaded where timm's gave the EMA's."""
+    from zoo.registry import is_weights_file
+
+    args = New(Glob("argparse", "Namespace"), {"model": "resnet18", "model_ema": True})
+    checkpoint = {"epoch": 3, "arch": "resnet18", "state_dict": {"module.w": tensor([1.0])},
+                  "state_dict_ema": {"module.w": tensor([2.0])}, "optimizer": {"state": {}}, "args": args}
+    path = write_torch_zip(tmp_path / "model_best.pth.tar", checkpoint)
+    assert is_weights_file(path) and not is_weights_file("model_best.tar")
+    assert_same(read_checkpoint(path), {"w": np.float32([2])})  # the EMA, unprefixed
+    assert "its EMA weights (state_dict_ema) are loaded" in capsys.readouterr().err
+    del checkpoint["state_dict_ema"]  # without --model-ema: the weights, and no note
+    assert_same(read_checkpoint(write_torch_zip(tmp_path / "checkpoint-3.pth.tar", checkpoint)), {"w": np.float32([1])})
+    assert capsys.readouterr().err == ""
+    with pytest.raises(ZooError, match="unknown weights format .tar"):
+        read_checkpoint(write_torch_zip(tmp_path / "model_best.tar", checkpoint))
+
+
 def test_big_endian_storages_are_byteswapped(tmp_path):
     path = write_torch_zip(tmp_path / "big.pt", {"w": tensor([[1.5, -2], [3, 4]])}, big_endian=True)
     assert_same(read_checkpoint(path), {"w": np.float32([[1.5, -2], [3, 4]])})

@@ -6,6 +6,7 @@ float32 (exact).
 from __future__ import annotations
 
 import json
+import sys
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -15,11 +16,19 @@ from safetensors import SafetensorError, safe_open
 
 from zoo.errors import ZooError
 
-from .torchfile import (StubObject, TensorHeader, bfloat16_to_float32, load_torch_file, module_attribute, root_module,
-                        state_dict_from, tensor_header)
+from .torchfile import (EMA_KEYS, StubObject, TensorHeader, bfloat16_to_float32, load_torch_file, module_attribute,
+                        root_module, state_dict_from, tensor_header)
 
-_TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin")
+_TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".pth.tar")  # .pth.tar: timm's train.py (model_best.pth.tar)
+SUFFIXES = (".safetensors", *_TORCH_SUFFIXES)
 _FIX = "pass a .safetensors, .pt, .pth or .ckpt file"
+DATA_PARALLEL_PREFIX = "module."  # torch's DataParallel / DistributedDataParallel wrap the model as .module
+
+
+def weights_suffix(path) -> str:
+    """A weight file's suffix, lower case; ``.pth.tar`` (timm's training checkpoints) as one."""
+    name = Path(path).name.lower()
+    return ".pth.tar" if name.endswith(".pth.tar") else Path(name).suffix
 
 _SAFETENSORS_DTYPES = {  # safetensors name -> numpy dtype of the stored little-endian elements
     "F64": "<f8", "F32": "<f4", "F16": "<f2",
@@ -53,10 +62,10 @@ def read_checkpoint_header(path) -> tuple[dict[str, TensorHeader], dict]:
 
 def _read(path, tensors: bool):
     path = Path(path)
-    suffix = path.suffix.lower()
+    suffix = weights_suffix(path)
     if path.is_dir():
         raise ZooError(f"{path} is a folder: pass the weights file in it (.safetensors, .pt, .pth or .ckpt)")
-    if suffix not in (".safetensors", *_TORCH_SUFFIXES):
+    if suffix not in SUFFIXES:
         raise ZooError(f"{path}: unknown weights format {path.suffix or 'without a suffix'}; {_FIX}")
     if not path.exists():
         raise ZooError(f"{path}: no such file; {_FIX}")
@@ -75,12 +84,19 @@ def _read(path, tensors: bool):
                        "re-download it or pass the model's .pt or .safetensors file")
     tree = load_torch_file(path, tensors)
     try:
-        return state_dict_from(tree), _torch_metadata(tree)
+        weights, meta = state_dict_from(tree), _torch_metadata(tree)
     except ZooError as error:
         raise ZooError(f"{path}: {error}; {_FIX} that holds model weights") from None
     except RecursionError:  # a pickle can make a dict that contains itself
         raise ZooError(f"{path}: its object tree is cyclic or nested too deeply; re-download it "
                        "or convert it to .safetensors") from None
+    if weights and all(name.startswith(DATA_PARALLEL_PREFIX) for name in weights):  # timm's clean_state_dict
+        weights = {name[len(DATA_PARALLEL_PREFIX):]: tensor for name, tensor in weights.items()}
+    ema = next((key for key in EMA_KEYS if isinstance(tree, Mapping) and tree.get(key)), None)
+    if ema is not None and tensors:  # state_dict_from took the EMA: say so (once: not on a header read)
+        print(f"note: {path}: its EMA weights ({ema}) are loaded, as timm's load_checkpoint does by default",
+              file=sys.stderr)
+    return weights, meta
 
 
 def _is_torch_save(path: Path) -> bool:

@@ -594,17 +594,19 @@ def load_torch_file(path, tensors: bool = True) -> object:
 
 # --- finding the weights in the tree ----------------------------------------------------------
 
-# where training scripts put the weights, best first: 'ema' is a training copy, used when
+# where training scripts put the weights, best first: timm's train.py keeps its EMA beside 'state_dict'
+# and its load_checkpoint takes the EMA by default; ultralytics' 'ema' is a training copy, used when
 # 'model' is empty (ultralytics' last.pt has model=None)
-_WEIGHT_KEYS = ("state_dict", "model_state_dict", "model", "ema")
+EMA_KEYS = ("state_dict_ema", "model_ema")
+_WEIGHT_KEYS = (*EMA_KEYS, "state_dict", "model_state_dict", "model", "ema")
 
 
 def state_dict_from(obj) -> dict[str, np.ndarray]:
     """The weights in a loaded checkpoint, named as torch's ``state_dict()`` names them.
 
     ``obj`` may be a flat name -> array mapping, a pickled nn.Module (parameters, then
-    persistent buffers, then submodules), or either under 'state_dict', 'model_state_dict',
-    'model' or, last, 'ema'.
+    persistent buffers, then submodules), or either under timm's EMA keys ('state_dict_ema',
+    'model_ema'), 'state_dict', 'model_state_dict', 'model' or, last, 'ema'.
     """
     weights = _find_weights(obj)
     if not weights:

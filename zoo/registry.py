@@ -367,14 +367,13 @@ def load(name: str, weights: str | Path | None = None, dtype: str = "float32", d
     return build(spec, read_weights(spec, weights), dtype, **options)
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".ckpt", ".bin")
-
-
 def is_weights_file(name: str | Path) -> bool:
     """A checkpoint path given where a model name goes (``zoo.load("best.pt")``), not a release name that is
     not on disk (``yolov8n.pt``: release_file_model)."""
+    from zoo.weights.checkpoint import SUFFIXES, weights_suffix
+
     name = str(name)
-    return (name not in REGISTRY and name not in ALIASES and Path(name).suffix.lower() in WEIGHT_SUFFIXES
+    return (name not in REGISTRY and name not in ALIASES and weights_suffix(name) in SUFFIXES
             and release_file_model(name) is None)
 
 
