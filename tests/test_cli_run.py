@@ -85,6 +85,12 @@ def test_api_errors_name_keyword_arguments_and_cli_errors_flags(photo, tmp_path,
         check_new_file(tmp_path / "out.json", "output", overwrite=False)
     assert "pass --overwrite to replace it" in cli_error(
         ["resnet18", str(photo), "--json", str(tmp_path / "out.json"), "--weights", "synthetic"], capsys)
+    # a checkpoint given as the model that no family claims: the command line's form (it named zoo.load)
+    checkpoint = synthetic_checkpoint("resnet18", tmp_path / "finetuned.safetensors")
+    assert cli_error([str(checkpoint), str(photo)], capsys).endswith(
+        f"name the model (e.g. resnet50) and give the file as --weights {checkpoint}")
+    with pytest.raises(ZooError, match=f"give the file as weights='{checkpoint}'"):
+        zoo.load(str(checkpoint))
 
 
 def test_zoo_weights_synthetic_runs_offline_and_says_so(photo, monkeypatch, capsys):

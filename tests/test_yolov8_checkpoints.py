@@ -174,5 +174,6 @@ def test_inconsistent_files_are_one_line(tmp_path, two_class):
 
 def test_a_file_of_no_known_family_asks_for_a_model_name(tmp_path):
     save_file({"fc.weight": np.zeros((2, 2), np.float32)}, str(tmp_path / "net.safetensors"))
-    with pytest.raises(ZooError, match=r"cannot tell which model it holds; name the model, e\.g\. zoo\.load"):
+    with pytest.raises(ZooError, match=r"cannot tell which model it holds; name the model \(e\.g\. resnet50\) and give the "
+                       r"file as weights='.*net\.safetensors'"):
         zoo.load(str(tmp_path / "net.safetensors"), device="cpu")

@@ -29,7 +29,7 @@ import numpy as np
 
 from . import devices
 from .concurrency import release_mlx_at_thread_exit
-from .errors import UsageError, ZooError
+from .errors import UsageError, ZooError, option
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -390,5 +390,5 @@ def identify(path: str | Path) -> tuple[ModelSpec, Weights]:
         sanitized = fam.sanitize(sd, meta) if hasattr(fam, "sanitize") else sd
         if fam.holds(sanitized, meta):
             return get_spec(name), Weights(sanitized, str(path), meta)
-    raise ZooError(f"{path}: cannot tell which model it holds; name the model, e.g. "
-                   f"zoo.load('resnet50', weights='{path}')")
+    raise ZooError(f"{path}: cannot tell which model it holds; name the model (e.g. resnet50) and give the file "
+                   f"as {option('weights', str(path))}")
