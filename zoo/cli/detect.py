@@ -119,8 +119,9 @@ def check_arguments(args):
         check_new_file(refuse_inputs(out / PREDICTIONS, inputs, "output"), "output", args.overwrite or args.resume)
         numbered = [name for _, _, name, _, _ in outputs if name not in args.image_ids.ids]
         if numbered:  # a ground truth with ids of its own matches none of them: AP 0 without a word
-            print(f"note: --save-json: {len(numbered)} input(s) without a numeric file stem ({numbered[0]}{', ...' if len(numbered) > 1 else ''}) get a "
-                  f"running image_id; map them to your ground truth's ids by file_name", file=sys.stderr)
+            example = numbered[0] + (", ..." if len(numbered) > 1 else "")
+            print(f"note: --save-json: {len(numbered)} input(s) without a numeric file stem ({example}) get a running "
+                  "image_id; map them to your ground truth's ids by file_name", file=sys.stderr)
         if args.resume and (out / PREDICTIONS).exists():
             read_json_list(out / PREDICTIONS)  # a damaged file: refused before the model loads
         elif args.resume and args.skip:
