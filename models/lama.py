@@ -593,8 +593,8 @@ class LaMa(nn.Module):
         raw prediction everywhere; ``inpaint`` keeps the known pixels. Compiled per
         input size (zoo.compiled); ``forward`` is the same network, eager.
         """
-        image = as_model_input(image, self.dtype, "image")
-        mask = as_model_input(mask, self.dtype, "mask")
+        image = as_model_input(image, self.dtype, "image", channels=3)
+        mask = as_model_input(mask, self.dtype, "mask", channels=1)
         check_model_shapes(image.shape, mask.shape)
         return self.compiled(image, mask)
 
@@ -750,8 +750,7 @@ def dilate_hole(hole: np.ndarray, pixels: int) -> np.ndarray:
 
 
 def check_model_shapes(image_shape: tuple, mask_shape: tuple) -> None:
-    if len(image_shape) != 4 or image_shape[-1] != 3:
-        raise ZooError(f"image has shape {tuple(image_shape)}: expected (N, H, W, 3)")
+    """The raw call's image and mask, each (N, H, W, C) already (as_model_input): the same N, H, W."""
     if tuple(mask_shape) != (*image_shape[:3], 1):
         raise ZooError(f"mask has shape {tuple(mask_shape)}: expected {(*image_shape[:3], 1)} to match the image")
     h, w = image_shape[1:3]

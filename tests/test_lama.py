@@ -235,6 +235,10 @@ def test_raw_call_checks_shapes_and_dtype(model):
         model(np.zeros((1, 8, 8, 3)), np.zeros((1, 8, 8, 1)))
     with pytest.raises(ZooError, match="mask has shape"):
         model(np.zeros((1, 16, 16, 3)), np.zeros((1, 16, 24, 1)))
+    with pytest.raises(ZooError, match=r"image has shape \(1, 3, 16, 16\).*NCHW: pass x.transpose\(0, 2, 3, 1\)"):
+        model(np.zeros((1, 3, 16, 16)), np.zeros((1, 16, 16, 1)))  # torch's layout, as lama's own predict.py
+    with pytest.raises(ZooError, match=r"mask has shape \(1, 1, 16, 16\).*NCHW"):
+        model(np.zeros((1, 16, 16, 3)), np.zeros((1, 1, 16, 16)))
     with pytest.raises(ZooError, match="model runs in float32"):
         model(mx.zeros((1, 16, 16, 3), mx.float16), mx.zeros((1, 16, 16, 1), mx.float16))
 
