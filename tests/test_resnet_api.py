@@ -346,3 +346,18 @@ def test_num_classes_on_both_command_lines(capsys):
     assert classify.model_options(args) == {"num_classes": 10}
     assert "--num-classes 0: give the number of classes of the checkpoint's head, 1 or more" in cli_error(
         ["resnet18", "photos/", "--num-classes", "0", "--weights", "synthetic"], capsys)
+
+
+def test_create_model_as_timm(tmp_path):
+    from conftest import synthetic_checkpoint
+
+    # timm.create_model's defaults: pretrained=False is random weights (no Hub read), checkpoint_path loads one
+    model = zoo.create_model("resnet18", num_classes=10, device="cpu")
+    assert model.get_classifier().weight.shape == (10, 512)
+    path = synthetic_checkpoint("resnet18", tmp_path / "r18.safetensors", seed=3)
+    loaded = zoo.create_model("resnet18", checkpoint_path=path, device="cpu")
+    expected = zoo.load("resnet18", weights=path, device="cpu")
+    assert all(np.array_equal(np.array(a), np.array(b)) for (_, a), (_, b)
+               in zip(tree_flatten(loaded.parameters()), tree_flatten(expected.parameters())))
+    features = zoo.create_model("resnet18", features_only=True, out_indices=(-1,), device="cpu")
+    assert features.feature_info.channels() == [512]

@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 import zoo
-from conftest import MANIFESTS
+from conftest import MANIFESTS, synthetic_checkpoint
 from zoo.errors import ZooError
 from zoo.results import Results, TensorArray
 
@@ -202,6 +202,26 @@ def test_a_release_file_name_is_its_model(tmp_path, monkeypatch):
     assert registry.is_weights_file("yolov8n.pt") and registry.is_weights_file("weights/yolov8s.pt")
     with pytest.raises(ZooError, match="yolov8n.pt"):
         zoo.load("yolov8n.pt")
+
+
+def test_from_zoo_import_yolo_as_ultralytics(tmp_path):
+    from zoo import YOLO
+
+    # YOLO("yolov8n-seg.pt") as ultralytics' (synthetic weights: no Hub here), a name, a checkpoint path
+    assert YOLO("yolov8n-seg.pt", weights="synthetic:0", device="cpu").task == "segment"
+    assert YOLO("yolo11n-pose", task="pose", weights="synthetic:0", device="cpu").task == "pose"
+    detector = YOLO(synthetic_checkpoint("yolov8n", tmp_path / "best.safetensors"), task="detect", device="cpu")
+    assert detector.task == "detect" and len(detector(np.zeros((64, 64, 3), np.uint8), imgsz=64)) == 1
+    # where ultralytics would quietly use the checkpoint's task, or build something else: one error each
+    with pytest.raises(ZooError, match="makes 'detect'"):
+        YOLO("yolov8n", task="segment", weights="synthetic:0", device="cpu")
+    with pytest.raises(ZooError, match="make detect, segment, pose"):
+        YOLO("yolov8n", task="classify")
+    with pytest.raises(ZooError, match=r"not a YOLO model: use zoo.load\('resnet18'\)"):
+        YOLO("resnet18")
+    resnet = synthetic_checkpoint("resnet18", tmp_path / "r18.safetensors")
+    with pytest.raises(ZooError, match="cannot tell which model it holds"):
+        YOLO(resnet, device="cpu")
 
 
 def test_supervision_reads_mobilesam_records():

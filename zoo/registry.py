@@ -367,6 +367,37 @@ def load(name: str, weights: str | Path | None = None, dtype: str = "float32", d
     return build(spec, read_weights(spec, weights), dtype, **options)
 
 
+YOLO_TASKS = ("detect", "segment", "pose")  # ultralytics' task names that these YOLO heads make
+
+
+def YOLO(model: str | Path = "yolo11n.pt", task: str | None = None, verbose: bool = False,  # noqa: N802
+         **options) -> nn.Module:
+    """ultralytics' ``YOLO(model, task=None, verbose=False)``, so ``from zoo import YOLO`` stands in for
+    ``from ultralytics import YOLO``: ``model`` a YOLO name (``yolov8n``), a release file name
+    (``yolo11n-seg.pt``: that model's Hub weights) or a checkpoint path (a ``yolo train`` file);
+    ``task`` must be the one the model makes (ultralytics would quietly take the checkpoint's); ``verbose``
+    is accepted (nothing is printed); ``options``: load's (``weights``, ``dtype``, ``device``)."""
+    if task is not None and task not in YOLO_TASKS:
+        raise UsageError(f"YOLO(task={task!r}): the YOLO models here make {', '.join(YOLO_TASKS)}")
+    if not is_weights_file(model) and get_spec(str(model)).family != "yolov8":
+        raise UsageError(f"YOLO({str(model)!r}) is not a YOLO model: use zoo.load({str(model)!r})")
+    net = load(str(model), **options)  # a checkpoint file is read only where it holds a YOLO model (identify)
+    if task is not None and net.task != task:
+        raise UsageError(f"YOLO({str(model)!r}, task={task!r}): the model makes {net.task!r}; "
+                         f"pass task={net.task!r} or a {task} model")
+    return net
+
+
+def create_model(model_name: str, pretrained: bool = False, checkpoint_path: str | Path | None = None,
+                 **kwargs) -> nn.Module:
+    """timm's ``create_model``: as timm, ``pretrained=False`` (its default) gives random weights and
+    ``checkpoint_path`` a checkpoint to load; the other keywords are load's (``num_classes``,
+    ``global_pool``, ``features_only``, ``out_indices``, ``dtype``, ``device``, ...)."""
+    if checkpoint_path:
+        kwargs["weights"] = checkpoint_path
+    return load(model_name, pretrained=pretrained, **kwargs)
+
+
 def is_weights_file(name: str | Path) -> bool:
     """A checkpoint path given where a model name goes (``zoo.load("best.pt")``), not a release name that is
     not on disk (``yolov8n.pt``: release_file_model)."""
