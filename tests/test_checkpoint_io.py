@@ -124,6 +124,21 @@ def test_weight_keys_preference(tmp_path):
         assert_same(read_checkpoint(write_torch_zip(tmp_path / name, obj)), expected)
 
 
+def test_ultralytics_8_0_checkpoints_load_their_ema_as_ultralytics(tmp_path, capsys):
+    """ultralytics 8.0's trainer saved both 'model' and 'ema' (until the end of training strips them), and its
+    load_checkpoint takes ckpt.get("ema") or ckpt["model"]: the EMA, with a note (before: the plain weights,
+    silently)."""
+    plain = module("ultralytics.nn.tasks.DetectionModel", {"w": tensor([1.0])})
+    averaged = module("ultralytics.nn.tasks.DetectionModel", {"w": tensor([2.0])})
+    path = write_torch_zip(tmp_path / "best.pt", {"epoch": -1, "model": plain, "ema": averaged})
+    assert_same(read_checkpoint(path), {"w": np.float32([2])})
+    assert "its EMA weights (ema) are loaded, as ultralytics' load_checkpoint does" in capsys.readouterr().err
+    # the current trainer's files: model None, the EMA the only weights, nothing to say
+    assert_same(read_checkpoint(write_torch_zip(tmp_path / "last.pt", {"model": None, "ema": averaged})),
+                {"w": np.float32([2])})
+    assert capsys.readouterr().err == ""
+
+
 def test_timm_training_checkpoints_load_as_timm_loads_them(tmp_path, capsys):
     """timm's train.py writes model_best.pth.tar / checkpoint-N.pth.tar ({'state_dict', 'state_dict_ema' with
     --model-ema, 'optimizer', 'args': a Namespace}); timm's load_checkpoint takes the EMA by default and drops

@@ -93,9 +93,10 @@ def _read(path, tensors: bool):
     if weights and all(name.startswith(DATA_PARALLEL_PREFIX) for name in weights):  # timm's clean_state_dict
         weights = {name[len(DATA_PARALLEL_PREFIX):]: tensor for name, tensor in weights.items()}
     ema = next((key for key in EMA_KEYS if isinstance(tree, Mapping) and tree.get(key)), None)
-    if ema is not None and tensors:  # state_dict_from took the EMA: say so (once: not on a header read)
-        print(f"note: {path}: its EMA weights ({ema}) are loaded, as timm's load_checkpoint does by default",
-              file=sys.stderr)
+    beside = ema is not None and any(tree.get(key) for key in ("state_dict", "model_state_dict", "model"))
+    if beside and tensors:  # state_dict_from took the EMA over the plain weights: say so (not on a header read)
+        loader = "ultralytics' load_checkpoint" if ema == "ema" else "timm's load_checkpoint by default"
+        print(f"note: {path}: its EMA weights ({ema}) are loaded, as {loader} does", file=sys.stderr)
     return weights, meta
 
 

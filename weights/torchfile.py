@@ -595,10 +595,11 @@ def load_torch_file(path, tensors: bool = True) -> object:
 # --- finding the weights in the tree ----------------------------------------------------------
 
 # where training scripts put the weights, best first: timm's train.py keeps its EMA beside 'state_dict'
-# and its load_checkpoint takes the EMA by default; ultralytics' 'ema' is a training copy, used when
-# 'model' is empty (ultralytics' last.pt has model=None)
-EMA_KEYS = ("state_dict_ema", "model_ema")
-_WEIGHT_KEYS = (*EMA_KEYS, "state_dict", "model_state_dict", "model", "ema")
+# and its load_checkpoint takes the EMA by default; ultralytics keeps its EMA under 'ema' beside 'model'
+# (None in its current last.pt and best.pt, a second copy in 8.0's) and its load_checkpoint takes
+# ckpt.get("ema") or ckpt["model"]
+EMA_KEYS = ("state_dict_ema", "model_ema", "ema")
+_WEIGHT_KEYS = (*EMA_KEYS, "state_dict", "model_state_dict", "model")
 
 
 def state_dict_from(obj) -> dict[str, np.ndarray]:
@@ -606,7 +607,7 @@ def state_dict_from(obj) -> dict[str, np.ndarray]:
 
     ``obj`` may be a flat name -> array mapping, a pickled nn.Module (parameters, then
     persistent buffers, then submodules), or either under timm's EMA keys ('state_dict_ema',
-    'model_ema'), 'state_dict', 'model_state_dict', 'model' or, last, 'ema'.
+    'model_ema') or ultralytics' ('ema'), 'state_dict', 'model_state_dict' or 'model'.
     """
     weights = _find_weights(obj)
     if not weights:
