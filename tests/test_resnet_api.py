@@ -246,9 +246,11 @@ def test_a_timm_tensor_is_refused_never_read_as_another_image():
     for call in (model, model.forward, model.forward_features, model.forward_intermediates):
         with pytest.raises(ZooError, match=r"shape \(1, 3, 32, 32\): expected \(N, H, W, 3\).*x.transpose\(0, 2, 3, 1\)"):
             call(nchw)
-    for shape in ((1, 32, 32, 1), (1, 32, 32, 4), (32, 32, 3)):  # grey, RGBA, no batch axis
+    for shape in ((1, 32, 32, 1), (1, 32, 32, 4)):  # grey, RGBA
         with pytest.raises(ZooError, match="expected \\(N, H, W, 3\\)"):
             model(np.zeros(shape, np.float32))
+    with pytest.raises(ZooError, match=r"takes an \(N, H, W, 3\) normalised batch, got shape \(32, 32, 3\).*predict"):
+        model(np.zeros((32, 32, 3), np.float32))  # no batch axis: one image, which predict() takes
     assert model(nchw.transpose(0, 2, 3, 1)).shape == (1, 1000)
     with pytest.raises(ValueError, match="has 1 channels where the weight"):  # the layer itself, as mx.conv2d
         model.conv1(mx.zeros((1, 32, 32, 1)))
