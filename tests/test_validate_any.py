@@ -209,3 +209,51 @@ def test_html_report_names_the_reference():
     page = report.to_html()
     assert "MLX vs cpu-float64 (the same MLX model)" in page and "first failing layer <b>conv</b>" in page
 
+
+
+def near_tie_classifier():
+    """logits and the class: classes 40 and 48 score 1.0 and 1.001, which bfloat16 cannot tell apart."""
+    import mlx.nn as nn
+
+    class Classifier(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head = nn.Linear(4, 50, bias=False)
+            weight = np.zeros((50, 4), np.float32)
+            weight[40, 0], weight[48, 0] = 1.0, 1.001
+            self.head.weight = mx.array(weight)
+
+        def __call__(self, x):
+            logits = self.head(x)
+            return logits, mx.argmax(logits, axis=-1)
+
+    return Classifier()
+
+
+def test_integer_outputs_must_be_equal():
+    """class 40 for class 48 is rel err 0.17, within bfloat16's end-to-end 0.2: integers are compared exactly"""
+    x = mx.array([[1.0, 0.0, 0.0, 0.0]])
+    report = zoo.validate.compare(near_tie_classifier(), x, dtype="bfloat16", mode="end-to-end")
+    rows = {r.name: r for r in report.modes[0].layers}
+    assert rows["head"].status == "pass" and rows["output/0"].status == "pass"
+    assert rows["output/1"].failed and rows["output/1"].flags == ["1 of 1 integer values differ"]
+    assert report.first_failure == "output/1"
+    assert zoo.validate.compare(near_tie_classifier(), x, dtype="float32").passed  # the same class in float32
+
+
+def test_the_tolerance_text_names_atol(tmp_path, capsys):
+    argv = ["--module", "tests/any_models.py:conv_net", "--input", "1,8,8,3", "--mode", "isolated",
+            "--inject", "heads.fc=noise", "--atol", "100"]
+    assert validate_main([*argv, "--report", str(tmp_path / "r.html")]) == 0  # every layer within the atol
+    out = capsys.readouterr().out
+    assert "(tolerance: max abs err <= 100 + 0.0001 x max |ref|)" in out
+    assert "isolated: PASS 9/9 layers within max abs err <= 100 + 0.0001 x max |ref|" in out
+    assert "max abs err &lt;= 100 + 0.0001 x max |ref|" in (tmp_path / "r.html").read_text()
+
+
+def test_json_and_report_on_one_file_is_refused(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    argv = ["--module", "tests/any_models.py:conv_net", "--input", "1,8,8,3", "--json", str(out)]
+    assert validate_main([*argv, "--report", str(tmp_path / "." / "r.json")]) == 2
+    assert capsys.readouterr().err.startswith(f"error: --json and --report both name {tmp_path}")
+    assert not out.exists()

@@ -65,6 +65,14 @@ class ModeReport:
     dtype: str = "float32"
     heatmaps: dict = field(default_factory=dict)  # failing layer -> 2-D error map (error_map)
     coverage: list = field(default_factory=list)  # coverage_rows of the MLX pass
+    atol: float = 0.0  # a layer also passes with max abs err <= atol + tolerance x max |ref|
+
+    @property
+    def bound(self) -> str:
+        """The pass rule in words, as the tables and summaries print it."""
+        if self.atol > 0:
+            return f"max abs err <= {self.atol:g} + {self.tolerance:g} x max |ref|"
+        return f"rel err <= {self.tolerance:g}"
 
     @property
     def first_failure(self) -> str | None:
@@ -113,11 +121,16 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.D
             atol: float = 0.0) -> LayerResult:
     """One layer's figures; ``dtype``: the MLX value's, whose range the reference may exceed. It
     passes with no flag and max abs error <= ``atol`` + ``tol`` x max |ref| (rel err <= tol at atol 0)."""
+    # integers and booleans (class indices, token ids, masks) are right or wrong: a relative bound
+    # would pass class 40 for class 48 (rel err 0.17 < bfloat16's 0.2)
+    exact = np.asarray(got).dtype.kind in "biu"
     ref = np.asarray(ref, np.float64)
     got = np.asarray(got, np.float64)
     if ref.shape != got.shape:
         return LayerResult(name, got.shape, flags=[f"shape {got.shape} vs ref {ref.shape}"], status="FAIL")
     result = LayerResult(name, ref.shape)
+    if exact and (differing := int(np.count_nonzero(got != ref))):
+        result.flags.append(f"{differing} of {got.size} integer values differ")
     bad_ref = ~np.isfinite(ref)
     if np.isnan(got).any() and not np.isnan(ref).any():
         result.flags.append("NaN")

@@ -371,7 +371,7 @@ def test_pass(model: nn.Module, inputs: tuple, reference: Reference, device: mx.
                 rows.extend(engine.LayerResult(reference.key(name, index) + path, ref.shape, status="n/a",
                                                flags=["not called by the model under test"])
                             for path, ref in entry.output.items())
-    return engine.ModeReport(mode, tol, rows, dtype, heatmaps, engine.coverage_rows(records))
+    return engine.ModeReport(mode, tol, rows, dtype, heatmaps, engine.coverage_rows(records), atol)
 
 
 def channels_first(a: np.ndarray) -> np.ndarray:

@@ -60,7 +60,7 @@ class Report:
     def to_dict(self) -> dict:
         def modes(dtype):
             return {m.mode: {"passed": m.passed, "first_failure": m.first_failure, "tolerance": m.tolerance,
-                             "layers": [_row(layer) for layer in m.layers]}
+                             "atol": m.atol, "layers": [_row(layer) for layer in m.layers]}
                     for m in self.modes if m.dtype == dtype}
 
         out = {**self.header, "passed": self.passed}
@@ -240,7 +240,7 @@ def render_html(report: Report) -> str:
         compared, worst = m.compared, m.worst
         parts.append(f"<tr><td>{m.dtype}</td><td>{m.mode}</td><td class='{'pass' if m.passed else 'FAIL'}'>"
                      f"{'PASS' if m.passed else 'FAIL'}</td><td class='num'>{sum(not r.failed for r in compared)}/"
-                     f"{len(compared)}</td><td class='num'>{m.tolerance:g}</td><td>"
+                     f"{len(compared)}</td><td class='num'>{html.escape(m.bound)}</td><td>"
                      f"{'' if worst is None else format_error(worst.rel) + ' at ' + html.escape(worst.name)}</td>"
                      f"<td>{html.escape(m.first_failure or '-')}</td></tr>")
     parts.append("</table>")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from zoo.validate.report import coverage_counts, format_error
 def print_table(report: engine.ModeReport, show: str, with_dtype: bool = False) -> None:
     rows = [r for r in report.layers if show == "all" or r.status != "pass"]
     width = max([len(r.name) for r in rows] + [5])
-    print(f"\n== {_title(report, with_dtype)} (tolerance: rel err <= {report.tolerance:g}) ==")
+    print(f"\n== {_title(report, with_dtype)} (tolerance: {report.bound}) ==")
     print(f"{'layer':<{width}}  {'shape':<20} {'max abs':>9} {'rel err':>9} {'cosine':>10}  status  flags")
     for r in rows:
         shape = "x".join(map(str, r.shape))
@@ -37,7 +38,7 @@ def summary(report: engine.ModeReport, with_dtype: bool = False) -> str:
     failed = [r for r in compared if r.failed]
     worst = report.worst
     line = (f"{_title(report, with_dtype)}: {'PASS' if not failed else 'FAIL'} {len(compared) - len(failed)}/{len(compared)} layers"
-            f" within rel err {report.tolerance:g}")
+            f" within {report.bound if report.atol else f'rel err {report.tolerance:g}'}")
     if worst is not None:
         line += f"; worst {format_error(worst.rel)} at {worst.name}" + (f" ({', '.join(worst.flags)})" if worst.flags else "")
     if failed:
@@ -115,6 +116,9 @@ def general_help() -> str:
 
 def check_outputs(args, inputs: list) -> None:
     """The --json/--report files, before anything runs (and matplotlib for --report)."""
+    if args.json and args.report and Path(args.json).resolve() == Path(args.report).resolve():
+        raise UsageError(f"--json and --report both name {args.report}: the HTML would replace the JSON; "
+                         "give each its own file")
     for path, flag in ((args.json, "--json"), (args.report, "--report")):
         if path:
             check_output_file(path, flag, inputs, args.overwrite)
