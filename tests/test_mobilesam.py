@@ -123,7 +123,10 @@ def test_encoder_refuses_a_wrong_input_size():
     {"box": [10.0, 12.0, 90.0, 70.0], "multimask_output": False},
     {"point_coords": [[30.0, 40.0], [100.0, 80.0]], "point_labels": [1, 0], "box": [5.0, 5.0, 110.0, 85.0],
      "multimask_output": False},
-], ids=["point", "box", "points+box"])
+    # a detector's unclipped box of an object at the border (GroundingDINO's, in Grounded-SAM's script):
+    # upstream takes it as given, so does predict
+    {"box": [-3.5, 12.0, 124.25, 90.5], "multimask_output": False},
+], ids=["point", "box", "points+box", "box-past-the-edges"])
 def test_predict_matches_reference(predictor, small_sam, image, checkpoint, prompt):
     masks, scores, low_res = predictor.predict(**prompt, return_logits=True)
     expected = reference.predict(sanitize(checkpoint, {}), image, prompt.get("point_coords"), prompt.get("point_labels"),
@@ -187,6 +190,9 @@ def test_bgr_input_is_flipped_to_rgb(small_sam, image, predictor):
     p = small_sam.predictor()
     p.set_image(np.ascontiguousarray(image[..., ::-1]), image_format="BGR")
     assert mx.array_equal(p.get_image_embedding(), predictor.get_image_embedding())
+    # a PIL image or a path is decoded as RGB: "BGR" with one is refused, where it was silently ignored
+    with pytest.raises(ZooError, match="image_format='BGR' is an array's channel order.*Image, decoded as RGB"):
+        p.set_image(Image.fromarray(image), image_format="BGR")
 
 
 def test_float16_model_stays_close_to_float32(small_spec, image, predictor):
@@ -215,7 +221,8 @@ def test_float16_model_stays_close_to_float32(small_spec, image, predictor):
     ({"point_coords": [[np.nan, 10.0]], "point_labels": [1]}, "NaN or infinity"),
     ({"point_coords": [["left", "top"]], "point_labels": [1]}, "point_coords must be numbers"),
     ({"box": [50.0, 10.0, 20.0, 40.0]}, "has x2 < x1"),
-    ({"box": [10.0, 10.0, 130.0, 40.0]}, "reaches outside the 120x90 image"),
+    ({"box": [121.0, 10.0, 130.0, 40.0]}, r"box \(121, 10, 130, 40\) lies outside the 120x90 image"),
+    ({"box": [10.0, -40.0, 50.0, -1.0]}, "lies outside the 120x90 image"),
     ({"box": [10.0, 10.0, 40.0]}, r"box has shape \(3,\)"),
     ({"point_coords": [[10.0, 10.0]], "point_labels": [1], "mask_input": np.zeros((1, 256, 256))},
      r"mask_input has shape \(1, 256, 256\) \(float64\): expected \(1, 32, 32\)"),
@@ -264,7 +271,10 @@ def test_upstreams_batched_prompt_idiom_runs_as_written(predictor, image):
     assert logits.shape == (2, 3, 90, 120) and logits.dtype == np.float32
     assert np.array_equal(scores, predictor.predict(point_coords=[[[30, 40]], [[100, 10]]], point_labels=[[1], [1]])[1])
     with pytest.raises(ZooError, match="outside the 128x96 image"):  # the resized frame's bounds
-        predictor.predict_torch(None, None, boxes=boxes * 2)
+        predictor.predict_torch(None, None, boxes=boxes + 130)
+    overhanging = predictor.predict_torch(None, None, boxes=transformed * 1.01, multimask_output=False)
+    assert all(np.array_equal(a, b) for a, b in zip(
+        overhanging, predictor.predict(boxes=boxes * 1.01, multimask_output=False)))
 
 
 def test_predict_before_set_image_and_bad_images(small_sam, tmp_path):

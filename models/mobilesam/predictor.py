@@ -63,11 +63,14 @@ def _float_array(name: str, value) -> np.ndarray:
 
 
 def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, box=None, mask_input=None,
-                  mask_input_size: tuple[int, int] = (256, 256)):
+                  mask_input_size: tuple[int, int] = (256, 256), box_may_overhang: bool = False):
     """Validate one prompt for an image of ``image_size`` = (H, W); return it as numpy arrays.
 
     -> (coords (N, 2) float64 or None, labels (N,) int32 or None, box (4,) float64 or None,
     mask_input (1, h, w) float32 or None). Any problem is a one-line ZooError.
+    ``box_may_overhang``: a box may reach past the image's edges (upstream's predict takes it as given:
+    a detector's box of an object at the border, e.g. GroundingDINO's unclipped ones), only one that
+    misses the image is refused; otherwise (the command line's typed boxes) it must lie within.
     """
     height, width = image_size
     if point_coords is None and point_labels is None and box is None and mask_input is None:
@@ -100,7 +103,10 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
         if x2 < x1 or y2 < y1:
             raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) has x2 < x1 or y2 < y1: "
                            "give the top-left corner first (x1, y1, x2, y2)")
-        if x1 < 0 or y1 < 0 or x2 > width or y2 > height:
+        if box_may_overhang and (x1 > width or y1 > height or x2 < 0 or y2 < 0):
+            raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside the {width}x{height} image: "
+                             "give x1, y1, x2, y2 in the image's pixels (a box may reach past its edges, not miss it)")
+        if not box_may_overhang and (x1 < 0 or y1 < 0 or x2 > width or y2 > height):
             raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) reaches outside the {width}x{height} image: "
                            f"keep 0 <= x <= {width} and 0 <= y <= {height}")
     if mask_input is not None:
@@ -116,7 +122,7 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
 
 
 def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, boxes=None,
-                          mask_input=None, mask_input_size: tuple[int, int] = (256, 256)):
+                          mask_input=None, mask_input_size: tuple[int, int] = (256, 256), box_may_overhang: bool = False):
     """Validate N prompts (each as check_prompts does); -> coords (N, P, 2), labels (N, P), boxes (N, 4),
     mask_input (N, 1, h, w), each None when not given."""
     if (point_coords is None) != (point_labels is None):
@@ -147,7 +153,7 @@ def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_
         raise ZooError("empty prompt: give boxes (N, 4) and/or point_coords (N, P, 2) with point_labels (N, P)")
     checked = [check_prompts(image_size, None if coords is None else coords[i], None if labels is None else labels[i],
                              None if boxes is None else boxes[i], None if mask_input is None else mask_input[i],
-                             mask_input_size)
+                             mask_input_size, box_may_overhang)
                for i in range(next(iter(sizes.values())))]
     if coords is not None:
         coords = coords.reshape(-1, *coords.shape[1:])
@@ -244,11 +250,14 @@ class SamPredictor:
         """Run the image encoder once: ``image`` is a path, a PIL image or an (H, W, 3) uint8 array.
 
         ``image_format`` is the channel order of an array (upstream takes only arrays);
-        paths and PIL images are always decoded as RGB."""
+        paths and PIL images are always decoded as RGB, so "BGR" with one is refused, not ignored."""
         if image_format not in ("RGB", "BGR"):
             raise ZooError(f"image_format {image_format!r} is not supported: use 'RGB' or 'BGR'")
+        if image_format == "BGR" and not isinstance(image, np.ndarray):
+            raise ZooError(f"image_format='BGR' is an array's channel order (cv2.imread's), but the image is a "
+                           f"{type(image).__name__}, decoded as RGB: drop image_format, or pass the BGR array")
         rgb = load_image(image)
-        if image_format == "BGR" and isinstance(image, np.ndarray):
+        if image_format == "BGR":
             rgb = np.ascontiguousarray(rgb[..., ::-1])
         self.reset_image()
         resized = resize_longest_side(rgb, self.model.img_size)
@@ -317,10 +326,10 @@ class SamPredictor:
             if box is not None:
                 raise ZooError("give box (one prompt) or boxes (N prompts), not both")
             coords, labels, boxes, mask_input = check_batched_prompts(
-                frame, point_coords, point_labels, boxes, mask_input, self.model.prompt_encoder.mask_input_size)
+                frame, point_coords, point_labels, boxes, mask_input, self.model.prompt_encoder.mask_input_size, True)
         else:
             coords, labels, box, mask_input = check_prompts(
-                frame, point_coords, point_labels, box, mask_input, self.model.prompt_encoder.mask_input_size)
+                frame, point_coords, point_labels, box, mask_input, self.model.prompt_encoder.mask_input_size, True)
             coords = None if coords is None else coords[None]
             labels = None if labels is None else labels[None]
             boxes = None if box is None else box[None]
