@@ -257,3 +257,29 @@ def test_json_and_report_on_one_file_is_refused(tmp_path, capsys):
     assert validate_main([*argv, "--report", str(tmp_path / "." / "r.json")]) == 2
     assert capsys.readouterr().err.startswith(f"error: --json and --report both name {tmp_path}")
     assert not out.exists()
+
+
+def test_what_a_call_caches_on_its_module_stays_in_its_pass():
+    """a table cached at the first call in that call's dtype (rotary tables, attention masks): the
+    reference's float64 one made the float16 pass compute in float64, and stayed on the user's model"""
+    import mlx.nn as nn
+
+    built = []
+
+    class CachedTable(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = nn.Linear(8, 8)
+            self._table = None
+
+        def __call__(self, x):
+            h = self.proj(x)
+            if self._table is None:
+                self._table = mx.cos(mx.arange(x.shape[1])[:, None] * mx.ones((1, 8))).astype(h.dtype)
+                built.append(self._table.dtype)
+            return h * self._table
+
+    model = CachedTable()
+    report = zoo.validate.compare(model, mx.random.normal((1, 5, 8)), dtype="float16")
+    assert report.passed and built == [mx.float64, mx.float16, mx.float16]  # the reference, then each mode
+    assert model._table is None

@@ -184,6 +184,24 @@ def evaluation_mode(model: nn.Module):
             module._training = flag
 
 
+@contextlib.contextmanager
+def state_kept(model: nn.Module):
+    """Each module's attributes as they were before the block, on exit: what a call caches on its
+    module (a rotary table or mask built at the first call, in that call's dtype) is dropped, so each
+    pass builds its own (the float64 reference's cached table made the float16 pass compute in float64)
+    and the user's model is left without the validator's values."""
+    modules = (model, *(m for _, m in submodules(model)))
+    saved = [(m, dict(m), dict(m.__dict__)) for m in modules]
+    try:
+        yield
+    finally:
+        for module, items, attributes in saved:
+            dict.clear(module)
+            dict.update(module, items)
+            module.__dict__.clear()
+            module.__dict__.update(attributes)
+
+
 def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs: bool) -> Reference:
     """The model on the CPU in ``dtype`` (float64 or float32), every module call recorded on the host."""
     reference = Reference()
