@@ -2,6 +2,7 @@
 (tests/any_models.py). The GPU half, the custom kernel's GPU-only fault, is tests/gpu/ (run by hand
 on a GPU machine: docs/validate-any-model.md)."""
 import json
+import sys
 
 import mlx.core as mx
 import numpy as np
@@ -283,3 +284,26 @@ def test_what_a_call_caches_on_its_module_stays_in_its_pass():
     report = zoo.validate.compare(model, mx.random.normal((1, 5, 8)), dtype="float16")
     assert report.passed and built == [mx.float64, mx.float16, mx.float16]  # the reference, then each mode
     assert model._table is None
+
+
+def test_a_model_file_is_imported_as_python_runs_it(tmp_path, monkeypatch, capsys):
+    """its sibling imports resolve from any working folder, and a module-level argparse takes its defaults
+    (it raised ModuleNotFoundError, and the argparse read the validator's options: 'unrecognized arguments')"""
+    (tmp_path / "sibling_blocks.py").write_text("import mlx.nn as nn\n\ndef block():\n    return nn.Linear(8, 4)\n")
+    (tmp_path / "net.py").write_text(
+        "import argparse\nfrom sibling_blocks import block\n\nparser = argparse.ArgumentParser()\n"
+        "parser.add_argument('--width', type=int, default=8)\nargs = parser.parse_args()\n\n"
+        "def build():\n    return block()\n")
+    monkeypatch.chdir(tmp_path.parent)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert validate_main(["--module", f"{tmp_path.name}/net.py:build", "--input", "1,8", "--mode", "isolated"]) == 0
+    assert "isolated: PASS 1/1" in capsys.readouterr().out
+    (tmp_path / "strict.py").write_text(
+        "import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--width', required=True)\n"
+        "parser.parse_args()\n")
+    assert validate_main(["--module", f"{tmp_path.name}/strict.py:build", "--input", "1,8"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --module {tmp_path.name}/strict.py:build: importing {tmp_path.name}/strict.py exited (code 2): it "
+        "reads a command line of its own when imported; move that under `if __name__ == '__main__':`")
+    for name in ("net", "sibling_blocks", "strict"):
+        sys.modules.pop(name, None)

@@ -245,10 +245,18 @@ def load_model(spec: str):
     where, _, factory = spec.rpartition(":")
     if not where or not factory.isidentifier():
         raise UsageError(f"--module {spec!r}: use PKG.MOD:FACTORY or PATH/TO/FILE.py:FACTORY")
+    argv = sys.argv
+    # the file imported as `python FILE.py` runs it: its folder first on the path (its `from layers import
+    # Block` finds the sibling file), and a command line of its own (a module-level argparse takes its
+    # defaults instead of reading the validator's options)
+    sys.argv = [where]
     try:
         if where.endswith(".py"):
             if not Path(where).is_file():
                 raise UsageError(f"--module {spec}: no file {where}: pass an existing .py file or a module name")
+            folder = str(Path(where).resolve().parent)
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
             source = sys.modules.get(Path(where).stem)
             if Path(getattr(source, "__file__", None) or "").resolve() != Path(where).resolve():  # not imported yet
                 loaded = importlib.util.spec_from_file_location(Path(where).stem, where)
@@ -259,8 +267,13 @@ def load_model(spec: str):
             source = importlib.import_module(where)
     except UsageError:
         raise
+    except SystemExit as e:  # an argparse of the file's own with required options
+        raise UsageError(f"--module {spec}: importing {where} exited (code {e.code}): it reads a command line of "
+                         "its own when imported; move that under `if __name__ == '__main__':`") from None
     except Exception as e:  # the user's module failed to import: say which and why
         raise UsageError(f"--module {spec}: importing {where} raised {type(e).__name__}: {e}") from e
+    finally:
+        sys.argv = argv
     make = getattr(source, factory, None)
     if not callable(make):
         raise UsageError(f"--module {spec}: {where} has no function {factory}: name one that returns the model")
