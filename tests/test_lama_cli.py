@@ -233,6 +233,23 @@ def test_cli_gif_output_gets_the_lossy_note(files, tmp_path, capsys):
     assert [p.name for p in tmp_path.iterdir()] == ["r.gif"]
 
 
+def test_cli_says_when_a_deeper_image_is_written_in_8_bits(files, tmp_path, capsys):
+    """a 16-bit grey PNG (Pillow's I;16) and an 8-bit one: only the first gets the note (its output is 8-bit RGB)"""
+    folder, _, _ = files
+    grey = np.tile(np.linspace(0, 65535, 40), (30, 1)).astype(np.uint16)
+    Image.fromarray(grey).save(tmp_path / "deep.png")
+    Image.fromarray((grey >> 8).astype(np.uint8)).save(tmp_path / "flat.png")
+    hole = np.zeros((30, 40), np.uint8)
+    hole[5:10, 5:10] = 255
+    Image.fromarray(hole).save(tmp_path / "hole.png")
+    assert main(["lama", str(tmp_path / "deep.png"), str(tmp_path / "flat.png"), "--mask", str(tmp_path / "hole.png"),
+                 "--out", str(tmp_path / "out"), "--weights", "synthetic:0", "--device", "cpu"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "8 bits" in line]
+    assert notes == ["note: deep.png has more than 8 bits a channel; LaMa reads and writes 8, so deep.png is 8-bit RGB, "
+                     "outside the hole too (the input keeps its depth)"]
+    assert Image.open(tmp_path / "out" / "deep.png").mode == "RGB"
+
+
 def test_cli_out_that_cannot_be_written_fails_before_the_weights(files, tmp_path, capsys):
     folder, _, _ = files
     base = ["lama", str(folder / "photo.png"), "--mask", str(folder / "mask.png"),

@@ -303,6 +303,7 @@ class Read:
     hole: np.ndarray
     mask_size: tuple[int, int]  # (height, width) of the mask file, before any resize
     options: dict  # save options carrying the image's metadata
+    deep: bool  # the file has more than 8 bits a channel, which the 8-bit output does not keep
 
 
 @functools.lru_cache(maxsize=2)
@@ -327,7 +328,7 @@ def read_job(job: Job, args) -> Read:
     options = metadata(job.image)
     if job.format in QUALITY_FORMATS:
         options["quality"] = args.quality
-    return Read(image, hole, mask_size, options)
+    return Read(image, hole, mask_size, options, deep_pixels(job.image))
 
 
 def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
@@ -338,6 +339,9 @@ def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
         args.resize_noted.add((job.mask, image.size))  # one mask for a folder of one size: one note
         say(f"note: resized mask {job.mask.name} from {read.mask_size[1]}x{read.mask_size[0]} to "
             f"{image.width}x{image.height} (nearest) for {job.image.name}")
+    if read.deep:
+        say(f"note: {job.image.name} has more than 8 bits a channel; LaMa reads and writes 8, so {job.out.name} is "
+            "8-bit RGB, outside the hole too (the input keeps its depth)")
     start = time.perf_counter()
     if not hole.any():
         say(f"note: {job.mask.name} marks no pixel as hole: {job.out} is {job.image.name} unchanged")
@@ -356,6 +360,13 @@ def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
         raise ZooError(f"{job.image} has transparency, which {job.out.suffix} cannot store: pass --ext png")
     write_atomic(job.out, lambda file: result.save(file, format=job.format, **read.options),
                  replace=args.overwrite)
+
+
+def deep_pixels(path: Path) -> bool:
+    """More than 8 bits a channel in the file: 16-bit grey (Pillow's I;16 modes), 32-bit integer or float
+    pixels, or 16-bit colour, which Pillow decodes to 8-bit RGB itself (its raw mode says RGB;16B)."""
+    with reading_errors(path), Image.open(path) as src:
+        return src.mode in ("I", "F") or src.mode.startswith("I;16") or any(";16" in str(t.args) for t in src.tile)
 
 
 def metadata(path: Path) -> dict:
