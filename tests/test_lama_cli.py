@@ -1,4 +1,6 @@
 """LaMa inpainting: the upstream predict pipeline, HD strategies, `zoo.run lama`, and bad input."""
+import json
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -248,6 +250,28 @@ def test_cli_says_when_a_deeper_image_is_written_in_8_bits(files, tmp_path, caps
     assert notes == ["note: deep.png has more than 8 bits a channel; LaMa reads and writes 8, so deep.png is 8-bit RGB, "
                      "outside the hole too (the input keeps its depth)"]
     assert Image.open(tmp_path / "out" / "deep.png").mode == "RGB"
+
+
+def test_cli_reads_iopaints_config_file(model, files, tmp_path, capsys):
+    """iopaint run --config cfg.json (IOPaint's InpaintRequest) set the HD strategy; it was 'unrecognized arguments'"""
+    folder, _, _ = files
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"hd_strategy": "Resize", "hd_strategy_resize_limit": 40, "sd_steps": 50, "prompt": ""}))
+    base = ["lama", "--image", str(folder / "photo.png"), "--mask", str(folder / "mask.png"), "--weights", "synthetic:0",
+            "--device", "cpu", "--config", str(config)]
+    assert main([*base, "--output", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert f"note: --config {config}: prompt, sd_steps do not apply to LaMa (IOPaint's other models read them): " \
+        "ignored" in err and "1 pass at scale" in err
+    hole = np.asarray(Image.open(folder / "mask.png")) >= 127  # the command's default threshold (IOPaint's)
+    expected = model.inpaint(folder / "photo.png", hole, hd_strategy="resize", resize_limit=40)
+    assert np.array_equal(np.asarray(Image.open(tmp_path / "out" / "photo.png")), expected)
+    assert cli_error([*base, "--resize-limit", "64", "--output", str(tmp_path / "o2")], capsys) == \
+        "error: --resize-limit 64 and --config's hd_strategy_resize_limit 40 disagree: give one of them"
+    config.write_text(json.dumps({"hd_strategy": "Tile"}))
+    assert cli_error([*base, "--output", str(tmp_path / "o3")], capsys) == \
+        f"error: --config {config}: hd_strategy 'Tile': use Original, Resize or Crop"
+    assert not (tmp_path / "o2").exists() and not (tmp_path / "o3").exists()
 
 
 def test_cli_out_that_cannot_be_written_fails_before_the_weights(files, tmp_path, capsys):

@@ -76,15 +76,19 @@ def add_arguments(parser):
                              "mode; 1: any nonzero level, as lama's predict.py)")
     parser.add_argument("--dilate", type=int, default=0, metavar="PIXELS",
                         help="grow every hole by this many pixels (square, as cv2.dilate; default 0)")
-    parser.add_argument("--hd-strategy", choices=HD_STRATEGIES, default="crop",
+    parser.add_argument("--config", metavar="JSON",
+                        help="IOPaint's --config file (its InpaintRequest): hd_strategy (Original, Resize, Crop), "
+                             "hd_strategy_resize_limit, hd_strategy_crop_margin, hd_strategy_crop_trigger_size; "
+                             "its keys for other models are ignored, as IOPaint's LaMa ignores them")
+    parser.add_argument("--hd-strategy", choices=HD_STRATEGIES,
                         help="large images: original = one pass over the whole image; resize = one pass with the "
                              "longer side scaled to --resize-limit, only the hole pasted back; crop = one pass per "
                              "region around the holes (default, as IOPaint)")
-    parser.add_argument("--resize-limit", type=int, default=RESIZE_LIMIT, metavar="PIXELS",
+    parser.add_argument("--resize-limit", type=int, metavar="PIXELS",
                         help=f"resize: longer side of the pass when the image is larger (default {RESIZE_LIMIT})")
-    parser.add_argument("--crop-margin", type=int, default=CROP_MARGIN, metavar="PIXELS",
+    parser.add_argument("--crop-margin", type=int, metavar="PIXELS",
                         help=f"crop: context around each hole (default {CROP_MARGIN})")
-    parser.add_argument("--crop-trigger-size", type=int, default=CROP_TRIGGER_SIZE, metavar="PIXELS",
+    parser.add_argument("--crop-trigger-size", type=int, metavar="PIXELS",
                         help=f"crop: only crop when the longer side exceeds this (default {CROP_TRIGGER_SIZE})")
     parser.add_argument("--max-megapixels", type=float, metavar="MP",
                         help="refuse a pass larger than this (default: what keeps the command under 2 GB on the CPU, "
@@ -168,9 +172,58 @@ def check_arguments(args) -> int | None:
     return None
 
 
+# IOPaint's InpaintRequest keys that LaMa reads (iopaint/schema.py) -> this command's options
+CONFIG_KEYS = {"hd_strategy": "hd_strategy", "hd_strategy_resize_limit": "resize_limit",
+               "hd_strategy_crop_margin": "crop_margin", "hd_strategy_crop_trigger_size": "crop_trigger_size"}
+
+
+def apply_config(args) -> None:
+    """The HD-strategy options from IOPaint's --config JSON where no flag gives them, then the defaults.
+
+    A flag and the file that disagree are one error; the file's keys for IOPaint's other models
+    (sd_*, ldm_*, cv2_*, ...) are named in one note and ignored, as IOPaint's LaMa ignores them."""
+    from zoo.models.lama import CROP_MARGIN, CROP_TRIGGER_SIZE, HD_STRATEGIES, RESIZE_LIMIT
+
+    config = {}
+    if args.config:
+        import json
+
+        try:
+            config = json.loads(Path(args.config).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise UsageError(f"--config {args.config}: cannot read it as JSON ({e}): pass IOPaint's config file, "
+                             'e.g. {"hd_strategy": "Resize", "hd_strategy_resize_limit": 1024}') from None
+        if not isinstance(config, dict):
+            raise UsageError(f"--config {args.config}: holds a {type(config).__name__}, not IOPaint's object of "
+                             'settings, e.g. {"hd_strategy": "Resize"}')
+        other = sorted(set(config) - set(CONFIG_KEYS))
+        if other:
+            print(f"note: --config {args.config}: {', '.join(other[:4])}{' ...' if len(other) > 4 else ''} "
+                  "do not apply to LaMa (IOPaint's other models read them): ignored", file=sys.stderr)
+    defaults = {"hd_strategy": "crop", "resize_limit": RESIZE_LIMIT, "crop_margin": CROP_MARGIN,
+                "crop_trigger_size": CROP_TRIGGER_SIZE}
+    for key, option in CONFIG_KEYS.items():
+        flag = f"--{option.replace('_', '-')}"
+        value = config.get(key)
+        if value is not None:
+            if option == "hd_strategy":
+                value = value.lower() if isinstance(value, str) else value
+                if value not in HD_STRATEGIES:
+                    raise UsageError(f"--config {args.config}: hd_strategy {config[key]!r}: use Original, Resize or Crop")
+            elif isinstance(value, bool) or not isinstance(value, int):
+                raise UsageError(f"--config {args.config}: {key} {value!r}: use a whole number of pixels")
+            given = getattr(args, option)
+            if given is not None and given != value:
+                raise UsageError(f"{flag} {given} and --config's {key} {config[key]!r} disagree: give one of them")
+            setattr(args, option, value)
+        elif getattr(args, option) is None:
+            setattr(args, option, defaults[option])
+
+
 def check_options(args) -> None:
     from zoo.models.lama import plan_passes
 
+    apply_config(args)
     for option, low, high in (("quality", 1, 100), ("mask_threshold", 1, 255), ("dilate", 0, 10_000)):
         value = getattr(args, option)
         if not low <= value <= high:
