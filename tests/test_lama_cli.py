@@ -247,8 +247,8 @@ def test_cli_says_when_a_deeper_image_is_written_in_8_bits(files, tmp_path, caps
     assert main(["lama", str(tmp_path / "deep.png"), str(tmp_path / "flat.png"), "--mask", str(tmp_path / "hole.png"),
                  "--out", str(tmp_path / "out"), "--weights", "synthetic:0", "--device", "cpu"]) == 0
     notes = [line for line in capsys.readouterr().err.splitlines() if "8 bits" in line]
-    assert notes == ["note: deep.png has more than 8 bits a channel; LaMa reads and writes 8, so deep.png is 8-bit RGB, "
-                     "outside the hole too (the input keeps its depth)"]
+    assert notes == ["note: deep.png has more than 8 bits a channel; LaMa reads and writes 8, so deep.png is "
+                     "8-bit RGB, outside the hole too (the input keeps its depth)"]
     assert Image.open(tmp_path / "out" / "deep.png").mode == "RGB"
 
 
@@ -256,9 +256,10 @@ def test_cli_reads_iopaints_config_file(model, files, tmp_path, capsys):
     """iopaint run --config cfg.json (IOPaint's InpaintRequest) set the HD strategy; it was 'unrecognized arguments'"""
     folder, _, _ = files
     config = tmp_path / "cfg.json"
-    config.write_text(json.dumps({"hd_strategy": "Resize", "hd_strategy_resize_limit": 40, "sd_steps": 50, "prompt": ""}))
-    base = ["lama", "--image", str(folder / "photo.png"), "--mask", str(folder / "mask.png"), "--weights", "synthetic:0",
-            "--device", "cpu", "--config", str(config)]
+    settings = {"hd_strategy": "Resize", "hd_strategy_resize_limit": 40, "sd_steps": 50, "prompt": ""}
+    config.write_text(json.dumps(settings))
+    base = ["lama", "--image", str(folder / "photo.png"), "--mask", str(folder / "mask.png"),
+            "--weights", "synthetic:0", "--device", "cpu", "--config", str(config)]
     assert main([*base, "--output", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
     assert f"note: --config {config}: prompt, sd_steps do not apply to LaMa (IOPaint's other models read them): " \

@@ -209,7 +209,8 @@ def apply_config(args) -> None:
             if option == "hd_strategy":
                 value = value.lower() if isinstance(value, str) else value
                 if value not in HD_STRATEGIES:
-                    raise UsageError(f"--config {args.config}: hd_strategy {config[key]!r}: use Original, Resize or Crop")
+                    raise UsageError(f"--config {args.config}: hd_strategy {config[key]!r}: "
+                                     "use Original, Resize or Crop")
             elif isinstance(value, bool) or not isinstance(value, int):
                 raise UsageError(f"--config {args.config}: {key} {value!r}: use a whole number of pixels")
             given = getattr(args, option)
