@@ -26,7 +26,6 @@ port gives all-zero images). MLX's FFT returns complex64 for any input anyway.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -39,7 +38,7 @@ from PIL import Image
 from zoo.compiled import (CompiledForward, batch_norm_affine, fold_batch_norm, folded, folding, kept,
                           recording_layers, with_winograd)
 from zoo.concurrency import serialized
-from zoo.devices import as_model_input
+from zoo.devices import as_model_input, host_memory
 from zoo.errors import ZooError, option
 from zoo.images import load_image, open_image
 from zoo.kernels import cpu as cpu_ops
@@ -797,7 +796,7 @@ def device_memory() -> int:
         size = info.get("memory_size") or info.get("total_memory")  # Metal's key, CUDA's key
         if size:
             return int(size)
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return host_memory()
 
 
 def pass_memory(size: tuple[int, int], dtype: mx.Dtype, image_pixels: int = 0) -> int:

@@ -4,6 +4,7 @@ The predictor tests run a 128x128 MobileSAM (the same code and weights, 1/64 of 
 1024 encoder's work) against the numpy reference at the same size.
 """
 import dataclasses
+import importlib
 
 import mlx.core as mx
 import numpy as np
@@ -301,3 +302,16 @@ def test_the_dense_positional_encoding_is_made_once_per_weights():
     again = encoder.get_dense_pe()
     assert again is not first
     np.testing.assert_array_equal(np.array(again), np.array(encoder.pe_layer.grid(8, 8)[None]))
+
+
+def test_masks_beyond_the_machines_memory_are_refused_before_decoding(predictor, monkeypatch):
+    """10,000 boxes on a 12 MP photo are 112 GiB of masks: numpy's MemoryError (or, under the overcommit limit,
+    an allocation filling up as the masks came); now one ZooError naming the fix, before the decoder runs"""
+    module = importlib.import_module(SamPredictor.__module__)
+
+    monkeypatch.setattr(module, "host_memory", lambda: 4 * 90 * 120)  # the 4 bool masks: twice half of it
+    monkeypatch.setattr(predictor, "decode", lambda *a, **k: pytest.fail("decoded before the check"))
+    boxes = [[10, 10, 50, 50]] * 4
+    with pytest.raises(ZooError, match=r"4 prompt\(s\) x 1 mask\(s\) of 120x90 take .* GiB, more than 50% of this "
+                                       r"machine's .* GiB: pass fewer prompts per call, or predict_low_res"):
+        predictor.predict(boxes=boxes, multimask_output=False)

@@ -20,6 +20,11 @@ DTYPES = {"float32": mx.float32, "float16": mx.float16, "bfloat16": mx.bfloat16}
 _chosen: str | None = None
 
 
+def host_memory() -> int:
+    """Bytes of this machine's physical memory, where numpy arrays live (unified memory on Apple silicon)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
 def gpu_backend() -> str | None:
     """'metal', 'cuda' or None: which GPU backend this MLX build can use."""
     if mx.metal.is_available():

@@ -17,12 +17,17 @@ import numpy as np
 from PIL import Image
 
 from zoo.concurrency import serialized
+from zoo.devices import host_memory
 from zoo.errors import UsageError, ZooError
 from zoo.images import load_image
 from zoo.results import TensorArray
 
 
 PROMPTS_PER_DECODE = 16  # prompts decoded at once: memory bounded whatever the number of boxes
+# The full-size masks of one predict call may take at most this share of the machine's memory: they are
+# what the prompts ask for, but 10,000 boxes on a 12-megapixel photo are 112 GiB of bool (numpy's
+# MemoryError then, or, below the kernel's overcommit limit, an allocation that fills as the masks come)
+MASKS_MEMORY_SHARE = 0.5
 
 
 def preprocess_shape(h: int, w: int, long_side: int) -> tuple[int, int]:
@@ -122,7 +127,8 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
 
 
 def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, boxes=None,
-                          mask_input=None, mask_input_size: tuple[int, int] = (256, 256), box_may_overhang: bool = False):
+                          mask_input=None, mask_input_size: tuple[int, int] = (256, 256),
+                          box_may_overhang: bool = False):
     """Validate N prompts (each as check_prompts does); -> coords (N, P, 2), labels (N, P), boxes (N, 4),
     mask_input (N, 1, h, w), each None when not given."""
     if (point_coords is None) != (point_labels is None):
@@ -189,6 +195,16 @@ def parse_box(text: str) -> tuple[float, float, float, float]:
     """'X1,Y1,X2,Y2' -> the box (its corners are checked with the rest of the prompt)."""
     x1, y1, x2, y2 = _numbers(text, "--box", (4,), "X1,Y1,X2,Y2")
     return x1, y1, x2, y2
+
+
+def check_masks_memory(shape: tuple[int, int, int, int], dtype) -> None:
+    """Refuse (N, C, H, W) masks larger than MASKS_MEMORY_SHARE of the machine's memory, before anything runs."""
+    need, have = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, host_memory()
+    if need > MASKS_MEMORY_SHARE * have:
+        n, c, h, w = shape
+        raise ZooError(f"{n} prompt(s) x {c} mask(s) of {w}x{h} take {need / 2**30:.3g} GiB, more than "
+                       f"{MASKS_MEMORY_SHARE:.0%} of this machine's {have / 2**30:.3g} GiB: pass fewer prompts per "
+                       "call, or predict_low_res(...) then mask_crop(low_res[i]) one mask at a time")
 
 
 class ResizeLongestSide:
@@ -336,6 +352,8 @@ class SamPredictor:
             mask_input = None if mask_input is None else mask_input[None]
         n = next(a.shape[0] for a in (coords, boxes, mask_input) if a is not None)
         channels = 3 if multimask_output else 1
+        if mask_dtype is not None:
+            check_masks_memory((n, channels, *self.original_size), mask_dtype)
         masks = None if mask_dtype is None else np.empty((n, channels, *self.original_size), mask_dtype)
         if n == 0:
             return batched, masks, np.zeros((0, channels), np.float32), np.zeros((0, channels, 256, 256), np.float32)
