@@ -244,6 +244,8 @@ def test_mobilesam_readmes_loading_lines_run_as_written(checkpoint, tmp_path):
     save_file(seed5, str(tmp_path / "mobile_sam.safetensors"))
     sam = sam_model_registry["vit_t"](checkpoint=str(tmp_path / "mobile_sam.safetensors"))
     assert sam.to(device="cuda") is sam and sam.eval() is sam
+    # upstream Sam's attributes that scripts read: torch.as_tensor(points, device=sam.device), sam.image_format
+    assert sam.device == "cpu" and sam.image_format == "RGB" and sam.predictor().device == sam.device
     loaded = dict(tree_flatten(sam.parameters()))
     assert np.array_equal(np.array(loaded["mask_decoder.iou_token.weight"]), seed5["mask_decoder.iou_token.weight"])
     random = dict(tree_flatten(sam_model_registry["vit_t"]().parameters()))  # synthetic:0, the fixture's values

@@ -249,8 +249,8 @@ class SamPredictor:
 
     @property
     def device(self) -> str:
-        """Where predict_torch's prompts and results live: host memory, whatever device MLX computes on."""
-        return "cpu"
+        """Where predict_torch's prompts and results live: the model's (host memory)."""
+        return self.model.device
 
     def reset_image(self) -> None:
         self.features = None

@@ -28,6 +28,7 @@ BAND_BYTES = 64 << 20  # full-size mask logits made at a time
 
 class Sam(nn.Module):
     mask_threshold = 0.0
+    image_format = "RGB"  # upstream's: the channel order the encoder takes (SamPredictor flips "BGR" arrays)
 
     def __init__(self, img_size: int = 1024):
         super().__init__()
@@ -168,6 +169,12 @@ class Sam(nn.Module):
         if device is not None and not is_device(device):
             raise ZooError(f"to(device={device!r}): not a device; MLX runs on the device zoo.load(device=...) chose")
         return self
+
+    @property
+    def device(self) -> str:
+        """upstream's ``sam.device``, where scripts put their prompt tensors: host memory (numpy), whatever
+        device MLX computes on."""
+        return "cpu"
 
     def predictor(self) -> SamPredictor:
         """A SamPredictor on this model: set_image once, predict many times."""
