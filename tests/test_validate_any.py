@@ -250,6 +250,10 @@ def test_the_tolerance_text_names_atol(tmp_path, capsys):
     assert "(tolerance: max abs err <= 100 + 0.0001 x max |ref|)" in out
     assert "isolated: PASS 9/9 layers within max abs err <= 100 + 0.0001 x max |ref|" in out
     assert "max abs err &lt;= 100 + 0.0001 x max |ref|" in (tmp_path / "r.html").read_text()
+    with pytest.raises(AssertionError, match=r"first failing layer heads\.fc \(float32, isolated\): "
+                                             r"max abs err \S+ > 1e-06 \+ 0\.0001 x max \|ref\|"):
+        zoo.validate.assert_close(any_models.conv_net(), *any_models.inputs("conv_net"), mode="isolated",
+                                  inject="heads.fc=noise", atol=1e-6)
 
 
 def test_json_and_report_on_one_file_is_refused(tmp_path, capsys):

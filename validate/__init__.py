@@ -233,7 +233,8 @@ def _assert_passed(report):
         row = next(r for r in failing.layers if r.name == failing.first_failure)
         raise AssertionError(
             f"{report.header['model']}: first failing layer {row.name} ({failing.dtype}, {failing.mode}): "
-            f"rel err {row.rel:.3g}, max abs err {row.max_abs:.3g} outside {failing.bound}"
+            + (f"rel err {row.rel:.3g} > {failing.tolerance:g}" if not failing.atol else
+               f"max abs err {row.max_abs:.3g} > {failing.atol:g} + {failing.tolerance:g} x max |ref|")
             + (f" [{', '.join(row.flags)}]" if row.flags else ""))
     return report
 
