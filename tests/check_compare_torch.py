@@ -14,6 +14,7 @@ import mlx.nn as nn
 import numpy as np
 import torch
 
+import zoo.errors
 import zoo.validate
 from zoo.validate import torch_port
 from zoo.weights.convert import load_state_dict
@@ -84,6 +85,22 @@ def main() -> int:
           "then", [r.name for m in swapped.modes[1:] for r in m.layers if r.failed])
     checks.append(swapped.first_failure == "stem.weight")
     mx.eval(port.parameters())
+
+    # a Conv1d port: its (N, L, C) input reaches PyTorch as (N, C, L) with layout="channels-last"; without it
+    # PyTorch's error is one line naming that option (it was PyTorch's traceback)
+    torch_conv, conv = torch.nn.Sequential(torch.nn.Conv1d(4, 6, 3, padding=1)).eval(), nn.Conv1d(4, 6, 3, padding=1)
+    load_state_dict(conv, {k.removeprefix("0."): v.numpy() for k, v in torch_conv.state_dict().items()}, "Conv1d")
+    signal = np.random.default_rng(1).standard_normal((1, 10, 4)).astype(np.float32)
+    conv1d = zoo.validate.compare_torch(conv, torch_conv, signal, name_map={"0": None}, layout="channels-last",
+                                        device="cpu")
+    try:
+        zoo.validate.compare_torch(conv, torch_conv, signal, device="cpu")
+        refused = "not refused"
+    except zoo.errors.UsageError as e:
+        refused = str(e)
+    print("Conv1d port, layout='channels-last':", "PASS" if conv1d.passed else f"FAIL at {conv1d.first_failure}",
+          "| without it:", refused[:90], "...")
+    checks.append(conv1d.passed and "layout='channels-last'" in refused)
     print("all checks hold" if all(checks) else f"checks: {checks}")
     return 0 if all(checks) else 1
 

@@ -202,6 +202,10 @@ def test_torch_names_and_layouts():
     with pytest.raises(UsageError, match="layout 'nchw'"):
         torch_port.aligner("nchw")
     assert [a.shape for a in torch_port.torch_inputs((nchw, tokens), "auto")] == [(2, 5, 3, 4), (1, 7, 16)]
+    # a Conv1d port: its NLC input goes to PyTorch as NCL with "channels-last" (PyTorch raised on the NLC one)
+    assert [a.shape for a in torch_port.torch_inputs((nchw, tokens), "channels-last")] == [(2, 5, 3, 4), (1, 16, 7)]
+    square = np.arange(2 * 8 * 8, dtype=float).reshape(2, 8, 8)  # NCL with L == C: as it is, said in the row
+    assert align(square, (2, 8, 8), "x")[1] == "layout ambiguous: taken as it is (pass layout='channels-last' for NCL)"
 
 
 def test_html_report_names_the_reference():

@@ -82,6 +82,8 @@ def aligner(layout):
         if rule == "auto":
             if as_is and fits and ref.ndim >= 4 and not np.array_equal(ref, moved):
                 return moved, "layout ambiguous: taken as NCHW -> NHWC"
+            if as_is and fits and not np.array_equal(ref, moved):  # (B, N, C) tokens, or a Conv1d's NCL with N == C
+                return ref, "layout ambiguous: taken as it is (pass layout='channels-last' for NCL)"
             if as_is:
                 return ref, None
             if fits:
@@ -92,9 +94,11 @@ def aligner(layout):
 
 
 def torch_inputs(inputs: tuple, layout) -> list:
-    """The MLX model's inputs as PyTorch takes them: floating 4-D arrays NHWC -> NCHW unless ``layout`` is "same"."""
+    """The MLX model's inputs as PyTorch takes them: floating 4-D arrays NHWC -> NCHW unless ``layout`` is "same";
+    with "channels-last", every floating array of 3 or more axes channels-first (a Conv1d's NLC -> NCL)."""
     def one(value):
-        if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.ndim == 4 and layout != "same":
+        lowest = 3 if layout == "channels-last" else 4
+        if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.ndim >= lowest and layout != "same":
             return np.ascontiguousarray(np.moveaxis(value, -1, 1))
         return value
 
@@ -150,6 +154,12 @@ def record_torch(torch_model, inputs: list, dtype: mx.Dtype, keep_inputs: bool) 
     try:
         with torch.no_grad():
             out = model(*tensors)
+    except Exception as e:  # the inputs do not fit the original: one line, with what it was given
+        given = ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" if isinstance(t, torch.Tensor)
+                          else type(t).__name__ for t in tensors)
+        raise UsageError(f"the PyTorch model raised {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+                         f"(given {given}): it gets the MLX model's inputs, floating 4-D ones as NCHW; pass "
+                         "layout='channels-last' for channels-first 3-D inputs too (Conv1d), 'same' for none") from None
     finally:
         for handle in handles:
             handle.remove()
