@@ -315,3 +315,16 @@ def test_a_model_file_is_imported_as_python_runs_it(tmp_path, monkeypatch, capsy
         "reads a command line of its own when imported; move that under `if __name__ == '__main__':`")
     for name in ("net", "sibling_blocks", "strict"):
         sys.modules.pop(name, None)
+
+
+def test_a_report_never_replaces_the_models_source(tmp_path, monkeypatch, capsys):
+    """--json model.py --overwrite wrote the JSON over the user's model file"""
+    source = tmp_path / "mynet.py"
+    source.write_text("import mlx.nn as nn\n\ndef build():\n    return nn.Linear(4, 2)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *sys.path])
+    for module, flag in (("mynet.py:build", "--json"), ("mynet:build", "--report")):
+        assert validate_main(["--module", module, "--input", "1,4", flag, "mynet.py", "--overwrite"]) == 2
+        assert "is the input file" in capsys.readouterr().err
+    assert source.read_text().startswith("import mlx.nn")
+    sys.modules.pop("mynet", None)

@@ -201,7 +201,7 @@ def module_main(argv: list[str]) -> int:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
     args = parser.parse_args(argv)
     inputs = make_inputs(args.input, args.seed)
-    check_outputs(args, [])
+    check_outputs(args, [module_source(args.module)])  # --json model.py --overwrite replaced the model's source
     model = load_model(args.module)
     report = validate.compare(model, *inputs, device=args.device, dtype=args.dtype, reference=args.reference,
                               mode=args.mode, inject=args.inject, rtol=args.rtol, atol=args.atol, name=args.module)
@@ -234,6 +234,20 @@ def make_inputs(specs: list[str], seed: int) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.integers(0, high, shape).astype(np.int32) if dtype == "int32"
             else rng.standard_normal(shape, dtype=np.float32) for shape, dtype, high in parsed]
+
+
+def module_source(spec: str) -> str | None:
+    """The file --module names (PATH.py, or the source of PKG.MOD when it can be found without running it)."""
+    import importlib.util
+
+    where = spec.rpartition(":")[0]
+    if where.endswith(".py"):
+        return where
+    try:
+        found = importlib.util.find_spec(where) if where else None
+    except Exception:  # its package fails to import: load_model says so
+        return None
+    return getattr(found, "origin", None)
 
 
 def load_model(spec: str):
