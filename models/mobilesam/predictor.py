@@ -266,14 +266,11 @@ class SamPredictor:
         """Run the image encoder once: ``image`` is a path, a PIL image or an (H, W, 3) uint8 array.
 
         ``image_format`` is the channel order of an array (upstream takes only arrays);
-        paths and PIL images are always decoded as RGB, so "BGR" with one is refused, not ignored."""
+        paths and PIL images are always decoded as RGB."""
         if image_format not in ("RGB", "BGR"):
             raise ZooError(f"image_format {image_format!r} is not supported: use 'RGB' or 'BGR'")
-        if image_format == "BGR" and not isinstance(image, np.ndarray):
-            raise ZooError(f"image_format='BGR' is an array's channel order (cv2.imread's), but the image is a "
-                           f"{type(image).__name__}, decoded as RGB: drop image_format, or pass the BGR array")
         rgb = load_image(image)
-        if image_format == "BGR":
+        if image_format == "BGR" and isinstance(image, np.ndarray):
             rgb = np.ascontiguousarray(rgb[..., ::-1])
         self.reset_image()
         resized = resize_longest_side(rgb, self.model.img_size)
