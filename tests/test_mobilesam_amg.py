@@ -232,8 +232,8 @@ def test_batched_boxes_and_points_equal_single_calls(crafted_model, scene):
     assert empty.shape == (0, 3, 240, 320) and empty_scores.shape == (0, 3)
     with pytest.raises(ZooError, match="prompt counts differ"):
         p.predict(boxes=boxes, point_coords=points, point_labels=labels)
-    with pytest.raises(ZooError, match="outside"):
-        p.predict(boxes=[[0, 0, 400, 100]])
+    with pytest.raises(ZooError, match="lies outside the 320x240 image"):  # one reaching past an edge is taken
+        p.predict(boxes=[[330, 0, 400, 100]])
 
 
 
