@@ -2,6 +2,7 @@
 import json
 import os
 import re
+import struct
 
 import numpy as np
 import pytest
@@ -148,6 +149,34 @@ def test_video_frames_stride_and_metadata(tmp_path):
     strided = list(open_source(path, vid_stride=3))  # ultralytics: the last frame of each group of 3
     assert [i.frame for i in strided] == [2, 5, 8, 11] and [i.index for i in strided] == [0, 1, 2, 3]
     assert Video(path, vid_stride=5).total == 2 == len(list(Video(path, vid_stride=5)))
+
+
+def rotated(path, matrix):
+    """The MP4 at ``path`` with its track's display matrix set (a, b, c, d of the 3x3; 16.16 fixed point), as a
+    phone writes a portrait video: the pixels stay landscape, the player turns them."""
+    data = bytearray(path.read_bytes())
+    tkhd = data.find(b"tkhd")
+    assert data[tkhd + 4] == 0  # version 0: the matrix lies 44 bytes after the box's type
+    data[tkhd + 44:tkhd + 80] = struct.pack(">9i", matrix[0], matrix[1], 0, matrix[2], matrix[3], 0, 0, 0, 1 << 30)
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("matrix, turn", [((0, 1 << 16, -1 << 16, 0), -1), ((-1 << 16, 0, 0, -1 << 16), 2),
+                                          ((0, -1 << 16, 1 << 16, 0), 1)])
+def test_rotated_video_frames_are_upright_as_opencv_reads_them(tmp_path, matrix, turn):
+    """ultralytics reads videos with OpenCV, which turns frames by the display matrix (CAP_PROP_ORIENTATION_AUTO):
+    frames decoded sideways would give boxes in another picture's coordinates."""
+    picture = np.zeros((32, 64, 3), np.uint8)
+    picture[:, :32] = 255  # left half white
+    path = tmp_path / "portrait.mp4"
+    with VideoWriter(path, fps=10) as video:
+        video.write(picture)
+        video.write(picture)
+    frames = [item.load() for item in open_source(rotated(path, matrix))]
+    expected = np.rot90(picture, turn)  # 90 degrees clockwise: the left half on top
+    assert len(frames) == 2 and all(f.shape == expected.shape for f in frames)
+    assert all(np.abs(f.astype(int) - expected).max() < 40 for f in frames)
 
 
 def test_videos_in_folders_mix_with_images(tmp_path):

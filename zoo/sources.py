@@ -327,6 +327,13 @@ def frame_count(stream) -> int | None:
     return int(round(float(seconds * rate))) if seconds and rate else None
 
 
+def upright(rgb: np.ndarray, rotation: float) -> np.ndarray:
+    """A frame turned as its display matrix says (a phone's portrait video), as OpenCV's decoding does by default
+    (CAP_PROP_ORIENTATION_AUTO, what ultralytics reads): ``rotation`` is PyAV's, degrees counter-clockwise."""
+    turns = round((rotation or 0) / 90) % 4
+    return np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb
+
+
 class FrameSource(Source):
     """What videos and cameras share: decoding frames in order, keeping every vid_stride-th."""
 
@@ -361,7 +368,7 @@ class FrameSource(Source):
                 n += 1
                 if (n + 1) % self.vid_stride:
                     continue
-                rgb = frame.to_ndarray(format="rgb24")
+                rgb = upright(frame.to_ndarray(format="rgb24"), getattr(frame, "rotation", 0))
                 yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames, lambda rgb=rgb: rgb)
                 index += 1
         finally:
