@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 import zoo
-from zoo.errors import ZooError
+from zoo.errors import ZooError, command_line
 from zoo.results import Boxes, Results, class_colour
 
 NAMES = {0: "cat", 1: "dog", 2: "traffic cone"}
@@ -55,6 +55,9 @@ def test_label_file_holds_the_accessors_values(result, tmp_path):
     assert np.loadtxt(result.save_txt(tmp_path / "plain.txt", save_conf=True, overwrite=True), ndmin=2).shape == (3, 6)
     assert not (tmp_path / "none.txt").exists() and result.new().save_txt(tmp_path / "none.txt")  # no boxes, no file
     assert not (tmp_path / "none.txt").exists()
+    # the command line's run writes labels through the same call: its refusal names the flag, not the keyword
+    with command_line(), pytest.raises(ZooError, match=r"plain.txt exists: pass --overwrite to replace it"):
+        result.save_txt(tmp_path / "plain.txt", overwrite=False)
 
 
 def test_plot_and_save_draw_the_same_boxes(result, tmp_path):

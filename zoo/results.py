@@ -113,7 +113,7 @@ def check_new(path: Path, overwrite: bool, image_path: str | None) -> Path:
     """The file a save writes, its folder made: never the image the result came from, an existing file
     only with ``overwrite``."""
     refuse_inputs(path, [image_path], "output")
-    check_new_file(path, "output", overwrite, "overwrite=True")
+    check_new_file(path, "output", overwrite)  # --overwrite in a command line, overwrite=True from Python
     make_output_folder(path.parent, f"output {path}: its folder")
     return path
 
