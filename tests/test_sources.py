@@ -189,6 +189,23 @@ def test_videos_in_folders_mix_with_images(tmp_path):
         (0, "a", None), (1, "b_1", 1), (2, "b_3", 3), (3, "b_5", 5), (4, "c", None)]
 
 
+def test_image_names_never_equal_a_video_frame_name(tmp_path):
+    """Frame 3 of clip.mp4 is named clip_3: an image clip_3.png, or a second clip.* numbered clip_2, would share
+    its label file, and one run would replace its own labels (with --overwrite) or refuse one of them."""
+    grey_video(tmp_path / "clip.mp4", 4)
+    save(tmp_path / "clip.png")
+    save(tmp_path / "clip_3.png")
+    names = [i.name for i in Folder(tmp_path)]
+    assert names == ["clip_0", "clip_1", "clip_2", "clip_3", "clip-2", "clip_3_2"]
+    assert len({n.lower() for n in names}) == len(names)
+    other = tmp_path / "other"  # an image first: the video's stem moves off the image's name
+    save(other / "a_1.png")
+    grey_video(other / "a.mkv", 2)
+    assert [i.name for i in Files([other / "a_1.png", other / "a.mkv"])] == ["a_1", "a_2_0", "a_2_1"]
+    twice = [i.name for i in Files([tmp_path / "clip.mp4", tmp_path / "clip.mp4"])]  # two videos: as before
+    assert twice == ["clip_0", "clip_1", "clip_2", "clip_3", "clip_2_0", "clip_2_1", "clip_2_2", "clip_2_3"]
+
+
 @pytest.mark.parametrize("suffix", [".mp4", ".avi", ".mov", ".mkv", ".webm"])
 def test_video_writer_every_container_keeps_count_and_rate(tmp_path, suffix):
     path = grey_video(tmp_path / f"v{suffix}", 5, fps=29.97, size=(15, 21))  # odd sizes are padded

@@ -127,18 +127,35 @@ def failed(message: str) -> Callable[[], np.ndarray]:
 
 
 class UniqueNames:
-    """Stems made unique in one source (x, x_2, x_3 ...), compared ignoring case as macOS and Windows folders do."""
+    """Stems made unique in one source (x, x_2, x_3 ...), compared ignoring case as macOS and Windows folders do.
+
+    A video's frames are named ``<video stem>_<frame>``, and an image's labels and crops by its name, so an
+    image's name is also taken when it is a frame name of a video named before (``clip_3.png`` beside
+    ``clip.mp4`` becomes ``clip_3_2``), and a video's stem when an image named before has one of its frame
+    names. An image with a video's own stem is numbered ``clip-2``: every ``clip_N`` is a frame's."""
 
     def __init__(self):
         self.taken: set[str] = set()
+        self.videos: set[str] = set()
 
-    def __call__(self, stem: str) -> str:
+    def __call__(self, stem: str, video: bool = False) -> str:
         name, n = stem, 1
-        while name.lower() in self.taken:
+        separator = "-" if not video and stem.lower() in self.videos else "_"
+        while self.clashes(name.lower(), video):
             n += 1
-            name = f"{stem}_{n}"
+            name = f"{stem}{separator}{n}"
         self.taken.add(name.lower())
+        if video:
+            self.videos.add(name.lower())
         return name
+
+    def clashes(self, name: str, video: bool) -> bool:
+        if name in self.taken:
+            return True
+        if video:
+            return any(t.startswith(f"{name}_") and t[len(name) + 1:].isdigit() for t in self.taken - self.videos)
+        head, _, number = name.rpartition("_")
+        return number.isdigit() and head in self.videos
 
 
 class Source(ABC):
@@ -350,7 +367,7 @@ class FrameSource(Source):
 
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
         av = import_av()
-        stem = names(Path(self.path).stem if self.kind == "video" else self.path)
+        stem = names(Path(self.path).stem if self.kind == "video" else self.path, video=True)
         container, stream = self.open()
         index, n = start, -1
         try:

@@ -155,15 +155,15 @@ def fixed_outputs(source, out: Path):
     for part in getattr(source, "sources", [source]):
         if isinstance(part, Files):
             for path in part.paths:
-                name = names(path.stem)
                 video = part.videos.get(path)
+                name = names(path.stem, video=isinstance(video, FrameSource))
                 if video is None:
                     yield str(path), out / output_name(path, name), name, False, index
                 elif isinstance(video, FrameSource):  # else a video that does not open: a bad item
                     yield str(path), out / f"{name}.mp4", name, True, index
                 index = None if isinstance(video, FrameSource) or index is None else index + 1
         elif isinstance(part, FrameSource):
-            name = names(Path(part.path).stem if part.kind == "video" else part.path)
+            name = names(Path(part.path).stem if part.kind == "video" else part.path, video=True)
             yield part.path, out / f"{name}.mp4", name, True, index
             index = None
 
