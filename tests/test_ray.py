@@ -62,6 +62,24 @@ def test_classifier_takes_read_images_columns_and_paths(tmp_path, resnet):
         zoo.ray.Detector("resnet18", weights="synthetic:0")
 
 
+def test_classifier_takes_pandas_and_pyarrow_batches(tmp_path, resnet):
+    """map_batches(..., batch_format="pandas" or "pyarrow") hands the class a DataFrame or a Table: the same rows
+    as a numpy batch (it raised AttributeError/TypeError inside the actor)."""
+    import pandas
+    import pyarrow
+
+    paths = write_images(tmp_path / "images", 3)
+    images = zoo.ray.as_column([np.asarray(Image.open(p)) for p in paths])  # two sizes: an object column
+    classifier = zoo.ray.Classifier("resnet18", weights="synthetic:0")
+    expected = classifier_rows(classifier({"image": images, "path": np.array([str(p) for p in paths])}))
+    frame = pandas.DataFrame({"image": list(images), "path": [str(p) for p in paths]})
+    table = pyarrow.table({"path": [str(p) for p in paths]})  # the actor decodes the paths
+    for batch in (frame, table):
+        assert classifier_rows(classifier(batch)) == expected
+    with pytest.raises(zoo.ZooError, match="batch_format='numpy'"):
+        classifier([{"path": str(paths[0])}])
+
+
 def test_detector_rows_are_one_at_a_time_results(tmp_path):
     model = zoo.load("yolov8n", weights="synthetic:0")
     paths = [tmp_path / f"{i}.png" for i in range(3)]

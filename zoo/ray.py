@@ -101,6 +101,7 @@ class _Task(ABC):
         self.model = registry.load(model, weights=weights, dtype=dtype, device=device, **load_options)
 
     def __call__(self, batch: dict) -> dict:
+        batch = numpy_batch(batch)
         rows = len(next(iter(batch.values())))
         images, errors = [], []
         for i in range(rows):
@@ -128,6 +129,28 @@ class _Task(ABC):
     @abstractmethod
     def empty(self, rows: int) -> dict[str, list]:
         """Each output column as it stands for a row that failed."""
+
+
+def numpy_batch(batch) -> dict:
+    """A batch as ``{column: numpy array}``, whichever ``batch_format`` the user gave map_batches: numpy's is
+    that already; pandas' DataFrame and pyarrow's Table become it (the columns out are numpy either way,
+    which Ray takes back whatever the format in)."""
+    if isinstance(batch, dict):
+        return batch
+    if hasattr(batch, "column_names"):  # pyarrow.Table
+        return {name: column_values(batch.column(name)) for name in batch.column_names}
+    if hasattr(batch, "iloc"):  # pandas.DataFrame
+        return {name: column_values(batch[name]) for name in batch.columns}
+    raise UsageError(f"a batch of {type(batch).__name__}: pass batch_format='numpy' (or 'pandas', 'pyarrow') "
+                     "to map_batches")
+
+
+def column_values(column) -> np.ndarray:
+    """One column of a pandas or pyarrow batch as numpy (Ray's image tensors: an array, or an object array of
+    arrays when their sizes differ)."""
+    if hasattr(column, "combine_chunks"):  # pyarrow; Ray's tensor extension arrays convert themselves
+        return column.combine_chunks().to_numpy(zero_copy_only=False)
+    return column.to_numpy()
 
 
 def row_image(batch: dict, i: int) -> np.ndarray:
