@@ -225,12 +225,16 @@ def test_detect_video_keeps_count_rate_labels_and_crops(tmp_path, capsys):
         assert stream.average_rate == 12.5
     records = read_jsonl(tmp_path / "d.jsonl")
     assert [r["frame"] for r in records] == [2, 5, 8, 11, 14, 17]  # ultralytics' stride: the last of each 3
-    for r in records:
-        label = out / "labels" / f"clip_{r['frame']}.txt"
+    # labels and crops named as ultralytics' predictor names them: the kept frames counted from 1
+    for k, r in enumerate(records, 1):
+        label = out / "labels" / f"clip_{k}.txt"
         lines = label.read_text().splitlines() if label.exists() else []
         assert len(lines) == len(r["detections"]) and all(len(line.split()) == 6 for line in lines)
+    assert {p.name for p in (out / "labels").iterdir()} <= {f"clip_{k}.txt" for k in range(1, 7)}
     crops = list((out / "crops").rglob("*.jpg"))
     assert len(crops) == sum(len(r["detections"]) for r in records) > 0
+    assert all((out / "crops" / r["detections"][0]["name"] / f"clip_{k}.jpg").exists()
+               for k, r in enumerate(records, 1) if r["detections"])
     err = capsys.readouterr().err
     assert "6 images processed" in err and "Detections: " in err and "Speed: " in err
     # the annotated video exists: again without --overwrite is refused before any work

@@ -731,7 +731,8 @@ class ResultFiles:
         labels/<name>.txt          ``save_txt`` (YOLO format; ``save_conf`` adds the score)
         crops/<class>/<name>.jpg   ``save_crop``
 
-    ``<name>`` is the item's unique name (zoo.sources), ``<stem>_<frame>`` for a video frame. ``overwrite``:
+    ``<name>`` is the item's unique name (zoo.sources); for a video frame ``<video stem>_<k>``, k counting the
+    kept frames from 1, as ultralytics names them. ``overwrite``:
     replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
     ultralytics); ``plot_options``: plot()'s keywords for the annotated images and videos; ``inputs``: the run's
     input files and folders, which no output may replace (exist_ok=True into an input's folder). ``close()``
@@ -755,15 +756,21 @@ class ResultFiles:
         if self.save and item.frame is None:
             self.inputs.refuse(image, "output")  # before the labels: nothing of this item written when refused
         if self.save_txt:
-            result.save_txt(self.inputs.refuse(self.out / "labels" / f"{item.name}.txt", "output"), self.save_conf,
-                            overwrite=self.labels)
+            result.save_txt(self.inputs.refuse(self.out / "labels" / f"{self.label_name(item)}.txt", "output"),
+                            self.save_conf, overwrite=self.labels)
         if self.save_crop:
-            result.save_crop(self.out / "crops", f"{item.name}.jpg")
+            result.save_crop(self.out / "crops", f"{self.label_name(item)}.jpg")
         # the annotated image last: --resume takes an image whose annotated file exists as done
         if self.save and item.frame is None:
             result.save(image, overwrite=self.overwrite, **self.plot_options)
         elif self.save:
             self.write_frame(item, result.plot(**self.plot_options)[..., ::-1])
+
+    def label_name(self, item) -> str:
+        """The name of an item's label file and crops: an image's name; for a video frame, as ultralytics' predictor
+        names it, ``<video stem>_<k>`` with k counting the frames kept from 1 (frame 0 is ``_1``; with vid_stride
+        N, frame kN-1 is ``_k``)."""
+        return item.name if item.frame is None else f"{item.stem}_{(item.frame + 1) // self.vid_stride}"
 
     def write_frame(self, item, rgb: np.ndarray) -> None:
         from zoo.sources import VideoWriter
