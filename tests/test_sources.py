@@ -259,6 +259,30 @@ def test_damaged_video_keeps_the_frames_before_the_damage(tmp_path):
     assert error == f"error: video {path} is damaged: it ends after {name.split('_')[1]} of its 40 frames"
 
 
+def trimmed(path, frames, fps):
+    """The MP4 at ``path`` with its edit list cutting its first ``frames`` frames, as an editor trims without
+    re-encoding: the samples stay in the file and in its frame count; players and decoders skip them."""
+    data = bytearray(path.read_bytes())
+    timescale = {box: struct.unpack(">I", data[data.find(box) + 16:data.find(box) + 20])[0] for box in (b"mvhd", b"mdhd")}
+    elst = data.find(b"elst")
+    assert data[elst + 4] == 0 and struct.unpack(">I", data[elst + 8:elst + 12])[0] == 1  # version 0, one edit
+    duration, start = struct.unpack(">Ii", data[elst + 12:elst + 20])
+    cut = frames / fps
+    data[elst + 12:elst + 20] = struct.pack(">Ii", duration - round(cut * timescale[b"mvhd"]),
+                                            start + round(cut * timescale[b"mdhd"]))
+    path.write_bytes(data)
+    return path
+
+
+def test_a_video_trimmed_by_its_edit_list_is_not_damaged(tmp_path):
+    """Its frame count includes the frames cut away, which FFmpeg (and OpenCV, ultralytics' reader) never
+    decode: the frames it shows are the video, not a file that breaks off (an error record, exit code 1)."""
+    path = trimmed(grey_video(tmp_path / "cut.mp4", 20), 3, fps=10.0)
+    video = Video(path)
+    assert video.frames == 20  # what the container (and OpenCV's CAP_PROP_FRAME_COUNT) says
+    assert [round(float(f.mean()) / 8) for f in (item.load() for item in video)] == list(range(3, 20))
+
+
 HEADER = {"mlx_zoo": 1, "task": "classify", "model": "resnet18"}
 
 

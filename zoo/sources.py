@@ -351,6 +351,19 @@ def upright(rgb: np.ndarray, rotation: float) -> np.ndarray:
     return np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb
 
 
+def promised_frames(stream) -> int | None:
+    """The frames a video must decode to be whole: the container's own count (None where it has none), or, for
+    MP4 and MOV, fewer where the edit list's duration says so: a video trimmed by its edit list (a phone's or
+    an editor's cut without re-encoding) counts the samples cut away too, which neither FFmpeg nor OpenCV
+    decodes. (An AVI's duration is what its demuxer found, so a truncated AVI keeps its header's count.)"""
+    if not stream.frames:
+        return None
+    rate = stream.average_rate or stream.guessed_rate
+    if "mp4" in stream.container.format.name.split(",") and stream.duration and stream.time_base and rate:
+        return min(int(stream.frames), round(float(stream.duration * stream.time_base * rate)))
+    return int(stream.frames)
+
+
 class FrameSource(Source):
     """What videos and cameras share: decoding frames in order, keeping every vid_stride-th."""
 
@@ -359,7 +372,7 @@ class FrameSource(Source):
         self.vid_stride = check_stride(vid_stride)
         self.fps: float | None = None
         self.frames: int | None = None
-        self.counted = False  # frames is the container's own count, not duration x rate
+        self.promised: int | None = None  # the frames the container vouches for: fewer decoded is a damaged file
 
     @abstractmethod
     def open(self):
@@ -376,8 +389,8 @@ class FrameSource(Source):
                 try:
                     frame = next(frames)
                 except StopIteration:
-                    if self.counted and n + 1 < self.frames:  # the container promised more
-                        yield self.broken(index, stem, n + 1, f"it ends after {n + 1} of its {self.frames} frames")
+                    if self.promised is not None and n + 1 < self.promised:
+                        yield self.broken(index, stem, n + 1, f"it ends after {n + 1} of its {self.promised} frames")
                     return
                 except (av.error.FFmpegError, OSError) as e:
                     yield self.broken(index, stem, n + 1, f"frame {n + 1} cannot be decoded ({e})")
@@ -412,7 +425,7 @@ class Video(FrameSource):
             rate = stream.average_rate or stream.guessed_rate
             self.fps = float(rate) if rate else None
             self.frames = frame_count(stream)
-            self.counted = bool(stream.frames)
+            self.promised = promised_frames(stream)
             self.total = None if self.frames is None else self.frames // self.vid_stride
         finally:
             container.close()
