@@ -266,3 +266,48 @@ def test_a_stored_zip_entry_claiming_more_than_the_file(tmp_path):
     path.write_bytes(bytes(data))
     message = refused_in_child("weights", path)
     assert "zip entry archive/data/0 claims 4294967295 bytes that a file of" in message, message
+
+
+def h264(size: int, frames: int, container: str) -> bytes:
+    """``frames`` black size x size H.264 frames in a ``container`` (bytes)."""
+    import av
+
+    data = io.BytesIO()
+    with av.open(data, "w", format=container) as output:
+        stream = output.add_stream("libx264", rate=10)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        for i in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.zeros((size, size, 3), np.uint8), format="rgb24")
+            frame.pts = i
+            output.mux(stream.encode(frame))
+        output.mux(stream.encode(None))
+    return data.getvalue()
+
+
+def test_videos_answer_to_the_image_pixel_limit(tmp_path, monkeypatch):
+    """A video's frames are images: the same limit, from the header before any frame is decoded (a 295 KB
+    10000x10000 MP4 took 3.6 GB to read), and for a stream whose frames grow midway, before that frame becomes
+    an array; the frames before it stand."""
+    from zoo.sources import open_source
+
+    pytest.importorskip("av")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)  # restored after the test
+    monkeypatch.setenv("ZOO_MAX_IMAGE_PIXELS", "1000")
+    video = tmp_path / "big.mp4"
+    video.write_bytes(h264(64, 2, "mp4"))
+    with pytest.raises(ZooError, match=rf"^video {video} is 64x64 \(4,096 pixels\), above the limit of 1,000 pixels "
+                                        "that guards against decompression bombs: set ZOO_MAX_IMAGE_PIXELS"):
+        open_source(video)
+    growing = tmp_path / "growing.ts"  # MPEG-TS streams concatenate: 16x16 frames, then 64x64 ones
+    growing.write_bytes(h264(16, 3, "mpegts") + h264(64, 3, "mpegts"))
+    loaded = []
+    for item in open_source(growing):
+        try:
+            loaded.append(item.load().shape)
+        except ZooError as e:
+            loaded.append(str(e))
+    assert loaded[:3] == [(16, 16, 3)] * 3 and len(loaded) == 4
+    assert loaded[3].startswith(f"video {growing} frame 3 is 64x64 (4,096 pixels), above the limit of 1,000")
+    monkeypatch.setenv("ZOO_MAX_IMAGE_PIXELS", "none")
+    assert len(list(open_source(video))) == 2

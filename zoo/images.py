@@ -58,7 +58,7 @@ def reading_errors(path: Path):
     except UnidentifiedImageError:
         raise ZooError(f"cannot read {path}: not an image file Pillow recognises") from None
     except Image.DecompressionBombError:
-        raise ZooError(_too_many_pixels(path)) from None
+        raise ZooError(too_many_pixels(path)) from None
     except (OSError, SyntaxError, ValueError) as e:
         raise ZooError(f"cannot read {path}: the file is damaged or truncated ({e})") from None
     except Exception as e:  # Pillow's decoders raise many kinds on malformed data (its fuzzers accept any)
@@ -66,7 +66,7 @@ def reading_errors(path: Path):
         raise ZooError(f"cannot read {path}: the file is damaged ({reason})") from None
 
 
-def _too_many_pixels(path: Path, size: tuple[int, int] | None = None) -> str:
+def too_many_pixels(path: Path, size: tuple[int, int] | None = None) -> str:
     shape = f"{size[0]}x{size[1]} ({size[0] * size[1]:,} pixels), above" if size else "larger than"
     return (f"{path} is {shape} the limit of {Image.MAX_IMAGE_PIXELS:,} pixels that guards against "
             f"decompression bombs: set {PIXEL_LIMIT_ENV} to a larger number (or none) if you trust the file")
@@ -83,7 +83,7 @@ def opened(path: Path):
             img = Image.open(path)
         with img:
             if limit is not None and img.width * img.height > limit:
-                raise ZooError(_too_many_pixels(path, img.size))
+                raise ZooError(too_many_pixels(path, img.size))
             yield img
 
 

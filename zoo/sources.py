@@ -81,7 +81,7 @@ from .errors import ZooError, option
 from .extras import install_hint, require
 from .files import (ClosedOnExit, OutputFile, cannot_write, create_exclusive, create_temporary, file_identity,
                     place, remove_own)
-from .images import IMAGE_SUFFIXES, load_image
+from .images import IMAGE_SUFFIXES, load_image, max_image_pixels, too_many_pixels
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
 STREAM_SCHEMES = ("rtsp://", "rtmp://", "http://", "https://", "udp://", "tcp://")
@@ -396,6 +396,11 @@ class FrameSource(Source):
                     yield self.broken(index, stem, n + 1, f"frame {n + 1} cannot be decoded ({e})")
                     return
                 n += 1
+                if (limit := max_image_pixels()) is not None and frame.width * frame.height > limit:
+                    # a stream may change its size midway: no frame above the limit is turned into an array
+                    yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames,
+                               failed(too_many_pixels(f"{self.what} frame {n}", (frame.width, frame.height))))
+                    return
                 if (n + 1) % self.vid_stride:
                     continue
                 rgb = upright(frame.to_ndarray(format="rgb24"), getattr(frame, "rotation", 0))
@@ -440,6 +445,10 @@ class Video(FrameSource):
             container.close()
             raise ZooError(f"{self.what} has no video stream")
         stream = container.streams.video[0]
+        limit = max_image_pixels()
+        if limit is not None and stream.width * stream.height > limit:  # from the header, before any frame
+            container.close()
+            raise ZooError(too_many_pixels(f"video {self.path}", (stream.width, stream.height)))
         stream.thread_type = "AUTO"  # frame-parallel decoding
         return container, stream
 
