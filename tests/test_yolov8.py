@@ -354,6 +354,21 @@ def test_predict_mixed_inputs(yolov8n, tmp_path):
     assert len(yolov8n.predict(array, conf=0.05, imgsz=64, max_det=2)[0]) == 2
 
 
+def test_predict_over_a_folder_skips_a_bad_file_with_a_warning(yolov8n, tmp_path, capsys):
+    """ultralytics skips an image it cannot read (a warning) and goes on: `for r in model("photos/", stream=True)`
+    over a folder with one broken file must not end at it. The only input's problem stays the call's error."""
+    rng = np.random.default_rng(6)
+    for name in ("a.png", "c.png"):
+        Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(tmp_path / name)
+    (tmp_path / "b.jpg").write_bytes(b"not a jpeg")
+    paths = [r.path for r in yolov8n.predict(tmp_path, stream=True, imgsz=64)]
+    assert paths == [str(tmp_path / "a.png"), str(tmp_path / "c.png")]
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"warning: skipped: cannot read {tmp_path / 'b.jpg'}: not an image file Pillow recognises"]
+    with pytest.raises(ZooError, match="not an image file"):
+        yolov8n.predict(tmp_path / "b.jpg", imgsz=64)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"conf": 1.5}, r"conf 1.5 is outside \[0, 1\]"),
     ({"iou": -0.1}, r"iou -0.1 is outside \[0, 1\]"),

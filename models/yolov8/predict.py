@@ -88,8 +88,9 @@ def predictions(model, opened: Source, size: int, options: dict, files: ResultFi
     """The Results of ``opened``'s items, ``size`` a forward pass, written and logged as they come."""
     complete = False
     try:
-        for items in batched(opened, size):
-            for item, r in zip(items, predict_batch(model, [item.load() for item in items], items, **options)):
+        for pairs in batched(readable(opened), size):
+            items = [item for item, _ in pairs]
+            for item, r in zip(items, predict_batch(model, [rgb for _, rgb in pairs], items, **options)):
                 if files is not None:
                     files.write(r, item)
                 if verbose:
@@ -99,6 +100,20 @@ def predictions(model, opened: Source, size: int, options: dict, files: ResultFi
     finally:
         if files is not None:
             files.close(complete)
+
+
+def readable(source: Source) -> Iterator[tuple[Item, np.ndarray]]:
+    """Each item with its pixels. A bad one (a file that is no image, a video that breaks off) is one
+    ``warning:`` line on stderr and skipped, as ultralytics skips an image it cannot read, so a loop over a
+    folder goes on; the only item of a source raises its error (the call has nothing else to do)."""
+    for item in source:
+        try:
+            yield item, item.load()
+        except ZooError as e:
+            if source.total == 1:
+                raise
+            where = "" if item.path in str(e) else f"{item.path}{'' if item.frame is None else f' frame {item.frame}'}: "
+            print(f"warning: skipped: {where}{e}", file=sys.stderr)
 
 
 def log_line(item: Item, result: Results) -> str:
