@@ -187,6 +187,19 @@ def test_videos_in_folders_mix_with_images(tmp_path):
     assert source.total == 1 + 3 + 1
     assert [(i.index, i.name, i.frame) for i in source] == [
         (0, "a", None), (1, "b_1", 1), (2, "b_3", 3), (3, "b_5", 5), (4, "c", None)]
+    # every suffix ultralytics reads as a video (its VID_FORMATS but .gif) is one here: a folder of .asf
+    # (Windows Media) files was skipped as holding no videos
+    wmv = tmp_path / "wm"
+    wmv.mkdir()
+    with av.open(str(wmv / "d.asf"), "w", format="asf") as container:
+        stream = container.add_stream("wmv2", rate=10)
+        stream.width = stream.height = 16
+        for i in range(2):
+            frame = av.VideoFrame.from_ndarray(np.zeros((16, 16, 3), np.uint8), format="rgb24")
+            frame.pts = i
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    assert [i.name for i in Folder(wmv)] == ["d_0", "d_1"]
 
 
 def test_image_names_never_equal_a_video_frame_name(tmp_path):

@@ -83,7 +83,7 @@ from .files import (ClosedOnExit, OutputFile, cannot_write, create_exclusive, cr
                     place, remove_own)
 from .images import IMAGE_SUFFIXES, load_image, max_image_pixels, too_many_pixels
 
-VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".flv", ".ts")
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".asf", ".flv", ".ts")
 STREAM_SCHEMES = ("rtsp://", "rtmp://", "http://", "https://", "udp://", "tcp://")
 LIST_SUFFIXES = (".txt", ".csv")
 CSV_PATH_COLUMNS = ("path", "filename", "file", "image", "img")
