@@ -396,3 +396,10 @@ def test_a_jsonl_that_is_no_regular_file_is_refused_before_the_model_loads(tmp_p
     assert "fifo.jsonl is not a regular file" in cli_error(
         ["resnet18", str(tmp_path / "a.jpg"), "--jsonl", str(tmp_path / "fifo.jsonl"), "--resume", "--weights",
          MISSING_WEIGHTS], capsys)
+    # --overwrite never replaces one either (as root, --jsonl /dev/stdout --overwrite replaced /dev/stdout)
+    (tmp_path / "stdout").symlink_to(tmp_path / "fifo.jsonl")
+    for flag, path in (("--jsonl", "fifo.jsonl"), ("--csv", "stdout"), ("--json", "stdout")):
+        assert f"{flag} {tmp_path / path} is not a regular file" in cli_error(
+            ["resnet18", str(tmp_path / "a.jpg"), flag, str(tmp_path / path), "--overwrite", "--weights",
+             MISSING_WEIGHTS], capsys)
+    assert (tmp_path / "fifo.jsonl").is_fifo() and (tmp_path / "stdout").is_symlink()

@@ -431,9 +431,12 @@ def test_jsonl_writer_refuses_what_is_no_regular_file(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ZooError, match="is not a regular file"):
         JsonlWriter(fifo, resume=True, header=HEADER)
-    with JsonlWriter(fifo, overwrite=True, header=HEADER) as writer:  # replaced, never opened for reading
-        writer.write({"path": "a"})
-    assert lines_of(fifo) == [HEADER, {"path": "a"}]
+    # nor replaced: renaming over /dev/stdout (a link to the process's pipe) replaced it for every later process
+    (tmp_path / "stdout").symlink_to(fifo)
+    for special in (fifo, tmp_path / "stdout"):
+        with pytest.raises(ZooError, match="is not a regular file .*such as /dev/stdout.*pass a file path"):
+            JsonlWriter(special, overwrite=True, header=HEADER)
+    assert fifo.is_fifo() and (tmp_path / "stdout").is_symlink() and len(list(tmp_path.iterdir())) == 2
     (tmp_path / "secret.txt").write_text("keep")
     (tmp_path / "link.jsonl").symlink_to(tmp_path / "secret.txt")
     with pytest.raises(ZooError, match="cannot write .*link.jsonl"):  # never written through a link

@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import os
 import secrets
+import stat
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
@@ -60,10 +61,28 @@ def remove_own(path: Path, identity: tuple[int, int] | None) -> None:
             pass  # gone already
 
 
+def is_special(path: Path) -> bool:
+    """Whether ``path`` is, or links to, something other than a file or a folder: a device, a FIFO, a
+    socket (``/dev/stdout``, ``/dev/null``, a named pipe), which an output must never replace."""
+    try:
+        mode = os.stat(path).st_mode  # links followed: /dev/stdout is a link to the process's pipe
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def not_a_file(path: Path, what: str = "output") -> UsageError:
+    return UsageError(f"{what} {path} is not a regular file (a device, pipe or socket, such as /dev/stdout): "
+                      "results are written to files only; pass a file path")
+
+
 def place(tmp: Path, path: Path, replace: bool) -> None:
     """Rename ``tmp`` to ``path``; with ``replace`` False never over an existing ``path`` (a hard link
-    fails on a taken name: FileExistsError), so a file that appeared since the checks is kept."""
+    fails on a taken name: FileExistsError), so a file that appeared since the checks is kept; with
+    ``replace`` never over a device, pipe or socket (renaming over /dev/stdout replaces it for everyone)."""
     if replace:
+        if is_special(path):
+            raise not_a_file(path)
         os.replace(tmp, path)
         return
     try:
@@ -241,6 +260,8 @@ def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str | Non
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder: pass a file path")
+    if is_special(path):
+        raise not_a_file(path, what)
     if path.exists() and not overwrite:
         raise UsageError(f"{what} {path} exists: pass {flag or option('overwrite')} to replace it, or another path")
     return path

@@ -80,7 +80,7 @@ from PIL import Image
 from .errors import ZooError, option
 from .extras import install_hint, require
 from .files import (ClosedOnExit, OutputFile, cannot_write, create_exclusive, create_temporary, file_identity,
-                    place, remove_own)
+                    is_special, not_a_file, place, remove_own)
 from .images import IMAGE_SUFFIXES, load_image, max_image_pixels, too_many_pixels
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".asf", ".flv", ".ts")
@@ -823,6 +823,8 @@ class JsonlWriter:
         self.path = Path(path)
         if self.path.is_dir():
             raise ZooError(f"{self.path} is a folder: pass a file path for the results")
+        if is_special(self.path):
+            raise not_a_file(self.path, "record file")
         if not self.path.parent.is_dir():
             raise ZooError(f"folder {self.path.parent} does not exist; create it or pass another path")
         self.header, self.records, self.written = header, [], 0
