@@ -354,10 +354,11 @@ class SamPredictor:
         masks = None if mask_dtype is None else np.empty((n, channels, *self.original_size), mask_dtype)
         if n == 0:
             return batched, masks, np.zeros((0, channels), np.float32), np.zeros((0, channels, 256, 256), np.float32)
+        transform = self.transform
         if coords is not None:
-            coords = coords.astype(np.float32) if resized_frame else self.transform.apply_coords(coords, self.original_size)
+            coords = coords.astype(np.float32) if resized_frame else transform.apply_coords(coords, self.original_size)
         if boxes is not None:
-            boxes = boxes.astype(np.float32) if resized_frame else self.transform.apply_boxes(boxes, self.original_size)
+            boxes = boxes.astype(np.float32) if resized_frame else transform.apply_boxes(boxes, self.original_size)
         iou, low_res = [], []
         for start in range(0, n, PROMPTS_PER_DECODE):  # the decoder takes ~50 MB per prompt
             part = slice(start, start + PROMPTS_PER_DECODE)

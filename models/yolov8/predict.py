@@ -112,7 +112,8 @@ def readable(source: Source) -> Iterator[tuple[Item, np.ndarray]]:
         except ZooError as e:
             if source.total == 1:
                 raise
-            where = "" if item.path in str(e) else f"{item.path}{'' if item.frame is None else f' frame {item.frame}'}: "
+            frame = "" if item.frame is None else f" frame {item.frame}"
+            where = "" if item.path in str(e) else f"{item.path}{frame}: "
             print(f"warning: skipped: {where}{e}", file=sys.stderr)
 
 
