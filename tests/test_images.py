@@ -34,6 +34,16 @@ def test_exif_orientation_applied(tmp_path):
     assert load_image(tmp_path / "o.jpg").shape == (6, 4, 3)
 
 
+def test_an_animation_says_its_first_frame_is_used(tmp_path, capsys):
+    frames = [Image.new("RGB", (8, 6), (40 * i, 0, 0)) for i in range(3)]
+    frames[0].save(tmp_path / "a.gif", save_all=True, append_images=frames[1:])
+    assert load_image(tmp_path / "a.gif")[0, 0, 0] == 0  # the first frame, as Pillow (and IOPaint) decode it
+    assert f"note: {tmp_path / 'a.gif'} holds 3 frames" in capsys.readouterr().err
+    frames[1].save(tmp_path / "still.gif")
+    load_image(tmp_path / "still.gif")
+    assert capsys.readouterr().err == ""
+
+
 def test_truncated_file(tmp_path):
     Image.new("RGB", (64, 64), (1, 2, 3)).save(tmp_path / "full.png")
     data = (tmp_path / "full.png").read_bytes()

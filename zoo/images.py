@@ -7,6 +7,7 @@ CMYK, I;16, I, F, ...) becomes RGB.
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,6 +93,10 @@ def open_image(path: str | Path) -> Image.Image:
     path = Path(path)
     with opened(path) as img:
         img.load()  # decode now: truncated files fail here, not later
+        frames = getattr(img, "n_frames", 1)
+        if frames > 1:  # Pillow decodes an animation's (or a multi-page file's) first frame: said, not silent
+            print(f"note: {path} holds {frames} frames (an animation or pages): the first is used; ultralytics reads "
+                  "an animated GIF as a video: convert it to .mp4 to process every frame", file=sys.stderr)
         return ImageOps.exif_transpose(img)
 
 
