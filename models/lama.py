@@ -153,21 +153,11 @@ class FourierUnit(nn.Module):
         planar = self.planar() if max(h, w) <= DFT_MAX_SIDE else None
         if planar is not None:
             z = rfft2_planar(x.astype(mx.float32))
-
-            def products(v: mx.array) -> mx.array:
-                return mx.maximum(v @ planar["matrix"] + planar["bias"], 0)
-
             if fusing_eagerly_on_cpu() and cpu_ops.native_available():  # a C call an image, split over our threads
                 weight = self.planar_weight(planar)
-
-                def one_image(v: mx.array) -> mx.array:
-                    # the C call declines without OpenBLAS (mlx imported before zoo): MLX's products
-                    fused = cpu_ops.pointwise_parts([v], [0], weight, planar["bias"], "relu")
-                    return products(v) if fused is None else fused
-
-                z = cpu_ops.per_image(one_image, z)
+                z = cpu_ops.per_image(lambda v: cpu_ops.pointwise_parts([v], [0], weight, planar["bias"], "relu"), z)
             else:
-                z = products(z)
+                z = mx.maximum(z @ planar["matrix"] + planar["bias"], 0)
             return irfft2_planar(z, (h, w)).astype(x.dtype)
         parts = rfft2_parts(x)  # float32 (n, h, w//2+1, 2c)
         # float32 in, half-precision weights: MLX promotes, so this stays float32

@@ -316,7 +316,7 @@ class ResNet(nn.Module):
 
         Compiled per input shape (zoo.compiled); ``forward`` is the same network, eager. Anything else (a path,
         a PIL image, one (H, W, 3) image) is one error naming ``predict``, which pre-processes images."""
-        if not isinstance(x, (mx.array, np.ndarray)) or x.ndim != 4:
+        if not isinstance(x, (mx.array, np.ndarray)) or x.ndim == 3:  # other shapes: as_model_input's error
             got = f"shape {tuple(x.shape)}" if isinstance(x, (mx.array, np.ndarray)) else f"a {type(x).__name__}"
             raise ZooError(f"the network takes an (N, H, W, 3) normalised batch, got {got}: for image files, PIL "
                            "images or (H, W, 3) uint8 arrays use model.predict(images), which resizes and normalises")

@@ -187,9 +187,8 @@ class Conv(nn.Module):
                 half.append(y)
             else:
                 full = y if full is None else full + y
-        n, h, w, c = full.shape
         for y in half:
-            full = (full.reshape(n, h // 2, 2, w // 2, 2, c) + y[:, :, None, :, None, :]).reshape(n, h, w, c)
+            full = cpu_ops.add_upsampled(full, y)
         return silu(full + fold["bias"])
 
     def on_cpu_of_parts(self, parts: Parts) -> mx.array:
@@ -199,9 +198,9 @@ class Conv(nn.Module):
         concatenated or upsampled map is made. Each image apart (cpu_ops.per_image)."""
         widths = [p.half.shape[-1] if isinstance(p, Upscaled) else p.shape[-1] for p in parts]
         starts = [sum(widths[:i]) for i in range(len(parts))]
-        forms = self.conv.batch_norm_forms(self.bn) if cpu_ops.native_available() else {}
-        if not forms or (forms.get("packed") is None and not cpu_ops.openblas_products()):
-            return self(materialized(parts))  # the C call would decline (pointwise_parts: None)
+        if not cpu_ops.native_available():
+            return self(materialized(parts))
+        forms = self.conv.batch_norm_forms(self.bn)
         weight, half = forms["weight"], None
         for part, start, width in zip(parts, starts, widths):
             if isinstance(part, Upscaled):

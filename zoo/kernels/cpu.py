@@ -112,14 +112,6 @@ def per_image(fn, x: mx.array, *more: mx.array) -> mx.array:
     return mx.concatenate([fn(*(a[i:i + 1] for a in (x, *more))) for i in range(x.shape[0])])
 
 
-def openblas_products() -> bool:
-    """Whether the C routines can call OpenBLAS's sgemm (zoo bound it: imported before mlx). Without it
-    a routine given no ``pack`` of its weight (hosts without AVX2/AVX-512 have none) declines."""
-    from zoo import blas
-
-    return blas.sgemm_address() is not None
-
-
 def native_available() -> bool:
     """The compiled C routines are loaded and not switched off (ZOO_KERNELS=fallback)."""
     return os.environ.get(ENV_VAR, "").lower() != "fallback" and _library() is not None
@@ -470,24 +462,23 @@ def _rows(x: mx.array) -> tuple[np.ndarray, int] | None:
 
 
 def pointwise_parts(parts, offsets, weight: mx.array, bias: mx.array | None = None, activation: str | None = None,
-                    half: mx.array | None = None, packed: np.ndarray | None = None) -> mx.array | None:
+                    half: mx.array | None = None, packed: np.ndarray | None = None) -> mx.array:
     """activation(y + bias + upsample2x(half)) for NHWC ``parts`` of one size, where y is the 1x1
     convolution (weight (O, 1, 1, I)) of their channel concatenation with part i's channels at
     ``offsets[i]`` of I (columns of the weight no part reads belong to a part the caller multiplied
     itself: ``half``, an (N, H/2, W/2, O) product whose nearest 2x upsampling is added); ``packed``: the
-    weight's ``pack``, or None. One C call reading each part where it lies; None where it cannot run (not
-    the CPU, a trace, no OpenBLAS)."""
+    weight's ``pack``, or None. One C call reading each part where it lies; MLX's products where it cannot
+    run (not the CPU, a trace, no OpenBLAS to call for a weight without ``packed``)."""
     n, h, w, _ = parts[0].shape
     lib = _library() if _fast_path() and 1 <= len(parts) <= 8 else None
     out = _output((n, h, w, weight.shape[0])) if lib is not None else None
-    if out is None:
-        return None
-    rows = [_rows(p) for p in parts]
-    wt = _host(weight)
+    rows = [_rows(p) for p in parts] if out is not None else [None]
+    wt = _host(weight) if out is not None else None
+    if any(r is None for r in rows) or wt is None:
+        _ran("conv2d 1x1 of a concatenation (parts)", False)
+        return _pointwise_parts_mlx(parts, offsets, weight, bias, activation, half)
     b = _host(bias) if bias is not None else None
     add = _host(half) if half is not None else None
-    if any(r is None for r in rows) or wt is None:
-        return None
     pointers = (ctypes.c_void_p * len(parts))(*(r[0].ctypes.data for r in rows))
     lds, widths, starts = ((ctypes.c_ssize_t * len(parts))(*values) for values in
                            ([r[1] for r in rows], [p.shape[3] for p in parts], offsets))
@@ -495,7 +486,27 @@ def pointwise_parts(parts, offsets, weight: mx.array, bias: mx.array | None = No
                                        _ptr(b), _ptr(add), int(add is not None), _ptr(_view(out)), n, h, w,
                                        weight.shape[0], ACTIVATIONS[activation][0], _threads()) == 0
     _ran("conv2d 1x1 of a concatenation (parts)", done)
-    return _like(out, parts[0]) if done else None
+    return _like(out, parts[0]) if done else _pointwise_parts_mlx(parts, offsets, weight, bias, activation, half)
+
+
+def _pointwise_parts_mlx(parts, offsets, weight: mx.array, bias: mx.array | None, activation: str | None,
+                         half: mx.array | None) -> mx.array:
+    """pointwise_parts' values with MLX's ops: each part times its columns of the weight, the products added."""
+    columns = weight.reshape(weight.shape[0], -1)
+    y = None
+    for part, start in zip(parts, offsets):
+        product = part @ columns[:, start:start + part.shape[-1]].T
+        y = product if y is None else y + product
+    if half is not None:
+        y = add_upsampled(y, half)
+    return biased_activation(y, bias, activation)
+
+
+def add_upsampled(full: mx.array, half: mx.array) -> mx.array:
+    """full + half's nearest 2x upsampling, NHWC, without making the upsampled map: half added to each
+    pixel of its 2x2 block."""
+    n, h, w, c = full.shape
+    return (full.reshape(n, h // 2, 2, w // 2, 2, c) + half[:, :, None, :, None, :]).reshape(n, h, w, c)
 
 
 def box_decode(boxes, classes, bins: mx.array, strides) -> mx.array | None:
