@@ -127,7 +127,7 @@ def test_save_json_holds_coco_segmentation_and_keypoints(tmp_path, images, check
         assert len(records) == len(result) > 0
         assert [r["score"] for r in records] == [round(s, 5) for s in result.boxes.conf.tolist()]
         if result.masks is not None:
-            masks = result.masks.in_image()
+            masks = np.stack(list(result.masks.image_masks()))
             assert masks.shape[1:] == (100, 160) and masks.any((1, 2)).all()
             for record, mask in zip(records, masks):
                 assert record["segmentation"]["size"] == [100, 160]
@@ -158,7 +158,7 @@ def test_ray_rows_carry_masks_and_keypoints_of_one_at_a_time_results(tmp_path, i
         assert seg["boxes"][i] == result.boxes.xyxy.tolist() and seg["conf"][i] == result.boxes.conf.tolist()
         decoded = [mask_utils.decode({**rle, "counts": rle["counts"].encode()}) for rle in seg["masks"][i]]
         assert len(decoded) == len(result) > 0
-        assert np.array_equal(np.array(decoded, bool), result.masks.in_image())
+        assert np.array_equal(np.array(decoded, bool), np.stack(list(result.masks.image_masks())))
         result = models["yolov8n-pose"].predict(path, **OPTIONS)[0]
         assert pose["boxes"][i] == result.boxes.xyxy.tolist() and pose["cls"][i] == result.boxes.cls.astype(int).tolist()
         assert pose["keypoints"][i] == result.keypoints.data.tolist() and len(pose["keypoints"][i]) > 0

@@ -97,7 +97,8 @@ def open_image(path: str | Path) -> Image.Image:
         if frames > 1:  # Pillow decodes an animation's (or a multi-page file's) first frame: said, not silent
             print(f"note: {path} holds {frames} frames (an animation or pages): the first is used; ultralytics reads "
                   "an animated GIF as a video: convert it to .mp4 to process every frame", file=sys.stderr)
-        return ImageOps.exif_transpose(img)
+        ImageOps.exif_transpose(img, in_place=True)  # in place: a copy of a 64-megapixel photo is 183 MiB more
+        return img
 
 
 def image_size(path: str | Path) -> tuple[int, int]:

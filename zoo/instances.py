@@ -27,12 +27,13 @@ FLOAT_CROP_FROM = 50  # upstream crops this many masks or more by comparing coor
 # annotate --save-masks / --save-overlay one per box, segment everything one per kept mask. They may take what a
 # 2 GiB process has left after the rest of the run: *_RUN_BYTES (interpreter, MLX, the models; SAM's for MobileSAM,
 # with annotate's detector) and RETINA_BYTES_PER_PIXEL of the image's pixels (the decoded image and its copies, the
-# annotated output, one mask's float32 resize temporaries). Measured in docs/hardening.md (yolo11n-seg at 8000x8000;
-# annotate at 6000x6000: 911 MiB without masks; segment everything at 8000x8000: 1,323 MiB without masks).
+# annotated output, one mask's float32 resize temporaries, and the freed blocks zoo.blas keeps for reuse). Measured in
+# docs/hardening.md (yolo11n-seg at 8000x8000: 1,318 MiB beside its masks; annotate at 6000x6000: 911 MiB without
+# masks; segment everything at 8000x8000: 1,323 MiB without masks).
 PROCESS_BOUND = 2 << 30
 RETINA_RUN_BYTES = 256 << 20
 SAM_RUN_BYTES = 384 << 20
-RETINA_BYTES_PER_PIXEL = 16
+RETINA_BYTES_PER_PIXEL = 18
 RESIZE_BAND_PIXELS = 1 << 22  # a retina mask is resized this many pixels at a time (16 MiB of float32 per map)
 
 
