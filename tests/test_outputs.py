@@ -353,7 +353,7 @@ def test_a_second_run_on_one_jsonl_stops_in_one_line(work, capsys, monkeypatch):
     with JsonlWriter(work / "r.jsonl", header=header) as other:  # another run, writing
         other.write({"path": "imgs/a.jpg", "top": []})
         refused(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", *SYNTHETIC], work, capsys,
-                "r.jsonl is being written by another run: wait for it to end")
+                f"r.jsonl is being written by another run (pid {os.getpid()}): wait for it to end")
     load = registry.load
 
     def load_while_another_run_starts(*args, **kwargs):  # the other run creates the file after our checks
@@ -403,3 +403,53 @@ def test_a_jsonl_that_is_no_regular_file_is_refused_before_the_model_loads(tmp_p
             ["resnet18", str(tmp_path / "a.jpg"), flag, str(tmp_path / path), "--overwrite", "--weights",
              MISSING_WEIGHTS], capsys)
     assert (tmp_path / "fifo.jsonl").is_fifo() and (tmp_path / "stdout").is_symlink()
+
+
+# a run paused inside its work: its first image written, it waits for its stdin to close (then it goes on)
+PAUSED_RUN = r"""
+import sys
+from zoo.results import ResultFiles
+from zoo.run import main
+
+write = ResultFiles.write
+
+def write_then_wait(self, *args):
+    write(self, *args)
+    print("paused", flush=True)
+    sys.stdin.read()
+
+ResultFiles.write = write_then_wait
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
+    """Two runs into one --out: the second stops in one line naming the first, whatever its task or flags, and
+    writes nothing; the folder's lock is a flock on the folder itself (no file added), gone when the first ends,
+    even by SIGKILL. Before, a second detect run interleaved with the first (each failed half the images on the
+    other's files), --resume took the first run's images as its own and did the rest beside it."""
+    import signal
+    import subprocess
+    import sys
+
+    first = subprocess.Popen([sys.executable, "-c", PAUSED_RUN, "yolov8n", "imgs", "--out", "o", "--imgsz", "64",
+                              *SYNTHETIC], cwd=work, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline() == "paused\n"  # a.jpg annotated, b.png not yet
+        assert sorted(os.listdir(work / "o")) == ["a.jpg"]
+        busy = f"o is being written by another run (pid {first.pid}): wait for it to end, or pass another --out"
+        missing = ["--weights", MISSING_WEIGHTS]  # were the lock not there, the run would go on to read them
+        for argv in (["yolov8n", "imgs", "--out", "o", *missing],
+                     ["yolov8n", "imgs", "--out", "o", "--resume", *missing],
+                     ["yolov8n", "imgs", "--out", "./o/", "--overwrite", *missing],  # however spelled
+                     ["yolo11n-seg", "real.jpg", "--out", str(work / "o"), "--save-txt", *missing],
+                     ["mobilesam", "imgs", "--point", "5,5", "--out", "o", *missing],
+                     ["lama", "imgs", "--mask", "masks", "--out", "o", *missing],
+                     ["annotate", "real.jpg", "--out", "o", "--det-weights", MISSING_WEIGHTS]):
+            refused(argv, work, capsys, busy.replace("o is", f"{Path(argv[argv.index('--out') + 1])} is"))
+    finally:
+        first.kill()  # SIGKILL: no handler of the run's own releases anything
+        assert first.wait(timeout=60) == -signal.SIGKILL
+    assert main(["yolov8n", "imgs", "--out", "o", "--resume", "--imgsz", "64", *SYNTHETIC]) == 0
+    assert "1 image processed, 1 skipped (done before)" in capsys.readouterr().err
+    assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png"]  # and no lock file

@@ -308,7 +308,7 @@ def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
     writer = JsonlWriter(path, header=HEADER)
     writer.write({"path": "a", "label": 1})
     assert lines_of(path) == [HEADER, {"path": "a", "label": 1}]  # in the file as it comes: a killed run keeps it
-    with pytest.raises(ZooError, match="is being written by another run: wait for it"):
+    with pytest.raises(ZooError, match=rf"is being written by another run \(pid {os.getpid()}\): wait for it"):
         JsonlWriter(path, resume=True, header=HEADER)
     writer.close()
     assert [p.name for p in tmp_path.iterdir()] == ["results.jsonl"]
@@ -342,7 +342,7 @@ def test_json_list_is_written_in_place_and_resumed_from_what_a_killed_run_left(t
     writer.write({"image_id": 2})
     writer.sync()
     assert path.read_text() == '[\n  {"image_id": 1},\n  {"image_id": 2}'  # on disk as it comes, no "]" yet
-    with pytest.raises(ZooError, match="is being written by another run: wait for it"):
+    with pytest.raises(ZooError, match=rf"is being written by another run \(pid {os.getpid()}\): wait for it"):
         JsonListWriter(path, resume=True)
     writer.close()
     assert path.read_text() == '[\n  {"image_id": 1},\n  {"image_id": 2}\n]\n'  # json.dumps(indent)-like

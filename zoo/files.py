@@ -11,6 +11,7 @@ renamed; nothing is deleted that the run did not create.
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import secrets
 import stat
@@ -284,6 +285,69 @@ def check_output_folder(path: str | Path, what: str, inputs: Iterable = ()) -> P
     if path.exists() and not path.is_dir():
         raise UsageError(f"{what} {path} exists and is not a folder: pass a folder")
     return path
+
+
+def lock_exclusive(fd: int) -> bool:
+    """An exclusive ``flock`` on an open file or folder, without waiting: False when another open file
+    (another run) holds it. The lock goes when the descriptor is closed, or its process ends, killed or not."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def lock_holder(fd: int) -> str:
+    """`` (pid N)`` of the process holding a flock on ``fd``'s file, where the system says (Linux's /proc/locks;
+    a pid outside this process's namespace reads 0); else nothing."""
+    st = os.fstat(fd)
+    target = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        with open("/proc/locks") as locks:
+            for line in locks:
+                fields = line.split()  # 1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == target and fields[4] not in ("0", "-1"):
+                    return f" (pid {fields[4]})"
+    except OSError:
+        pass  # no /proc (macOS): the message goes without the pid
+    return ""
+
+
+def being_written(path: Path, fd: int, fix: str = "pass another path") -> ZooError:
+    return ZooError(f"{path} is being written by another run{lock_holder(fd)}: wait for it to end, or {fix}")
+
+
+# output folders this process holds locked, by (device, inode): a second run into one stops before any work
+_locked_folders: dict[tuple[int, int], int] = {}
+
+
+def lock_output_folder(path: str | Path, what: str) -> Path:
+    """Create ``path`` (make_output_folder) and lock it for this run: a second run into the same folder (or the
+    same folder under another name) stops in one line, before any work, whatever its flags (--resume,
+    --overwrite). The lock is a ``flock`` on the folder's own descriptor, so no file is added to the folder;
+    it is released by release_output_folders() (the CLIs' entry point calls it) or when the process ends,
+    killed or not. Locking a folder this process holds already is a no-op."""
+    path = make_output_folder(path, what)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise ZooError(f"{what} {path} cannot be opened ({e.strerror or e}): pass a folder you can write") from None
+    identity = file_identity(fd)
+    if identity in _locked_folders:
+        os.close(fd)
+    elif lock_exclusive(fd):
+        _locked_folders[identity] = fd
+    else:
+        error = being_written(path, fd, f"pass another {what}")
+        os.close(fd)
+        raise error
+    return path
+
+
+def release_output_folders() -> None:
+    """Unlock the output folders this process locked (the run is over)."""
+    while _locked_folders:
+        os.close(_locked_folders.popitem()[1])
 
 
 # folders this process created for its outputs; a run that fails removes those left empty

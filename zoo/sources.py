@@ -62,7 +62,6 @@ them back (``read_records``, ``read_json_list``).
 from __future__ import annotations
 
 import csv
-import fcntl
 import glob as globlib
 import json
 import os
@@ -79,8 +78,8 @@ from PIL import Image
 
 from .errors import ZooError, option
 from .extras import install_hint, require
-from .files import (ClosedOnExit, OutputFile, cannot_write, create_exclusive, create_temporary, file_identity,
-                    is_special, not_a_file, place, remove_own)
+from .files import (ClosedOnExit, OutputFile, being_written, cannot_write, create_exclusive, create_temporary,
+                    file_identity, is_special, lock_exclusive, not_a_file, place, remove_own)
 from .images import IMAGE_SUFFIXES, load_image, max_image_pixels, too_many_pixels
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".asf", ".flv", ".ts")
@@ -795,11 +794,10 @@ def note_torn(path: Path) -> None:
 
 def lock(fd: int, path: Path) -> None:
     """An exclusive lock on an open record file: a second run on the same file stops in one line."""
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not lock_exclusive(fd):
+        error = being_written(path, fd)
         os.close(fd)
-        raise ZooError(f"{path} is being written by another run: wait for it to end, or pass another path") from None
+        raise error
 
 
 class JsonlWriter:

@@ -12,7 +12,7 @@ from typing import Callable
 
 from zoo.devices import DTYPES
 from zoo.errors import UsageError, ZooError, command_line
-from zoo.files import remove_created_folders
+from zoo.files import release_output_folders, remove_created_folders
 
 # exit codes: a command line that cannot work as written, as argparse; a problem met while running
 EXIT_USAGE, EXIT_RUNTIME = 2, 1
@@ -99,7 +99,8 @@ def general_help(prog: str) -> str:
 
 def guarded(main):
     """Run a CLI entry point: an error is one ``error:`` line and exit 2 (usage) or 1 (runtime), no
-    traceback unless --debug; a failed run leaves no empty output folder behind."""
+    traceback unless --debug; a failed run leaves no empty output folder behind; the output folders the run
+    locked (zoo.files.lock_output_folder) are released."""
     def wrapper(argv=None):
         argv = sys.argv[1:] if argv is None else argv
         debug = "--debug" in argv
@@ -120,6 +121,8 @@ def guarded(main):
             print(f"error: internal error ({type(e).__name__}: {one_line(e)}): rerun with --debug for the traceback "
                   "and report it", file=sys.stderr)
             code = EXIT_RUNTIME
+        finally:
+            release_output_folders()  # the run is over (a process's end releases them too, killed or not)
         if code:
             remove_created_folders()  # a failed run leaves no empty output folder behind
         return code
