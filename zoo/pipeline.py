@@ -317,7 +317,7 @@ def input_identity(path: str) -> str:
 
 def resume_keys(records: Iterable[dict]) -> set[tuple]:
     """The items a JSONL file holds a result for (error records excluded: those items are tried again),
-    as ``item_key`` gives them."""
+    as ``item_key`` gives them; ``records`` may be a stream (zoo.sources.read_records): only the keys are kept."""
     return {(input_identity(r["path"]), r.get("frame")) for r in records if "error" not in r}
 
 

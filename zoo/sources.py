@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import csv
 import glob as globlib
+import itertools
 import json
 import os
 import stat
@@ -71,7 +72,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import BinaryIO, Callable, Iterable, Iterator
 
 import numpy as np
 from PIL import Image
@@ -717,66 +718,71 @@ def records_header(task: str, model: str) -> dict:
     return {HEADER_KEY: RECORDS_VERSION, "task": task, "model": model}
 
 
-@dataclass
-class RecordFile:
-    """A JSONL record file as read: its header (None without one), its records, the bytes up to the
-    end of its last whole line (``whole``), and whether a torn last line (a run killed while writing
-    it) lies beyond."""
+class RecordReader:
+    """A record file's records, one at a time as its lines are read (memory holds one line, whatever the
+    file's length): ``for record in RecordReader(file, path, header)``. One-line ZooErrors for a damaged or
+    foreign file, raised at the line: a line that is not a JSON object with a ``path`` (bytes that are not
+    UTF-8, ``42``), or, when ``header`` is given, records without it before them, or another task's, model's
+    or format's. Once read to the end: ``header`` (the file's, None without one), ``whole`` (the bytes up to
+    the end of its last whole line) and ``torn`` (whether a torn last line, a run killed while writing it,
+    lies beyond: left out)."""
 
-    header: dict | None
-    records: list[dict]
-    whole: int
-    torn: bool
+    def __init__(self, file: BinaryIO, path: Path, header: dict | None = None):
+        self.file, self.path, self.expected = file, path, header
+        self.header: dict | None = None
+        self.whole, self.torn, self.seen_record = 0, False, False
+
+    def __iter__(self) -> Iterator[dict]:
+        for n, line in enumerate(self.file, 1):
+            last = not line.endswith(b"\n")  # the bytes after the last newline: complete or torn
+            if not line.strip():
+                self.whole += len(line)
+                continue
+            try:
+                record = json.loads(line.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                if last:
+                    self.torn = True
+                    return
+                raise ZooError(f"{self.path} line {n} is not a JSON record (damaged, or not a file this program "
+                               f"wrote): {not_ours()}") from None
+            self.whole += len(line)
+            if isinstance(record, dict) and HEADER_KEY in record and self.header is None and not self.seen_record:
+                self.header = record
+                self.check_header()
+            elif isinstance(record, dict) and isinstance(record.get("path"), str) and HEADER_KEY not in record:
+                if not self.seen_record and self.header is None and self.expected is not None:
+                    raise ZooError(f"{self.path} has no header line: it is not a record file this program wrote "
+                                   f"(or an older version's): {not_ours()}")
+                self.seen_record = True
+                yield record
+            else:
+                raise ZooError(f"{self.path} line {n} is not a record of this program (a JSON object with a "
+                               f"\"path\"): {not_ours()}")
+
+    def check_header(self) -> None:
+        expected, found = self.expected, self.header
+        if expected is None:
+            return
+        if found.get(HEADER_KEY) != expected[HEADER_KEY]:
+            raise ZooError(f"{self.path} is a record file of another version of this program (format "
+                           f"{found.get(HEADER_KEY)!r}, this one writes {expected[HEADER_KEY]}): {not_ours()}")
+        theirs = (found.get("task"), found.get("model"))
+        if theirs != (expected["task"], expected["model"]):
+            raise ZooError(f"{self.path} holds {theirs[1]} ({theirs[0]}) records, not {expected['model']} "
+                           f"({expected['task']}): {not_ours()}")
 
 
-def parse_records(data: bytes, path: Path, header: dict | None = None) -> RecordFile:
-    """The records of a record file's bytes; one-line ZooErrors for a damaged or foreign file: a line
-    that is not a JSON object with a ``path`` (bytes that are not UTF-8, ``42``), or, when ``header``
-    is given, a file without it or with another task's or model's."""
-    found = RecordFile(None, [], 0, False)
-    lines = data.split(b"\n")
-    for n, line in enumerate(lines, 1):
-        last = n == len(lines)  # the bytes after the last newline: complete or torn
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            if last:
-                found.torn = True
-                break
-            raise ZooError(f"{path} line {n} is not a JSON record (damaged, or not a file this program wrote): "
-                           f"{not_ours()}") from None
-        if isinstance(record, dict) and HEADER_KEY in record and found.header is None and not found.records:
-            found.header = record
-        elif isinstance(record, dict) and isinstance(record.get("path"), str) and HEADER_KEY not in record:
-            found.records.append(record)
-        else:
-            raise ZooError(f"{path} line {n} is not a record of this program (a JSON object with a \"path\"): "
-                           f"{not_ours()}")
-    found.whole = len(data) - len(lines[-1]) if found.torn else len(data)
-    if header is not None and (found.header is not None or found.records):
-        if found.header is None:
-            raise ZooError(f"{path} has no header line: it is not a record file this program wrote (or an older "
-                           f"version's): {not_ours()}")
-        if found.header.get(HEADER_KEY) != header[HEADER_KEY]:
-            raise ZooError(f"{path} is a record file of another version of this program (format "
-                           f"{found.header.get(HEADER_KEY)!r}, this one writes {header[HEADER_KEY]}): {not_ours()}")
-        theirs = (found.header.get("task"), found.header.get("model"))
-        if theirs != (header["task"], header["model"]):
-            raise ZooError(f"{path} holds {theirs[1]} ({theirs[0]}) records, not {header['model']} "
-                           f"({header['task']}): {not_ours()}")
-    return found
-
-
-def read_records(path: str | Path, header: dict | None = None) -> RecordFile:
-    """parse_records of the file at ``path`` (a regular file: not a folder, a FIFO or a device)."""
+def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]:
+    """The records of the record file at ``path``, streamed (RecordReader: checked line by line against
+    ``header`` when given, its header line and a torn last line left out); a file that is not a regular
+    file (a folder, a FIFO, a device) or cannot be read is a one-line ZooError."""
     path = Path(path)
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
             raise ZooError(f"{path} is not a regular file: pass a file path for the results")
-        with open(path, "rb") as f:
-            return parse_records(f.read(), path, header)
+        with open(path, "rb") as file:
+            yield from RecordReader(file, path, header)
     except OSError as e:
         raise ZooError(f"cannot read {path}: {e.strerror or e}") from None
 
@@ -784,7 +790,7 @@ def read_records(path: str | Path, header: dict | None = None) -> RecordFile:
 def read_jsonl(path: str | Path) -> list[dict]:
     """The records of a JSONL file this program wrote (its header line left out); a torn last line
     (a run killed mid-write) is left out too."""
-    return read_records(path).records
+    return list(read_records(path))
 
 
 def note_torn(path: Path) -> None:
@@ -807,9 +813,10 @@ class JsonlWriter:
 
     ``header`` (``records_header(task, model)``): the file's first line; ``resume`` checks it. Without
     ``resume`` or ``overwrite`` the file must not exist: it is created exclusively (two runs on one
-    path: the second stops in one line). ``resume=True`` continues an existing file: its records are
-    ``self.records`` (only those ``keep(record)`` accepts when given; the others are dropped from the
-    file, e.g. error records whose items are tried again), a torn last line is dropped with a note.
+    path: the second stops in one line). ``resume=True`` continues an existing file, read as a stream
+    (memory holds a line, not the records): ``kept`` of its records stay, those ``keep(record)`` accepts
+    when given (the others are dropped from the file, e.g. error records whose items are tried again),
+    ``kept_records()`` reads them back; a torn last line is dropped with a note.
     ``overwrite=True`` writes a new file that replaces the old one with its first record (a run that
     writes none leaves the old file as it was). The file is locked while open: a second writer of
     it stops in one line. A run that wrote no record leaves no file it created. Use as a context
@@ -825,7 +832,7 @@ class JsonlWriter:
             raise not_a_file(self.path, "record file")
         if not self.path.parent.is_dir():
             raise ZooError(f"folder {self.path.parent} does not exist; create it or pass another path")
-        self.header, self.records, self.written = header, [], 0
+        self.header, self.kept, self.written = header, 0, 0
         self.created = False  # this run made the file: closed without a record, it is removed again
         self.pending: Path | None = None  # --overwrite: the new file, renamed over the old one with its first record
         exists = os.path.lexists(self.path)
@@ -852,32 +859,47 @@ class JsonlWriter:
         self.identity = file_identity(fd)
         self.file = os.fdopen(fd, "w", encoding="utf-8")
 
-    def _start(self, records: list[dict]) -> None:
+    def _start(self, records: Iterable[dict]) -> None:
         """The header and ``records`` at the start of the file just opened, on disk before any new one."""
-        for record in ([self.header] if self.header else []) + records:
+        for record in itertools.chain([self.header] if self.header else [], records):
             self.file.write(json.dumps(record) + "\n")
         self._flush()
 
     def _resume(self, keep) -> None:
-        fd, data = self._read_locked()
+        fd = self._open_locked()
         try:
-            found = parse_records(data, self.path, self.header)
+            with os.fdopen(os.dup(fd), "rb") as file:
+                found = RecordReader(file, self.path, self.header)
+                dropped = 0
+                for record in found:
+                    if keep is None or keep(record):
+                        self.kept += 1
+                    else:
+                        dropped += 1
         except BaseException:
             os.close(fd)
             raise
-        self.records = [r for r in found.records if keep is None or keep(r)]
         if found.torn:
             note_torn(self.path)
-        if len(self.records) == len(found.records) and (found.header or not self.header) \
-                and data_ends_a_line(fd, found.whole):
+        if not dropped and (found.header or not self.header) and data_ends_a_line(fd, found.whole):
             os.ftruncate(fd, found.whole)  # the torn line, if any
             os.lseek(fd, 0, os.SEEK_END)
             self._open(fd)
             return
-        self._rewrite(fd)  # records dropped (or no header yet)
+        self._rewrite(fd, self._kept_in(fd, keep))  # records dropped (or no header yet)
 
-    def _read_locked(self) -> tuple[int, bytes]:
-        """The existing file opened (never through a link) and locked, and its bytes."""
+    def _kept_in(self, fd: int, keep) -> Iterator[dict]:
+        """The records of the file open at ``fd`` (read from its start again) that ``keep`` accepts."""
+        with os.fdopen(os.dup(fd), "rb") as file:
+            file.seek(0)
+            yield from (r for r in RecordReader(file, self.path) if keep is None or keep(r))
+
+    def kept_records(self) -> Iterator[dict]:
+        """The records kept from the earlier run (``resume=True``), read back from the file as a stream."""
+        return itertools.islice(read_records(self.path), self.kept)
+
+    def _open_locked(self) -> int:
+        """The existing file opened for reading and writing (never through a link) and locked."""
         fd = os.open(self.path, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
         lock(fd, self.path)
         try:
@@ -886,21 +908,21 @@ class JsonlWriter:
             if file_identity(fd) != file_identity(self.path):  # renamed over while this run waited for it
                 raise ZooError(f"{self.path} is being written by another run: wait for it to end, or pass another "
                                "path")
-            with os.fdopen(os.dup(fd), "rb") as f:
-                return fd, f.read()
+            return fd
         except BaseException:
             os.close(fd)
             raise
 
-    def _rewrite(self, old: int) -> None:
-        """The kept records (``self.records``) in a new file created exclusively, on disk, then renamed over the
-        old one, whose lock (``old``, an open descriptor) is held until then: no second run reads it meanwhile."""
+    def _rewrite(self, old: int, records: Iterable[dict]) -> None:
+        """``records`` (those kept, read from ``old`` as they are written) in a new file created exclusively, on
+        disk, then renamed over the old one, whose lock (``old``, an open descriptor) is held until then: no
+        second run reads it meanwhile."""
         try:
             fd, tmp = create_temporary(self.path)
             identity = file_identity(fd)
             try:
                 self._open(fd)
-                self._start(self.records)
+                self._start(records)
                 os.replace(tmp, self.path)
             except BaseException:
                 remove_own(tmp, identity)
@@ -924,7 +946,7 @@ class JsonlWriter:
     @property
     def count(self) -> int:
         """Records in the file: those kept from an earlier run and those written since."""
-        return len(self.records) + self.written
+        return self.kept + self.written
 
     def write(self, record: dict) -> None:
         self.file.write(json.dumps(record) + "\n")
@@ -972,6 +994,13 @@ class JsonlWriter:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def read_fd(fd: int) -> bytes:
+    """The whole file open at ``fd``, from its start."""
+    with os.fdopen(os.dup(fd), "rb") as file:
+        file.seek(0)
+        return file.read()
 
 
 def data_ends_a_line(fd: int, whole: int) -> bool:
@@ -1049,7 +1078,7 @@ class JsonListWriter(JsonlWriter):
     other outputs), ``close()`` adds the ``]`` (also after an error or an interrupt: the records so far
     stand). A killed run leaves a list without its ``]``, perhaps with a torn last line; ``resume=True``
     reads it back (complete records only; a finished list too), keeps those ``keep(record)`` accepts
-    (``self.records``), and writes them to a new file created exclusively, renamed over the old one,
+    (``kept``, ``kept_records()``), and writes them to a new file created exclusively, renamed over the old one,
     which is then appended to. Damaged or foreign files are one-line ZooErrors. ``overwrite=True``: the
     new file replaces the old one at the first ``sync()``. Without either, an existing ``path`` is an
     error, and the file is created exclusively. Locked while open: a second writer stops in one line."""
@@ -1058,23 +1087,27 @@ class JsonListWriter(JsonlWriter):
                  keep: Callable[[dict], bool] | None = None):
         super().__init__(path, resume, overwrite, keep)  # no header: the file stays a plain JSON list
 
-    def _start(self, records: list[dict]) -> None:
+    def _start(self, records: Iterable[dict]) -> None:
         self.file.write("[")
         for n, record in enumerate(records):
             self._record(record, n)
         self._flush()
 
     def _resume(self, keep) -> None:
-        fd, data = self._read_locked()
+        fd = self._open_locked()
         try:
-            found = parse_json_list(data, self.path)
-            self.records = [r for r in found.records if keep is None or keep(r)]
+            found = parse_json_list(read_fd(fd), self.path)
+            records = [r for r in found.records if keep is None or keep(r)]
         except BaseException:
             os.close(fd)
             raise
+        self.kept = len(records)
         if found.torn:
             note_torn(self.path)
-        self._rewrite(fd)  # without its ``]`` and its torn line, if any
+        self._rewrite(fd, records)  # without its ``]`` and its torn line, if any
+
+    def kept_records(self) -> Iterator[dict]:
+        return iter(read_json_list(self.path).records[:self.kept])
 
     def _record(self, record: dict, n: int) -> None:
         """The list's ``n``-th record (from 0)."""

@@ -55,8 +55,9 @@ def check_arguments(args):
         check_new_file(path, option, args.overwrite or args.resume)
         make_output_folder(Path(path).parent, f"{option} {path}: its folder")
     args.header = records_header(args.spec.task, args.spec.name)
-    if args.resume and Path(args.jsonl).exists():
-        read_records(args.jsonl, args.header)  # a damaged or foreign record file: refused before the model loads
+    args.done = set()  # --resume: the items the record file holds results for, streamed (a damaged or foreign
+    if args.resume and Path(args.jsonl).exists():  # file is refused here, before the model loads)
+        args.done = pipeline.resume_keys(read_records(args.jsonl, args.header))
 
 
 def add_model_options(parser) -> None:
@@ -77,10 +78,9 @@ def model_options(args) -> dict:
 def run(args, model) -> int:
     top_k = min(args.top_k, model.num_classes or args.top_k)
     with Outputs(args, top_k) as outputs:
-        done = pipeline.resume_keys(outputs.jsonl.records) if args.resume else set()
         run = pipeline.Pipeline(
             args.source, lambda item: model.preprocess_image(item.load()), batch=args.batch, workers=args.workers,
-            skip=(lambda item: pipeline.item_key(item) in done) if done else None,
+            skip=(lambda item: pipeline.item_key(item) in args.done) if args.done else None,
             on_error=outputs.error, desc="classify")
 
         def process(batch):
@@ -109,7 +109,7 @@ class Outputs:
         self.json = JsonObjectWriter(args.json, replace) if args.json else None
         self.csv = CsvWriter(args.csv, top_k, replace) if args.csv else None
         if self.jsonl is not None:
-            for record in self.jsonl.records:  # an earlier run's results, for --json/--csv
+            for record in self.jsonl.kept_records():  # an earlier run's results, for --json/--csv
                 self.tables(record)
 
     def result(self, item, top) -> None:

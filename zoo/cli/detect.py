@@ -97,7 +97,7 @@ def check_arguments(args):
     recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
     if args.resume and args.jsonl and Path(args.jsonl).exists():
         # a damaged or foreign record file: refused before the model loads
-        recorded = {key[0] for key in pipeline.resume_keys(read_records(args.jsonl, args.header).records)}
+        recorded = {key[0] for key in pipeline.resume_keys(read_records(args.jsonl, args.header))}
     # --resume: names, inputs (resolved) and input file names of those done before
     args.skip, args.done, args.done_files = set(), set(), set()
     outputs = list(fixed_outputs(args.source, out))
