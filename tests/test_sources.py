@@ -485,3 +485,113 @@ def test_resume_streams_a_large_record_file(tmp_path):
     assert json.loads(lines[0]) == HEADER and json.loads(lines[-1]) == {"path": "new.jpg", "top": []}
     assert lines[1:-1] == [f'{{"path": "imgs/{i:07d}.jpg", {top}}}' for i in range(n) if i % 1000]
     assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+class FakeLiveFeed:
+    """A camera's container and stream (PyAV's shape, as OpenCVCamera's): ``n`` frames, frame k holding k, made
+    as fast as they are read but at most 10 ahead of the last one the reader ``took`` (a camera keeps its pace:
+    it does not wait for a slow model, nor race ahead of a test), each array counted while it lives. ``made``
+    (under ``changed``): the frame being decoded, so every frame before it has been handed on."""
+
+    average_rate = guessed_rate = None
+
+    class Frame:
+        width = height = 4
+        rotation = 0
+
+        def __init__(self, feed, n):
+            self.feed, self.n = feed, n
+
+        def to_ndarray(self, format):
+            import weakref
+
+            rgb = np.full((4, 4, 3), self.n % 256, np.uint8)
+            with self.feed.changed:
+                self.feed.alive += 1
+            weakref.finalize(rgb, self.feed.freed)
+            return rgb
+
+    def __init__(self, n):
+        import threading
+
+        self.n, self.made, self.taken = n, -1, 0
+        self.changed = threading.Condition()
+        self.alive = 0  # the frames' arrays not yet freed: what the source holds, and the reader
+
+    def freed(self):
+        with self.changed:
+            self.alive -= 1
+
+    def decode(self, stream):
+        for k in range(self.n):
+            with self.changed:
+                assert self.changed.wait_for(lambda: k <= self.taken + 10, timeout=20)
+                self.made = k
+                self.changed.notify_all()
+            yield self.Frame(self, k)
+
+    def close(self):
+        pass
+
+    def took(self, frame):
+        with self.changed:
+            self.taken = frame
+            self.changed.notify_all()
+
+    def wait_for(self, frame):
+        """Until frame ``frame`` (or the last) is being decoded: every frame before it is in the source's hands."""
+        with self.changed:
+            assert self.changed.wait_for(lambda: self.made >= min(frame, self.n - 1), timeout=20)
+
+
+def fake_camera(feed, stream_buffer=False):
+    class FakeCamera(Camera):
+        def open(self):
+            return feed, feed
+
+    return FakeCamera(0, stream_buffer=stream_buffer)
+
+
+def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys):
+    """A camera whose frames come faster than the reader takes them (the reader waits for 5 more frames after
+    each): the reader gets the newest frame each time (ultralytics' default for streams), never one older
+    than the 5 made meanwhile; the frames between are dropped, counted in one note; the last frame arrives;
+    the source holds at most one frame besides the reader's and the one being decoded. With
+    stream_buffer=True every frame comes, in order (as a video file's; the camera waits for the reader).
+    Before, every frame came in order: a model slower than a stream fell ever further behind it."""
+    feed = FakeLiveFeed(200)
+    got = []
+    for item in fake_camera(feed):
+        got.append(int(item.load()[0, 0, 0]))
+        assert item.frame == got[-1] and feed.alive <= 3
+        feed.took(item.frame)
+        feed.wait_for(item.frame + 6)  # frames frame+1 .. frame+5 made: the newest of them is at least frame+5
+    assert got[-1] == 199 and all(b >= a + 5 for a, b in zip(got, got[1:-1])) and len(got) <= 40
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: camera0: {200 - len(got)} frames dropped: the model was slower than the stream and took "
+                     "the newest frame each time (stream_buffer=True keeps every frame)"]
+    feed, got = FakeLiveFeed(40), []
+    for item in fake_camera(feed, stream_buffer=True):
+        got.append(item.frame)
+        feed.took(item.frame)
+    assert got == list(range(40))
+    assert capsys.readouterr().err == ""
+
+
+def test_a_pipeline_over_a_live_source_takes_the_newest_frames():
+    """The CLIs' loop reads ahead of a live source by one batch only (a file's: a batch and two per decoding
+    thread): the model gets frames made while it ran, the others are dropped."""
+    from zoo.pipeline import Pipeline
+
+    feed = FakeLiveFeed(200)
+    got = []
+
+    def process(batch):
+        got.extend(ready.item.frame for ready in batch)
+        feed.took(batch[-1].item.frame)
+        feed.wait_for(batch[-1].item.frame + 6)
+
+    pipeline = Pipeline(fake_camera(feed), progress=False)
+    assert pipeline.ahead == 1
+    pipeline.run(process)
+    assert got == sorted(set(got)) and got[-1] == 199 and len(got) < 100 and pipeline.done == len(got)

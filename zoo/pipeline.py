@@ -125,7 +125,9 @@ class Pipeline:
             raise ZooError(f"batch {batch!r}: use a whole number >= 1")
         self.source, self.prepare, self.batch = source, prepare, batch
         self.workers = workers or default_workers()
-        self.ahead = ahead or batch + 2 * self.workers
+        # a live source's frames are taken as they are asked for (zoo.sources.NewestFrame): read ahead by one
+        # batch, so that the model gets the frames made while it ran the last one, not older ones
+        self.ahead = ahead or batch + (0 if getattr(source, "live", False) else 2 * self.workers)
         self.skip, self.on_error = skip, on_error
         self.desc, self.unit, self.progress = desc, unit, progress
         self.total = getattr(source, "total", None)
@@ -332,11 +334,14 @@ def without_errors(record: dict) -> bool:
 
 
 def add_arguments(parser, batch: bool = True, resume: str = "skip the items whose outputs exist") -> None:
-    """The options every pipelined CLI shares: --recursive, --vid-stride, --batch (where the model
-    batches), --resume, --workers."""
+    """The options every pipelined CLI shares: --recursive, --vid-stride, --stream-buffer, --batch (where the
+    model batches), --resume, --workers."""
     parser.add_argument("--recursive", action="store_true", help="look for images and videos in sub-folders too")
     parser.add_argument("--vid-stride", type=int, default=1, metavar="N",
                         help="videos and cameras: keep every N-th frame (default 1)")
+    parser.add_argument("--stream-buffer", action="store_true",
+                        help="cameras and stream URLs: keep every frame, in order (default: the newest frame each "
+                             "time the model is ready, as ultralytics; the frames skipped are counted at the end)")
     if batch:
         parser.add_argument("--batch", type=int, default=1, metavar="N",
                             help="images per forward pass (default 1; the results are the same)")

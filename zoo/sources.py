@@ -41,7 +41,10 @@ The kinds (``open_source`` picks one; each can be used directly):
 way: the last of each group of N (frames N-1, 2N-1, ...), so a video of F frames
 gives F // N items. Image files are decoded only when ``item.load()`` is called
 (a thread pool can decode them in parallel); video frames are decoded in order
-by the iteration itself, and ``load()`` returns the decoded frame.
+by the iteration itself, and ``load()`` returns the decoded frame. A live source
+(a camera, a stream URL) is decoded as fast as it comes and the iteration gets
+its newest frame (the others are dropped, counted in one note at the end), as
+ultralytics' streams; ``stream_buffer=True`` keeps every frame.
 
 Per-item metadata (``Item``): ``path`` (the file, the video, ``camera0`` or
 ``image3`` for an in-memory object), ``index`` (0-based position in the source),
@@ -68,6 +71,7 @@ import json
 import os
 import stat
 import sys
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -159,10 +163,13 @@ class UniqueNames:
 
 
 class Source(ABC):
-    """An iterable of Items in a fixed order. ``total``: how many it yields, None when unknown (cameras)."""
+    """An iterable of Items in a fixed order. ``total``: how many it yields, None when unknown (cameras).
+    ``live``: its frames come at their own pace (a camera, a stream), so a reader slower than them skips some
+    (FrameSource)."""
 
     kind = "source"
     total: int | None = None
+    live = False
 
     def __iter__(self) -> Iterator[Item]:
         return self.items(0, UniqueNames())
@@ -365,11 +372,17 @@ def promised_frames(stream) -> int | None:
 
 
 class FrameSource(Source):
-    """What videos and cameras share: decoding frames in order, keeping every vid_stride-th."""
+    """What videos and cameras share: decoding frames in order, keeping every vid_stride-th.
 
-    def __init__(self, path: str, what: str, vid_stride: int):
+    A live source (a camera, a stream URL: ``live``) is decoded on a thread of its own as fast as its frames
+    come, and the reader gets the newest frame each time it asks (NewestFrame), so a model slower than the
+    stream takes the frames it can and never falls further behind (ultralytics' default for streams);
+    ``stream_buffer=True`` keeps every frame, in order, as a file's (the stream then waits for the model)."""
+
+    def __init__(self, path: str, what: str, vid_stride: int, stream_buffer: bool = False):
         self.path, self.what = path, what
         self.vid_stride = check_stride(vid_stride)
+        self.stream_buffer = stream_buffer
         self.fps: float | None = None
         self.frames: int | None = None
         self.promised: int | None = None  # the frames the container vouches for: fewer decoded is a damaged file
@@ -379,6 +392,11 @@ class FrameSource(Source):
         """A fresh (container, video stream) pair, or a one-line ZooError."""
 
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        frames = self.decoded(start, names)
+        return iter(NewestFrame(frames, self.path)) if self.live and not self.stream_buffer else frames
+
+    def decoded(self, start: int, names: UniqueNames) -> Iterator[Item]:
+        """Every kept frame, in order, as it is decoded."""
         av = import_av()
         stem = names(Path(self.path).stem if self.kind == "video" else self.path, video=True)
         container, stream = self.open()
@@ -416,12 +434,15 @@ class FrameSource(Source):
 
 
 class Video(FrameSource):
-    """A video file or stream URL, decoded by PyAV; opened once now so a bad file fails before any work."""
+    """A video file or stream URL, decoded by PyAV; opened once now so a bad file fails before any work. A URL
+    that does not name a video file (``rtsp://cam/live``, not ``https://host/clip.mp4``) is live, as ultralytics
+    takes it."""
 
     kind = "video"
 
-    def __init__(self, path: str | Path, vid_stride: int = 1):
-        super().__init__(str(path), f"video {path}", vid_stride)
+    def __init__(self, path: str | Path, vid_stride: int = 1, stream_buffer: bool = False):
+        super().__init__(str(path), f"video {path}", vid_stride, stream_buffer)
+        self.live = str(path).startswith(STREAM_SCHEMES) and not is_video(path)
         if not str(path).startswith(STREAM_SCHEMES):
             if not Path(path).exists():
                 raise ZooError(f"video not found: {path}")
@@ -457,9 +478,10 @@ class Camera(FrameSource):
     """A camera by number: PyAV's v4l2 (Linux) or avfoundation (macOS) device, else OpenCV when installed."""
 
     kind = "camera"
+    live = True
 
-    def __init__(self, index: int, vid_stride: int = 1):
-        super().__init__(f"camera{index}", f"camera {index}", vid_stride)
+    def __init__(self, index: int, vid_stride: int = 1, stream_buffer: bool = False):
+        super().__init__(f"camera{index}", f"camera {index}", vid_stride, stream_buffer)
         self.index = index
         container, stream = self.open()
         rate = stream.average_rate or stream.guessed_rate
@@ -488,6 +510,60 @@ class Camera(FrameSource):
             return opencv, opencv
         fix = "" if av is not None else f" ({install_hint('av')} or opencv-python)"
         raise ZooError(f"camera {self.index} does not open ({problem}); check it is connected and not in use{fix}")
+
+
+class NewestFrame:
+    """A live source's frames, read on a thread of their own as they come, of which the reader gets the newest
+    each time it asks: one frame is held, never more; a frame replaced before it was asked for is dropped
+    (counted, and said in one note when the iteration ends). Errors of the source reach the reader after the
+    frames before them."""
+
+    def __init__(self, frames: Iterator[Item], path: str):
+        self.frames, self.path = frames, path
+        self.newest: Item | None = None
+        self.error: BaseException | None = None
+        self.dropped, self.ended, self.stopping = 0, False, False
+        self.changed = threading.Condition()
+
+    def read(self) -> None:
+        """The decoding thread: every frame into the one slot, as fast as they come."""
+        try:
+            for item in self.frames:
+                with self.changed:
+                    if self.stopping:
+                        break
+                    self.dropped += self.newest is not None
+                    self.newest = item
+                    self.changed.notify()
+        except BaseException as e:  # carried to the reader, raised there
+            self.error = e
+        finally:
+            self.frames.close()  # a generator is closed by the thread that runs it: the container with it
+            with self.changed:
+                self.ended = True
+                self.changed.notify()
+
+    def __iter__(self) -> Iterator[Item]:
+        reader = threading.Thread(target=self.read, name="zoo-live", daemon=True)
+        reader.start()
+        try:
+            while True:
+                with self.changed:
+                    self.changed.wait_for(lambda: self.newest is not None or self.ended)
+                    item, self.newest = self.newest, None
+                if item is None:
+                    if self.error is not None:
+                        raise self.error
+                    return
+                yield item
+        finally:
+            with self.changed:
+                self.stopping = True
+            reader.join(timeout=5)  # a stream that stalls ends with the process (a daemon thread)
+            if self.dropped:
+                print(f"note: {self.path}: {self.dropped} frame{'s' * (self.dropped != 1)} dropped: the model was "
+                      f"slower than the stream and took the newest frame each time ({option('stream_buffer')} "
+                      "keeps every frame)", file=sys.stderr)
 
 
 class OpenCVCamera:
@@ -538,6 +614,7 @@ class Chain(Source):
 
     def __init__(self, sources: list[Source]):
         self.sources = sources
+        self.live = any(s.live for s in sources)
         totals = [s.total for s in sources]
         self.total = None if None in totals else sum(totals)
 
@@ -549,7 +626,8 @@ class Chain(Source):
                 index += 1
 
 
-def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool = False) -> Source:
+def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool = False,
+                stream_buffer: bool = False) -> Source:
     """The Source for what a user passes; a list may mix paths, folders, globs and lists of paths.
 
     A path that does not exist, an empty folder or a glob without match is a ZooError
@@ -561,16 +639,16 @@ def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool 
     if isinstance(source, (np.ndarray, Image.Image)):
         return Arrays([source], bgr)
     if isinstance(source, int) and not isinstance(source, bool):
-        return Camera(source, vid_stride)
+        return Camera(source, vid_stride, stream_buffer)
     if isinstance(source, (str, Path)):
-        return open_path(str(source), recursive, vid_stride)
+        return open_path(str(source), recursive, vid_stride, stream_buffer)
     if isinstance(source, (list, tuple)):
         if not source:
             raise ZooError("no inputs given")
         if all(isinstance(s, (np.ndarray, Image.Image)) for s in source):
             return Arrays(source, bgr)
         if all(isinstance(s, (str, Path)) for s in source):
-            parts = [open_path(str(s), recursive, vid_stride) for s in source]
+            parts = [open_path(str(s), recursive, vid_stride, stream_buffer) for s in source]
             return parts[0] if len(parts) == 1 else Chain(parts)
         raise ZooError("a list of inputs holds paths, or numpy arrays and PIL images, not both")
     raise ZooError(f"cannot read images from a {type(source).__name__}: pass paths, folders, a glob, "
@@ -597,11 +675,11 @@ def planned_names(source: Source) -> list[str] | None:
     return [item.name for item in source]
 
 
-def open_path(text: str, recursive: bool, vid_stride: int) -> Source:
+def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool = False) -> Source:
     if text.startswith(STREAM_SCHEMES):
-        return Video(text, vid_stride)
+        return Video(text, vid_stride, stream_buffer)
     if text.isdigit() and not Path(text).exists():
-        return Camera(int(text), vid_stride)
+        return Camera(int(text), vid_stride, stream_buffer)
     path = Path(text).expanduser()
     if path.is_dir():
         return Folder(path, recursive, vid_stride)

@@ -35,7 +35,7 @@ from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppres
 
 def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float = 0.7, classes=None,
             agnostic_nms: bool = False, max_det: int = 300, imgsz=None, batch: int | None = None,
-            vid_stride: int = 1, verbose: bool = False, save: bool = False, save_txt: bool = False,
+            vid_stride: int = 1, stream_buffer: bool = False, verbose: bool = False, save: bool = False, save_txt: bool = False,
             save_conf: bool = False, save_crop: bool = False, project=None, name=None, exist_ok: bool = False,
             device=None, half: bool = False, retina_masks: bool = False, line_width: float | None = None,
             show_labels: bool = True, show_conf: bool = True, show_boxes: bool = True):
@@ -47,7 +47,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     are letterboxed to the smallest multiple of 32 around ``imgsz`` when they share one
     size, to ``imgsz`` x ``imgsz`` when sizes differ. ``batch``: images per forward
     pass (default: a list given in memory is one batch, other sources go one at a time);
-    ``vid_stride``: keep every n-th video frame. ``verbose``: one line per image on stderr
+    ``vid_stride``: keep every n-th video frame. ``stream_buffer``: a camera or stream keeps every frame (default:
+    the newest each time, as ultralytics). ``verbose``: one line per image on stderr
     (ultralytics prints by default; here it is asked for). ``save``/``save_txt``/``save_conf``/
     ``save_crop``: write as ``yolo predict`` does into ``project/name`` (ResultFiles; ``exist_ok``
     reuses the folder and replaces what is there); each Results' ``save_dir`` says where.
@@ -65,7 +66,7 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     if half and model.dtype == mx.float32:
         print("note: half=True: this model computes in float32; load it with zoo.load(..., dtype='float16') "
               "for half precision", file=sys.stderr)
-    opened = open_inputs(source, vid_stride)
+    opened = open_inputs(source, vid_stride, stream_buffer)
     size = batch or (opened.total if isinstance(source, (list, tuple)) else 1)
     files = None
     if save or save_txt or save_crop:
@@ -139,11 +140,11 @@ def check_device(device) -> None:
     devices.use("cpu" if name == "cpu" else "gpu")
 
 
-def open_inputs(source, vid_stride: int) -> Source:
+def open_inputs(source, vid_stride: int, stream_buffer: bool = False) -> Source:
     """zoo.sources' Source, numpy arrays as BGR; a list may mix paths with in-memory images (as ultralytics')."""
     if isinstance(source, (list, tuple)) and len({isinstance(s, (str, Path)) for s in source}) > 1:
-        return Chain([open_source(s, vid_stride=vid_stride, bgr=True) for s in source])
-    return open_source(source, vid_stride=vid_stride, bgr=True)
+        return Chain([open_source(s, vid_stride=vid_stride, bgr=True, stream_buffer=stream_buffer) for s in source])
+    return open_source(source, vid_stride=vid_stride, bgr=True, stream_buffer=stream_buffer)
 
 
 def prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz, retina_masks: bool = False) -> dict:

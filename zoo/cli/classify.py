@@ -45,7 +45,8 @@ def check_arguments(args):
     pipeline.check_arguments(args)
     if args.resume and not args.jsonl:
         raise UsageError("--resume continues the records of --jsonl: pass --jsonl PATH (the file of the first run)")
-    args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride)
+    args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
+                              stream_buffer=args.stream_buffer)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     outputs = {f"--{option}": getattr(args, option) for option in ("jsonl", "json", "csv") if getattr(args, option)}
     check_distinct(outputs)

@@ -85,7 +85,8 @@ def check_arguments(args):
         # default and synthetic weights carry the COCO names: check now, before any download (a pose
         # model's one class, person in the official files and class0 in synthetic ones, is the model's to check)
         resolve_classes(args.classes, dict(enumerate(class_names())))
-    args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride)
+    args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
+                              stream_buffer=args.stream_buffer)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     if args.out is None:
         runs = f"{runs_folder(args.spec.task)}/predict"
