@@ -1,4 +1,5 @@
 """zoo.sources: every source kind yields the same Items; bad items are reported one by one; writers are atomic."""
+import itertools
 import json
 import os
 import re
@@ -525,7 +526,7 @@ class FakeLiveFeed:
     def decode(self, stream):
         for k in range(self.n):
             with self.changed:
-                assert self.changed.wait_for(lambda: k <= self.taken + 10, timeout=20)
+                assert self.changed.wait_for(lambda k=k: k <= self.taken + 10, timeout=20)
                 self.made = k
                 self.changed.notify_all()
             yield self.Frame(self, k)
@@ -566,10 +567,10 @@ def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys):
         assert item.frame == got[-1] and feed.alive <= 3
         feed.took(item.frame)
         feed.wait_for(item.frame + 6)  # frames frame+1 .. frame+5 made: the newest of them is at least frame+5
-    assert got[-1] == 199 and all(b >= a + 5 for a, b in zip(got, got[1:-1])) and len(got) <= 40
+    assert got[-1] == 199 and all(b >= a + 5 for a, b in itertools.pairwise(got[:-1])) and len(got) <= 40
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
-    assert notes == [f"note: camera0: {200 - len(got)} frames dropped: the model was slower than the stream and took "
-                     "the newest frame each time (stream_buffer=True keeps every frame)"]
+    assert notes == [(f"note: camera0: {200 - len(got)} frames dropped: the model was slower than the stream and took "
+                      "the newest frame each time (stream_buffer=True keeps every frame)")]
     feed, got = FakeLiveFeed(40), []
     for item in fake_camera(feed, stream_buffer=True):
         got.append(item.frame)

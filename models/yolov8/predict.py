@@ -35,9 +35,9 @@ from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppres
 
 def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float = 0.7, classes=None,
             agnostic_nms: bool = False, max_det: int = 300, imgsz=None, batch: int | None = None,
-            vid_stride: int = 1, stream_buffer: bool = False, verbose: bool = False, save: bool = False, save_txt: bool = False,
-            save_conf: bool = False, save_crop: bool = False, project=None, name=None, exist_ok: bool = False,
-            device=None, half: bool = False, retina_masks: bool = False, line_width: float | None = None,
+            vid_stride: int = 1, stream_buffer: bool = False, verbose: bool = False, save: bool = False,
+            save_txt: bool = False, save_conf: bool = False, save_crop: bool = False, project=None, name=None,
+            exist_ok: bool = False, device=None, half: bool = False, retina_masks: bool = False, line_width: float | None = None,
             show_labels: bool = True, show_conf: bool = True, show_boxes: bool = True):
     """Detect objects in ``source``; a list of Results, or a generator of them with ``stream=True``.
 
