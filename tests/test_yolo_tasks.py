@@ -190,3 +190,17 @@ def test_cli_runs_a_checkpoint_and_bad_files_are_one_line(tmp_path, checkpoints,
     assert main([str(truncated), str(images), "--out", str(tmp_path / "o2")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "best.pt" in err[0]
+
+
+def test_keypoints_summary_rounds_in_their_float32_as_ultralytics():
+    """ultralytics rounds the keypoints (as the segments) in their own float32: summary() gives the float32
+    nearest each rounded value (7.904 reads 7.9039998054504395), so to_json's text is upstream's; the scores too."""
+    points = np.array([[[7.904, 20.5, 0.531], [140.25, 99.0, 0.46]]], np.float32)
+    r = Results(np.zeros((100, 150, 3), np.uint8), None, {0: "person"}, np.array([[0, 0, 65, 48, 0.9, 0]]),
+                keypoints=points)
+    nearest = lambda values, scale: [float(np.float32(round(float(v) / scale, 3))) for v in values]  # noqa: E731
+    for h, w in ((1, 1), (100, 150)):
+        got = r.summary(normalize=w > 1, decimals=3)[0]["keypoints"]
+        assert got == {"x": nearest(points[0, :, 0], w), "y": nearest(points[0, :, 1], h),
+                       "visible": nearest(points[0, :, 2], 1)}
+    assert '"x":[7.9039998054504395,140.25]' in r.to_json(decimals=3)

@@ -501,7 +501,8 @@ class Results:
 
     def summary(self, normalize: bool = False, decimals: int = 5) -> list[dict]:
         """One dict per box: name, class, confidence, box {x1, y1, x2, y2} (pixels, or 0-1 with ``normalize``);
-        with masks its polygon's "segments" {x: [...], y: [...]}, with keypoints their "keypoints" {x, y[, visible]}."""
+        with masks its polygon's "segments" {x: [...], y: [...]}, with keypoints their "keypoints" {x, y, visible}
+        (x, y only for keypoints without visibility, where ultralytics 8.3.253 raises), in their own dtype."""
         h, w = self.orig_shape if normalize else (1, 1)
         rows = []
         ids = self.box_rows.id
@@ -516,7 +517,9 @@ class Results:
                 row["segments"] = {"x": (polygon[:, 0] / w).round(decimals).tolist(),
                                    "y": (polygon[:, 1] / h).round(decimals).tolist()}
             if self.keypoints is not None:
-                points = np.asarray(self.keypoints.data[i], np.float64)
+                # in the keypoints' own dtype as ultralytics (and the segments above): the float32 values
+                # rounded, so to_json's text is upstream's (7.9039998054504395 for 7.904 at decimals=3)
+                points = self.keypoints.data[i].view(np.ndarray)
                 row["keypoints"] = {"x": (points[:, 0] / w).round(decimals).tolist(),
                                     "y": (points[:, 1] / h).round(decimals).tolist(),
                                     **({"visible": points[:, 2].round(decimals).tolist()}
