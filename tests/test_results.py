@@ -94,6 +94,10 @@ def test_save_crop_writes_each_box_per_class_without_replacing(result, tmp_path)
         assert im.size == crops[0].shape[1::-1]
     again = result.save_crop(tmp_path / "crops", file_name="photo.jpg")
     assert "cat/photo3.jpg" in again[0] and len(list((tmp_path / "crops").rglob("*.jpg"))) == 6
+    # a file_name with folders keeps them, as ultralytics' save_one_box (save_dir/class/file_name, .jpg)
+    nested = result.save_crop(tmp_path / "crops", file_name="clip/frame_1.png")
+    assert sorted(p.split("crops/")[1] for p in nested) == ["cat/clip/frame_1.jpg", "cat/clip/frame_12.jpg",
+                                                             "traffic cone/clip/frame_1.jpg"]
 
 
 def test_summary_and_json_use_ultralytics_keys(result):

@@ -703,19 +703,19 @@ class Results:
         return out
 
     def save_crop(self, save_dir: str | Path, file_name: str | Path = "im.jpg") -> list[str]:
-        """Each box's crop as ``save_dir/<class name>/<file_name stem>.jpg``; a name already taken gets
-        2, 3 ... appended (ultralytics' increment_path), so nothing is replaced."""
+        """Each box's crop as ``save_dir/<class name>/<file_name>`` with the suffix .jpg, as ultralytics (a
+        ``file_name`` with folders, ``clip/f1``, keeps them: ``crops/person/clip/f1.jpg``); a name already taken
+        gets 2, 3 ... appended (ultralytics' increment_path), so nothing is replaced."""
         written = []
+        name = Path(file_name).with_suffix(".jpg")
         for crop, cls in zip(self.crops(), self.box_rows.cls.tolist()):
             if crop.size == 0:
                 continue
-            folder = Path(save_dir) / self.names[int(cls)]
-            folder.mkdir(parents=True, exist_ok=True)
-            stem, n = Path(file_name).stem, 1
-            path = folder / f"{stem}.jpg"
+            path, n = Path(save_dir) / self.names[int(cls)] / name, 1
+            path.parent.mkdir(parents=True, exist_ok=True)
             while path.exists():
                 n += 1
-                path = folder / f"{stem}{n}.jpg"
+                path = path.with_name(f"{name.stem}{n}.jpg")
             image = Image.fromarray(np.ascontiguousarray(crop[..., 2::-1]))
             write_atomic(path, lambda file: image.save(file, format="JPEG", quality=95, subsampling=0),
                          replace=False)
