@@ -156,6 +156,9 @@ def test_plot_draws_masks_and_skeletons():
     assert (drawn[45, 36] != 40).any()  # a limb between two dots
     bare = result.plot(boxes=False, labels=False, masks=False, kpt_line=False).astype(int)
     assert (bare[15:25, 25:45] == 40).all()
+    masks_only = result.new()
+    masks_only.update(masks=mask)  # no boxes to take colours from: each mask still drawn
+    assert (np.abs(masks_only.plot().astype(int)[15:25, 25:45] - 40).sum(-1) > 30).all()
 
 
 def test_a_kpt_shape_the_file_contradicts_is_one_line(tmp_path, checkpoints):

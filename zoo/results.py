@@ -621,7 +621,10 @@ class Results:
         colours = [class_colour(int(row[5]) if color_mode == "class" else int(ids[i]) if ids is not None else i)
                    for i, row in enumerate(rows)]
         if masks and self.masks is not None and len(self.masks):
-            rgb = blend_masks(rgb, self.masks.image_rows, colours)
+            # masks without their boxes (r.new() then update(masks=...)): a colour per mask, not none drawn
+            same = len(colours) == len(self.masks)
+            rgb = blend_masks(rgb, self.masks.image_rows,
+                              colours if same else [class_colour(i) for i in range(len(self.masks))])
         canvas = Image.fromarray(np.ascontiguousarray(rgb))
         draw = ImageDraw.Draw(canvas)
         h, w = base.shape[:2]
