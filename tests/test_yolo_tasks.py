@@ -156,6 +156,11 @@ def test_plot_draws_masks_and_skeletons():
     assert (drawn[45, 36] != 40).any()  # a limb between two dots
     bare = result.plot(boxes=False, labels=False, masks=False, kpt_line=False).astype(int)
     assert (bare[15:25, 25:45] == 40).all()
+    # a soft mask would truncate to nothing as uint8: refused, as is a shape that holds no (N, H, W) maps
+    for bad, says in ((mask * 0.7, "values other than 0 and 1"), (mask[:, None], r"shape \(1, 1, 60, 80\)")):
+        with pytest.raises(ZooError, match=says):
+            result.new().update(masks=bad)
+    assert result.new().update(masks=mask.astype(np.float32)) is None  # 0.0 / 1.0 floats are binary
     masks_only = result.new()
     masks_only.update(masks=mask)  # no boxes to take colours from: each mask still drawn
     assert (np.abs(masks_only.plot().astype(int)[15:25, 25:45] - 40).sum(-1) > 30).all()

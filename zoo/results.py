@@ -335,6 +335,12 @@ class Masks(BaseTensor):
     def __init__(self, data, orig_shape: tuple[int, int]):
         data = np.asarray(data)
         data = data[None] if data.ndim == 2 else data
+        if data.ndim != 3:
+            raise ZooError(f"masks have shape {data.shape}: expected (N, H, W), one 0/1 map per object")
+        # uint8 would truncate a probability (0.7 -> 0): a soft mask vanished without a word
+        if np.issubdtype(data.dtype, np.floating) and not ((data == 0) | (data == 1)).all():
+            raise ZooError("masks hold values other than 0 and 1: masks are binary, as ultralytics' predictor "
+                           "makes them; pass masks > 0.5 for probabilities (masks > 0 for logits)")
         # bool masks are read as uint8 in place: a copy doubled retina masks' memory (12 at 8000x8000: 732 MiB)
         self.data = (data.view(np.uint8) if data.dtype == bool else data.astype(np.uint8, copy=False)).view(TensorArray)
         self.orig_shape = tuple(orig_shape[:2])
