@@ -212,3 +212,33 @@ def test_keypoints_summary_rounds_in_their_float32_as_ultralytics():
         assert got == {"x": nearest(points[0, :, 0], w), "y": nearest(points[0, :, 1], h),
                        "visible": nearest(points[0, :, 2], 1)}
     assert '"x":[7.9039998054504395,140.25]' in r.to_json(decimals=3)
+
+
+def test_supervision_reads_and_draws_our_masks_and_keypoints(models):
+    """supervision's from_ultralytics on seg results: the letterboxed masks.data cut and resized to the image
+    (as ours in_image), the boxes, classes, scores; KeyPoints.from_ultralytics; the mask, polygon, edge and vertex
+    annotators; InferenceSlicer with a callback calling the model on each tile."""
+    import supervision as sv
+
+    image = (fixture_input()[0, :, 14:114, 5:155].transpose(1, 2, 0) * 255).astype(np.uint8)  # 100 x 150
+    r = models["yolov8n-seg"](image, imgsz=160, conf=0.5, max_det=6)[0]
+    assert len(r) and r.masks.data.shape[1:] == FRAME  # letterboxed, as ultralytics' masks.data
+    det = sv.Detections.from_ultralytics(r)
+    assert det.mask.shape == (len(r), *ORIG_SHAPE) and np.array_equal(det.xyxy, r.boxes.xyxy)
+    assert det.class_id.tolist() == r.boxes.cls.int().tolist() and np.array_equal(det.confidence, r.boxes.conf)
+    # cv2's uint8 resize there, a float one here: thin masks' edges may fall a pixel apart (measured mean 0.97)
+    assert iou(det.mask, r.masks.in_image()).mean() >= 0.95
+    scene = sv.PolygonAnnotator().annotate(sv.MaskAnnotator().annotate(r.orig_img.copy(), det), det)
+    assert scene.shape == r.orig_img.shape and (scene != r.orig_img).any()
+    slicer = sv.InferenceSlicer(callback=lambda tile: sv.Detections.from_ultralytics(
+        models["yolov8n-seg"](tile, imgsz=96, conf=0.3)[0]), slice_wh=(80, 64), overlap_wh=(16, 16), thread_workers=1)
+    sliced = slicer(r.orig_img)
+    assert len(sliced) and sliced.mask.shape[1:] == ORIG_SHAPE
+    for case, kpt_shape in KPT_SHAPES.items():
+        r = models[case](image, imgsz=160, conf=0.5, max_det=6)[0]
+        keypoints = sv.KeyPoints.from_ultralytics(r)
+        assert len(r) and np.array_equal(keypoints.xy, r.keypoints.xy) and keypoints.class_id.tolist() == r.boxes.cls.int().tolist()
+        conf = keypoints.keypoint_confidence
+        assert conf is None if kpt_shape[1] == 2 else np.array_equal(conf, r.keypoints.conf)
+        scene = sv.VertexAnnotator(radius=2).annotate(sv.EdgeAnnotator().annotate(r.orig_img.copy(), keypoints), keypoints)
+        assert (scene != r.orig_img).any()
