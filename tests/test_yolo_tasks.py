@@ -161,6 +161,9 @@ def test_plot_draws_masks_and_skeletons():
         with pytest.raises(ZooError, match=says):
             result.new().update(masks=bad)
     assert result.new().update(masks=mask.astype(np.float32)) is None  # 0.0 / 1.0 floats are binary
+    # img= another size (a half-size copy): the masks mapped onto it, as ultralytics letterboxes img into their frame
+    half = result.plot(img=np.full((30, 40, 3), 40, np.uint8), boxes=False, labels=False, kpt_line=False).astype(int)
+    assert (np.abs(half[6:14, 11:24] - 40).sum(-1) > 30).all() and (half[:4, :8] == 40).all()
     masks_only = result.new()
     masks_only.update(masks=mask)  # no boxes to take colours from: each mask still drawn
     assert (np.abs(masks_only.plot().astype(int)[15:25, 25:45] - 40).sum(-1) > 30).all()

@@ -354,17 +354,20 @@ class Masks(BaseTensor):
         return [scale_coords(self.data.shape[1:], p, self.orig_shape, normalize=True)
                 for p in masks2segments(self.data)]
 
-    def image_masks(self):
-        """Each mask as (H, W) bool at the image's size, one at a time (a mask of a large image is large)."""
-        for i in range(len(self.data)):
-            yield next(self.image_rows(slice(None), i))
+    def in_image(self, shape: tuple[int, int] | None = None) -> np.ndarray:
+        """(N, H, W) bool at the image's size (or ``shape``): the masks themselves, or scaled to it (drawing)."""
+        shape = tuple(shape or self.orig_shape)
+        if self.data.shape[1:] == shape:
+            return self.data.astype(bool)
+        return np.stack(list(self.image_masks(shape))) if len(self.data) else np.zeros((0, *shape), bool)
 
-    def image_rows(self, rows: slice, index: int | None = None):
-        """Those rows of each mask (or of mask ``index``) at the image's size, bool, one mask at a time: what
-        drawing takes a band at a time."""
-        for mask in self.data if index is None else self.data[index:index + 1]:
-            yield (mask[rows] != 0 if mask.shape == self.orig_shape else
-                   scale_masks(mask[None].astype(np.float32), self.orig_shape, rows)[0] > 0.5)
+    def image_masks(self, shape: tuple[int, int] | None = None):
+        """Each mask as (H, W) bool at the image's size, one at a time (a mask of a large image is large);
+        ``shape``: another image's size, the masks' frame letterboxing it (plot's ``img``, as upstream maps them)."""
+        shape = tuple(shape or self.orig_shape)
+        for mask in self.data:
+            yield (mask.astype(bool) if mask.shape == shape else
+                   scale_masks(mask[None].astype(np.float32), shape)[0] > 0.5)
 
     def coco_rles(self) -> list[dict]:
         """Each mask at the image's size as COCO's compressed RLE {"size": [H, W], "counts": str}."""
@@ -629,7 +632,7 @@ class Results:
         if masks and self.masks is not None and len(self.masks):
             # masks without their boxes (r.new() then update(masks=...)): a colour per mask, not none drawn
             same = len(colours) == len(self.masks)
-            rgb = blend_masks(rgb, self.masks.image_rows,
+            rgb = blend_masks(rgb, self.masks.in_image(base.shape[:2]),
                               colours if same else [class_colour(i) for i in range(len(self.masks))])
         canvas = Image.fromarray(np.ascontiguousarray(rgb))
         draw = ImageDraw.Draw(canvas)
