@@ -245,3 +245,32 @@ def test_supervision_reads_and_draws_our_masks_and_keypoints(models):
         assert conf is None if kpt_shape[1] == 2 else np.array_equal(conf, r.keypoints.conf)
         scene = sv.VertexAnnotator(radius=2).annotate(sv.EdgeAnnotator().annotate(r.orig_img.copy(), keypoints), keypoints)
         assert (scene != r.orig_img).any()
+
+
+def test_ultralytics_isolating_objects_recipe_runs_unchanged(models):
+    """docs.ultralytics.com/guides/isolating-segmentation-objects, as written: iterate a Results object by object,
+    each one's class name, its polygon (masks.xy.pop()) filled with OpenCV, the isolated object cut to its box."""
+    import cv2
+
+    image = (fixture_input()[0, :, 14:114, 5:155].transpose(1, 2, 0) * 255).astype(np.uint8)
+    r = models["yolov8n-seg"](image, imgsz=160, conf=0.5, max_det=6)[0]
+    img = np.copy(r.orig_img)
+    objects = []
+    for ci, c in enumerate(r):
+        label = c.names[c.boxes.cls.tolist().pop()]
+        b_mask = np.zeros(img.shape[:2], np.uint8)
+        contour = c.masks.xy.pop().astype(np.int32).reshape(-1, 1, 2)
+        _ = cv2.drawContours(b_mask, [contour], -1, (255, 255, 255), cv2.FILLED)
+        isolated = cv2.bitwise_and(cv2.cvtColor(b_mask, cv2.COLOR_GRAY2BGR), img)
+        x1, y1, x2, y2 = c.boxes.xyxy.cpu().numpy().squeeze().astype(np.int32)
+        objects.append((label, b_mask > 0, isolated[y1:y2, x1:x2].shape))
+    assert len(objects) == len(r) > 0  # one pass per object, ending after the last (IndexError ends iteration)
+    overlaps = []
+    for (label, filled, crop_shape), mask, box in zip(objects, r.masks.in_image(), r.boxes.xyxy.astype(np.int32)):
+        assert label == "traffic cone" and crop_shape == (box[3] - box[1], box[2] - box[0], 3)
+        rows, columns = np.nonzero(filled)
+        assert len(rows) and rows.min() >= box[1] - 1 and rows.max() <= box[3] + 1
+        assert columns.min() >= box[0] - 1 and columns.max() <= box[2] + 1
+        overlaps.append((filled & mask).sum() / (filled | mask).sum())
+    # the polygon filled is the mask, but for the seams merge_multi_segment draws between a mask's parts
+    assert np.mean(overlaps) > 0.8
