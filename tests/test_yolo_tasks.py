@@ -240,10 +240,12 @@ def test_supervision_reads_and_draws_our_masks_and_keypoints(models):
     for case, kpt_shape in KPT_SHAPES.items():
         r = models[case](image, imgsz=160, conf=0.5, max_det=6)[0]
         keypoints = sv.KeyPoints.from_ultralytics(r)
-        assert len(r) and np.array_equal(keypoints.xy, r.keypoints.xy) and keypoints.class_id.tolist() == r.boxes.cls.int().tolist()
+        assert len(r) and np.array_equal(keypoints.xy, r.keypoints.xy)
+        assert keypoints.class_id.tolist() == r.boxes.cls.int().tolist()
         conf = keypoints.keypoint_confidence
         assert conf is None if kpt_shape[1] == 2 else np.array_equal(conf, r.keypoints.conf)
-        scene = sv.VertexAnnotator(radius=2).annotate(sv.EdgeAnnotator().annotate(r.orig_img.copy(), keypoints), keypoints)
+        scene = sv.EdgeAnnotator().annotate(r.orig_img.copy(), keypoints)
+        scene = sv.VertexAnnotator(radius=2).annotate(scene, keypoints)
         assert (scene != r.orig_img).any()
 
 
