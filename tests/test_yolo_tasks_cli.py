@@ -162,6 +162,10 @@ def test_ray_rows_carry_masks_and_keypoints_of_one_at_a_time_results(tmp_path, i
         result = models["yolov8n-pose"].predict(path, **OPTIONS)[0]
         assert pose["boxes"][i] == result.boxes.xyxy.tolist() and pose["cls"][i] == result.boxes.cls.astype(int).tolist()
         assert pose["keypoints"][i] == result.keypoints.data.tolist() and len(pose["keypoints"][i]) > 0
+    # images without detections (masks None, as ultralytics'): rows of no boxes and no masks, not an error
+    none = zoo.ray.InstanceSegmenter("yolov8", weights=str(checkpoints["yolo11n-seg"]), **{**OPTIONS, "conf": 0.99})
+    rows = none({"path": paths})
+    assert list(rows["error"]) == ["", ""] and list(rows["masks"]) == list(rows["boxes"]) == [[], []]
     with pytest.raises(ZooError, match="is a instance-segment model: use zoo.ray.InstanceSegmenter"):
         zoo.ray.Detector("yolov8", weights=str(checkpoints["yolov8n-seg"]))
 

@@ -252,7 +252,8 @@ class InstanceSegmenter(Detector):
         self.options["retina_masks"] = bool(retina_masks)
 
     def columns(self, results):
-        return {**super().columns(results), "masks": [r.masks.coco_rles() for r in results]}
+        # an image without detections has masks None (as ultralytics' Results): no masks, as no boxes
+        return {**super().columns(results), "masks": [[] if r.masks is None else r.masks.coco_rles() for r in results]}
 
 
 class PoseEstimator(Detector):
