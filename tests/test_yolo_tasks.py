@@ -209,7 +209,9 @@ def test_keypoints_summary_rounds_in_their_float32_as_ultralytics():
     points = np.array([[[7.904, 20.5, 0.531], [140.25, 99.0, 0.46]]], np.float32)
     r = Results(np.zeros((100, 150, 3), np.uint8), None, {0: "person"}, np.array([[0, 0, 65, 48, 0.9, 0]]),
                 keypoints=points)
-    nearest = lambda values, scale: [float(np.float32(round(float(v) / scale, 3))) for v in values]  # noqa: E731
+    def nearest(values, scale):  # the float32 nearest each value rounded to 3 decimals
+        return [float(np.float32(round(float(v) / scale, 3))) for v in values]
+
     for h, w in ((1, 1), (100, 150)):
         got = r.summary(normalize=w > 1, decimals=3)[0]["keypoints"]
         assert got == {"x": nearest(points[0, :, 0], w), "y": nearest(points[0, :, 1], h),
