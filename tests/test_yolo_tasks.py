@@ -4,12 +4,16 @@ keypoints; Results' accessors agree with each other and with the label files; pl
 skeletons; bad files are one error line."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import mlx.core as mx
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
 import zoo
+from conftest import PEAK_RSS_KB
 from yolo_tasks_fixtures import (CASES, INPUT_SHAPE, ORIG_SHAPE, checkpoints, expected,  # noqa: F401 (fixtures)
                                  fixture_input, models)
 from zoo import instances
@@ -167,6 +171,51 @@ def test_plot_draws_masks_and_skeletons():
     masks_only = result.new()
     masks_only.update(masks=mask)  # no boxes to take colours from: each mask still drawn
     assert (np.abs(masks_only.plot().astype(int)[15:25, 25:45] - 40).sum(-1) > 30).all()
+
+
+def test_plot_makes_masks_a_band_at_a_time_as_whole_ones(monkeypatch):
+    """plot() scales each letterboxed mask to the image a band of rows at a time, only where it can be nonzero
+    (scaled_extent): the same pixels as blending the whole image-size masks (in_image)."""
+    from zoo import results
+
+    rng = np.random.default_rng(3)
+    masks = (rng.random((4, 64, 80)) < 0.02).astype(np.uint8)  # scattered pixels: many small parts
+    masks[1] = 0
+    masks[1, 20:23, 70:80] = 1  # at the frame's right edge
+    masks[2] = 1  # the whole frame, padding included
+    for shape in ((100, 150), (30, 41), (64, 80)):  # scaled up, down, not at all
+        image = rng.integers(0, 256, (*shape, 3), np.uint8)
+        r = Results(image, None, {0: "a", 1: "b"}, np.array([[0, 0, 5, 5, 0.9, c] for c in (0, 1, 1, 0)]), masks=masks)
+        colours = [results.class_colour(c) for c in (0, 1, 1, 0)]
+        whole = results.blend_masks(image[..., ::-1], r.masks.in_image(), colours)
+        monkeypatch.setattr(results, "BLEND_ROWS_BYTES", 4 * shape[1] * 3 * 7)  # bands of 7 rows
+        assert np.array_equal(r.plot(boxes=False)[..., ::-1], whole)
+        monkeypatch.undo()
+        for mask in masks:
+            rows, columns = instances.scaled_extent(mask, shape)
+            outside = instances.scale_masks(mask[None].astype(np.float32), shape)[0] > 0
+            outside[rows, columns] = False
+            assert not outside.any()
+
+
+def test_plot_of_many_masks_over_a_large_photo_holds_none_whole():
+    """100 masks over a 12-megapixel photo: each made a band at a time where it can be nonzero, where making
+    them whole took 2.4 GB (and 13 s)."""
+    child = PEAK_RSS_KB + """
+import numpy as np
+from zoo.results import Results
+masks = np.zeros((100, 480, 640), np.uint8)
+for i in range(100):
+    masks[i, 40 + 4 * i:44 + 4 * i, 100 + 5 * i:104 + 5 * i] = 1
+boxes = np.array([[0, 0, 10, 10, 0.9, 0]] * 100, np.float32)
+drawn = Results(np.zeros((3000, 4000, 3), np.uint8), None, {0: "a"}, boxes, masks=masks).plot(boxes=False)
+print(drawn.any(-1).sum(), peak_rss_kb())
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    drawn, peak_kb = map(int, done.stdout.split())
+    # each 4x4 cell of the 480x640 frame (letterboxed to 3000x4000 at 6.25x) drawn as about 25x25 pixels
+    assert 100 * 24 * 24 <= drawn <= 100 * 27 * 27 and peak_kb < 800 << 10
 
 
 def test_a_kpt_shape_the_file_contradicts_is_one_line(tmp_path, checkpoints):

@@ -16,6 +16,8 @@ size (a band of one) besides the boolean results.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .errors import ZooError, option
@@ -58,14 +60,16 @@ def check_retina_masks(count: int, image_shape: tuple[int, int]) -> None:
                           f"make them at the model's input size ({option('retina_masks', False)})")
 
 
-def bilinear_resize(maps: np.ndarray, size: tuple[int, int], rows: slice = slice(None)) -> np.ndarray:
-    """(N, h, w) float32 -> (N, H, W): torch's F.interpolate(mode="bilinear", align_corners=False); ``rows``:
-    only those output rows (the same values as the full output's)."""
+def bilinear_resize(maps: np.ndarray, size: tuple[int, int], rows: slice = slice(None),
+                    columns: slice = slice(None)) -> np.ndarray:
+    """(N, h, w) float32 -> (N, H, W): torch's F.interpolate(mode="bilinear", align_corners=False); ``rows``,
+    ``columns``: only those of the output (the same values as the full output's)."""
     out = maps
     for axis, (before, after) in enumerate(zip(maps.shape[1:], size), start=1):
-        wanted = np.arange(after, dtype=np.float32)[rows if axis == 1 else slice(None)]
+        window = rows if axis == 1 else columns
+        wanted = np.arange(after, dtype=np.float32)[window]
         if before == after:
-            out = out[:, rows] if axis == 1 else out
+            out = out[:, window] if axis == 1 else out[:, :, window]
             continue
         scale = np.float32(before / after)
         source = np.maximum((wanted + np.float32(0.5)) * scale - np.float32(0.5), 0)
@@ -136,18 +140,42 @@ def letterbox_padding(frame: tuple[int, int], image_shape: tuple[int, int]) -> t
     return gain, (frame[1] - image_shape[1] * gain) / 2, (frame[0] - image_shape[0] * gain) / 2
 
 
-def scale_masks(maps: np.ndarray, image_shape: tuple[int, int], rows: slice = slice(None)) -> np.ndarray:
-    """(N, h, w) maps of the letterboxed input -> (N, H, W) float32 of the image: the padding cut off as
-    ultralytics' scale_masks (rounded as LetterBox pads; at least one row and column), the rest resized
-    bilinearly; ``rows``: only those rows of the image."""
-    h, w = maps.shape[1:]
-    if (h, w) == tuple(image_shape[:2]):
-        return maps[:, rows].astype(np.float32, copy=False)
+def content(frame: tuple[int, int], image_shape: tuple[int, int]) -> tuple[slice, slice]:
+    """The rows and columns of a letterboxed ``frame`` the image fills: the padding cut off as ultralytics'
+    scale_masks cuts it (rounded as LetterBox pads; at least one row and column)."""
+    h, w = frame
     _, pad_x, pad_y = letterbox_padding((h, w), image_shape)
     top, left = round(pad_y - 0.1), round(pad_x - 0.1)
     # a strip (1x60000) is under a pixel wide on the maps: its one row / column there (upstream fails)
-    bottom, right = max(top + 1, h - round(pad_y + 0.1)), max(left + 1, w - round(pad_x + 0.1))
-    return bilinear_resize(maps[:, top:bottom, left:right].astype(np.float32), tuple(image_shape[:2]), rows)
+    return slice(top, max(top + 1, h - round(pad_y + 0.1))), slice(left, max(left + 1, w - round(pad_x + 0.1)))
+
+
+def scale_masks(maps: np.ndarray, image_shape: tuple[int, int], rows: slice = slice(None),
+                columns: slice = slice(None)) -> np.ndarray:
+    """(N, h, w) maps of the letterboxed input -> (N, H, W) float32 of the image: the padding cut off
+    (content), the rest resized bilinearly; ``rows``, ``columns``: only those of the image."""
+    if maps.shape[1:] == tuple(image_shape[:2]):
+        return maps[:, rows, columns].astype(np.float32, copy=False)
+    kept_rows, kept_columns = content(maps.shape[1:], image_shape)
+    return bilinear_resize(maps[:, kept_rows, kept_columns].astype(np.float32), tuple(image_shape[:2]), rows, columns)
+
+
+def scaled_extent(mask: np.ndarray, image_shape: tuple[int, int]) -> tuple[slice, slice]:
+    """The rows and columns of the image outside which ``scale_masks`` of the (h, w) 0/1 ``mask`` is 0 (empty
+    slices for an empty mask): its nonzero rows and columns mapped through the resize, 2 pixels wider each
+    side than the bilinear kernel reaches."""
+    kept = mask if mask.shape == tuple(image_shape[:2]) else mask[content(mask.shape, image_shape)]
+    extent = []
+    for axis, size in enumerate(image_shape[:2]):
+        nonzero = np.flatnonzero(kept.any(axis=1 - axis))
+        if not len(nonzero):
+            return slice(0, 0), slice(0, 0)
+        scale = kept.shape[axis] / size  # source pixels per output pixel
+        # output i samples source (i + 0.5) * scale - 0.5 and the pixel after it
+        start = math.floor((nonzero[0] - 0.5) / scale - 0.5) - 2
+        stop = math.ceil((nonzero[-1] + 1.5) / scale - 0.5) + 2
+        extent.append(slice(max(0, start), min(size, stop)))
+    return extent[0], extent[1]
 
 
 def scale_coords(frame: tuple[int, int], points: np.ndarray, image_shape: tuple[int, int],

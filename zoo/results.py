@@ -32,7 +32,7 @@ from PIL import Image, ImageDraw, ImageFont
 from zoo.errors import ZooError
 from zoo.files import (Inputs, check_new_file, image_format, make_output_folder, refuse_inputs, writable_format,
                        write_atomic, write_text)
-from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks
+from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks, scaled_extent
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
 PALETTE = [
@@ -52,21 +52,19 @@ BLEND_ROWS_BYTES = 32 << 20  # float32 image rows blended at a time
 
 
 def blend_masks(rgb: np.ndarray, masks, colours) -> np.ndarray:
-    """(H, W, 3) uint8 with each (H, W) mask (nonzero: inside) in its colour over the image, in order (the last
-    on top). ``masks``: the masks, or a function of a slice of rows giving each mask's rows (masks scaled to
-    the image a band at a time: 300 of an 8000x8000 photo at once are 17.9 GiB).
+    """(H, W, 3) uint8 with each (H, W) bool mask (or MaskBands) in its colour over the image, in order (the last
+    on top).
 
     In float32, rounded once, a band of rows at a time: a float32 copy of a whole 8000x8000 photo
     alone is 768 MB."""
-    rows_of = masks if callable(masks) else (lambda band, listed=list(masks): [mask[band] for mask in listed])
-    colours = [np.array(colour, np.float32) for colour in colours]
+    masks, colours = list(masks), [np.array(colour, np.float32) for colour in colours]
     out = np.empty(rgb.shape, np.uint8)
     rows = max(1, BLEND_ROWS_BYTES // (4 * rgb[0].size))
     for start in range(0, rgb.shape[0], rows):
         band = slice(start, start + rows)
         blended = rgb[band].astype(np.float32)
-        for inside, colour in zip(rows_of(band), colours):
-            inside = np.asarray(inside, bool)
+        for mask, colour in zip(masks, colours):
+            inside = np.asarray(mask[band], bool)
             blended[inside] = (1 - MASK_ALPHA) * blended[inside] + MASK_ALPHA * colour
         out[band] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
     return out
@@ -369,12 +367,35 @@ class Masks(BaseTensor):
             yield (mask.astype(bool) if mask.shape == shape else
                    scale_masks(mask[None].astype(np.float32), shape)[0] > 0.5)
 
+    def bands(self, shape: tuple[int, int] | None = None) -> list[MaskBands]:
+        """Each mask at the image's size (or ``shape``) as MaskBands: made a band of rows at a time (drawing)."""
+        return [MaskBands(mask, tuple(shape or self.orig_shape)) for mask in self.data]
+
     def coco_rles(self) -> list[dict]:
         """Each mask at the image's size as COCO's compressed RLE {"size": [H, W], "counts": str}."""
         return [coco_rle(mask) for mask in self.image_masks()]
 
     def __repr__(self) -> str:
         return f"Masks({len(self)} masks of {self.data.shape[1]}x{self.data.shape[2]}, orig_shape={self.orig_shape})"
+
+
+class MaskBands:
+    """One (h, w) 0/1 mask at an image's size ``shape``, made a band of rows at a time (``mask[rows]``: (rows, W)
+    bool, as image_masks' rows) and only where it can be nonzero (scaled_extent): drawing 100 masks over a
+    12-megapixel photo holds none of them whole (1.2 GB when made whole) and resizes only their boxes."""
+
+    def __init__(self, mask: np.ndarray, shape: tuple[int, int]):
+        self.mask, self.shape = mask, shape
+        self.rows, self.columns = scaled_extent(mask, shape)
+
+    def __getitem__(self, rows: slice) -> np.ndarray:
+        start, stop, _ = rows.indices(self.shape[0])
+        out = np.zeros((max(0, stop - start), self.shape[1]), bool)
+        top, bottom = max(start, self.rows.start), min(stop, self.rows.stop)
+        if top < bottom:
+            out[top - start:bottom - start, self.columns] = scale_masks(
+                self.mask[None], self.shape, slice(top, bottom), self.columns)[0] > 0.5
+        return out
 
 
 class Keypoints(BaseTensor):
@@ -632,7 +653,7 @@ class Results:
         if masks and self.masks is not None and len(self.masks):
             # masks without their boxes (r.new() then update(masks=...)): a colour per mask, not none drawn
             same = len(colours) == len(self.masks)
-            rgb = blend_masks(rgb, self.masks.in_image(base.shape[:2]),
+            rgb = blend_masks(rgb, self.masks.bands(base.shape[:2]),
                               colours if same else [class_colour(i) for i in range(len(self.masks))])
         canvas = Image.fromarray(np.ascontiguousarray(rgb))
         draw = ImageDraw.Draw(canvas)
