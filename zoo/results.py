@@ -353,7 +353,8 @@ class Masks(BaseTensor):
                 for p in masks2segments(self.data)]
 
     def in_image(self, shape: tuple[int, int] | None = None) -> np.ndarray:
-        """(N, H, W) bool at the image's size (or ``shape``): the masks themselves, or scaled to it (drawing)."""
+        """(N, H, W) bool at the image's size (or ``shape``): the masks themselves, or scaled to it; all at once
+        (plot draws from ``bands``, which holds none whole)."""
         shape = tuple(shape or self.orig_shape)
         if self.data.shape[1:] == shape:
             return self.data.astype(bool)
