@@ -190,7 +190,19 @@ def test_set_image_encodes_once_for_many_predictions(small_sam, image, monkeypat
 def test_bgr_input_is_flipped_to_rgb(small_sam, image, predictor):
     p = small_sam.predictor()
     p.set_image(np.ascontiguousarray(image[..., ::-1]), image_format="BGR")
-    assert mx.array_equal(p.get_image_embedding(), predictor.get_image_embedding())
+    assert mx.array_equal(p.features, predictor.features)
+
+
+def test_get_image_embedding_is_upstreams_nchw_tensor(predictor, image, checkpoint):
+    """segment-anything's ONNX notebook: ``predictor.get_image_embedding().cpu().numpy()``, saved and fed to SAM's
+    ONNX decoder as (1, 256, 64, 64) NCHW; it was an MLX NHWC array (no ``.cpu()``, channels last)."""
+    embedding = predictor.get_image_embedding()
+    saved = embedding.cpu().numpy()
+    assert type(saved) is np.ndarray and saved.shape == (1, 256, SIZE // 16, SIZE // 16) and saved.dtype == np.float32
+    assert saved.flags.c_contiguous  # its bytes in NCHW order, as a tensor's .numpy() gives
+    sd = {k: v.astype(np.float64) for k, v in sanitize(checkpoint, {}).items()}
+    expected = reference.image_encoder(sd, reference.preprocess(image, SIZE)[0])  # upstream's NCHW layout
+    assert rel_err(saved, expected) < TOL
 
 
 def test_float16_model_stays_close_to_float32(small_spec, image, predictor):

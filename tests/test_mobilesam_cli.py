@@ -138,7 +138,7 @@ def test_bgr_flips_arrays_only(photo):
     def embedding(image, image_format):
         predictor = sam.predictor()
         predictor.set_image(image, image_format=image_format)
-        return predictor.get_image_embedding()
+        return predictor.features
 
     rgb = np.asarray(Image.open(photo))
     expected = embedding(rgb, "RGB")

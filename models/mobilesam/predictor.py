@@ -280,11 +280,14 @@ class SamPredictor:
         self.input_size = resized.shape[:2]
         self.features = features
 
-    def get_image_embedding(self) -> mx.array:
-        """The image embedding of the current image: (1, 64, 64, 256), NHWC."""
+    def get_image_embedding(self) -> TensorArray:
+        """upstream's: the current image's embedding, (1, 256, 64, 64) NCHW float32, as a TensorArray
+        (``.cpu().numpy()`` as a tensor's), the layout that SAM's ONNX decoder and other tools read.
+        The model's own NHWC MLX array, what ``decode`` takes, is ``self.features``."""
         if not self.is_image_set:
             raise ZooError("no image set: call set_image(image) first")
-        return self.features
+        nchw = np.array(self.features.astype(mx.float32)).transpose(0, 3, 1, 2)
+        return np.ascontiguousarray(nchw).view(TensorArray)
 
     @serialized(lambda predictor: predictor.model)
     def predict(self, point_coords=None, point_labels=None, box=None, mask_input=None,
