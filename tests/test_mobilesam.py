@@ -140,6 +140,29 @@ def test_predict_matches_reference(predictor, small_sam, image, checkpoint, prom
     assert binary.dtype == bool and np.array_equal(binary, masks > 0)
 
 
+def test_padding_points_and_points_outside_the_image_are_upstreams(predictor, image, checkpoint):
+    """segment-anything's prompt encoder takes label -1, a padding point (its embedding is not_a_point_embed,
+    whatever its position: prompts of different point counts batched together), and points outside the
+    image, encoded as given; predict refused both. Checked against the numpy reference's encoder."""
+    sd = sanitize(checkpoint, {})
+    for coords, labels in (([[60.0, 45.0], [500.0, -7.0]], [1, -1]),  # a padding point, far outside
+                           ([[-20.0, 45.0], [130.0, 100.0]], [1, 0])):  # left of the image; past its width
+        got = predictor.predict(point_coords=coords, point_labels=labels, return_logits=True)
+        expected = reference.predict(sd, image, coords, labels, img_size=SIZE)
+        for g, ref in zip(got, expected):
+            assert rel_err(g, ref) < TOL
+    # a padding point's position is ignored: the same result wherever it is
+    padded = predictor.predict(point_coords=[[60.0, 45.0], [0.0, 0.0]], point_labels=[1, -1], return_logits=True)
+    moved = predictor.predict(point_coords=[[60.0, 45.0], [500.0, -7.0]], point_labels=[1, -1], return_logits=True)
+    assert all(np.array_equal(a, b) for a, b in zip(padded, moved))
+    # batched prompts of 2 and 1 points, the second padded: each is its own prompt's result
+    batch = predictor.predict(point_coords=[[[60.0, 45.0], [30.0, 20.0]], [[10.0, 80.0], [0.0, 0.0]]],
+                              point_labels=[[1, 0], [1, -1]], return_logits=True)
+    alone = predictor.predict(point_coords=[[10.0, 80.0], [7.0, 7.0]], point_labels=[1, -1], return_logits=True)
+    for b, a in zip(batch, alone):
+        np.testing.assert_allclose(b[1], a, rtol=0, atol=1e-5 * np.abs(a).max())
+
+
 def test_mask_input_from_a_previous_prediction_matches_reference(predictor, image, checkpoint):
     prompt = {"point_coords": [[60.0, 45.0]], "point_labels": [1]}
     _, scores, low_res = predictor.predict(**prompt)
@@ -221,10 +244,12 @@ def test_float16_model_stays_close_to_float32(small_spec, image, predictor):
 
 @pytest.mark.parametrize("kwargs, message", [
     ({}, "empty prompt"),
-    ({"point_coords": [[120.0, 10.0]], "point_labels": [1]}, r"point \(120, 10\) is outside the 120x90 image"),
-    ({"point_coords": [[-1.0, 10.0]], "point_labels": [1]}, "is outside the 120x90 image"),
-    ({"point_coords": [[10.0, 10.0]], "point_labels": [2]}, "point label 2 is not allowed"),
-    ({"point_coords": [[10.0, 10.0]], "point_labels": [-1]}, "point label -1 is not allowed"),
+    # upstream's predictor adds no embedding to its box corners' labels 2 and 3 given as points
+    ({"point_coords": [[10.0, 10.0]], "point_labels": [2]},
+     r"point label 2 is not allowed: use 1 \(foreground\), 0 \(background\) or -1 \(padding.*given as a box"),
+    ({"point_coords": [[10.0, 10.0], [5.0, 5.0]], "point_labels": [1, 3]}, "point label 3 is not allowed"),
+    ({"point_coords": [[10.0, 10.0]], "point_labels": [0.5]}, "point label 0.5 is not allowed"),
+    ({"point_coords": [[1e39, 10.0]], "point_labels": [1]}, "a point or box lies too far outside the image"),
     ({"point_coords": [[10.0, 10.0]]}, "point_coords and point_labels go together"),
     ({"point_coords": [10.0, 10.0], "point_labels": [1]}, r"point_coords has shape \(2,\)"),
     ({"point_coords": [[10.0, 10.0]], "point_labels": [1, 0]}, r"point_labels has shape \(2,\)"),

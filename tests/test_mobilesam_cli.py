@@ -87,6 +87,8 @@ def test_several_boxes_encode_the_image_once(photo, tmp_path, monkeypatch):
 @pytest.mark.parametrize("prompt, message", [
     (["--point", "160,10"], "point (160, 10) is outside the 160x120 image"),
     (["--point", "10,10,2"], "point label 2 is not allowed: use 1 (foreground) or 0 (background)"),
+    # the API's -1, a padding point whose position is ignored, is a typing mistake in one typed prompt
+    (["--point", "10,10,-1"], "point label -1 is not allowed: use 1 (foreground) or 0 (background)"),
     (["--box", "100,10,50,60"], "box (100, 10, 50, 60) has x2 < x1 or y2 < y1"),
     (["--box", "10,10,50,130"], "reaches outside the 160x120 image"),
     ([], "no prompt: give at least one --point"),

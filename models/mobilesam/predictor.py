@@ -57,6 +57,10 @@ def apply_coords(coords: np.ndarray, original_size: tuple[int, int], long_side: 
     return coords.astype(np.float32)
 
 
+# point labels: what each means (upstream's prompt encoder)
+POINT_LABELS = {1: "1 (foreground)", 0: "0 (background)", -1: "-1 (padding: not a point, its position ignored)"}
+
+
 def _float_array(name: str, value) -> np.ndarray:
     try:
         a = np.asarray(value, dtype=np.float64)
@@ -68,14 +72,17 @@ def _float_array(name: str, value) -> np.ndarray:
 
 
 def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, box=None, mask_input=None,
-                  mask_input_size: tuple[int, int] = (256, 256), box_may_overhang: bool = False):
+                  mask_input_size: tuple[int, int] = (256, 256), as_upstream: bool = False):
     """Validate one prompt for an image of ``image_size`` = (H, W); return it as numpy arrays.
 
     -> (coords (N, 2) float64 or None, labels (N,) int32 or None, box (4,) float64 or None,
     mask_input (1, h, w) float32 or None). Any problem is a one-line ZooError.
-    ``box_may_overhang``: a box may reach past the image's edges (upstream's predict takes it as given:
-    a detector's box of an object at the border, e.g. GroundingDINO's unclipped ones), only one that
-    misses the image is refused; otherwise (the command line's typed boxes) it must lie within.
+    ``as_upstream`` (the Python API): what upstream's predict takes, as it takes it: a box may reach past
+    the image's edges (a detector's box of an object at the border, e.g. GroundingDINO's unclipped ones),
+    only one that misses the image is refused; a point may lie anywhere (encoded as given); label -1 is a
+    padding point, "not a point" (its position is ignored), which batches prompts of different point
+    counts. Otherwise (the command line's typed prompts) points and boxes lie within the image and a
+    point is 1 or 0: a typed point outside the image or whose position is ignored is a mistake.
     """
     height, width = image_size
     if point_coords is None and point_labels is None and box is None and mask_input is None:
@@ -90,13 +97,19 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
             raise UsageError(f"point_coords has shape {coords.shape}: expected (N, 2) (x, y) pixels with N >= 1")
         if labels.shape != (coords.shape[0],):
             raise UsageError(f"point_labels has shape {labels.shape}: expected ({coords.shape[0]},), one label per point")
-        bad = [v for v in labels.ravel().tolist() if isinstance(v, str) or v not in (0, 1)]
+        allowed = POINT_LABELS if as_upstream else (1, 0)
+        bad = [v for v in labels.ravel().tolist() if isinstance(v, str) or v not in allowed]
         if bad:
             shown = f"{bad[0]:g}" if isinstance(bad[0], (int, float)) else repr(bad[0])
-            raise UsageError(f"point label {shown} is not allowed: use 1 (foreground) or 0 (background)")
+            # upstream's predictor adds no label embedding to 2 and 3, its box corners (only its ONNX
+            # decoder reads them): a silently meaningless token there
+            corners = ("; a box's corners (labels 2 and 3 in SAM's ONNX model) are given as a box"
+                       if bad[0] in (2, 3) else "")
+            *others, last = (POINT_LABELS[label] for label in allowed)
+            raise UsageError(f"point label {shown} is not allowed: use {', '.join(others)} or {last}{corners}")
         labels = labels.astype(np.int32)
         for x, y in coords:
-            if not (0 <= x < width and 0 <= y < height):
+            if not as_upstream and not (0 <= x < width and 0 <= y < height):
                 raise UsageError(f"point ({x:g}, {y:g}) is outside the {width}x{height} image: "
                                f"x must be in [0, {width}) and y in [0, {height})")
     if box is not None:
@@ -108,10 +121,10 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
         if x2 < x1 or y2 < y1:
             raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) has x2 < x1 or y2 < y1: "
                            "give the top-left corner first (x1, y1, x2, y2)")
-        if box_may_overhang and (x1 > width or y1 > height or x2 < 0 or y2 < 0):
+        if as_upstream and (x1 > width or y1 > height or x2 < 0 or y2 < 0):
             raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) lies outside the {width}x{height} image: "
                              "give x1, y1, x2, y2 in the image's pixels (a box may reach past its edges, not miss it)")
-        if not box_may_overhang and (x1 < 0 or y1 < 0 or x2 > width or y2 > height):
+        if not as_upstream and (x1 < 0 or y1 < 0 or x2 > width or y2 > height):
             raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) reaches outside the {width}x{height} image: "
                            f"keep 0 <= x <= {width} and 0 <= y <= {height}")
     if mask_input is not None:
@@ -128,7 +141,7 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
 
 def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, boxes=None,
                           mask_input=None, mask_input_size: tuple[int, int] = (256, 256),
-                          box_may_overhang: bool = False):
+                          as_upstream: bool = False):
     """Validate N prompts (each as check_prompts does); -> coords (N, P, 2), labels (N, P), boxes (N, 4),
     mask_input (N, 1, h, w), each None when not given."""
     if (point_coords is None) != (point_labels is None):
@@ -159,7 +172,7 @@ def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_
         raise ZooError("empty prompt: give boxes (N, 4) and/or point_coords (N, P, 2) with point_labels (N, P)")
     checked = [check_prompts(image_size, None if coords is None else coords[i], None if labels is None else labels[i],
                              None if boxes is None else boxes[i], None if mask_input is None else mask_input[i],
-                             mask_input_size, box_may_overhang)
+                             mask_input_size, as_upstream)
                for i in range(next(iter(sizes.values())))]
     if coords is not None:
         coords = coords.reshape(-1, *coords.shape[1:])
@@ -294,9 +307,9 @@ class SamPredictor:
                 multimask_output: bool = True, return_logits: bool = False, boxes=None):
         """Masks for one prompt, or for N prompts in one decoder call, on the current image.
 
-        One prompt: point_coords (P, 2) (x, y) pixels of the original image, point_labels (P,)
-        1 foreground / 0 background, box (4,) x1, y1, x2, y2, mask_input (1, 256, 256)
-        low-res logits of a previous prediction.
+        One prompt: point_coords (P, 2) (x, y) pixels of the original image (inside it or not, as
+        upstream), point_labels (P,) 1 foreground / 0 background / -1 padding (not a point), box (4,)
+        x1, y1, x2, y2, mask_input (1, 256, 256) low-res logits of a previous prediction.
         -> (masks (C, H, W) bool, or float32 logits if return_logits; scores (C,);
         low-res logits (C, 256, 256)), C = 3 if multimask_output else 1.
 
@@ -342,10 +355,12 @@ class SamPredictor:
             if box is not None:
                 raise ZooError("give box (one prompt) or boxes (N prompts), not both")
             coords, labels, boxes, mask_input = check_batched_prompts(
-                frame, point_coords, point_labels, boxes, mask_input, self.model.prompt_encoder.mask_input_size, True)
+                frame, point_coords, point_labels, boxes, mask_input, self.model.prompt_encoder.mask_input_size,
+                as_upstream=True)
         else:
             coords, labels, box, mask_input = check_prompts(
-                frame, point_coords, point_labels, box, mask_input, self.model.prompt_encoder.mask_input_size, True)
+                frame, point_coords, point_labels, box, mask_input, self.model.prompt_encoder.mask_input_size,
+                as_upstream=True)
             coords = None if coords is None else coords[None]
             labels = None if labels is None else labels[None]
             boxes = None if box is None else box[None]
@@ -357,11 +372,16 @@ class SamPredictor:
         masks = None if mask_dtype is None else np.empty((n, channels, *self.original_size), mask_dtype)
         if n == 0:
             return batched, masks, np.zeros((0, channels), np.float32), np.zeros((0, channels, 256, 256), np.float32)
-        transform = self.transform
-        if coords is not None:
-            coords = coords.astype(np.float32) if resized_frame else transform.apply_coords(coords, self.original_size)
-        if boxes is not None:
-            boxes = boxes.astype(np.float32) if resized_frame else transform.apply_boxes(boxes, self.original_size)
+        transform, original = self.transform, self.original_size
+        with np.errstate(over="ignore"):  # a coordinate past float32's range: refused just below
+            if coords is not None:
+                coords = coords.astype(np.float32) if resized_frame else transform.apply_coords(coords, original)
+            if boxes is not None:
+                boxes = boxes.astype(np.float32) if resized_frame else transform.apply_boxes(boxes, original)
+        if any(a is not None and not np.isfinite(a).all() for a in (coords, boxes)):
+            # points may lie outside the image, but one this far is no position: upstream's masks are NaN
+            raise ZooError("a point or box lies too far outside the image: scaled to the model's input, its "
+                           "coordinates pass float32's range (3.4e38); give pixel coordinates near the image")
         iou, low_res = [], []
         for start in range(0, n, PROMPTS_PER_DECODE):  # the decoder takes ~50 MB per prompt
             part = slice(start, start + PROMPTS_PER_DECODE)
