@@ -15,6 +15,8 @@ import zoo
 from conftest import MANIFESTS, synthetic_checkpoint
 from zoo.errors import ZooError
 from zoo.results import Results, TensorArray
+from zoo.run import main
+from zoo.sources import VideoWriter, read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ultralytics"
 sys.path.insert(0, str(FIXTURES))
@@ -173,6 +175,34 @@ def test_predict_draws_saved_images_as_asked(tmp_path):
     assert not np.array_equal(saved, np.asarray(Image.open(Path(plain.save_dir) / "photo.png")))
     with pytest.raises(ZooError, match="unknown keyword argument show=: call r.show"):
         det(photo, show=True)
+
+
+def test_results_path_of_a_file_is_absolute_as_ultralytics(tmp_path, monkeypatch):
+    """ultralytics' LoadImagesAndVideos gives a file's Results.path as str(Path(p).absolute()) (not resolved);
+    in-memory images keep their names (image0.jpg, a PIL image's own filename). It was the path as typed. The
+    files written and the command line's records keep their names and the path as typed."""
+    monkeypatch.chdir(tmp_path)
+    cwd = Path.cwd()
+    det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    image = np.random.default_rng(4).integers(0, 256, (48, 64, 3), np.uint8)
+    Path("photos").mkdir()
+    Image.fromarray(image).save("photos/cat.png")
+    Path("link.png").symlink_to("photos/cat.png")
+    with VideoWriter(Path("clip.mp4"), fps=5.0) as video:
+        for _ in range(2):
+            video.write(image)
+    options = {"conf": 0.05, "imgsz": 64}
+    r = det("photos/cat.png", **options, save_txt=True, project="runs", name="p")[0]
+    assert r.path == str(cwd / "photos" / "cat.png")
+    assert [p.name for p in Path(r.save_dir, "labels").iterdir()] == ["cat.txt"]
+    assert [r.path for r in det("photos", **options)] == [str(cwd / "photos" / "cat.png")]
+    assert det("link.png", **options)[0].path == str(cwd / "link.png")  # absolute, not resolved
+    assert [r.path for r in det("clip.mp4", **options)] == [str(cwd / "clip.mp4")] * 2
+    assert det(image, **options)[0].path == "image0.jpg"
+    assert det(Image.open("photos/cat.png"), **options)[0].path == "photos/cat.png"
+    assert main(["yolov8n", "photos/cat.png", "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64",
+                 "--out", "out", "--jsonl", "d.jsonl"]) == 0
+    assert [record["path"] for record in read_jsonl(Path("d.jsonl"))] == ["photos/cat.png"]
 
 
 def test_predict_into_an_input_folder_replaces_no_input(tmp_path):

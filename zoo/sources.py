@@ -109,10 +109,18 @@ class Item:
     fps: float | None = None
     frames: int | None = None
     _load: Callable[[], np.ndarray] | None = field(default=None, repr=False)
+    is_file: bool = False  # ``path`` names a local file (an image or a video), not a stream, camera or object
 
     def load(self) -> np.ndarray:
         """The pixels as an (H, W, 3) uint8 RGB array; a ZooError naming the item when it cannot be read."""
         return self._load()
+
+    @property
+    def result_path(self) -> str:
+        """``Results.path`` as ultralytics gives it: a file's absolute path, not resolved (its
+        LoadImagesAndVideos: ``Path(p).absolute()``), else ``path`` as given (a stream's URL, ``camera0``,
+        an in-memory image's ``image0.jpg``). Records keep ``path`` as the user spelled it."""
+        return str(Path(self.path).absolute()) if self.is_file else self.path
 
     @property
     def meta(self) -> dict:
@@ -228,7 +236,7 @@ class Files(Source):
                 load = failed(f"{path} is a folder, not an image or video file")
             else:
                 load = lambda path=path: load_image_file(path)  # noqa: E731
-            yield Item(str(path), index, name, name, _load=load)
+            yield Item(str(path), index, name, name, _load=load, is_file=True)
             index += 1
 
 
@@ -381,6 +389,7 @@ class FrameSource(Source):
 
     def __init__(self, path: str, what: str, vid_stride: int, stream_buffer: bool = False):
         self.path, self.what = path, what
+        self.is_file = False  # a camera's; a video file's is True
         self.vid_stride = check_stride(vid_stride)
         self.stream_buffer = stream_buffer
         self.fps: float | None = None
@@ -417,12 +426,14 @@ class FrameSource(Source):
                 if (limit := max_image_pixels()) is not None and frame.width * frame.height > limit:
                     # a stream may change its size midway: no frame above the limit is turned into an array
                     yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames,
-                               failed(too_many_pixels(f"{self.what} frame {n}", (frame.width, frame.height))))
+                               failed(too_many_pixels(f"{self.what} frame {n}", (frame.width, frame.height))),
+                               self.is_file)
                     return
                 if (n + 1) % self.vid_stride:
                     continue
                 rgb = upright(frame.to_ndarray(format="rgb24"), getattr(frame, "rotation", 0))
-                yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames, lambda rgb=rgb: rgb)
+                yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames, lambda rgb=rgb: rgb,
+                           self.is_file)
                 index += 1
         finally:
             container.close()
@@ -430,7 +441,7 @@ class FrameSource(Source):
     def broken(self, index: int, stem: str, frame: int, problem: str) -> Item:
         """The bad item of a video that breaks off; the frames before it stand."""
         return Item(self.path, index, f"{stem}_{frame}", stem, frame, self.fps, self.frames,
-                    failed(f"{self.what} is damaged: {problem}"))
+                    failed(f"{self.what} is damaged: {problem}"), self.is_file)
 
 
 class Video(FrameSource):
@@ -442,8 +453,9 @@ class Video(FrameSource):
 
     def __init__(self, path: str | Path, vid_stride: int = 1, stream_buffer: bool = False):
         super().__init__(str(path), f"video {path}", vid_stride, stream_buffer)
-        self.live = str(path).startswith(STREAM_SCHEMES) and not is_video(path)
-        if not str(path).startswith(STREAM_SCHEMES):
+        self.is_file = not str(path).startswith(STREAM_SCHEMES)
+        self.live = not self.is_file and not is_video(path)
+        if self.is_file:
             if not Path(path).exists():
                 raise ZooError(f"video not found: {path}")
         container, stream = self.open()

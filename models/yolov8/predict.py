@@ -205,7 +205,7 @@ def predict_batch(model, images: list[np.ndarray], items: list[Item | None], con
     results = []
     for i, (image, item) in enumerate(zip(images, items)):
         det = non_max_suppression(pred[i], conf, iou, classes, agnostic_nms, max_det, nc=model.nc)
-        path, frame = (item.path, item.frame) if item is not None else (None, None)
+        path, frame = (item.result_path, item.frame) if item is not None else (None, None)
         objects = detected_objects(model, det, batch.shape[1:3], image.shape[:2],
                                    None if protos is None else np.array(protos[i]), retina_masks)
         # orig_img BGR, its own contiguous writable copy as ultralytics': cv2 and supervision draw on it in place
