@@ -4,6 +4,7 @@ detections and MobileSAM's records, and --save-json evaluates with pycocotools a
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -203,6 +204,29 @@ def test_results_path_of_a_file_is_absolute_as_ultralytics(tmp_path, monkeypatch
     assert main(["yolov8n", "photos/cat.png", "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64",
                  "--out", "out", "--jsonl", "d.jsonl"]) == 0
     assert [record["path"] for record in read_jsonl(Path("d.jsonl"))] == ["photos/cat.png"]
+
+
+def test_video_frames_are_logged_from_1_as_ultralytics(tmp_path, monkeypatch, capsys):
+    """ultralytics logs "video 1/1 (frame 1/4) ...": frames counted from 1 over the kept ones, of frames // vid_stride,
+    the numbers its label files carry (clip_1.txt); ours printed the 0-based frame of all frames (frame 0/4)."""
+    monkeypatch.chdir(tmp_path)
+    with VideoWriter(Path("clip.mp4"), fps=5.0) as video:
+        for i in range(4):
+            video.write(np.full((48, 64, 3), 40 * i, np.uint8))
+    det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+
+    def logged_frames(err: str) -> list[str]:
+        return re.findall(r"^clip\.mp4 frame (\d+/\d+): ", err, re.MULTILINE)
+
+    capsys.readouterr()
+    det("clip.mp4", imgsz=64, verbose=True)
+    assert logged_frames(capsys.readouterr().err) == ["1/4", "2/4", "3/4", "4/4"]
+    r = det("clip.mp4", imgsz=64, conf=0.01, verbose=True, vid_stride=2, save_txt=True, project="runs", name="p")[0]
+    assert logged_frames(capsys.readouterr().err) == ["1/2", "2/2"]
+    assert sorted(p.name for p in Path(r.save_dir, "labels").iterdir()) == ["clip_1.txt", "clip_2.txt"]
+    assert main(["yolov8n", "clip.mp4", "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64",
+                 "--out", "out", "--vid-stride", "2"]) == 0
+    assert logged_frames(capsys.readouterr().out) == ["1/2", "2/2"]  # tqdm.write's lines, beside the bar
 
 
 def test_predict_into_an_input_folder_replaces_no_input(tmp_path):

@@ -766,6 +766,12 @@ def output_name(path: str | Path, name: str) -> str:
     return name + (Path(path).suffix if writable_format(path) else ".png")
 
 
+def kept_frame(frame: int, vid_stride: int) -> int:
+    """A kept video frame's number as ultralytics counts it: from 1, over the kept frames (0-based frame kN-1
+    with vid_stride N is k): its label file's ``<stem>_<k>``, its log line's ``frame k/F``."""
+    return (frame + 1) // vid_stride
+
+
 class ResultFiles:
     """What ultralytics' predictor writes in a run folder ``out`` for each result, as results come:
 
@@ -812,7 +818,7 @@ class ResultFiles:
         """The name of an item's label file and crops: an image's name; for a video frame, as ultralytics' predictor
         names it, ``<video stem>_<k>`` with k counting the frames kept from 1 (frame 0 is ``_1``; with vid_stride
         N, frame kN-1 is ``_k``)."""
-        return item.name if item.frame is None else f"{item.stem}_{(item.frame + 1) // self.vid_stride}"
+        return item.name if item.frame is None else f"{item.stem}_{kept_frame(item.frame, self.vid_stride)}"
 
     def write_frame(self, item, rgb: np.ndarray) -> None:
         from zoo.sources import VideoWriter

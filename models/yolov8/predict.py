@@ -27,7 +27,7 @@ from zoo.concurrency import serialized
 from zoo.errors import ZooError
 from zoo.files import Inputs, increment_path
 from zoo.instances import process_mask, process_mask_native, scale_coords
-from zoo.results import ResultFiles, Results
+from zoo.results import ResultFiles, Results, kept_frame
 from zoo.sources import Chain, Item, Source, input_paths, open_source
 
 from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, scale_boxes
@@ -77,7 +77,7 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
                                           "boxes": show_boxes},
                             inputs=Inputs([*(source if isinstance(source, (list, tuple)) else [source]),
                                            *input_paths(opened)]))
-    results = predictions(model, opened, size, options, files, verbose)
+    results = predictions(model, opened, size, options, files, verbose, vid_stride)
     return results if stream else list(results)
 
 
@@ -85,8 +85,10 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
 PREDICT_OPTIONS = tuple(inspect.signature(predict).parameters)[2:]
 
 
-def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool):
-    """The Results of ``opened``'s items, ``size`` a forward pass, written and logged as they come."""
+def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool,
+                vid_stride: int):
+    """The Results of ``opened``'s items, ``size`` a forward pass, written and logged (``verbose``; video frames
+    numbered by ``vid_stride``) as they come."""
     complete = False
     try:
         for pairs in batched(readable(opened), size):
@@ -95,7 +97,7 @@ def predictions(model, opened: Source, size: int, options: dict, files: ResultFi
                 if files is not None:
                     files.write(r, item)
                 if verbose:
-                    print(log_line(item, r), file=sys.stderr)
+                    print(log_line(item, r, vid_stride), file=sys.stderr)
                 yield r
         complete = True
     finally:
@@ -118,10 +120,12 @@ def readable(source: Source) -> Iterator[tuple[Item, np.ndarray]]:
             print(f"warning: skipped: {where}{e}", file=sys.stderr)
 
 
-def log_line(item: Item, result: Results) -> str:
-    """One result as ``yolo predict`` logs it: where it came from, what was found, how long it took."""
+def log_line(item: Item, result: Results, vid_stride: int = 1) -> str:
+    """One result as ``yolo predict`` logs it: where it came from, what was found, how long it took. A video
+    frame is ``frame k/F`` as ultralytics numbers it: k counts the kept frames from 1, F of frames // vid_stride."""
     where = Path(item.path).name if item.frame is None else (
-        f"{Path(item.path).name} frame {item.frame}" + (f"/{item.frames}" if item.frames else ""))
+        f"{Path(item.path).name} frame {kept_frame(item.frame, vid_stride)}"
+        + (f"/{item.frames // vid_stride}" if item.frames else ""))
     return f"{where}: {result.verbose()[:-2]} ({sum(result.speed.values()):.1f} ms)"
 
 

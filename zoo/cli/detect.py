@@ -221,7 +221,7 @@ def run(args, model) -> int:
                 jsonl.write({**item.meta, "detections": result.summary(), "speed": result.speed})
             counts.update(result.names[int(c)] for c in result.boxes.cls)
             speed.update(result.speed)
-            tqdm.write(log_line(item, result))
+            tqdm.write(log_line(item, result, args.vid_stride))
         if jsonl is not None:
             jsonl.sync()  # the batch's records on disk: a killed run loses at most the next batch
 
