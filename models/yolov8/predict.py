@@ -120,7 +120,7 @@ def readable(source: Source) -> Iterator[tuple[Item, np.ndarray]]:
             print(f"warning: skipped: {where}{e}", file=sys.stderr)
 
 
-def log_line(item: Item, result: Results, vid_stride: int = 1) -> str:
+def log_line(item: Item, result: Results, vid_stride: int) -> str:
     """One result as ``yolo predict`` logs it: where it came from, what was found, how long it took. A video
     frame is ``frame k/F`` as ultralytics numbers it: k counts the kept frames from 1, F of frames // vid_stride."""
     where = Path(item.path).name if item.frame is None else (
