@@ -314,6 +314,44 @@ def test_upstreams_batched_prompt_idiom_runs_as_written(predictor, image):
         overhanging, predictor.predict(boxes=boxes * 1.01, multimask_output=False)))
 
 
+def test_upstreams_end_to_end_batched_inference_runs_as_written(small_sam, predictor, image):
+    """segment-anything's notebook, "end-to-end batched inference": ResizeLongestSide(sam.image_encoder.img_size),
+    each image's apply_image(image) channels first, its boxes through apply_boxes_torch, then
+    sam(batched_input, multimask_output=False); Sam was not callable. (torch.as_tensor(...).permute(2, 0, 1)
+    there; numpy's transpose here.) Each image's outputs are what set_image + predict give."""
+    from zoo.models.mobilesam.predictor import ResizeLongestSide
+
+    resize_transform = ResizeLongestSide(small_sam.image_encoder.img_size)
+    other = np.ascontiguousarray(image[::-1, :100])  # a second image of another size
+    boxes = [np.array([[10, 20, 110, 80], [0, 0, 120, 90]]), np.array([[5, 5, 60, 40]])]
+    prepared = resize_transform.apply_image(image)
+    assert prepared.flags.writeable  # as upstream's: torch.as_tensor of a read-only array warns
+    batched_input = [{"image": resize_transform.apply_image(im).transpose(2, 0, 1),
+                      "boxes": resize_transform.apply_boxes_torch(b, im.shape[:2]), "original_size": im.shape[:2]}
+                     for im, b in zip((image, other), boxes)]
+    batched_input[1]["point_coords"] = resize_transform.apply_coords_torch([[[30, 20]]], other.shape[:2])
+    batched_input[1]["point_labels"] = np.array([[0]])
+    batched_output = small_sam(batched_input, multimask_output=False)
+    assert [sorted(out) for out in batched_output] == [["iou_predictions", "low_res_logits", "masks"]] * 2
+    p = small_sam.predictor()
+    for im, b, out, prompt in zip((image, other), boxes, batched_output, ({}, {"point_coords": [[[30, 20]]],
+                                                                          "point_labels": [[0]]})):
+        p.set_image(im)
+        masks, iou, low_res = p.predict(boxes=b, multimask_output=False, **prompt)
+        assert out["masks"].shape == (len(b), 1, *im.shape[:2]) and out["masks"].dtype == bool
+        for got, expected in zip((out["masks"], out["iou_predictions"], out["low_res_logits"]), (masks, iou, low_res)):
+            assert np.array_equal(got.cpu().numpy(), expected)
+    # set_torch_image, upstream's, is what sam(...) encodes with
+    p.set_torch_image(prepared.transpose(2, 0, 1)[None], image.shape[:2])
+    assert mx.array_equal(p.features, predictor.features) and p.original_size == (90, 120) and p.input_size == (96, 128)
+    with pytest.raises(ZooError, match=r"set_torch_image takes \(1, 3, H, W\) .* got \(3, 96, 128\)"):
+        p.set_torch_image(prepared.transpose(2, 0, 1), image.shape[:2])
+    with pytest.raises(ZooError, match="original_image_size 90 is not the image's"):
+        p.set_torch_image(prepared.transpose(2, 0, 1)[None], 90)
+    with pytest.raises(ZooError, match="each input is a dict with 'image'"):
+        small_sam([{"image": batched_input[0]["image"]}], multimask_output=False)
+
+
 def test_predict_before_set_image_and_bad_images(small_sam, tmp_path):
     p = small_sam.predictor()
     with pytest.raises(ZooError, match="no image set"):

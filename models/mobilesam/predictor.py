@@ -229,7 +229,8 @@ class ResizeLongestSide:
         self.target_length = target_length
 
     def apply_image(self, image: np.ndarray) -> np.ndarray:
-        return resize_longest_side(np.asarray(image), self.target_length)
+        """(H, W, 3) uint8 -> resized, a writable array as upstream's (torch.as_tensor of it warns otherwise)."""
+        return np.array(resize_longest_side(np.asarray(image), self.target_length))
 
     def apply_coords(self, coords, original_size: tuple[int, int]) -> np.ndarray:
         """(..., 2) (x, y) -> (..., 2) float32."""
@@ -286,10 +287,33 @@ class SamPredictor:
         if image_format == "BGR" and isinstance(image, np.ndarray):
             rgb = np.ascontiguousarray(rgb[..., ::-1])
         self.reset_image()
-        resized = resize_longest_side(rgb, self.model.img_size)
+        self._encode(resize_longest_side(rgb, self.model.img_size), rgb.shape[:2])
+
+    @serialized(lambda predictor: predictor.model)
+    def set_torch_image(self, transformed_image, original_image_size: tuple[int, int]) -> None:
+        """upstream's: an image already resized by ``self.transform.apply_image``, channels first,
+        (1, 3, H, W) with max(H, W) the model's input size (a CPU tensor, or anything numpy reads), and the
+        original image's (height, width), the size predict's masks take."""
+        image = np.asarray(transformed_image)
+        size = self.model.img_size
+        if (image.ndim != 4 or image.shape[:2] != (1, 3) or max(image.shape[2:]) != size
+                or image.dtype.kind not in "uif"):
+            raise ZooError(f"set_torch_image takes (1, 3, H, W) pixel values with max(H, W) = {size} "
+                           f"(transform.apply_image's image, channels first, [None]), got {image.shape} {image.dtype}")
+        if not np.isfinite(image).all():
+            raise ZooError("set_torch_image: the image contains NaN or infinity: pass pixel values 0-255")
+        original = tuple(np.ravel(original_image_size).tolist())
+        if len(original) != 2 or not all(isinstance(v, int) and v > 0 for v in original):
+            raise ZooError(f"original_image_size {original_image_size!r} is not the image's (height, width): "
+                           "pass image.shape[:2] of the image before apply_image")
+        self.reset_image()
+        self._encode(image[0].transpose(1, 2, 0), original)
+
+    def _encode(self, resized: np.ndarray, original_size: tuple[int, int]) -> None:
+        """The image encoder on the resized (h, w, 3) image; the sizes that predict maps prompts and masks by."""
         features = self.model.encode_image(self.model.preprocess(resized))
         mx.eval(features)
-        self.original_size = rgb.shape[:2]
+        self.original_size = tuple(original_size)
         self.input_size = resized.shape[:2]
         self.features = features
 

@@ -64,6 +64,26 @@ class Sam(nn.Module):
         first, *others = decoder.head_layers()
         return folds + [(first, tuple(others), stack_heads)]
 
+    def __call__(self, batched_input: list[dict], multimask_output: bool) -> list[dict]:
+        """upstream's ``Sam.forward`` (segment-anything's notebook, "end-to-end batched inference"): per image a
+        dict of ``image`` (3, H, W) resized by ``transform.apply_image``, ``original_size`` (height, width),
+        and optionally ``point_coords`` (B, N, 2) with ``point_labels`` (B, N), ``boxes`` (B, 4), ``mask_inputs``
+        (B, 1, 256, 256), all in the resized image's pixels -> per image {"masks" (B, C, H, W) bool,
+        "iou_predictions" (B, C), "low_res_logits" (B, C, 256, 256)} as TensorArrays: SamPredictor's
+        set_torch_image + predict_torch on each image in turn (the encoder's memory is one image's)."""
+        outputs = []
+        for record in batched_input:
+            if not isinstance(record, dict) or "image" not in record or "original_size" not in record:
+                raise ZooError("sam(batched_input, multimask_output): each input is a dict with 'image' (3, H, W) and "
+                               "'original_size', optionally 'point_coords', 'point_labels', 'boxes', 'mask_inputs'")
+            predictor = SamPredictor(self)
+            predictor.set_torch_image(np.asarray(record["image"])[None], record["original_size"])
+            masks, iou, low_res = predictor.predict_torch(record.get("point_coords"), record.get("point_labels"),
+                                                          record.get("boxes"), record.get("mask_inputs"),
+                                                          multimask_output)
+            outputs.append({"masks": masks, "iou_predictions": iou, "low_res_logits": low_res})
+        return outputs
+
     def prompt_and_decode(self, features: mx.array, points, boxes, masks, multimask_output: bool):
         """Image embedding (B, 64, 64, 256) + one prompt -> (low-res mask logits (B, 256, 256, C), IoU (B, C))."""
         sparse, dense = self.prompt_encoder(points, boxes, masks)
