@@ -71,18 +71,21 @@ def ground_truth(model, images: Path, max_det: int, category_ids: dict[str, int]
                 rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
                 annotation.update(segmentation=rle, area=float(mask_utils.area(rle)))
             if kpts is not None:
-                annotation.update(keypoints=[v for x, y, _ in kpts for v in (x, y, 2)], num_keypoints=len(kpts))
+                annotation.update(keypoints=[v for x, y, *_ in kpts for v in (x, y, 2)], num_keypoints=len(kpts))
             annotations.append(annotation)
     images_ = [{"id": i, "file_name": name, **dict(zip(("height", "width"), Image.open(images / name).size[::-1]))}
                for name, i in IMAGE_IDS.items()]
     return {"images": images_, "annotations": annotations, "categories": categories}
 
 
-def evaluate(truth: dict, predictions, iou_type: str) -> COCOeval:
+def evaluate(truth: dict, predictions, iou_type: str, sigmas: np.ndarray | None = None) -> COCOeval:
+    """``sigmas``: the keypoints' OKS sigmas where they are not COCO's 17 (COCOeval's default)."""
     gt = COCO()
     gt.dataset = json.loads(json.dumps(truth, default=bytes.decode))  # as read from a file: RLE counts str
     gt.createIndex()
     evaluation = COCOeval(gt, gt.loadRes(predictions), iou_type)  # a path: the file as written
+    if sigmas is not None:
+        evaluation.params.kpt_oks_sigmas = sigmas
     evaluation.evaluate()
     evaluation.accumulate()
     evaluation.summarize()
@@ -117,6 +120,19 @@ def test_the_runs_own_objects_as_ground_truth_give_ap_1_and_ids_off_by_one_ap_0(
             assert np.allclose(np.sort(ious.max(1)), 1.0, atol=1e-4)
     shifted = [{**r, "category_id": r["category_id"] + 1} for r in records]
     assert evaluate(truth, shifted, iou_type).stats[0] == 0
+
+
+def test_keypoints_without_visibility_are_cocos_triples(images, checkpoints, tmp_path):
+    """A (K, 2) pose model (5 keypoints, no visibility) writes [x, y, 1, ...]: ultralytics' x, y pairs are read
+    by COCOeval as triples, x of one keypoint taken for another's v (a ValueError, 4 against 5 keypoints)."""
+    predictions = run_save_json(str(checkpoints["yolo11n-pose"]), images, tmp_path / "out", max_det=3)
+    model = zoo.load(str(checkpoints["yolo11n-pose"]), device="cpu")
+    records = json.loads(predictions.read_text())
+    assert records and all(len(r["keypoints"]) == 5 * 3 and r["keypoints"][2::3] == [1] * 5 for r in records)
+    categories = [{"id": 1, "name": "hand", "keypoints": list("abcde")}, {"id": 2, "name": "paw", "keypoints": list("abcde")}]
+    truth = ground_truth(model, images, 3, {"hand": 1, "paw": 2}, categories)
+    evaluation = evaluate(truth, str(predictions), "keypoints", sigmas=np.full(5, 0.05))
+    assert evaluation.stats[0] == pytest.approx(1.0) and ar(evaluation) == pytest.approx(1.0)
 
 
 def keypoint_shift(oks: float, area: float) -> float:

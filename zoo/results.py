@@ -586,7 +586,9 @@ class Results:
         category_id (``category_ids[class]``, default class + 1), bbox [x, y, width, height] in pixels, score;
         a segmentation model's adds "segmentation", the mask at the image's size as COCO's compressed RLE
         (upstream's val encodes process_mask_native's masks: ``retina_masks=True`` gives those), a pose
-        model's "keypoints", [x1, y1, v1, x2, ...] in pixels (COCO's layout; x, y only without visibility)."""
+        model's "keypoints", [x1, y1, v1, x2, ...] in pixels, v the keypoint's score (COCO's layout). A model
+        without visibility (kpt_shape (K, 2)) writes v = 1, as COCO's results format recommends: ultralytics
+        writes x, y pairs, which pycocotools reads as triples (COCOeval "keypoints" raises on them)."""
         name = Path(self.path).name if self.path else None
         records = [
             {"image_id": image_id, "file_name": name,
@@ -598,8 +600,11 @@ class Results:
             for record, rle in zip(records, self.masks.coco_rles()):
                 record["segmentation"] = rle
         if self.keypoints is not None:
-            for record, points in zip(records, np.asarray(self.keypoints.data, np.float64).round(3)):
-                record["keypoints"] = points.reshape(-1).tolist()
+            points = np.asarray(self.keypoints.data, np.float64).round(3)
+            if not self.keypoints.has_visible:
+                points = np.concatenate([points, np.ones((*points.shape[:2], 1))], axis=2)
+            for record, triples in zip(records, points):
+                record["keypoints"] = triples.reshape(-1).tolist()
         return records
 
     def label_lines(self, save_conf: bool = False) -> list[str]:
