@@ -34,7 +34,7 @@ PERSON = {"id": 1, "name": "person", "supercategory": "person",
 # COCO's own category ids, from its instances_val2017.json (independent of zoo's mapping)
 COCO_IDS = {"person": 1, "remote": 75}
 IMAGE_IDS = {"000000000007.png": 7, "000000000042.png": 42}  # numeric stems: their numbers, as ultralytics
-OPTIONS = {"imgsz": 64, "conf": 0.5}
+OPTIONS = {"imgsz": 64, "conf": 0.5}  # predict's, and the command line's flags
 
 # pycocotools 2.0 decodes through numpy's old __array__ protocol
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation:DeprecationWarning")
@@ -50,17 +50,18 @@ def images(tmp_path_factory):
     return folder
 
 
-def run_save_json(model: str, images: Path, out: Path, max_det: int, weights: list[str] = ()) -> Path:
-    assert main([model, str(images), *weights, "--device", "cpu", "--save-json", "--out", str(out),
-                 "--max-det", str(max_det), *(f"--{k}={v}" for k, v in OPTIONS.items())]) == 0
+def run_save_json(model: str, images: Path, out: Path, options: dict, weights: list[str] = ()) -> Path:
+    """``main``'s run with --save-json and predict's ``options`` as its flags."""
+    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}") for k, v in options.items()]
+    assert main([model, str(images), *weights, "--device", "cpu", "--save-json", "--out", str(out), *flags]) == 0
     return out / "predictions.json"
 
 
-def ground_truth(model, images: Path, max_det: int, category_ids: dict[str, int], categories: list[dict]) -> dict:
+def ground_truth(model, images: Path, options: dict, category_ids: dict[str, int], categories: list[dict]) -> dict:
     """The objects the Python API finds in ``images``, as a COCO ground truth: masks encoded by pycocotools
     from the image-sized masks, keypoints all visible (v = 2), categories by name."""
     annotations = []
-    for r in model.predict(str(images), max_det=max_det, **OPTIONS):
+    for r in model.predict(str(images), **options):
         masks = r.masks.in_image() if r.masks is not None else [None] * len(r)
         points = r.keypoints.data.tolist() if r.keypoints is not None else [None] * len(r)
         for (x1, y1, x2, y2), c, mask, kpts in zip(r.boxes.xyxy.tolist(), r.boxes.cls.int().tolist(), masks, points):
@@ -101,15 +102,17 @@ def ar(evaluation: COCOeval) -> float:
     return float(evaluation.stats[8 if evaluation.params.iouType == "segm" else 5])
 
 
-@pytest.mark.parametrize("case, iou_type, category_ids, categories", [
-    ("yolov8n-seg", "segm", SEG_IDS, SEG_CATEGORIES),
-    ("yolo11n-seg", "segm", {"leaf": 1, "stem": 2}, [{"id": 1, "name": "leaf"}, {"id": 2, "name": "stem"}]),
-    ("yolov8n-pose", "keypoints", {"person": 1}, [PERSON]),
+@pytest.mark.parametrize("case, iou_type, category_ids, categories, retina_masks", [
+    ("yolov8n-seg", "segm", SEG_IDS, SEG_CATEGORIES, False),
+    ("yolov8n-seg", "segm", SEG_IDS, SEG_CATEGORIES, True),
+    ("yolo11n-seg", "segm", {"leaf": 1, "stem": 2}, [{"id": 1, "name": "leaf"}, {"id": 2, "name": "stem"}], False),
+    ("yolov8n-pose", "keypoints", {"person": 1}, [PERSON], False),
 ])
 def test_the_runs_own_objects_as_ground_truth_give_ap_1_and_ids_off_by_one_ap_0(
-        case, iou_type, category_ids, categories, images, checkpoints, tmp_path):
-    predictions = run_save_json(str(checkpoints[case]), images, tmp_path / "out", max_det=3)
-    truth = ground_truth(zoo.load(str(checkpoints[case]), device="cpu"), images, 3, category_ids, categories)
+        case, iou_type, category_ids, categories, retina_masks, images, checkpoints, tmp_path):
+    options = {**OPTIONS, "max_det": 3, **({"retina_masks": True} if retina_masks else {})}
+    predictions = run_save_json(str(checkpoints[case]), images, tmp_path / "out", options)
+    truth = ground_truth(zoo.load(str(checkpoints[case]), device="cpu"), images, options, category_ids, categories)
     records = json.loads(predictions.read_text())
     assert len(records) == len(truth["annotations"]) >= 4 and {r["image_id"] for r in records} == {7, 42}
     evaluation = evaluate(truth, str(predictions), iou_type)
@@ -125,12 +128,13 @@ def test_the_runs_own_objects_as_ground_truth_give_ap_1_and_ids_off_by_one_ap_0(
 def test_keypoints_without_visibility_are_cocos_triples(images, checkpoints, tmp_path):
     """A (K, 2) pose model (5 keypoints, no visibility) writes [x, y, 1, ...]: ultralytics' x, y pairs are read
     by COCOeval as triples, x of one keypoint taken for another's v (a ValueError, 4 against 5 keypoints)."""
-    predictions = run_save_json(str(checkpoints["yolo11n-pose"]), images, tmp_path / "out", max_det=3)
+    options = {**OPTIONS, "max_det": 3}
+    predictions = run_save_json(str(checkpoints["yolo11n-pose"]), images, tmp_path / "out", options)
     model = zoo.load(str(checkpoints["yolo11n-pose"]), device="cpu")
     records = json.loads(predictions.read_text())
     assert records and all(len(r["keypoints"]) == 5 * 3 and r["keypoints"][2::3] == [1] * 5 for r in records)
     categories = [{"id": 1, "name": "hand", "keypoints": list("abcde")}, {"id": 2, "name": "paw", "keypoints": list("abcde")}]
-    truth = ground_truth(model, images, 3, {"hand": 1, "paw": 2}, categories)
+    truth = ground_truth(model, images, options, {"hand": 1, "paw": 2}, categories)
     evaluation = evaluate(truth, str(predictions), "keypoints", sigmas=np.full(5, 0.05))
     assert evaluation.stats[0] == pytest.approx(1.0) and ar(evaluation) == pytest.approx(1.0)
 
@@ -154,8 +158,9 @@ def test_known_perturbations_give_the_recall_they_imply(case, iou_type, category
                                                         tmp_path):
     """One detection per image, two images: a prediction dropped halves the recall; image 42's object made to
     overlap its detection by IoU / OKS 0.72 is found at thresholds 0.50-0.70 only (AR (10 + 5) / 20)."""
-    predictions = run_save_json(str(checkpoints[case]), images, tmp_path / "out", max_det=1)
-    truth = ground_truth(zoo.load(str(checkpoints[case]), device="cpu"), images, 1, category_ids, categories)
+    options = {**OPTIONS, "max_det": 1}
+    predictions = run_save_json(str(checkpoints[case]), images, tmp_path / "out", options)
+    truth = ground_truth(zoo.load(str(checkpoints[case]), device="cpu"), images, options, category_ids, categories)
     records = json.loads(predictions.read_text())
     assert [r["image_id"] for r in records] == [7, 42] and len(truth["annotations"]) == 2
     dropped = evaluate(truth, [r for r in records if r["image_id"] == 42], iou_type)
@@ -192,12 +197,13 @@ def test_coco_models_masks_carry_cocos_category_ids(images, tmp_path):
     save_file(weights, str(tmp_path / "coco80-seg.safetensors"))
     model = zoo.load("yolov8n-seg", weights=tmp_path / "coco80-seg.safetensors", device="cpu")
     assert model.names[65] == "remote"
-    predictions = run_save_json("yolov8n-seg", images, tmp_path / "out", max_det=2,
+    options = {**OPTIONS, "max_det": 2}
+    predictions = run_save_json("yolov8n-seg", images, tmp_path / "out", options,
                                 weights=["--weights", str(tmp_path / "coco80-seg.safetensors")])
     records = json.loads(predictions.read_text())
     assert records and {r["category_id"] for r in records} == {COCO_IDS["remote"]}
     categories = [{"id": i, "name": n} for n, i in COCO_IDS.items()]
-    truth = ground_truth(model, images, 2, COCO_IDS, categories)
+    truth = ground_truth(model, images, options, COCO_IDS, categories)
     assert evaluate(truth, str(predictions), "segm").stats[0] == pytest.approx(1.0)
 
 
