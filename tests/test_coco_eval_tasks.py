@@ -133,7 +133,7 @@ def test_keypoints_without_visibility_are_cocos_triples(images, checkpoints, tmp
     model = zoo.load(str(checkpoints["yolo11n-pose"]), device="cpu")
     records = json.loads(predictions.read_text())
     assert records and all(len(r["keypoints"]) == 5 * 3 and r["keypoints"][2::3] == [1] * 5 for r in records)
-    categories = [{"id": 1, "name": "hand", "keypoints": list("abcde")}, {"id": 2, "name": "paw", "keypoints": list("abcde")}]
+    categories = [{"id": i, "name": name, "keypoints": list("abcde")} for i, name in ((1, "hand"), (2, "paw"))]
     truth = ground_truth(model, images, options, {"hand": 1, "paw": 2}, categories)
     evaluation = evaluate(truth, str(predictions), "keypoints", sigmas=np.full(5, 0.05))
     assert evaluation.stats[0] == pytest.approx(1.0) and ar(evaluation) == pytest.approx(1.0)
