@@ -585,7 +585,8 @@ class Results:
         """The boxes as COCO result records, as ultralytics' save_json writes them: image_id, file_name,
         category_id (``category_ids[class]``, default class + 1), bbox [x, y, width, height] in pixels, score;
         a segmentation model's adds "segmentation", the mask at the image's size as COCO's compressed RLE
-        (upstream's val encodes process_mask_native's masks: ``retina_masks=True`` gives those), a pose
+        (upstream's val encodes process_mask_native's masks, at the input's size scaled to the image;
+        ``retina_masks=True`` computes them at the image's size), a pose
         model's "keypoints", [x1, y1, v1, x2, ...] in pixels, v the keypoint's score (COCO's layout). A model
         without visibility (kpt_shape (K, 2)) writes v = 1, as COCO's results format recommends: ultralytics
         writes x, y pairs, which pycocotools reads as triples (COCOeval "keypoints" raises on them)."""
