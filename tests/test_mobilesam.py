@@ -191,7 +191,7 @@ def test_cpu_decoder_forms_equal_the_upstream_layers(small_sam, predictor):
         np.testing.assert_allclose(got[0], want[0], rtol=0, atol=1e-5 * np.abs(want[0]).max())
         np.testing.assert_allclose(got[1], want[1], rtol=0, atol=1e-5)
     sparse, dense = small_sam.prompt_encoder((mx.array(coords), mx.array(labels)), None, None)
-    inputs = (predictor.features, small_sam.prompt_encoder.get_dense_pe(), sparse, dense[:1])
+    inputs = (predictor.features_nhwc, small_sam.prompt_encoder.get_dense_pe(), sparse, dense[:1])
     all_masks, all_iou = small_sam.mask_decoder.predict_masks(*inputs)
     masks, iou = small_sam.mask_decoder.predict_masks(*inputs, slice(1, None))
     assert np.array_equal(np.array(masks), np.array(all_masks[..., 1:]))
@@ -213,7 +213,7 @@ def test_set_image_encodes_once_for_many_predictions(small_sam, image, monkeypat
 def test_bgr_input_is_flipped_to_rgb(small_sam, image, predictor):
     p = small_sam.predictor()
     p.set_image(np.ascontiguousarray(image[..., ::-1]), image_format="BGR")
-    assert mx.array_equal(p.features, predictor.features)
+    assert np.array_equal(p.features, predictor.features)
 
 
 def test_get_image_embedding_is_upstreams_nchw_tensor(predictor, image, checkpoint):
@@ -226,6 +226,91 @@ def test_get_image_embedding_is_upstreams_nchw_tensor(predictor, image, checkpoi
     sd = {k: v.astype(np.float64) for k, v in sanitize(checkpoint, {}).items()}
     expected = reference.image_encoder(sd, reference.preprocess(image, SIZE)[0])  # upstream's NCHW layout
     assert rel_err(saved, expected) < TOL
+
+
+class _CudaTensor:
+    """What a torch tensor on a GPU offers an app's cache: .cpu().numpy() and no __array__."""
+
+    def __init__(self, values: np.ndarray):
+        self._values = values
+
+    def cpu(self):
+        return _CudaTensor(self._values)
+
+    def numpy(self) -> np.ndarray:
+        return self._values
+
+
+class _BFloat16Tensor:
+    def cpu(self):
+        return self
+
+    def numpy(self):
+        raise TypeError("Got unsupported ScalarType BFloat16")  # torch's
+
+
+def test_a_cached_embedding_restored_as_upstreams_predicts_the_same_masks(small_sam, predictor, image):
+    """SAM web demos and annotation tools cache each image's embedding after set_image and restore it later
+    without the encoder, as upstream's attributes allow: ``reset_image(); features = cached; original_size = ...;
+    input_size = ...; is_image_set = True``. features was the model's NHWC MLX array and is_image_set read-only."""
+    cache = {"features": predictor.features.cpu().numpy(),  # what the app np.save()s, upstream's NCHW
+             "original_size": predictor.original_size, "input_size": predictor.input_size}
+    assert cache["features"].shape == (1, 256, SIZE // 16, SIZE // 16) and cache["features"].dtype == np.float32
+    assert np.array_equal(cache["features"], np.array(predictor.features_nhwc).transpose(0, 3, 1, 2))
+    prompts = [{"point_coords": np.array([[40, 30], [80, 60]]), "point_labels": np.array([1, 0])},
+               {"box": np.array([10, 5, 100, 80]), "multimask_output": False},
+               {"boxes": np.array([[0, 0, 60, 60], [30, 20, 119, 89]])}]
+    expected = [predictor.predict(**prompt) for prompt in prompts]
+
+    fresh = SamPredictor(small_sam)
+    fresh.set_image(np.zeros((40, 128, 3), np.uint8))  # another image first: the restored one replaces it
+    fresh.reset_image()
+    assert not fresh.is_image_set and fresh.features is None
+    for features, sizes in ((cache["features"], tuple), (_CudaTensor(cache["features"]), list),
+                            (predictor.get_image_embedding(), np.array)):  # sizes as a JSON cache gives them back
+        fresh.reset_image()
+        fresh.features = features
+        fresh.original_size = sizes(cache["original_size"])
+        fresh.input_size = sizes(cache["input_size"])
+        fresh.is_image_set = True
+        assert fresh.original_size == (90, 120) and fresh.input_size == (96, 128)
+        assert mx.array_equal(fresh.features_nhwc, predictor.features_nhwc)
+        for prompt, want in zip(prompts, expected):
+            for got, wanted in zip(fresh.predict(**prompt), want):
+                assert np.array_equal(got, wanted)
+
+
+def test_a_wrong_restored_embedding_or_size_is_one_error(small_sam, predictor):
+    """An embedding of another layout, model or type, or sizes of another image, would decode wrong masks
+    silently: each is one error, at the assignment or at predict."""
+    cached = predictor.features.cpu().numpy()
+    p = SamPredictor(small_sam)
+    grid = SIZE // 16
+    with pytest.raises(ZooError, match=rf"features has shape \(1, {grid}, {grid}, 256\) \(float32\): expected "
+                                       rf"\(1, 256, {grid}, {grid}\) floats, NCHW, .*channels-last"):
+        p.features = cached.transpose(0, 2, 3, 1)
+    with pytest.raises(ZooError, match=rf"features has shape \(1, 256, 64, 64\) .* expected \(1, 256, {grid}, {grid}\)"):
+        p.features = np.zeros((1, 256, 64, 64), np.float32)  # the 1024 model's embedding on this 128 model
+    with pytest.raises(ZooError, match=r"features has shape .* \(int64\)"):
+        p.features = cached.astype(np.int64)
+    with pytest.raises(ZooError, match="features contains NaN or infinity"):
+        p.features = np.where(cached > 0, np.nan, cached)
+    with pytest.raises(ZooError, match=r"features: a _BFloat16Tensor is not readable as an array \(Got unsupported"):
+        p.features = _BFloat16Tensor()
+    assert p.features is None  # nothing half-assigned
+    with pytest.raises(ZooError, match=r"original_size \(90.5, 120\) is not an image's \(height, width\)"):
+        p.original_size = (90.5, 120)
+    p.features, p.original_size, p.input_size = cached, (90, 120), (96, 128)
+    with pytest.raises(ZooError, match="no image set: .* then is_image_set = True"):
+        p.predict(box=[0, 0, 50, 50])  # upstream's too: the flag is the app's to set
+    p.is_image_set = True
+    p.original_size = (120, 90)  # PIL's image.size is (width, height)
+    with pytest.raises(ZooError, match=r"input_size \(96, 128\) is not original_size \(120, 90\) resized to long "
+                                       rf"side {SIZE} \(\(128, 96\)\)"):
+        p.predict(box=[0, 0, 50, 50])
+    p.original_size, p.features = (90, 120), None
+    with pytest.raises(ZooError, match="is_image_set is True but features is None"):
+        p.predict(box=[0, 0, 50, 50])
 
 
 def test_float16_model_stays_close_to_float32(small_spec, image, predictor):
@@ -343,7 +428,7 @@ def test_upstreams_end_to_end_batched_inference_runs_as_written(small_sam, predi
             assert np.array_equal(got.cpu().numpy(), expected)
     # set_torch_image, upstream's, is what sam(...) encodes with
     p.set_torch_image(prepared.transpose(2, 0, 1)[None], image.shape[:2])
-    assert mx.array_equal(p.features, predictor.features) and p.original_size == (90, 120) and p.input_size == (96, 128)
+    assert np.array_equal(p.features, predictor.features) and p.original_size == (90, 120) and p.input_size == (96, 128)
     with pytest.raises(ZooError, match=r"set_torch_image takes \(1, 3, H, W\) .* got \(3, 96, 128\)"):
         p.set_torch_image(prepared.transpose(2, 0, 1), image.shape[:2])
     with pytest.raises(ZooError, match="original_image_size 90 is not the image's"):

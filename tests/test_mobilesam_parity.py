@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import types
 
-import mlx.core as mx
 import numpy as np
 import pytest
 from PIL import Image
@@ -180,9 +179,10 @@ def test_reference_masks_match_upstream(case, reference_run):
 def test_mlx_prompt_encoder_decoder_and_masks_match_upstream(case, reference_run, weights):
     sam = registry.build(registry.get_spec("mobilesam"), weights)
     predictor = sam.predictor()
-    # the upstream image embedding (as the reference computes it, within 1e-7), NHWC
-    predictor.features = mx.array(reference_run.outputs["image_encoder.neck"].transpose(0, 2, 3, 1).astype(np.float32))
+    # the upstream image embedding (as the reference computes it, within 1e-7), NCHW as upstream's features
+    predictor.features = reference_run.outputs["image_encoder.neck"]
     predictor.original_size, predictor.input_size = (480, 640), (768, 1024)
+    predictor.is_image_set = True
     with recording(sam) as records:
         masks, iou, low_res = predictor.predict(case.coords, case.labels, return_logits=True)
     sparse, dense = (np.array(a) for a in records["prompt_encoder"].output)

@@ -57,6 +57,22 @@ def apply_coords(coords: np.ndarray, original_size: tuple[int, int], long_side: 
     return coords.astype(np.float32)
 
 
+def size_pair(size) -> tuple[int, int] | None:
+    """(height, width) as two positive ints from a tuple, list, torch.Size or array of them; None if it is not one."""
+    pair = tuple(np.ravel(size).tolist())
+    return pair if len(pair) == 2 and all(type(v) is int and v > 0 for v in pair) else None
+
+
+def check_input_size(original_size: tuple[int, int], input_size: tuple[int, int], long_side: int) -> None:
+    """The resized image's size is the original's with the long side ``long_side``: otherwise prompts and masks
+    are mapped between frames of different shapes (a stretched mask), e.g. original_size saved as PIL's (w, h)."""
+    expected = preprocess_shape(*original_size, long_side)
+    if tuple(input_size) != expected:
+        raise ZooError(f"input_size {tuple(input_size)} is not original_size {tuple(original_size)} resized to long "
+                       f"side {long_side} ({expected}): give both as (height, width) of the same image, the values "
+                       "predictor.original_size and predictor.input_size had after set_image")
+
+
 # point labels: what each means (upstream's prompt encoder)
 POINT_LABELS = {1: "1 (foreground)", 0: "0 (background)", -1: "-1 (padding: not a point, its position ignored)"}
 
@@ -267,13 +283,99 @@ class SamPredictor:
         return self.model.device
 
     def reset_image(self) -> None:
+        """upstream's: no image set, no embedding (and no sizes: predict refuses stale ones)."""
+        self.is_image_set = False
         self.features = None
         self.original_size = None
         self.input_size = None
 
+    # The image's state, upstream's plain attributes: an app that caches embeddings saves features,
+    # original_size and input_size after set_image, and restores them later (reset_image(); assign the three;
+    # is_image_set = True) without running the encoder.
+
     @property
-    def is_image_set(self) -> bool:
-        return self.features is not None
+    def features(self) -> TensorArray | None:
+        """upstream's ``predictor.features``: the image embedding, (1, 256, 64, 64) NCHW float32 as a
+        TensorArray (``.cpu().numpy()`` as a tensor's), None without an image. Assigning one (a cached
+        embedding: numpy, a tensor, anything with ``.cpu().numpy()`` or ``__array__``) checks it and converts
+        it once to the model's NHWC array, ``features_nhwc``, what the decoder reads."""
+        if self._features is None:
+            return None
+        nchw = np.array(self._features.astype(mx.float32)).transpose(0, 3, 1, 2)
+        return np.ascontiguousarray(nchw).view(TensorArray)
+
+    @features.setter
+    def features(self, embedding) -> None:
+        self._features = None if embedding is None else self._model_features(embedding)
+
+    @property
+    def features_nhwc(self) -> mx.array | None:
+        """The model's own layout of the embedding, (1, 64, 64, 256) MLX in its dtype: what ``decode`` takes."""
+        return self._features
+
+    @property
+    def original_size(self) -> tuple[int, int] | None:
+        """upstream's: the image's (height, width), the size of predict's masks."""
+        return self._original_size
+
+    @original_size.setter
+    def original_size(self, size) -> None:
+        self._original_size = self._assigned_size("original_size", size)
+
+    @property
+    def input_size(self) -> tuple[int, int] | None:
+        """upstream's: (height, width) of the image resized to the model's input (long side img_size)."""
+        return self._input_size
+
+    @input_size.setter
+    def input_size(self, size) -> None:
+        self._input_size = self._assigned_size("input_size", size)
+
+    @staticmethod
+    def _assigned_size(name: str, size) -> tuple[int, int] | None:
+        if size is None:
+            return None
+        pair = size_pair(size)
+        if pair is None:
+            raise ZooError(f"{name} {size!r} is not an image's (height, width) in pixels: restore the value "
+                           f"predictor.{name} had after set_image")
+        return pair
+
+    def _model_features(self, embedding) -> mx.array:
+        """An assigned NCHW embedding -> the model's NHWC MLX array in its dtype, or one error naming the problem."""
+        expected = (1, self.model.prompt_encoder.embed_dim, *self.model.prompt_encoder.image_embedding_size)
+        try:
+            if not isinstance(embedding, np.ndarray) and callable(getattr(embedding, "cpu", None)):
+                if callable(getattr(embedding, "detach", None)):  # a tensor that requires grad refuses .numpy()
+                    embedding = embedding.detach()
+                embedding = embedding.cpu().numpy()  # a tensor, on any device
+            array = np.asarray(embedding)
+        except (TypeError, ValueError, RuntimeError, AttributeError) as e:
+            raise ZooError(f"features: a {type(embedding).__name__} is not readable as an array ({e}): assign "
+                           f"the {expected} float32 embedding that predictor.features gave") from None
+        if array.shape != expected or array.dtype.kind != "f":
+            hint = (" (a channels-last array: .transpose(0, 3, 1, 2))"
+                    if array.shape == (expected[0], *expected[2:], expected[1]) else "")
+            raise ZooError(f"features has shape {array.shape} ({array.dtype}): expected {expected} floats, NCHW, "
+                           f"the embedding that predictor.features gave after set_image for this model{hint}")
+        features = mx.array(array.astype(np.float32).transpose(0, 2, 3, 1)).astype(self.model.dtype)
+        if not mx.isfinite(features).all().item():
+            raise ZooError(f"features contains NaN or infinity (in the model's {self.model.dtype}): assign the "
+                           "embedding that predictor.features gave after set_image")
+        mx.eval(features)
+        return features
+
+    def _check_image_set(self) -> None:
+        """predict's precondition, each way it can fail as one line: no image, or a restored state missing a part."""
+        if not self.is_image_set:
+            raise ZooError("no image set: call set_image(image) before predict (restoring a cached embedding: "
+                           "assign features, original_size and input_size, then is_image_set = True)")
+        missing = [name for name in ("features", "original_size", "input_size")
+                   if getattr(self, "_" + name) is None]
+        if missing:
+            raise ZooError(f"is_image_set is True but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
+                           "None: call set_image(image), or assign the values saved after set_image")
+        check_input_size(self.original_size, self.input_size, self.model.img_size)
 
     @serialized(lambda predictor: predictor.model)
     def set_image(self, image, image_format: str = "RGB") -> None:
@@ -302,10 +404,11 @@ class SamPredictor:
                            f"(transform.apply_image's image, channels first, [None]), got {image.shape} {image.dtype}")
         if not np.isfinite(image).all():
             raise ZooError("set_torch_image: the image contains NaN or infinity: pass pixel values 0-255")
-        original = tuple(np.ravel(original_image_size).tolist())
-        if len(original) != 2 or not all(isinstance(v, int) and v > 0 for v in original):
+        original = size_pair(original_image_size)
+        if original is None:
             raise ZooError(f"original_image_size {original_image_size!r} is not the image's (height, width): "
                            "pass image.shape[:2] of the image before apply_image")
+        check_input_size(original, image.shape[2:], size)
         self.reset_image()
         self._encode(image[0].transpose(1, 2, 0), original)
 
@@ -313,18 +416,17 @@ class SamPredictor:
         """The image encoder on the resized (h, w, 3) image; the sizes that predict maps prompts and masks by."""
         features = self.model.encode_image(self.model.preprocess(resized))
         mx.eval(features)
-        self.original_size = tuple(original_size)
+        self.original_size = original_size
         self.input_size = resized.shape[:2]
-        self.features = features
+        self._features = features
+        self.is_image_set = True
 
     def get_image_embedding(self) -> TensorArray:
         """upstream's: the current image's embedding, (1, 256, 64, 64) NCHW float32, as a TensorArray
         (``.cpu().numpy()`` as a tensor's), the layout that SAM's ONNX decoder and other tools read.
-        The model's own NHWC MLX array, what ``decode`` takes, is ``self.features``."""
-        if not self.is_image_set:
-            raise ZooError("no image set: call set_image(image) first")
-        nchw = np.array(self.features.astype(mx.float32)).transpose(0, 3, 1, 2)
-        return np.ascontiguousarray(nchw).view(TensorArray)
+        ``self.features`` as upstream's is. The model's own NHWC MLX array is ``self.features_nhwc``."""
+        self._check_image_set()
+        return self.features
 
     @serialized(lambda predictor: predictor.model)
     def predict(self, point_coords=None, point_labels=None, box=None, mask_input=None,
@@ -371,8 +473,7 @@ class SamPredictor:
         (N, C, 256, 256)): the prompts checked, then decoded a chunk at a time, each chunk's masks made
         from the decoder's own logits. ``resized_frame``: N prompts in the resized image's pixels
         (predict_torch's), checked against its size and not scaled again."""
-        if not self.is_image_set:
-            raise ZooError("no image set: call set_image(image) before predict")
+        self._check_image_set()
         batched = resized_frame or boxes is not None or np.ndim(point_coords) == 3
         frame = self.input_size if resized_frame else self.original_size
         if batched:
@@ -421,8 +522,7 @@ class SamPredictor:
     def mask_crop(self, low_res: np.ndarray) -> tuple[int, int, np.ndarray]:
         """One mask's low-res logits (256, 256) from predict_low_res -> (top, left, crop): its full-size
         mask (predict's) is the bool ``crop`` at rows top.., columns left.., false elsewhere (Sam.mask_crop)."""
-        if not self.is_image_set:
-            raise ZooError("no image set: call set_image(image) before predict")
+        self._check_image_set()
         return self.model.mask_crop(mx.array(np.asarray(low_res, np.float32)[None, ..., None]), self.input_size,
                                     self.original_size)
 
@@ -437,4 +537,4 @@ class SamPredictor:
         masks = None
         if mask_input is not None:  # (N, 1, 256, 256) -> (N, 256, 256, 1) NHWC
             masks = mx.array(np.asarray(mask_input, np.float32).transpose(0, 2, 3, 1)).astype(self.model.dtype)
-        return self.model.decode_prompt(self.features, points, boxes, masks, bool(multimask_output))
+        return self.model.decode_prompt(self._features, points, boxes, masks, bool(multimask_output))
