@@ -1,4 +1,5 @@
 """zoo.sources: every source kind yields the same Items; bad items are reported one by one; writers are atomic."""
+import io
 import itertools
 import json
 import os
@@ -10,9 +11,11 @@ import pytest
 from PIL import Image
 
 from conftest import PEAK_RSS_KB
+from zoo import sources
 from zoo.errors import ZooError
-from zoo.sources import (Arrays, Camera, Chain, Files, Folder, Glob, JsonListWriter, JsonlWriter, PathList, Video,
-                         VideoWriter, open_source, read_json_list, read_jsonl)
+from zoo.sources import (RECORD_LINE_LIMIT, Arrays, Camera, Chain, Files, Folder, Glob, JsonListReader, JsonListWriter,
+                         JsonlWriter, PathList, RecordReader, Video, VideoWriter, open_source, read_json_list, read_jsonl,
+                         read_records)
 
 av = pytest.importorskip("av")  # the `video` extra, part of `test`
 
@@ -359,7 +362,7 @@ def test_json_list_is_written_in_place_and_resumed_from_what_a_killed_run_left(t
                           ('[\n  {"image_id": 1},\n  {"image_id": 2},', [1, 2]),
                           ('[\n  {"image_id": 1},\n', [1]), ("[", []), ("", [])]:
         path.write_text(left)
-        assert read_json_list(path).records == [{"image_id": n} for n in records]
+        assert list(read_json_list(path)) == [{"image_id": n} for n in records]
         with JsonListWriter(path, resume=True) as writer:
             writer.write({"image_id": 9})
         assert json.loads(path.read_text()) == [{"image_id": n} for n in [*records, 9]]
@@ -375,20 +378,24 @@ def test_json_list_is_written_in_place_and_resumed_from_what_a_killed_run_left(t
 
 
 @pytest.mark.parametrize("content, message", [
-    ("{}", "is not a JSON list of records: pass overwrite=True to replace it"),
+    ("{}", ("is not a JSON list of records as this program writes them ('[' on the first line, one record a line): "
+            "pass overwrite=True to replace it")),
     ("[1, 2]", "is not a JSON list of records"),
-    ('{"image_id": 1\n', "is not a JSON list: pass overwrite=True"),
+    ('{"image_id": 1\n', "is not a JSON list of records as this program writes them"),
+    ('[{"image_id": 1}, {"image_id": 2}]', "is not a JSON list of records as this program writes them"),  # json.dump's
+    ('[\n  {\n    "image_id": 1\n  }\n]\n', "line 2 is not a record of an unfinished JSON list"),  # indent=2's
+    ('[\n  {"image_id": 1},\n]\n', "line 3 is not a record of an unfinished JSON list"),  # invalid JSON
     ('[\n  {"image_id": 1},\n  garbage,\n  {"image_id": 2}', "line 3 is not a record of an unfinished JSON list"),
     ('[\n  {"image_id": 1}\n  {"image_id": 2}', "line 3 is not a record of an unfinished JSON list"),
     ('[\n  {"image_id": 1},\n  \udcff,\n  {"image_id": 2}', "line 3 is not a record"),
     ('[\n  {"image_id": 1},\n  [3],\n', "line 3 is not a record"),
-    ('[\n  {"image_id": 1}\n]\n]\n', "line 3 is not a record"),
+    ('[\n  {"image_id": 1}\n]\n]\n', "line 4 follows the list's closing bracket"),
 ])
 def test_json_list_damaged_beyond_a_torn_tail_is_refused_in_one_line(tmp_path, content, message):
     path = tmp_path / "predictions.json"
     path.write_bytes(content.encode("utf-8", "surrogateescape"))
-    for read in (read_json_list, lambda p: JsonListWriter(p, resume=True)):
-        with pytest.raises(ZooError, match=message) as e:
+    for read in (lambda p: list(read_json_list(p)), lambda p: JsonListWriter(p, resume=True)):
+        with pytest.raises(ZooError, match=re.escape(message)) as e:
             read(path)
         assert "\n" not in str(e.value) and str(path) in str(e.value)
     assert path.read_bytes() == content.encode("utf-8", "surrogateescape")
@@ -486,6 +493,100 @@ def test_resume_streams_a_large_record_file(tmp_path):
     assert json.loads(lines[0]) == HEADER and json.loads(lines[-1]) == {"path": "new.jpg", "top": []}
     assert lines[1:-1] == [f'{{"path": "imgs/{i:07d}.jpg", {top}}}' for i in range(n) if i % 1000]
     assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+# a child that resumes a COCO predictions.json (dropping the records of the images it does again: every
+# thousandth) and reads the kept records back, printing its own peak RSS (KB) before and after
+RESUME_LIST_CHILD = PEAK_RSS_KB + r"""
+import json, sys
+from zoo.sources import JsonListWriter
+before = peak_rss_kb()
+with JsonListWriter(sys.argv[1], resume=True, keep=lambda r: r["image_id"] % 1000 != 0) as writer:
+    kept = sum(1 for _ in writer.kept_records())
+    writer.write({"image_id": -1})
+print(json.dumps({"before": before, "after": peak_rss_kb(), "kept": kept, "counted": writer.kept}))
+"""
+
+
+def test_resume_streams_a_large_json_list(tmp_path):
+    """--resume --save-json reads predictions.json as a stream: 100,000 COCO records (a 13 MiB list a killed run
+    left, a torn last line) held as record dicts took 128 MiB (measured 2026-11-30 on 42fa7e2: the child's peak
+    grew from 38 to 166 MiB; 200,000 records: 256 MiB); streamed, the resume and its rewrite add nothing measurable
+    (0.02 MiB). The bound, 16 MiB, leaves room for the allocator and the readers' buffers, an eighth of what the
+    records took."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "predictions.json"
+    n = 100_000
+    record = '{{"image_id": {}, "file_name": "{:012d}.jpg", "category_id": 1, "bbox": [12.5, 20.25, 100.0, 80.75], ' \
+             '"score": 0.87654}}'
+    path.write_text("[\n  " + ",\n  ".join(record.format(i, i) for i in range(n)) + ',\n  {"image_id": 7, "fi')
+    child = subprocess.run([sys.executable, "-c", RESUME_LIST_CHILD, str(path)], capture_output=True, text=True,
+                           timeout=300, check=False)
+    assert child.returncode == 0, child.stderr
+    assert "its last line was cut off" in child.stderr
+    peak = json.loads(child.stdout)
+    assert peak["kept"] == peak["counted"] == n - n // 1000
+    assert peak["after"] - peak["before"] < 16 * 1024, peak
+    assert json.loads(path.read_text()) == [*(json.loads(record.format(i, i)) for i in range(n) if i % 1000),
+                                            {"image_id": -1}]
+    assert [p.name for p in tmp_path.iterdir()] == ["predictions.json"]
+
+
+class CountingFile(io.FileIO):
+    """A file that counts the bytes read from it."""
+
+    read_bytes = 0
+
+    def readinto(self, buffer) -> int:
+        n = super().readinto(buffer)
+        self.read_bytes += n or 0
+        return n
+
+
+def test_a_line_longer_than_any_record_is_refused_without_reading_it_whole(tmp_path):
+    """A record file or predictions.json of one line without a newline (200 MB of garbage: here a sparse file of
+    zeros, or a damaged file) was read whole into memory (a child's peak 444 MiB) and then taken for a torn last
+    line: it is refused in one line once RECORD_LINE_LIMIT bytes (64 MiB) are read (peak 168 MiB), and stays as
+    it was."""
+    huge = 200 * 2**20
+    for name, start, read, reader in [
+            ("r.jsonl", b"", lambda p: JsonlWriter(p, resume=True, header=HEADER), RecordReader),
+            ("predictions.json", b"[\n", lambda p: JsonListWriter(p, resume=True), JsonListReader)]:
+        path = tmp_path / name
+        path.write_bytes(start)
+        with open(path, "r+b") as file:
+            file.truncate(huge)
+        line = start.count(b"\n") + 1
+        for refused in (read, lambda p: list(read_json_list(p) if p.suffix == ".json" else read_records(p))):
+            with pytest.raises(ZooError, match=rf"{name} line {line} is longer than 64 MiB, more than any record "
+                                               r"this program writes \(damaged, or not a file it wrote\): pass ") as e:
+                refused(path)
+            assert "\n" not in str(e.value)
+        with io.BufferedReader(CountingFile(path)) as counted, pytest.raises(ZooError, match="longer than 64 MiB"):
+            list(reader(counted, path))
+        assert counted.raw.read_bytes <= len(start) + RECORD_LINE_LIMIT + 2 * io.DEFAULT_BUFFER_SIZE
+        assert path.stat().st_size == huge
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["predictions.json", "r.jsonl"]  # no temporary file left
+
+
+def test_record_lines_up_to_the_limit_are_read(tmp_path, monkeypatch):
+    """The limit counts a line's newline: a record line of exactly RECORD_LINE_LIMIT bytes is read, one byte
+    more is refused (the limit lowered to 100 bytes for the test)."""
+    monkeypatch.setattr(sources, "RECORD_LINE_LIMIT", 100)
+    path = tmp_path / "r.jsonl"
+    header = json.dumps(HEADER) + "\n"
+
+    def line(size: int) -> str:  # a record line of ``size`` bytes
+        return '{"path": "x", "pad": "' + "p" * (size - 25) + '"}\n'
+
+    assert len(line(100)) == 100
+    path.write_text(header + line(100))
+    assert [len(json.dumps(r)) + 1 for r in read_records(path, HEADER)] == [100]
+    path.write_text(header + line(101))
+    with pytest.raises(ZooError, match="line 2 is longer than"):
+        list(read_records(path, HEADER))
 
 
 class FakeLiveFeed:

@@ -803,6 +803,27 @@ def not_ours() -> str:
     return f"pass another {option('jsonl', 'PATH')}, or {option('overwrite')} to replace it"
 
 
+# The longest line a record file or a JSON list may have. A record is one line; the largest we write is detect's
+# --jsonl record of a segmentation model, every mask's polygon (measured 2026-11-30: 240 masks of a 1920x1080 photo,
+# 49.5 KB; one ragged mask over half a 9459x9459 photo, the pixel limit's largest, 471 KB with --retina-masks);
+# predictions.json's longest, one mask's COCO RLE, 77 KB for that mask. A longer line is a damaged or foreign
+# file, refused once this much is read rather than read whole (200 MB of garbage without a newline).
+RECORD_LINE_LIMIT = 64 * 2**20
+
+
+def capped_lines(file: BinaryIO, path: Path, fix: str) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, line) of a binary file, each at most RECORD_LINE_LIMIT bytes: iterating a file by
+    lines reads a line whole, however long. A longer line is one ZooError naming ``fix``."""
+    for n in itertools.count(1):
+        line = file.readline(RECORD_LINE_LIMIT + 1)
+        if not line:
+            return
+        if len(line) > RECORD_LINE_LIMIT:
+            raise ZooError(f"{path} line {n} is longer than {RECORD_LINE_LIMIT // 2**20} MiB, more than any record "
+                           f"this program writes (damaged, or not a file it wrote): {fix}")
+        yield n, line
+
+
 def records_header(task: str, model: str) -> dict:
     """The header line of a run's records: which task and model wrote them (--resume checks it)."""
     return {HEADER_KEY: RECORDS_VERSION, "task": task, "model": model}
@@ -811,7 +832,8 @@ def records_header(task: str, model: str) -> dict:
 class RecordReader:
     """A record file's records, one at a time as its lines are read (memory holds one line, whatever the
     file's length): ``for record in RecordReader(file, path, header)``. One-line ZooErrors for a damaged or
-    foreign file, raised at the line: a line that is not a JSON object with a ``path`` (bytes that are not
+    foreign file, raised at the line: a line longer than RECORD_LINE_LIMIT (read that far, not whole), a line
+    that is not a JSON object with a ``path`` (bytes that are not
     UTF-8, ``42``), or, when ``header`` is given, records without it before them, or another task's, model's
     or format's. Once read to the end: ``header`` (the file's, None without one), ``whole`` (the bytes up to
     the end of its last whole line) and ``torn`` (whether a torn last line, a run killed while writing it,
@@ -823,7 +845,7 @@ class RecordReader:
         self.whole, self.torn, self.seen_record = 0, False, False
 
     def __iter__(self) -> Iterator[dict]:
-        for n, line in enumerate(self.file, 1):
+        for n, line in capped_lines(self.file, self.path, not_ours()):
             last = not line.endswith(b"\n")  # the bytes after the last newline: complete or torn
             if not line.strip():
                 self.whole += len(line)
@@ -867,12 +889,18 @@ def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]
     """The records of the record file at ``path``, streamed (RecordReader: checked line by line against
     ``header`` when given, its header line and a torn last line left out); a file that is not a regular
     file (a folder, a FIFO, a device) or cannot be read is a one-line ZooError."""
-    path = Path(path)
+    return streamed(Path(path), lambda file, path: RecordReader(file, path, header),
+                    "pass a file path for the results")
+
+
+def streamed(path: Path, reader: Callable[[BinaryIO, Path], Iterable[dict]], fix: str) -> Iterator[dict]:
+    """The records ``reader(file, path)`` reads from the file at ``path``, a regular file (a folder, a FIFO, a
+    device, or a file that cannot be read is a one-line ZooError naming ``fix``)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
-            raise ZooError(f"{path} is not a regular file: pass a file path for the results")
+            raise ZooError(f"{path} is not a regular file: {fix}")
         with open(path, "rb") as file:
-            yield from RecordReader(file, path, header)
+            yield from reader(file, path)
     except OSError as e:
         raise ZooError(f"cannot read {path}: {e.strerror or e}") from None
 
@@ -955,12 +983,16 @@ class JsonlWriter:
             self.file.write(json.dumps(record) + "\n")
         self._flush()
 
-    def _resume(self, keep) -> None:
-        fd = self._open_locked()
+    def _reader(self, file: BinaryIO):
+        return RecordReader(file, self.path, self.header)
+
+    def _count_kept(self, fd: int, keep):
+        """The file open at ``fd`` read once as a stream, counting the records ``keep`` accepts (``kept``); ->
+        (the reader, how many records it dropped). A damaged file's error closes ``fd``."""
+        dropped = 0
         try:
             with os.fdopen(os.dup(fd), "rb") as file:
-                found = RecordReader(file, self.path, self.header)
-                dropped = 0
+                found = self._reader(file)
                 for record in found:
                     if keep is None or keep(record):
                         self.kept += 1
@@ -971,6 +1003,11 @@ class JsonlWriter:
             raise
         if found.torn:
             note_torn(self.path)
+        return found, dropped
+
+    def _resume(self, keep) -> None:
+        fd = self._open_locked()
+        found, dropped = self._count_kept(fd, keep)
         if not dropped and (found.header or not self.header) and data_ends_a_line(fd, found.whole):
             os.ftruncate(fd, found.whole)  # the torn line, if any
             os.lseek(fd, 0, os.SEEK_END)
@@ -982,11 +1019,11 @@ class JsonlWriter:
         """The records of the file open at ``fd`` (read from its start again) that ``keep`` accepts."""
         with os.fdopen(os.dup(fd), "rb") as file:
             file.seek(0)
-            yield from (r for r in RecordReader(file, self.path) if keep is None or keep(r))
+            yield from (r for r in self._reader(file) if keep is None or keep(r))
 
     def kept_records(self) -> Iterator[dict]:
         """The records kept from the earlier run (``resume=True``), read back from the file as a stream."""
-        return itertools.islice(read_records(self.path), self.kept)
+        return itertools.islice(streamed(self.path, lambda file, path: self._reader(file), not_ours()), self.kept)
 
     def _open_locked(self) -> int:
         """The existing file opened for reading and writing (never through a link) and locked."""
@@ -1086,79 +1123,62 @@ class JsonlWriter:
         self.close()
 
 
-def read_fd(fd: int) -> bytes:
-    """The whole file open at ``fd``, from its start."""
-    with os.fdopen(os.dup(fd), "rb") as file:
-        file.seek(0)
-        return file.read()
-
-
 def data_ends_a_line(fd: int, whole: int) -> bool:
     """Whether the file's kept bytes end with a newline (or are none): new lines can follow them."""
     return whole == 0 or os.pread(fd, 1, whole - 1) == b"\n"
 
 
-@dataclass
-class JsonList:
-    """A JSON list file as read: its records, and whether a torn last line (a run killed while writing it)
-    was left out."""
+class JsonListReader:
+    """The records of a JSON list as JsonListWriter writes it, one at a time as its lines are read (memory holds
+    one line, whatever the file's length): ``[`` on its first line, one record a line, each but the last followed
+    by a comma, ``]`` on the last line (``[]`` for none). A list its run did not finish (killed) has no ``]``,
+    perhaps a torn last line (left out: ``torn``, once read to the end), or is empty (killed before the ``[``).
+    One-line ZooErrors, at the line, for anything else: another layout (json.dump's one line, an indented
+    list: ``overwrite`` replaces it), a line that is not a record, a line longer than RECORD_LINE_LIMIT."""
 
-    records: list[dict]
-    torn: bool
+    def __init__(self, file: BinaryIO, path: Path):
+        self.file, self.path = file, path
+        self.torn = False
 
-
-def parse_json_list(data: bytes, path: Path) -> JsonList:
-    """The records of a JSON list file: a finished list (any JSON layout), or one that JsonListWriter left
-    unfinished when its run was killed (``[``, then one record a line, each followed by a comma but the
-    last, no ``]``; an empty file: killed before the ``[``), whose torn last line is left out. One-line
-    ZooErrors for anything else: not a list of objects, or a damaged line before the last."""
-    refuse = f"pass {option('overwrite')} to replace it"
-    try:
-        whole = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return unfinished_json_list(data, path, refuse)
-    if not isinstance(whole, list) or not all(isinstance(r, dict) for r in whole):
-        raise ZooError(f"{path} is not a JSON list of records: {refuse}")
-    return JsonList(whole, False)
-
-
-def unfinished_json_list(data: bytes, path: Path, refuse: str) -> JsonList:
-    """parse_json_list of a file that is not valid JSON: a list JsonListWriter did not finish, or a damaged file."""
-    found = JsonList([], False)
-    lines = data.split(b"\n")
-    if not data.strip():
-        return found
-    if lines[0].strip() != b"[":
-        raise ZooError(f"{path} is not a JSON list: {refuse}")
-    comma = True  # whether the line before ends with one: a record may follow
-    for n, line in enumerate(lines[1:], 2):
-        text = line.strip()
-        if not text:
-            continue
-        try:
-            record = json.loads(text.removesuffix(b",").decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            if n == len(lines):
-                found.torn = True
-                break
-            record = None
-        if not comma or not isinstance(record, dict):
-            raise ZooError(f"{path} line {n} is not a record of an unfinished JSON list (damaged, or not a file "
-                           f"this program wrote): {refuse}")
-        found.records.append(record)
-        comma = text.endswith(b",")
-    return found
+    def __iter__(self) -> Iterator[dict]:
+        refuse = f"pass {option('overwrite')} to replace it"
+        opened = closed = False
+        records = 0
+        comma = True  # whether the line before ends with one: a record may follow
+        for n, line in capped_lines(self.file, self.path, refuse):
+            text = line.strip()
+            if not text:
+                continue
+            if closed:
+                raise ZooError(f"{self.path} line {n} follows the list's closing bracket (damaged, or not a file this "
+                               f"program wrote): {refuse}")
+            if not opened:
+                if text not in (b"[", b"[]"):
+                    raise ZooError(f"{self.path} is not a JSON list of records as this program writes them ('[' "
+                                   f"on the first line, one record a line): {refuse}")
+                opened, closed = True, text == b"[]"
+                continue
+            if text == b"]" and not (comma and records):  # after a comma, a "]" would make the list invalid JSON
+                closed = True
+                continue
+            try:
+                record = json.loads(text.removesuffix(b",").decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                if not line.endswith(b"\n"):  # the bytes after the last newline: a run killed while writing them
+                    self.torn = True
+                    return
+                record = None
+            if not comma or not isinstance(record, dict):
+                raise ZooError(f"{self.path} line {n} is not a record of an unfinished JSON list (damaged, or not a "
+                               f"file this program wrote): {refuse}")
+            yield record
+            records += 1
+            comma = text.endswith(b",")
 
 
-def read_json_list(path: str | Path) -> JsonList:
-    """parse_json_list of the file at ``path`` (a regular file: not a folder, a FIFO or a device)."""
-    path = Path(path)
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):  # before opening: opening a FIFO waits for a writer
-            raise ZooError(f"{path} is not a regular file: pass {option('overwrite')} to replace it")
-        return parse_json_list(path.read_bytes(), path)
-    except OSError as e:
-        raise ZooError(f"cannot read {path}: {e.strerror or e}") from None
+def read_json_list(path: str | Path) -> Iterator[dict]:
+    """The records of the JSON list at ``path``, streamed (JsonListReader: a torn last line left out)."""
+    return streamed(Path(path), JsonListReader, f"pass {option('overwrite')} to replace it")
 
 
 class JsonListWriter(JsonlWriter):
@@ -1167,9 +1187,9 @@ class JsonListWriter(JsonlWriter):
     ``sync`` puts the records so far on disk (the CLIs call it after every batch, before the batch's
     other outputs), ``close()`` adds the ``]`` (also after an error or an interrupt: the records so far
     stand). A killed run leaves a list without its ``]``, perhaps with a torn last line; ``resume=True``
-    reads it back (complete records only; a finished list too), keeps those ``keep(record)`` accepts
-    (``kept``, ``kept_records()``), and writes them to a new file created exclusively, renamed over the old one,
-    which is then appended to. Damaged or foreign files are one-line ZooErrors. ``overwrite=True``: the
+    reads it back as a stream (JsonListReader: complete records only; a finished list too; memory holds a
+    line, not the records), keeps those ``keep(record)`` accepts (``kept``, ``kept_records()``), and writes
+    them, read again, to a new file created exclusively, renamed over the old one, which is then appended to. Damaged or foreign files are one-line ZooErrors. ``overwrite=True``: the
     new file replaces the old one at the first ``sync()``. Without either, an existing ``path`` is an
     error, and the file is created exclusively. Locked while open: a second writer stops in one line."""
 
@@ -1183,21 +1203,13 @@ class JsonListWriter(JsonlWriter):
             self._record(record, n)
         self._flush()
 
+    def _reader(self, file: BinaryIO):
+        return JsonListReader(file, self.path)
+
     def _resume(self, keep) -> None:
         fd = self._open_locked()
-        try:
-            found = parse_json_list(read_fd(fd), self.path)
-            records = [r for r in found.records if keep is None or keep(r)]
-        except BaseException:
-            os.close(fd)
-            raise
-        self.kept = len(records)
-        if found.torn:
-            note_torn(self.path)
-        self._rewrite(fd, records)  # without its ``]`` and its torn line, if any
-
-    def kept_records(self) -> Iterator[dict]:
-        return iter(read_json_list(self.path).records[:self.kept])
+        self._count_kept(fd, keep)
+        self._rewrite(fd, self._kept_in(fd, keep))  # without its ``]`` and its torn line, if any
 
     def _record(self, record: dict, n: int) -> None:
         """The list's ``n``-th record (from 0)."""

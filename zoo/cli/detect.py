@@ -124,7 +124,8 @@ def check_arguments(args):
             print(f"note: --save-json: {len(numbered)} input(s) without a numeric file stem ({example}) get a running "
                   "image_id; map them to your ground truth's ids by file_name", file=sys.stderr)
         if args.resume and (out / PREDICTIONS).exists():
-            read_json_list(out / PREDICTIONS)  # a damaged file: refused before the model loads
+            for _ in read_json_list(out / PREDICTIONS):  # a damaged file: refused before the model loads
+                pass
         elif args.resume and args.skip:
             # the run being continued had no --save-json (its list is created before its first image):
             # a list of only the new images' records would miss the skipped ones without a word
