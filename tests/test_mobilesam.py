@@ -322,6 +322,13 @@ def test_float16_model_stays_close_to_float32(small_spec, image, predictor):
     masks32, scores32, _ = predictor.predict(**prompt)
     assert masks16.dtype == np.float32 and np.isfinite(masks16).all()
     assert rel_err(masks16, masks32) < 5e-2 and np.abs(scores16 - scores32).max() < 5e-2
+    # its cached embedding reads as float32 (upstream's dtype) and comes back as the same float16 values
+    restored = sam16.predictor()
+    restored.features, restored.original_size, restored.input_size = p.features, p.original_size, p.input_size
+    restored.is_image_set = True
+    assert p.features.dtype == np.float32 and restored.features_nhwc.dtype == mx.float16
+    assert mx.array_equal(restored.features_nhwc, p.features_nhwc)
+    assert np.array_equal(restored.predict(**prompt)[0], masks16)
 
 
 # ---------------------------------------------------------------- bad input: one-line errors
