@@ -3,7 +3,8 @@ ultralytics' file: pycocotools' ``COCO.loadRes`` on the file as written, ``COCOe
 ``"keypoints"``. The ground truths have known answers: the run's own objects (from the Python API, encoded by
 pycocotools) give AP 1.0; one object of two dropped or not found, AR 0.5; one mask cut to a known IoU or
 one person's keypoints moved to a known OKS, AR 0.75; category ids off by one, AP 0; a (K, 2) model's keypoints
-are triples; a mask drawn in the letterboxed input lands on the same shape drawn in the image. Checkpoints as ultralytics saves them (yolo_tasks_fixtures)."""
+are triples; a mask drawn in the letterboxed input lands on the same shape drawn in the image. Checkpoints as
+ultralytics saves them (yolo_tasks_fixtures)."""
 from __future__ import annotations
 
 import json

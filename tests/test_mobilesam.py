@@ -133,7 +133,8 @@ def test_predict_matches_reference(predictor, small_sam, image, checkpoint, prom
     expected = reference.predict(sanitize(checkpoint, {}), image, prompt.get("point_coords"), prompt.get("point_labels"),
                                  prompt.get("box"), multimask_output=prompt["multimask_output"], img_size=SIZE)
     channels = 3 if prompt["multimask_output"] else 1
-    assert masks.shape == (channels, 90, 120) and scores.shape == (channels,) and low_res.shape == (channels, LOW_RES, LOW_RES)
+    assert masks.shape == (channels, 90, 120) and scores.shape == (channels,)
+    assert low_res.shape == (channels, LOW_RES, LOW_RES)
     for got, ref in zip((masks, scores, low_res), expected):
         assert rel_err(got, ref) < TOL
     binary, _, _ = predictor.predict(**prompt)
@@ -289,7 +290,8 @@ def test_a_wrong_restored_embedding_or_size_is_one_error(small_sam, predictor):
     with pytest.raises(ZooError, match=rf"features has shape \(1, {grid}, {grid}, 256\) \(float32\): expected "
                                        rf"\(1, 256, {grid}, {grid}\) floats, NCHW, .*channels-last"):
         p.features = cached.transpose(0, 2, 3, 1)
-    with pytest.raises(ZooError, match=rf"features has shape \(1, 256, 64, 64\) .* expected \(1, 256, {grid}, {grid}\)"):
+    wanted = rf"features has shape \(1, 256, 64, 64\) .* expected \(1, 256, {grid}, {grid}\)"
+    with pytest.raises(ZooError, match=wanted):
         p.features = np.zeros((1, 256, 64, 64), np.float32)  # the 1024 model's embedding on this 128 model
     with pytest.raises(ZooError, match=r"features has shape .* \(int64\)"):
         p.features = cached.astype(np.int64)

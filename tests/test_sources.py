@@ -13,9 +13,9 @@ from PIL import Image
 from conftest import PEAK_RSS_KB
 from zoo import sources
 from zoo.errors import ZooError
-from zoo.sources import (RECORD_LINE_LIMIT, Arrays, Camera, Chain, Files, Folder, Glob, JsonListReader, JsonListWriter,
-                         JsonlWriter, PathList, RecordReader, Video, VideoWriter, open_source, read_json_list, read_jsonl,
-                         read_records)
+from zoo.sources import (RECORD_LINE_LIMIT, Arrays, Camera, Chain, Files, Folder, Glob, JsonListReader,
+                         JsonListWriter, JsonlWriter, PathList, RecordReader, Video, VideoWriter, open_source,
+                         read_json_list, read_jsonl, read_records)
 
 av = pytest.importorskip("av")  # the `video` extra, part of `test`
 

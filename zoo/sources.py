@@ -1189,9 +1189,10 @@ class JsonListWriter(JsonlWriter):
     stand). A killed run leaves a list without its ``]``, perhaps with a torn last line; ``resume=True``
     reads it back as a stream (JsonListReader: complete records only; a finished list too; memory holds a
     line, not the records), keeps those ``keep(record)`` accepts (``kept``, ``kept_records()``), and writes
-    them, read again, to a new file created exclusively, renamed over the old one, which is then appended to. Damaged or foreign files are one-line ZooErrors. ``overwrite=True``: the
-    new file replaces the old one at the first ``sync()``. Without either, an existing ``path`` is an
-    error, and the file is created exclusively. Locked while open: a second writer stops in one line."""
+    them, read again, to a new file created exclusively, renamed over the old one, which is then appended to.
+    Damaged or foreign files are one-line ZooErrors. ``overwrite=True``: the new file replaces the old one at
+    the first ``sync()``. Without either, an existing ``path`` is an error, and the file is created
+    exclusively. Locked while open: a second writer stops in one line."""
 
     def __init__(self, path: str | Path, resume: bool = False, overwrite: bool = False,
                  keep: Callable[[dict], bool] | None = None):

@@ -37,8 +37,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
             agnostic_nms: bool = False, max_det: int = 300, imgsz=None, batch: int | None = None,
             vid_stride: int = 1, stream_buffer: bool = False, verbose: bool = False, save: bool = False,
             save_txt: bool = False, save_conf: bool = False, save_crop: bool = False, project=None, name=None,
-            exist_ok: bool = False, device=None, half: bool = False, retina_masks: bool = False, line_width: float | None = None,
-            show_labels: bool = True, show_conf: bool = True, show_boxes: bool = True):
+            exist_ok: bool = False, device=None, half: bool = False, retina_masks: bool = False,
+            line_width: float | None = None, show_labels: bool = True, show_conf: bool = True, show_boxes: bool = True):
     """Detect objects in ``source``; a list of Results, or a generator of them with ``stream=True``.
 
     As ultralytics' predict: scores strictly above ``conf``; class-aware NMS at ``iou``
