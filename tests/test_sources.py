@@ -697,3 +697,27 @@ def test_a_pipeline_over_a_live_source_takes_the_newest_frames():
     assert pipeline.ahead == 1
     pipeline.run(process)
     assert got == sorted(set(got)) and got[-1] == 199 and len(got) < 100 and pipeline.done == len(got)
+
+
+def test_a_stream_is_opened_once(tmp_path):
+    """A stream URL or camera opened to check it is decoded from that opening: opened again, a server or camera
+    that takes one client refused the run (FFmpeg's tcp listen: 'Connection refused' after the check), and the
+    frames between the two were lost. A video file is opened again (its check reads only the header)."""
+    import av
+
+    clip = grey_video(tmp_path / "clip.mp4", 6)
+    opened = []
+
+    class CountedVideo(Video):
+        def open(self):
+            opened.append(self.path)
+            container = av.open(str(clip))
+            return container, container.streams.video[0]
+
+    for url, live in (("tcp://127.0.0.1:9/live", True), ("https://host/clip.mp4", False)):
+        opened.clear()
+        frames = [item.frame for item in CountedVideo(url, stream_buffer=True)]
+        assert frames == list(range(6)) and opened == [url], (url, opened)
+        assert CountedVideo(url).live == live
+    opened.clear()
+    assert [item.frame for item in CountedVideo(str(clip))] == list(range(6)) and len(opened) == 2

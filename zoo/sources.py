@@ -395,6 +395,9 @@ class FrameSource(Source):
         self.fps: float | None = None
         self.frames: int | None = None
         self.promised: int | None = None  # the frames the container vouches for: fewer decoded is a damaged file
+        # a stream's or camera's (container, stream) opened to check it, decoded from: opened again, a server or
+        # camera that takes one client refuses, and the frames in between are lost (a file is opened again)
+        self.held = None
 
     @abstractmethod
     def open(self):
@@ -408,7 +411,7 @@ class FrameSource(Source):
         """Every kept frame, in order, as it is decoded."""
         av = import_av()
         stem = names(Path(self.path).stem if self.kind == "video" else self.path, video=True)
-        container, stream = self.open()
+        (container, stream), self.held = self.held or self.open(), None
         index, n = start, -1
         try:
             frames = container.decode(stream)
@@ -465,8 +468,13 @@ class Video(FrameSource):
             self.frames = frame_count(stream)
             self.promised = promised_frames(stream)
             self.total = None if self.frames is None else self.frames // self.vid_stride
-        finally:
+        except BaseException:
             container.close()
+            raise
+        if self.is_file:
+            container.close()
+        else:
+            self.held = container, stream
 
     def open(self):
         av = import_av()
@@ -495,10 +503,9 @@ class Camera(FrameSource):
     def __init__(self, index: int, vid_stride: int = 1, stream_buffer: bool = False):
         super().__init__(f"camera{index}", f"camera {index}", vid_stride, stream_buffer)
         self.index = index
-        container, stream = self.open()
+        self.held = container, stream = self.open()
         rate = stream.average_rate or stream.guessed_rate
         self.fps = float(rate) if rate else None
-        container.close()
 
     def open(self):
         try:
