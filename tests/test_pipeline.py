@@ -88,6 +88,41 @@ def test_first_sigint_finishes_the_batch_then_stops():
     assert signal.getsignal(signal.SIGINT) is before  # the handler is put back
 
 
+@pytest.mark.parametrize("command, hint", [
+    (["resnet18", "imgs", "--jsonl", "r.jsonl"], "(the same command with --resume continues)"),
+    (["resnet18", "imgs"], "(--resume needs the records of --jsonl PATH"),
+    (["yolov8n", "imgs", "--imgsz", "64", "--out", "out"], "(the same command with --resume continues)"),
+    (["lama", "imgs", "--mask", "mask.png", "--out", "out"], "(the same command without --overwrite continues"),
+    (["mobilesam", "imgs", "--point", "8,8", "--out", "out"], None),  # no --resume: the line names none
+    (["annotate", "imgs", "--det-weights", "synthetic", "--sam-weights", "synthetic", "--imgsz", "64"], None),
+])
+def test_ctrl_c_line_names_the_way_this_task_continues(command, hint, tmp_path, monkeypatch, capsys):
+    """The line Ctrl-C prints says how the interrupted command continues; every task said '--resume
+    continues', which lama, mobilesam and annotate do not have and classify has only with --jsonl."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    (tmp_path / "imgs").mkdir()
+    for i in range(3):
+        Image.fromarray(np.full((48, 64, 3), 40 * i, np.uint8)).save(tmp_path / "imgs" / f"{i}.png")
+    Image.fromarray(np.full((48, 64), 255, np.uint8)).save(tmp_path / "mask.png")
+    original_run = Pipeline.run
+
+    def run_interrupted_after_the_first_batch(self, process):
+        def process_then_ctrl_c(batch):
+            process(batch)
+            os.kill(os.getpid(), signal.SIGINT)
+        return original_run(self, process_then_ctrl_c)
+
+    monkeypatch.setattr(Pipeline, "run", run_interrupted_after_the_first_batch)
+    assert main([*command, "--device", "cpu"]) == EXIT_INTERRUPTED
+    line, = [line for line in capsys.readouterr().err.splitlines() if line.startswith("interrupted: stopped")]
+    assert line.startswith("interrupted: stopped after 1 item(s); every finished output is kept")
+    if hint is None:
+        assert line.endswith("kept")
+    else:
+        assert hint in line
+
+
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """24 tiny images and one that is not an image."""

@@ -114,13 +114,16 @@ class Pipeline:
     ahead at most. ``skip(item)``: True for an item done before (--resume). ``on_error(item,
     message)``: called in the calling thread for each bad item. ``single``: a bad item's ZooError
     is raised as the run's (default: when the source holds one item). ``desc``/``unit``: the bar's label.
+    ``resume``: how the user continues an interrupted run, said in the line Ctrl-C prints (each task
+    has its own way, or none: a wrong hint sends the user to an option their command does not have).
     """
 
     def __init__(self, source: Source | Iterable[Item], prepare: Callable[[Item], Any] = load, *,
                  batch: int = 1, workers: int | None = None, ahead: int | None = None,
                  skip: Callable[[Item], bool] | None = None,
                  on_error: Callable[[Item, str], None] | None = None, single: bool | None = None,
-                 desc: str | None = None, unit: str = "image", progress: bool = True):
+                 desc: str | None = None, unit: str = "image", progress: bool = True,
+                 resume: str | None = None):
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise ZooError(f"batch {batch!r}: use a whole number >= 1")
         self.source, self.prepare, self.batch = source, prepare, batch
@@ -129,7 +132,7 @@ class Pipeline:
         # batch, so that the model gets the frames made while it ran the last one, not older ones
         self.ahead = ahead or batch + (0 if getattr(source, "live", False) else 2 * self.workers)
         self.skip, self.on_error = skip, on_error
-        self.desc, self.unit, self.progress = desc, unit, progress
+        self.desc, self.unit, self.progress, self.resume = desc, unit, progress, resume
         self.total = getattr(source, "total", None)
         if self.total is None and isinstance(source, (list, tuple)):
             self.total = len(source)
@@ -169,7 +172,7 @@ class Pipeline:
             self.seconds = time.perf_counter() - start
         if self.interrupted:
             tqdm.write(f"interrupted: stopped after {self.done + self.failed} item(s); every finished output is "
-                       "kept (--resume continues)", file=sys.stderr)
+                       f"kept{f' ({self.resume})' if self.resume else ''}", file=sys.stderr)
         return self
 
     def fail(self, item: Item, message: str) -> None:

@@ -82,7 +82,9 @@ def run(args, model) -> int:
         run = pipeline.Pipeline(
             args.source, lambda item: model.preprocess_image(item.load()), batch=args.batch, workers=args.workers,
             skip=(lambda item: pipeline.item_key(item) in args.done) if args.done else None,
-            on_error=outputs.error, desc="classify")
+            on_error=outputs.error, desc="classify",
+            resume="the same command with --resume continues" if args.jsonl
+            else "--resume needs the records of --jsonl PATH: pass it to the next run to make that one resumable")
 
         def process(batch):
             tops = model.top_classes(np.stack([ready.data for ready in batch]), top_k)

@@ -227,7 +227,7 @@ def run(args, model) -> int:
             jsonl.sync()  # the batch's records on disk: a killed run loses at most the next batch
 
     run = pipeline.Pipeline(args.source, batch=args.batch, workers=args.workers, skip=skip if args.skip else None,
-                            on_error=failed, desc="detect")
+                            on_error=failed, desc="detect", resume="the same command with --resume continues")
     try:
         run.run(process)
     finally:

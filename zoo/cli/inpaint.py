@@ -328,7 +328,8 @@ def run(args, model) -> int:
     jobs = {id(item): job for item, job in zip(items, args.jobs)}
     args.resize_noted = set()
     run = pipeline.Pipeline(items, lambda item: read_job(jobs[id(item)], args), single=args.single,
-                            desc="inpainting", progress=not single)
+                            desc="inpainting", progress=not single,
+                            resume="the same command without --overwrite continues: it skips the outputs that exist")
 
     def process(batch):
         for ready in batch:
