@@ -30,6 +30,11 @@ def inputs(tmp_path, monkeypatch):
      "the label polygons (OpenCV's contours) needs OpenCV"),
     (["cv2"], ["mobilesam", "ok.jpg", "--everything", "--min-mask-region-area", "100", "--weights", "zero.pt"],
      "--min-mask-region-area N above 0 needs OpenCV"),
+    # a segmentation model's label lines and records hold its mask polygons: every image failed on them, one by one
+    (["cv2"], ["yolov8n-seg", "imgs/", "--save-txt", "--out", "o", "--weights", "zero.pt"],
+     "--save-txt of a segmentation model (its mask polygons) needs OpenCV"),
+    (["cv2"], ["yolov8n-seg", "imgs/", "--jsonl", "r.jsonl", "--out", "o", "--weights", "zero.pt"],
+     "--jsonl of a segmentation model (its mask polygons) needs OpenCV"),
     (["ray", "ray.data"], ["resnet18", "imgs/", "--ray", "--weights", "zero.pt"], "Ray Data needs Ray"),
     (["av"], ["yolov8n", "clip.mp4", "--weights", "zero.pt"], "reading and writing videos needs PyAV"),
 ])

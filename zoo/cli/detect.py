@@ -26,6 +26,7 @@ from tqdm import tqdm
 from zoo import pipeline
 from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
+from zoo.extras import require
 from zoo.files import (Inputs, check_distinct, check_new_file, check_output_folder, increment_path, lock_output_folder,
                        make_output_folder, refuse_inputs)
 from zoo.results import ResultFiles, output_name
@@ -80,6 +81,9 @@ def check_arguments(args):
         args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
     if args.save_conf and not args.save_txt:
         raise UsageError("--save-conf adds the score to the --save-txt labels: pass --save-txt too")
+    if args.spec.task == "instance-segment" and (args.save_txt or args.jsonl):
+        # before any work: found per image it failed every image, each after its annotated image was written
+        require("cv2", f"{'--save-txt' if args.save_txt else '--jsonl'} of a segmentation model (its mask polygons)")
     if args.classes is not None and args.spec.task != "pose" and (
             args.weights is None or parse_synthetic(str(args.weights)) is not None):
         # default and synthetic weights carry the COCO names: check now, before any download (a pose
