@@ -94,6 +94,16 @@ def test_glob_txt_and_csv_lists(tmp_path):
     assert loaded(txt) == [("c", (12, 16, 3)), ("missing", f"error: not found: {tmp_path / 'imgs/missing.png'}"),
                            ("a", (12, 16, 3))]
 
+    # a list written from the current folder into a sub-folder: the line says why its entry is not found
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "here.txt").write_text("imgs/c.png\n")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        assert loaded(open_source("lists/here.txt")) == [("c", (
+            "error: not found: lists/imgs/c.png (lists/here.txt names imgs/c.png, which is there from the current "
+            "folder, but a list's relative paths are relative to the list's folder lists: write them from there, "
+            "or absolute)"))]
+
     (tmp_path / "timm.csv").write_text("index_0,filename\n3,imgs/b.png\n4,imgs/a.png\n")  # timm's column name
     assert [i.name for i in open_source(tmp_path / "timm.csv")] == ["b", "a"]
     (tmp_path / "bare.csv").write_text("imgs/c.png,1\nimgs/b.png,2\n")  # no header: the first column

@@ -218,6 +218,9 @@ class Files(Source):
         counts = [v.total if isinstance(v := self.videos.get(p), Video) else 1 for p in self.paths]
         self.total = None if None in counts else sum(counts)  # None: a video that does not say its length
 
+    def not_found(self, path: Path) -> str:
+        return f"not found: {path}"
+
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
         index = start
         for path in self.paths:
@@ -231,7 +234,7 @@ class Files(Source):
             if isinstance(video, str):
                 load = failed(video)
             elif not path.exists():
-                load = failed(f"not found: {path}")
+                load = failed(self.not_found(path))
             elif path.is_dir():
                 load = failed(f"{path} is a folder, not an image or video file")
             else:
@@ -292,8 +295,20 @@ class PathList(Files):
             line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
         if not entries:
             raise ZooError(f"the list {listfile} names no files")
+        self.listfile = listfile
+        # each relative entry as the list wrote it, by the path it names
+        self.entries = {listfile.parent / p: p for e in entries if not (p := Path(e).expanduser()).is_absolute()}
         super().__init__([p if (p := Path(e).expanduser()).is_absolute() else listfile.parent / p for e in entries],
                          vid_stride)
+
+    def not_found(self, path: Path) -> str:
+        entry = self.entries.get(path)
+        if entry is None or not entry.exists():
+            return super().not_found(path)
+        # there from the current folder: the list was written from here (`ls photos/*.jpg > lists/x.txt`)
+        return (f"not found: {path} ({self.listfile} names {entry}, which is there from the current folder, but a "
+                f"list's relative paths are relative to the list's folder {self.listfile.parent}: write them from "
+                "there, or absolute)")
 
 
 def csv_paths(text: str) -> list[str]:
