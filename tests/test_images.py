@@ -79,3 +79,11 @@ def test_resize_and_crop_follow_torchvision():
     assert center_crop(resized, 224).shape == (224, 224, 3)
     with pytest.raises(ZooError, match="smaller than"):
         center_crop(np.zeros((10, 10, 3), np.uint8), 224)
+
+
+@pytest.mark.parametrize("read", [load_image, image_files])
+def test_a_url_is_named_as_a_url(read):
+    """A URL where a file is read: Path made it 'image not found: https:/host/bus.jpg' (one slash)."""
+    with pytest.raises(ZooError, match="^https://host/bus.jpg is a URL: images are read from files here; download "
+                                       "it and pass the file$"):
+        read("https://host/bus.jpg")

@@ -731,3 +731,15 @@ def test_a_stream_is_opened_once(tmp_path):
         assert CountedVideo(url).live == live
     opened.clear()
     assert [item.frame for item in CountedVideo(str(clip))] == list(range(6)) and len(opened) == 2
+
+
+def test_a_url_that_does_not_open_names_the_address_not_the_video(monkeypatch):
+    """A stream or image URL this machine cannot reach: the line names the address and the network; it said
+    'pass a video FFmpeg can decode' of an image's URL."""
+    with pytest.raises(ZooError) as refused:
+        open_source("rtsp://127.0.0.1:1/live")  # a closed port: refused at once, no network needed
+    assert str(refused.value).startswith("cannot open rtsp://127.0.0.1:1/live: ")
+    assert str(refused.value).endswith("; check the address and that this machine reaches it")
+    with pytest.raises(ZooError, match=r"^cannot open http://127.0.0.1:1/bus.jpg\?s=1: .*; check the address and "
+                                       r"that this machine reaches it \(or download the image and pass the file\)$"):
+        open_source("http://127.0.0.1:1/bus.jpg?s=1")

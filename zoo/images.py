@@ -88,9 +88,16 @@ def opened(path: Path):
             yield img
 
 
+def local_path(path: str | Path) -> Path:
+    """``path`` as a Path; a URL (which Path would turn into a missing file, ``https:/host/x.jpg``) is refused."""
+    if isinstance(path, str) and "://" in path:
+        raise ZooError(f"{path} is a URL: images are read from files here; download it and pass the file")
+    return Path(path)
+
+
 def open_image(path: str | Path) -> Image.Image:
     """Open and fully decode an image file, with EXIF orientation applied."""
-    path = Path(path)
+    path = local_path(path)
     with opened(path) as img:
         img.load()  # decode now: truncated files fail here, not later
         frames = getattr(img, "n_frames", 1)
@@ -167,7 +174,7 @@ def _array_to_rgb(a: np.ndarray, what: str) -> np.ndarray:
 
 def image_files(path: str | Path) -> list[Path]:
     """The images to process for a CLI argument: a file, or the image files in a directory."""
-    path = Path(path)
+    path = local_path(path)
     if path.is_dir():
         files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
         if not files:

@@ -496,6 +496,10 @@ class Video(FrameSource):
         try:
             container = av.open(self.path)
         except (av.error.FFmpegError, OSError) as e:
+            if not self.is_file and not isinstance(e, av.error.InvalidDataError):  # the address, not the data
+                image = Path(self.path.split("?")[0]).suffix.lower() in IMAGE_SUFFIXES
+                raise ZooError(f"cannot open {self.path}: {e}; check the address and that this machine reaches it"
+                               f"{' (or download the image and pass the file)' if image else ''}") from None
             raise ZooError(f"cannot read {self.what}: {e}; pass a video FFmpeg can decode") from None
         if not container.streams.video:
             container.close()
