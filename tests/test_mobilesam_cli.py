@@ -4,6 +4,8 @@ The registry entry is pointed at a 128x128 MobileSAM (same code and weights, 1/6
 1024 encoder's work): the CLI's behaviour does not depend on the input size.
 """
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -302,3 +304,14 @@ def test_a_folder_and_same_stems_get_unique_outputs(tmp_path, capsys):
     code, captured = run_cli(tmp_path / "x", tmp_path / "out3", *EVERYTHING, capsys=capsys)
     assert code == 0 and {p.name for p in (tmp_path / "out3").glob("*_masks.json")} == {"photo_masks.json",
                                                                                           "small_masks.json"}
+
+
+def test_default_out_is_the_one_the_docs_name(photo, tmp_path, monkeypatch):
+    """docs/mobilesam.md said the default --out was `masks`; the outputs went to runs/segment/predict."""
+    docs = (Path(__file__).parent.parent / "docs" / "mobilesam.md").read_text()
+    named = re.search(r"^- `--out DIR` \(default: a new `([^`]+)`, then `([^`]+)`", docs, re.M)
+    assert named, "docs/mobilesam.md no longer says --out's default"
+    monkeypatch.chdir(tmp_path)
+    for folder in named.groups():
+        assert main(["mobilesam", str(photo), "--weights", "synthetic:0", "--device", "cpu", "--point", "80,60"]) == 0
+        assert (tmp_path / Path(named.group(1)).parent / Path(folder).name / "photo_masks.json").is_file()
