@@ -17,13 +17,17 @@ from zoo import registry
 from zoo.errors import ZooError
 from zoo.models import yolov8
 from zoo.models.yolov8.model import materialized
+from zoo.models.yolov8.predict import log_line
 from zoo.results import Results
+from zoo.sources import Item
 from zoo.validate.capture import parse_fault, recording
 from zoo.validate.reference import yolov8 as reference
 from zoo.validate.reference.kernels import resize as reference_resize
 from zoo.validate.reference.trace import Trace
 from zoo.weights.checkpoint import read_checkpoint_with_meta
 from zoo.weights.synthetic import read_manifest, synthetic_state_dict
+
+ROOT = Path(__file__).parent.parent
 
 OFFICIAL_PT = FIXTURES / "yolov8" / "yolov8n_seed0_official_layout.pt"
 LAYERS = [f"model.{k}" for k in range(22)]
@@ -386,6 +390,11 @@ def test_results_text_forms_and_save(tmp_path):
     boxes = np.array([[10, 20, 50, 80, 0.9, 0], [0, 0, 30, 30, 0.8, 5], [60, 5, 110, 95, 0.5, 0]], np.float32)
     r = Results(img, "x.jpg", names, boxes)
     assert r.verbose() == "2 persons, 1 bus, " and r[1:].verbose() == "1 person, 1 bus, "
+    # the line docs/yolov8.md shows is the one the command prints (it showed "4 person, 1 bus")
+    shown = re.search(r"^bus\.jpg: (.*) \(12\.3 ms\)$", (ROOT / "docs" / "yolov8.md").read_text(), re.M).group(1)
+    four = Results(img, "bus.jpg", names, np.array([*[[0, 0, 9, 9, 0.9, 0]] * 4, [0, 0, 9, 9, 0.8, 5]], np.float32),
+                   speed={"preprocess": 1.0, "inference": 11.0, "postprocess": 0.3})
+    assert log_line(Item("bus.jpg", 0, "bus", "bus"), four, 1) == f"bus.jpg: {shown} (12.3 ms)"
     assert r.summary()[0] == {"name": "person", "class": 0, "confidence": 0.9,
                               "box": {"x1": 10.0, "y1": 20.0, "x2": 50.0, "y2": 80.0}}
     assert json.loads(r.to_json(normalize=True))[0]["box"] == {"x1": 0.08333, "y1": 0.2, "x2": 0.41667, "y2": 0.8}
