@@ -341,8 +341,30 @@ def test_resume_keys_inputs_by_resolved_path(work, capsys):
         assert main(["resnet18", spelling, "--jsonl", "r.jsonl", "--resume", *SYNTHETIC]) == 0
         assert "0 images classified, 2 skipped (done before)" in capsys.readouterr().err
     records = records_of(work / "r.jsonl")
-    assert records[0] == {"mlx_zoo": 1, "task": "classify", "model": "resnet18"}
+    assert records[0] == {"mlx_zoo": 1, "task": "classify", "model": "resnet18", "settings": {
+        "--weights": "synthetic:0", "--dtype": "float32", "--top-k": 5, "--num-classes": None}}
     assert sorted(r["path"] for r in records[1:]) == ["imgs/a.jpg", "imgs/b.png"]
+
+
+def test_resume_refuses_records_of_other_settings(work, capsys):
+    """--resume with other options than the run it continues: the file mixed two runs' results without a word
+    (top-2 and top-5 lists, or two checkpoints' classes); a header without settings (older files) is taken."""
+    assert main(["resnet18", "imgs/a.jpg", "--jsonl", "r.jsonl", "--top-k", "2", *SYNTHETIC]) == 0
+    before = (work / "r.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--top-k", "5",
+                 "--weights", "synthetic:7", "--device", "cpu"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: r.jsonl holds results of --weights synthetic:0 --top-k 2, not --weights synthetic:7 --top-k 5: give "
+        "the options of the run it continues, or pass another --jsonl PATH, or --overwrite to replace it")
+    assert (work / "r.jsonl").read_bytes() == before
+    assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--top-k", "2", *SYNTHETIC]) == 0
+    assert "1 image classified, 1 skipped (done before)" in capsys.readouterr().err
+    lines = (work / "r.jsonl").read_text().splitlines(keepends=True)
+    header = json.loads(lines[0])
+    del header["settings"]
+    (work / "r.jsonl").write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--top-k", "5", *SYNTHETIC]) == 0
 
 
 def test_a_second_run_on_one_jsonl_stops_in_one_line(work, capsys, monkeypatch):

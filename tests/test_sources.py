@@ -15,7 +15,7 @@ from zoo import sources
 from zoo.errors import ZooError
 from zoo.sources import (RECORD_LINE_LIMIT, Arrays, Camera, Chain, Files, Folder, Glob, JsonListReader,
                          JsonListWriter, JsonlWriter, PathList, RecordReader, Video, VideoWriter, open_source,
-                         read_json_list, read_jsonl, read_records)
+                         read_json_list, read_jsonl, read_records, records_header)
 
 av = pytest.importorskip("av")  # the `video` extra, part of `test`
 
@@ -443,6 +443,19 @@ def test_a_damaged_or_foreign_record_file_is_one_error_and_stays_as_it_was(tmp_p
         JsonlWriter(path, resume=True, header=HEADER)
     assert "\n" not in str(raised.value) and "overwrite=True" in str(raised.value)
     assert path.read_bytes() == content and [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+def test_resume_names_the_settings_that_differ_as_a_command_line_gives_them(tmp_path):
+    settings = {"--conf": 0.25, "--imgsz": (320, 320), "--agnostic-nms": False, "--classes": None}
+    path = tmp_path / "r.jsonl"
+    path.write_text(json.dumps(records_header("detect", "yolov8n", settings)) + "\n")
+    assert json.loads(path.read_text())["settings"]["--imgsz"] == [320, 320]
+    JsonlWriter(path, resume=True, header=records_header("detect", "yolov8n", settings)).close()  # the same: taken
+    other = {**settings, "--imgsz": None, "--agnostic-nms": True}
+    with pytest.raises(ZooError, match=re.escape("r.jsonl holds results of --imgsz 320 320 --agnostic-nms (not given), "
+                                                 "not --imgsz (not given) --agnostic-nms: give the options of the run "
+                                                 "it continues, or pass another")):
+        JsonlWriter(path, resume=True, header=records_header("detect", "yolov8n", other))
 
 
 def test_jsonl_writer_refuses_what_is_no_regular_file(tmp_path):

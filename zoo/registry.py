@@ -175,6 +175,19 @@ def default_weights(spec: ModelSpec) -> str | None:
     return chosen
 
 
+def weights_identity(weights: str | Path | None) -> str:
+    """Which weights ``weights`` names, said without reading them: ``hub``, ``synthetic:SEED`` (ZOO_WEIGHTS
+    included) or the file's resolved path; --resume compares it with the records' own."""
+    from zoo.weights import synthetic
+
+    if weights is None:
+        weights = os.environ.get(WEIGHTS_VARIABLE) or None
+        if weights is None:
+            return "hub"
+    seed = synthetic.parse_synthetic(str(weights))
+    return f"synthetic:{seed}" if seed is not None else str(Path(weights).resolve())
+
+
 def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fallback: bool = False) -> Weights:
     """Read a model's checkpoint in its upstream naming and layout.
 

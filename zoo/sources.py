@@ -850,9 +850,21 @@ def capped_lines(file: BinaryIO, path: Path, fix: str) -> Iterator[tuple[int, by
         yield n, line
 
 
-def records_header(task: str, model: str) -> dict:
-    """The header line of a run's records: which task and model wrote them (--resume checks it)."""
-    return {HEADER_KEY: RECORDS_VERSION, "task": task, "model": model}
+def records_header(task: str, model: str, settings: dict | None = None) -> dict:
+    """The header line of a run's records: which task and model wrote them, and ``settings``, the options
+    that change the results ({"--top-k": 5, ...}): --resume checks them, so one file never mixes two runs'."""
+    settings = json.loads(json.dumps(settings)) if settings else None  # as the file gives them back: tuples as lists
+    return {HEADER_KEY: RECORDS_VERSION, "task": task, "model": model, **({"settings": settings} if settings else {})}
+
+
+def shown_settings(settings: dict, keys: Iterable[str]) -> str:
+    """``keys`` of ``settings`` as a command line gives them: ``--imgsz 320 320 --agnostic-nms``."""
+    def shown(key):
+        value = settings.get(key)
+        if value is None or value is False:
+            return f"{key} (not given)"
+        return key if value is True else f"{key} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+    return " ".join(shown(key) for key in keys)
 
 
 class RecordReader:
@@ -909,6 +921,14 @@ class RecordReader:
         if theirs != (expected["task"], expected["model"]):
             raise ZooError(f"{self.path} holds {theirs[1]} ({theirs[0]}) records, not {expected['model']} "
                            f"({expected['task']}): {not_ours()}")
+        # a file written before headers held settings has none to compare: taken as it is
+        if isinstance(found.get("settings"), dict) and "settings" in expected:
+            was, now = found["settings"], expected["settings"]
+            differ = [key for key in {**was, **now} if was.get(key) != now.get(key)]
+            if differ:
+                raise ZooError(f"{self.path} holds results of {shown_settings(was, differ)}, not "
+                               f"{shown_settings(now, differ)}: give the options of the run it continues, or "
+                               f"{not_ours()}")
 
 
 def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]:

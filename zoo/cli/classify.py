@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from zoo import pipeline
+from zoo import pipeline, registry
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, OutputFile, check_distinct, check_new_file, make_output_folder, refuse_inputs
 from zoo.sources import JsonlWriter, input_paths, open_source, read_records, records_header
@@ -55,7 +55,9 @@ def check_arguments(args):
         # --resume continues the JSONL and writes --json/--csv again from all its records
         check_new_file(path, option, args.overwrite or args.resume)
         make_output_folder(Path(path).parent, f"{option} {path}: its folder")
-    args.header = records_header(args.spec.task, args.spec.name)
+    args.header = records_header(args.spec.task, args.spec.name, {
+        "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype, "--top-k": args.top_k,
+        "--num-classes": args.num_classes})
     args.done = set()  # --resume: the items the record file holds results for, streamed (a damaged or foreign
     if args.resume and Path(args.jsonl).exists():  # file is refused here, before the model loads)
         args.done = pipeline.resume_keys(read_records(args.jsonl, args.header))

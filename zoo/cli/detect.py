@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from zoo import pipeline
+from zoo import pipeline, registry
 from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
 from zoo.extras import require
@@ -98,7 +98,10 @@ def check_arguments(args):
     out = lock_output_folder(check_output_folder(args.out, "--out", inputs), "--out")  # before its files are checked
     check_distinct({"--out": out, **({"--jsonl": args.jsonl} if args.jsonl else {}),
                     **({"--save-json": out / PREDICTIONS} if args.save_json else {})})
-    args.header = records_header(args.spec.task, args.spec.name)
+    args.header = records_header(args.spec.task, args.spec.name, {
+        "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype, "--conf": args.conf,
+        "--iou": args.iou, "--classes": args.classes, "--agnostic-nms": args.agnostic_nms, "--max-det": args.max_det,
+        "--imgsz": args.imgsz, "--retina-masks": args.retina_masks})
     recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
     if args.resume and args.jsonl and Path(args.jsonl).exists():
         # a damaged or foreign record file: refused before the model loads
