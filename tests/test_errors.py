@@ -160,6 +160,22 @@ def test_help_lists_the_options_and_the_aliases(capsys):
         assert expected in text, expected
 
 
+@pytest.mark.parametrize("argv, says_ray", [(["--help"], True), (["resnet18", "--help"], True),
+                                             (["yolov8n-pose", "--help"], True), (["lama", "--help"], False)])
+def test_help_names_ray_where_it_runs(argv, says_ray, capsys):
+    """--ray (README, docs/ray.md) has options of its own that no --help named: a newcomer could not find it."""
+    from zoo.run import main
+
+    with pytest.raises(SystemExit):
+        main(argv)
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("python -m zoo.run MODEL --ray --help shows its options" in text) == says_ray
+    if says_ray:
+        with pytest.raises(SystemExit):
+            main(["resnet18", "--ray", "--help"])
+        assert "--actors" in capsys.readouterr().out  # the options the note points to
+
+
 def test_debug_shows_the_traceback(capsys):
     from zoo.run import main
 

@@ -6,8 +6,9 @@ import importlib
 import sys
 
 from zoo import devices, registry
-from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint,
-                     task_module)
+from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, ray_run,
+                     refuse_second_checkpoint, task_module)
+from zoo.cli.ray_run import RAY_NOTE
 
 
 @guarded
@@ -21,9 +22,10 @@ def main(argv: list[str]) -> int:
     else:  # a family's name given a file (yolov8 --weights seg.pt) is the file's task and variant
         spec, checkpoint = registry.spec_for(name, weights_option(argv)), None
     if "--ray" in argv:  # Ray Data in place of the in-process loop: options of its own (zoo/cli/ray_run.py)
-        return importlib.import_module("zoo.cli.ray_run").main(spec, argv)
+        return ray_run.main(spec, argv)
     task = task_module(spec.task)
-    parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}")
+    parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}",
+                            epilog=RAY_NOTE if spec.task in ray_run.TASKS else None)
     parser.add_argument("model", help=", ".join(registry.list_models()))
     add_model_arguments(parser)
     task.add_arguments(parser)

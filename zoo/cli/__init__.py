@@ -94,6 +94,9 @@ def general_help(prog: str) -> str:
         lines.append(f"  {task} ({', '.join(names)}):\n    {' '.join(usage.split())}")
     lines.append(f"  annotate (detect, then segment: YOLO-segmentation labels; {prog} annotate --help):\n"
                  f"    {prog} annotate SOURCE... [--det yolov8n] [--sam mobilesam] [--out DIR]")
+    from zoo.cli.ray_run import RAY_NOTE, TASKS as RAY_TASKS  # it imports this module
+
+    lines.append(f"  Ray Data ({', '.join(RAY_TASKS)}):\n    {RAY_NOTE}")
     return "\n".join(lines)
 
 

@@ -29,6 +29,9 @@ from zoo.registry import is_weights_file
 # the YOLO tasks: detection's options and columns, and a segmentation model's masks / a pose model's keypoints
 YOLO_TASKS = ("detect", "instance-segment", "pose")
 TASKS = ("classify", *YOLO_TASKS)
+# what the in-process commands' --help says of --ray, whose options are its own (a newcomer found no word of it)
+RAY_NOTE = ('--ray: run on Ray Data instead, on this machine or a cluster (pip install "mlx-zoo[ray]"); '
+            "python -m zoo.run MODEL --ray --help shows its options (docs/ray.md)")
 
 
 def parser_for(spec) -> ArgumentParser:
