@@ -225,6 +225,15 @@ def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):
     assert "--dilate -1: use 0 to 10000" in cli_error([*base, *mask, "--dilate", "-1"], capsys)
     assert "invalid choice: 'tiles'" in cli_error(  # argparse names the choices
         ["lama", str(folder / "photo.png"), "--hd-strategy", "tiles", *mask], capsys)
+    # a video: it said 'output clip.mp4: unknown image suffix: cannot write .mp4; use .png'
+    (tmp_path / "clip.mp4").write_bytes(b"not read")
+    assert cli_error([*base[:1], str(tmp_path / "clip.mp4"), *base[2:], *mask], capsys) == (
+        f"error: {tmp_path / 'clip.mp4'} is a video: LaMa inpaints images; extract its frames (e.g. ffmpeg -i "
+        f"{tmp_path / 'clip.mp4'} frames/%05d.png) and pass that folder with a folder of masks")
+    # the image as its own mask: it said 'no images to inpaint in photo.png: the files there are all masks'
+    assert cli_error([*base, "--mask", str(folder / "photo.png")], capsys) == (
+        f"error: {folder / 'photo.png'} is given as the image and as its mask: pass the mask of the image "
+        "(white = the hole) with --mask")
 
 
 def test_cli_gif_output_gets_the_lossy_note(files, tmp_path, capsys):

@@ -32,7 +32,7 @@ from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, check_output_folder, image_format, lock_output_folder, make_output_folder, refuse_inputs,
                        write_atomic)
 from zoo.images import image_files, image_size, open_image, reading_errors
-from zoo.sources import Item
+from zoo.sources import Item, is_video
 
 # PNG and the other lossless formats keep the pixels outside the hole exact; GIF quantises to 256 colours.
 LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp", ".gif")
@@ -114,7 +114,14 @@ def check_arguments(args) -> int | None:
     mask_set = {m.resolve() for m in masks}
     images = [p for a in args.images for p in image_files(a) if p.resolve() not in mask_set]
     if not images:
+        if mask_arg.is_file() and len(args.images) == 1 and Path(args.images[0]).resolve() == mask_arg.resolve():
+            raise UsageError(f"{mask_arg} is given as the image and as its mask: pass the mask of the image "
+                             "(white = the hole) with --mask")
         raise ZooError(f"no images to inpaint in {', '.join(args.images)}: the files there are all masks")
+    video = next((p for p in images if is_video(p)), None)
+    if video is not None:  # found here, not as 'output ...: cannot write .mp4' after the pairing
+        raise UsageError(f"{video} is a video: LaMa inpaints images; extract its frames (e.g. ffmpeg -i {video} "
+                         "frames/%05d.png) and pass that folder with a folder of masks")
     args.single = len(images) == 1 and not folders  # one image named: its problem is the run's error
     args.failed = args.unmasked = 0
 
