@@ -90,6 +90,10 @@ def unwritable_folder(tmp_path: Path) -> Path:
     (["lama", "imgs/", "--mask", "masks/", "--out", "./masks"], "--out masks is the input folder masks"),
     (["yolov8n", "imgs/", "--out", "res", "--jsonl", "res"], "--jsonl res is also the --out path"),
     (["yolov8n", "imgs/", "--out", "res", "--jsonl", "./res/", "--resume"], "--jsonl ./res/ is also the --out path"),
+    # --jsonl named as one of --out's outputs: it said 'output res/a.jpg exists' (the record file it had created)
+    (["yolov8n", "imgs/", "--out", "res", "--jsonl", "res/a.jpg"], "output res/a.jpg is also the --jsonl path"),
+    (["yolov8n", "imgs/", "--out", "res", "--save-txt", "--jsonl", "res/labels/b.txt"],
+     "output res/labels/b.txt is also the --jsonl path"),
     (["resnet18", "imgs/", "--json", "r.json", "--csv", "./r.json"], "--csv ./r.json is also the --json path"),
     (["resnet18", "imgs/", "--jsonl", "r.jsonl", "--json", "r.jsonl", "--overwrite"], "--json r.jsonl is also the --jsonl"),
     (["resnet18", "imgs/", "--ray", "--out", "imgs"], "--out imgs is the input folder imgs"),

@@ -110,8 +110,14 @@ def check_arguments(args):
     args.skip, args.done, args.done_files = set(), set(), set()
     outputs = list(fixed_outputs(args.source, out))
     args.image_ids = CocoImageIds({name: index for _, _, name, is_video, index in outputs if not is_video})
+    # --jsonl in --out may be named as an output (out/bus.jpg): said so, not 'output out/bus.jpg exists'
+    # once the record file was created there
+    records = Path(args.jsonl).resolve() if args.jsonl else None
+    records_in_out = records is not None and records.is_relative_to(Path(out).resolve())
     for given, path, name, is_video, _ in outputs:
         refuse_inputs(path, inputs, "output")
+        for written in (path, *item_files(out, name, is_video, args)) if records_in_out else ():
+            check_distinct({"--jsonl": args.jsonl, "output": written})
         if args.resume and path.exists():
             if recorded is None or pipeline.input_identity(given) in recorded:
                 args.skip.add(name)
