@@ -152,6 +152,9 @@ CLI_STRATEGIES = {
     "original": ["--hd-strategy", "original"],
     "resize": ["--hd-strategy", "resize", "--resize-limit", "32"],
     "crop": ["--hd-strategy", "crop", "--crop-trigger-size", "40", "--crop-margin", "6", "--dtype", "float16"],
+    # below the size a strategy starts at: one pass over the whole image, said so ('1 pass (crop)' read as a crop)
+    "small-crop": ["--hd-strategy", "crop", "--crop-trigger-size", "61"],
+    "small-resize": ["--hd-strategy", "resize", "--resize-limit", "64"],
 }
 
 
@@ -176,9 +179,12 @@ def test_cli_keeps_every_pixel_outside_the_hole(files, strategy, capsys, monkeyp
     assert (result[hole] != image[hole]).mean() > 0.5
     assert not list(folder.glob(".*.part"))
     expected = {"original": "1 pass (original)", "resize": "1 pass at scale 0.525 (resize)",
-                "crop": "2 passes (crop)"}[strategy]
+                "crop": "2 passes (crop)", "small-crop": "1 pass (the whole image: crop only above 61 px)",
+                "small-resize": "1 pass (the whole image: resize only above 64 px)"}[strategy]
     assert expected in err
-    assert len(passes) == {"original": 1, "resize": 1, "crop": 2}[strategy]
+    assert len(passes) == {"crop": 2}.get(strategy, 1)
+    if strategy.startswith("small"):
+        assert passes == [(45, 61)]  # the whole image
     if strategy == "crop":  # each crop a region around a hole, smaller than the image
         assert all(h < image.shape[0] or w < image.shape[1] for h, w in passes)
 

@@ -418,8 +418,12 @@ def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
 
         scale, boxes = plan_passes(hole, args.hd_strategy, args.resize_limit, args.crop_margin, args.crop_trigger_size)
         how = f"1 pass at scale {scale:.3g}" if scale != 1 else f"{len(boxes)} pass{'es' * (len(boxes) != 1)}"
+        # a strategy that did not apply at this size is said so: '1 pass (crop)' read as a crop made
+        above = {"crop": args.crop_trigger_size, "resize": args.resize_limit}.get(args.hd_strategy)
+        strategy = (args.hd_strategy if above is None or max(image.size) > above else
+                    f"the whole image: {args.hd_strategy} only above {above} px")
         say(f"{job.image.name}: {image.width}x{image.height}, hole {hole.mean():.1%} of the image, {how} "
-            f"({args.hd_strategy}), {time.perf_counter() - start:.1f} s")
+            f"({strategy}), {time.perf_counter() - start:.1f} s")
     if result.mode == "RGBA" and job.format == "JPEG":
         raise ZooError(f"{job.image} has transparency, which {job.out.suffix} cannot store: pass --ext png")
     write_atomic(job.out, lambda file: result.save(file, format=job.format, **read.options),
