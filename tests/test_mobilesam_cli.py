@@ -195,6 +195,16 @@ def test_everything_writes_masks_coco_json_and_overlay(photo, tmp_path, capsys):
     assert summary["parameters"]["points_per_side"] == 4
     assert summary["parameters"]["box_nms_thresh"] == 0.7  # the generator's defaults, recorded
     assert len(summary["masks"]) >= 1
+    assert f"{len(summary['masks'])} masks -> {out / 'photo_everything*.png'}" in captured.err + captured.out
+
+
+def test_everything_without_masks_names_the_thresholds(photo, tmp_path, capsys):
+    """No mask kept: the line named a pattern of files that were not there ('0 masks -> out/photo_everything*.png')."""
+    code, captured = run_cli(photo, tmp_path / "out", "--everything", "--points-per-side", "2",
+                             "--pred-iou-thresh", "1", capsys=capsys)
+    assert code == 0 and not list((tmp_path / "out").glob("photo_everything*.png"))
+    assert (f"{photo}: 160x120, 0 masks: none kept at --pred-iou-thresh 1.0 and --stability-score-thresh 0.95 "
+            "(lower them to keep more)") in captured.err + captured.out
 
 
 def test_everything_beyond_the_masks_bound_is_refused_before_the_masks_are_made(photo, tmp_path, capsys,

@@ -289,8 +289,11 @@ def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path
     json_path = out / f"{item.name}_masks.json"
     write_text(json_path, json.dumps(summary, indent=2))
     remove_stale_masks(out, item.name, earlier, {entry["file"] for entry in entries})
-    tqdm.write(f"{item.path}: {width}x{height}, {len(entries)} masks -> {out / (item.name + '_everything*.png')}\n"
-               f"overlay: {overlay_path}\njson: {json_path}")
+    # no masks: the thresholds that dropped them, not a file pattern that matches nothing
+    found = (f"{len(entries)} masks -> {out / (item.name + '_everything*.png')}" if entries else
+             f"0 masks: none kept at --pred-iou-thresh {params['pred_iou_thresh']} and --stability-score-thresh "
+             f"{params['stability_score_thresh']} (lower them to keep more)")
+    tqdm.write(f"{item.path}: {width}x{height}, {found}\noverlay: {overlay_path}\njson: {json_path}")
 
 
 def run(args, model) -> int:
