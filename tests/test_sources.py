@@ -264,7 +264,7 @@ def test_video_writer_is_atomic_and_guards_existing(tmp_path):
             video.write(np.zeros((8, 10, 3), np.uint8))
 
 
-def test_unreadable_video_and_missing_camera_are_one_line(tmp_path):
+def test_unreadable_video_and_missing_camera_are_one_line(tmp_path, capfd):
     (tmp_path / "bad.mp4").write_bytes(b"\x00" * 100)
     with pytest.raises(ZooError, match=r"^cannot read video .*bad.mp4: .*; pass a video FFmpeg can decode$"):
         open_source(tmp_path / "bad.mp4")
@@ -272,6 +272,7 @@ def test_unreadable_video_and_missing_camera_are_one_line(tmp_path):
         with pytest.raises(ZooError) as e:
             open_source(camera)
         assert str(e.value).startswith("camera 99 does not open (") and "\n" not in str(e.value)
+    assert capfd.readouterr().err == ""  # OpenCV's own '[ WARN:0@0.010] ... can't open camera by index' lines too
     with pytest.raises(ZooError, match="vid_stride 0"):
         Camera(0, vid_stride=0)
 

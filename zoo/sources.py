@@ -626,7 +626,13 @@ class OpenCVCamera:
             import cv2
         except ImportError:
             return None
-        capture = cv2.VideoCapture(index)
+        logging = cv2.utils.logging  # its warnings of a camera that does not open: our one error line says it
+        level = logging.getLogLevel()
+        logging.setLogLevel(logging.LOG_LEVEL_ERROR)
+        try:
+            capture = cv2.VideoCapture(index)
+        finally:
+            logging.setLogLevel(level)
         if not capture.isOpened():
             capture.release()
             return None
