@@ -176,6 +176,21 @@ def test_help_names_ray_where_it_runs(argv, says_ray, capsys):
         assert "--actors" in capsys.readouterr().out  # the options the note points to
 
 
+def test_batch_help_says_what_batching_does_to_each_tasks_results(capsys):
+    """detect's --batch help said 'the results are the same', but images of different sizes are letterboxed to
+    one square in a batch (as ultralytics): 44 then 64 boxes on two photos (synthetic weights)."""
+    from zoo.run import main
+
+    for model, says in (("resnet18", "the results are the same"),
+                        ("yolov8n", "images of different sizes are letterboxed to one --imgsz square")):
+        with pytest.raises(SystemExit):
+            main([model, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        batch_help = text.split("--batch N images per forward pass (default 1; ", 1)[1].split(")", 1)[0]
+        assert says in batch_help
+        assert model == "resnet18" or "the results are the same" not in text
+
+
 def test_debug_shows_the_traceback(capsys):
     from zoo.run import main
 

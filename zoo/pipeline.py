@@ -336,18 +336,18 @@ def without_errors(record: dict) -> bool:
     return "error" not in record
 
 
-def add_arguments(parser, batch: bool = True, resume: str = "skip the items whose outputs exist") -> None:
-    """The options every pipelined CLI shares: --recursive, --vid-stride, --stream-buffer, --batch (where the
-    model batches), --resume, --workers."""
+def add_arguments(parser, batch: str = "the results are the same",
+                  resume: str = "skip the items whose outputs exist") -> None:
+    """The options every pipelined CLI shares: --recursive, --vid-stride, --stream-buffer, --batch (``batch``:
+    what batching does to the task's results), --resume, --workers."""
     parser.add_argument("--recursive", action="store_true", help="look for images and videos in sub-folders too")
     parser.add_argument("--vid-stride", type=int, default=1, metavar="N",
                         help="videos and cameras: keep every N-th frame (default 1)")
     parser.add_argument("--stream-buffer", action="store_true",
                         help="cameras and stream URLs: keep every frame, in order (default: the newest frame each "
                              "time the model is ready, as ultralytics; the frames skipped are counted at the end)")
-    if batch:
-        parser.add_argument("--batch", type=int, default=1, metavar="N",
-                            help="images per forward pass (default 1; the results are the same)")
+    parser.add_argument("--batch", type=int, default=1, metavar="N",
+                        help=f"images per forward pass (default 1; {batch})")
     parser.add_argument("--resume", action="store_true", help=f"continue an interrupted run: {resume}")
     parser.add_argument("--workers", type=int, metavar="N",
                         help=f"decoding threads beside the model (default {default_workers()})")
