@@ -369,6 +369,13 @@ def test_resume_refuses_records_of_other_settings(work, capsys):
     del header["settings"]
     (work / "r.jsonl").write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
     assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--top-k", "5", *SYNTHETIC]) == 0
+    # detect: --batch letterboxes images of different sizes to one square (other boxes), so it is a setting too
+    assert main(["yolov8n", "imgs/a.jpg", "--out", "res", "--jsonl", "d.jsonl", "--imgsz", "64", *SYNTHETIC]) == 0
+    capsys.readouterr()
+    assert main(["yolov8n", "imgs", "--out", "res", "--jsonl", "d.jsonl", "--imgsz", "64", "--batch", "2",
+                 "--resume", *SYNTHETIC]) == 1
+    assert capsys.readouterr().err.splitlines()[-1].startswith(
+        "error: d.jsonl holds results of --batch 1, not --batch 2: give the options of the run it continues")
 
 
 def test_a_second_run_on_one_jsonl_stops_in_one_line(work, capsys, monkeypatch):

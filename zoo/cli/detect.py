@@ -103,7 +103,8 @@ def check_arguments(args):
     args.header = records_header(args.spec.task, args.spec.name, {
         "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype, "--conf": args.conf,
         "--iou": args.iou, "--classes": args.classes, "--agnostic-nms": args.agnostic_nms, "--max-det": args.max_det,
-        "--imgsz": args.imgsz, "--retina-masks": args.retina_masks})
+        "--imgsz": args.imgsz, "--retina-masks": args.retina_masks,
+        "--batch": args.batch})  # a batch letterboxes images of different sizes to one square: other boxes
     recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
     if args.resume and args.jsonl and Path(args.jsonl).exists():
         # a damaged or foreign record file: refused before the model loads
