@@ -8,7 +8,6 @@ import sys
 from zoo import devices, registry
 from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, ray_run,
                      refuse_second_checkpoint, task_module)
-from zoo.cli.ray_run import RAY_NOTE
 
 
 @guarded
@@ -25,7 +24,7 @@ def main(argv: list[str]) -> int:
         return ray_run.main(spec, argv)
     task = task_module(spec.task)
     parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}",
-                            epilog=RAY_NOTE if spec.task in ray_run.TASKS else None)
+                            epilog=ray_run.RAY_NOTE if spec.task in ray_run.TASKS else None)
     parser.add_argument("model", help=", ".join(registry.list_models()))
     add_model_arguments(parser)
     task.add_arguments(parser)

@@ -296,10 +296,10 @@ class PathList(Files):
         if not entries:
             raise ZooError(f"the list {listfile} names no files")
         self.listfile = listfile
+        paths = [Path(e).expanduser() for e in entries]
         # each relative entry as the list wrote it, by the path it names
-        self.entries = {listfile.parent / p: p for e in entries if not (p := Path(e).expanduser()).is_absolute()}
-        super().__init__([p if (p := Path(e).expanduser()).is_absolute() else listfile.parent / p for e in entries],
-                         vid_stride)
+        self.entries = {listfile.parent / p: p for p in paths if not p.is_absolute()}
+        super().__init__([p if p.is_absolute() else listfile.parent / p for p in paths], vid_stride)
 
     def not_found(self, path: Path) -> str:
         entry = self.entries.get(path)

@@ -66,10 +66,11 @@ def add_arguments(parser):
                         "(detections with ultralytics' keys; errors as {\"path\", \"error\"})")
     parser.add_argument("--stream", action="store_true", help="accepted for ultralytics' command line: results are "
                         "always written as they come, one batch in memory at a time")
-    pipeline.add_arguments(parser, batch="frames of one video, or images of one size, give the same boxes; images of "
-                           "different sizes are letterboxed to one --imgsz square, as ultralytics batches them, "
-                           "which changes their boxes against one at a time", resume="skip the images whose annotated image exists in --out and the videos "
-                           "whose annotated video does")
+    pipeline.add_arguments(
+        parser, batch="frames of one video, or images of one size, give the same boxes; images of different sizes "
+        "are letterboxed to one --imgsz square, as ultralytics batches them, which changes their boxes against one "
+        "at a time", resume="skip the images whose annotated image exists in --out and the videos whose annotated "
+        "video does")
 
 
 def check_arguments(args):
