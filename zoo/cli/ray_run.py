@@ -140,8 +140,12 @@ def main(spec, argv: list[str]) -> int:
             ray.init(address=args.ray_address, log_to_driver=False, include_dashboard=False,
                      logging_level=logging.ERROR)
         except (ConnectionError, RuntimeError, ValueError) as e:
+            # Ray 2.59+ starts `ray start --head` with token authentication, and a driver given an address
+            # sends the token only with RAY_AUTH_MODE=token: its refusal reads as no cluster at all
             raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}): start one with "
-                           "`ray start --head`, or leave --ray-address out for a local one") from None
+                           "`ray start --head`; if one runs there with token authentication (Ray 2.59+ turns it on), "
+                           "set RAY_AUTH_MODE=token (on another machine also RAY_AUTH_TOKEN, the head's "
+                           "`ray get-auth-token`); or leave --ray-address out for a local one") from None
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False  # our one summary line says the result
     try:
