@@ -239,7 +239,7 @@ def _photos(root: Path, sizes: dict[str, tuple[int, int]]) -> None:
 
 def _coco_val(root: Path) -> None:
     """val2017/ with one image named as COCO's, and annotations/instances_val2017.json: its ground truth
-    (one person), in COCO's 91-id categories."""
+    (one person), in COCO's 91-id categories; person_keypoints_val2017.json: that person's keypoints."""
     from zoo.models.yolov8 import COCO91_IDS, class_names
 
     _image(root / "val2017" / "000000397133.jpg", SMALL, 20)
@@ -249,6 +249,13 @@ def _coco_val(root: Path) -> None:
         "annotations": [{"id": 1, "image_id": 397133, "category_id": 1, "bbox": [8, 8, 32, 24], "area": 768,
                          "iscrowd": 0}],
         "categories": [{"id": i, "name": name} for i, name in zip(COCO91_IDS, class_names())]}))
+    # segment-pose.md's keypoints ground truth: that person with COCO's 17 keypoints, all labelled
+    keypoints = [[8 + 2 * (k % 5), 8 + 4 * (k // 5), 2] for k in range(17)]
+    (root / "annotations" / "person_keypoints_val2017.json").write_text(json.dumps({
+        "images": [{"id": 397133, "file_name": "000000397133.jpg", "width": SMALL[0], "height": SMALL[1]}],
+        "annotations": [{"id": 1, "image_id": 397133, "category_id": 1, "bbox": [8, 8, 32, 24], "area": 768,
+                         "iscrowd": 0, "num_keypoints": 17, "keypoints": sum(keypoints, [])}],
+        "categories": [{"id": 1, "name": "person", "keypoints": [f"k{k}" for k in range(17)], "skeleton": []}]}))
 
 
 def _make_samples(root: Path) -> None:
