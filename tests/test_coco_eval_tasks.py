@@ -20,7 +20,7 @@ from safetensors.numpy import save_file
 
 import zoo
 from conftest import MANIFESTS
-from yolo_tasks_fixtures import checkpoints, fixture_input  # noqa: F401 (fixtures)
+from yolo_tasks_fixtures import checkpoints, fixture_input, whole_masks  # noqa: F401 (fixtures)
 from zoo.results import Results
 from zoo.run import main
 from zoo.weights.synthetic import read_manifest, synthetic_state_dict
@@ -63,7 +63,7 @@ def ground_truth(model, images: Path, options: dict, category_ids: dict[str, int
     (v = 2), categories by name."""
     annotations = []
     for r in model.predict(str(images), **options):
-        masks = r.masks.in_image() if r.masks is not None else [None] * len(r)
+        masks = whole_masks(r) if r.masks is not None else [None] * len(r)
         points = r.keypoints.data.tolist() if r.keypoints is not None else [None] * len(r)
         for (x1, y1, x2, y2), c, mask, kpts in zip(r.boxes.xyxy.tolist(), r.boxes.cls.int().tolist(), masks, points):
             annotation = {"id": len(annotations) + 1, "image_id": int(Path(r.path).stem),

@@ -15,7 +15,7 @@ from safetensors.numpy import save_file
 import zoo
 from conftest import PEAK_RSS_KB
 from yolo_tasks_fixtures import (CASES, INPUT_SHAPE, ORIG_SHAPE, checkpoints, expected,  # noqa: F401 (fixtures)
-                                 fixture_input, models)
+                                 fixture_input, models, whole_masks)
 from zoo import instances
 from zoo.errors import ZooError
 from zoo.models.yolov8 import non_max_suppression
@@ -175,7 +175,7 @@ def test_plot_draws_masks_and_skeletons():
 
 def test_plot_makes_masks_a_band_at_a_time_as_whole_ones(monkeypatch):
     """plot() scales each letterboxed mask to the image a band of rows at a time, only where it can be nonzero
-    (scaled_extent): the same pixels as blending the whole image-size masks (in_image)."""
+    (scaled_extent): the same pixels as blending the whole image-size masks (whole_masks)."""
     from zoo import results
 
     rng = np.random.default_rng(3)
@@ -187,7 +187,7 @@ def test_plot_makes_masks_a_band_at_a_time_as_whole_ones(monkeypatch):
         image = rng.integers(0, 256, (*shape, 3), np.uint8)
         r = Results(image, None, {0: "a", 1: "b"}, np.array([[0, 0, 5, 5, 0.9, c] for c in (0, 1, 1, 0)]), masks=masks)
         colours = [results.class_colour(c) for c in (0, 1, 1, 0)]
-        whole = results.blend_masks(image[..., ::-1], r.masks.in_image(), colours)
+        whole = results.blend_masks(image[..., ::-1], whole_masks(r), colours)
         monkeypatch.setattr(results, "BLEND_ROWS_BYTES", 4 * shape[1] * 3 * 7)  # bands of 7 rows
         assert np.array_equal(r.plot(boxes=False)[..., ::-1], whole)
         monkeypatch.undo()
@@ -270,7 +270,7 @@ def test_keypoints_summary_rounds_in_their_float32_as_ultralytics():
 
 def test_supervision_reads_and_draws_our_masks_and_keypoints(models):
     """supervision's from_ultralytics on seg results: the letterboxed masks.data cut and resized to the image
-    (as ours in_image), the boxes, classes, scores; KeyPoints.from_ultralytics; the mask, polygon, edge and vertex
+    (as whole_masks), the boxes, classes, scores; KeyPoints.from_ultralytics; the mask, polygon, edge and vertex
     annotators; InferenceSlicer with a callback calling the model on each tile."""
     import supervision as sv
 
@@ -281,7 +281,7 @@ def test_supervision_reads_and_draws_our_masks_and_keypoints(models):
     assert det.mask.shape == (len(r), *ORIG_SHAPE) and np.array_equal(det.xyxy, r.boxes.xyxy)
     assert det.class_id.tolist() == r.boxes.cls.int().tolist() and np.array_equal(det.confidence, r.boxes.conf)
     # cv2's uint8 resize there, a float one here: thin masks' edges may fall a pixel apart (measured mean 0.97)
-    assert iou(det.mask, r.masks.in_image()).mean() >= 0.95
+    assert iou(det.mask, whole_masks(r)).mean() >= 0.95
     scene = sv.PolygonAnnotator().annotate(sv.MaskAnnotator().annotate(r.orig_img.copy(), det), det)
     assert scene.shape == r.orig_img.shape and (scene != r.orig_img).any()
     slicer = sv.InferenceSlicer(callback=lambda tile: sv.Detections.from_ultralytics(
@@ -319,7 +319,7 @@ def test_ultralytics_isolating_objects_recipe_runs_unchanged(models):
         objects.append((label, b_mask > 0, isolated[y1:y2, x1:x2].shape))
     assert len(objects) == len(r) > 0  # one pass per object, ending after the last (IndexError ends iteration)
     overlaps = []
-    for (label, filled, crop_shape), mask, box in zip(objects, r.masks.in_image(), r.boxes.xyxy.astype(np.int32)):
+    for (label, filled, crop_shape), mask, box in zip(objects, whole_masks(r), r.boxes.xyxy.astype(np.int32)):
         assert label == "traffic cone" and crop_shape == (box[3] - box[1], box[2] - box[0], 3)
         rows, columns = np.nonzero(filled)
         assert len(rows) and rows.min() >= box[1] - 1 and rows.max() <= box[3] + 1

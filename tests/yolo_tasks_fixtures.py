@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES
+from zoo import instances
 from zoo.weights.synthetic import synthetic_state_dict
 
 HERE = FIXTURES / "yolo_tasks"
@@ -38,6 +39,15 @@ def rebuild(case: str, path: Path) -> Path:
 
 def expected(case: str) -> dict[str, np.ndarray]:
     return dict(np.load(HERE / f"{case}.npz"))
+
+
+def whole_masks(result) -> np.ndarray:
+    """A result's masks at its image's size, (N, H, W) bool, all at once by instances.scale_masks: what the
+    tests compare the band-at-a-time masks (Masks.bands) and the drawings with."""
+    data = np.asarray(result.masks.data, np.float32)
+    if not len(data):
+        return np.zeros((0, *result.orig_shape), bool)
+    return instances.scale_masks(data, result.orig_shape) > 0.5
 
 
 def fixture_input() -> np.ndarray:

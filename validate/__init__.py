@@ -125,14 +125,9 @@ def compare(model, *inputs, device: str | None = None, dtype="float32", referenc
 
     run_ = _comparison(model, inputs, device, dtype, reference, mode, inject, rtol, atol)
     with modules.evaluation_mode(model):
-        with modules.state_kept(model):
-            expected = modules.reference_pass(model, run_.inputs, run_.reference, keep_inputs="isolated" in run_.modes)
-        results = []
-        for one in run_.dtypes:
-            for m in run_.modes:
-                with modules.state_kept(model):
-                    results.append(modules.test_pass(model, run_.inputs, expected, run_.device, one, m, run_.fault,
-                                                     run_.rtol, run_.atol))
+        expected = modules.reference_pass(model, run_.inputs, run_.reference, keep_inputs="isolated" in run_.modes)
+        results = [modules.test_pass(model, run_.inputs, expected, run_.device, one, m, run_.fault, run_.rtol,
+                                     run_.atol) for one in run_.dtypes for m in run_.modes]
     head = run_.header(name or type(model).__name__, f"{reference} (the same MLX model)")
     head["reference_float32_precision"] = modules.float32_precision_ops() if reference == "cpu-float64" else []
     return Report(head, results)
@@ -173,9 +168,8 @@ def compare_torch(mlx_model, torch_model, *inputs, name_map=None, layout="auto",
     with modules.evaluation_mode(mlx_model):
         for one in run_.dtypes:
             for m in run_.modes:
-                with modules.state_kept(mlx_model):
-                    result = modules.test_pass(mlx_model, run_.inputs, expected, run_.device, one, m, run_.fault,
-                                               run_.rtol, run_.atol, align)
+                result = modules.test_pass(mlx_model, run_.inputs, expected, run_.device, one, m, run_.fault, run_.rtol,
+                                           run_.atol, align)
                 result.layers += torch_port.unpaired_rows(unpaired)
                 results.append(result)
     head = run_.header(name or type(mlx_model).__name__, f"{reference} (PyTorch {type(torch_model).__name__})")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -202,6 +203,16 @@ def state_kept(model: nn.Module):
             module.__dict__.update(attributes)
 
 
+def keeps_state(run_pass):
+    """A pass that leaves the model's modules as it found them (state_kept)."""
+    @functools.wraps(run_pass)
+    def wrapper(model: nn.Module, *args, **kwargs):
+        with state_kept(model):
+            return run_pass(model, *args, **kwargs)
+    return wrapper
+
+
+@keeps_state
 def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs: bool) -> Reference:
     """The model on the CPU in ``dtype`` (float64 or float32), every module call recorded on the host."""
     reference = Reference()
@@ -321,6 +332,7 @@ def same(ref: np.ndarray, shape: tuple, name: str) -> tuple[np.ndarray, str | No
     return ref, None
 
 
+@keeps_state
 def test_pass(model: nn.Module, inputs: tuple, reference: Reference, device: mx.Device, dtype: str, mode: str,
               fault=None, rtol: float | None = None, atol: float = 0.0, align=same) -> engine.ModeReport:
     """One run of the model under test, judged call by call against ``reference``.

@@ -321,13 +321,14 @@ def being_written(path: Path, fd: int, fix: str = "pass another path") -> ZooErr
 _locked_folders: dict[tuple[int, int], int] = {}
 
 
-def lock_output_folder(path: str | Path, what: str) -> Path:
-    """Create ``path`` (make_output_folder) and lock it for this run: a second run into the same folder (or the
+def lock_output_folder(path: str | Path, what: str, inputs: Iterable = ()) -> Path:
+    """Check ``path`` (check_output_folder: never one of ``inputs``), create it (make_output_folder) and lock
+    it for this run, before its files are checked: a second run into the same folder (or the
     same folder under another name) stops in one line, before any work, whatever its flags (--resume,
     --overwrite). The lock is a ``flock`` on the folder's own descriptor, so no file is added to the folder;
     it is released by release_output_folders() (the CLIs' entry point calls it) or when the process ends,
     killed or not. Locking a folder this process holds already is a no-op."""
-    path = make_output_folder(path, what)
+    path = make_output_folder(check_output_folder(path, what, inputs), what)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:

@@ -352,24 +352,14 @@ class Masks(BaseTensor):
         return [scale_coords(self.data.shape[1:], p, self.orig_shape, normalize=True)
                 for p in masks2segments(self.data)]
 
-    def in_image(self, shape: tuple[int, int] | None = None) -> np.ndarray:
-        """(N, H, W) bool at the image's size (or ``shape``): the masks themselves, or scaled to it; all at once
-        (plot draws from ``bands``, which holds none whole)."""
-        shape = tuple(shape or self.orig_shape)
-        if self.data.shape[1:] == shape:
-            return self.data.astype(bool)
-        return np.stack(list(self.image_masks(shape))) if len(self.data) else np.zeros((0, *shape), bool)
-
-    def image_masks(self, shape: tuple[int, int] | None = None):
-        """Each mask as (H, W) bool at the image's size, one at a time (a mask of a large image is large);
-        ``shape``: another image's size, the masks' frame letterboxing it (plot's ``img``, as upstream maps them)."""
-        shape = tuple(shape or self.orig_shape)
-        for mask in self.data:
-            yield (mask.astype(bool) if mask.shape == shape else
-                   scale_masks(mask[None].astype(np.float32), shape)[0] > 0.5)
+    def image_masks(self):
+        """Each mask as (H, W) bool at the image's size, one at a time (a mask of a large image is large)."""
+        for mask in self.bands():
+            yield mask[:]
 
     def bands(self, shape: tuple[int, int] | None = None) -> list[MaskBands]:
-        """Each mask at the image's size (or ``shape``) as MaskBands: made a band of rows at a time (drawing)."""
+        """Each mask at the image's size (or ``shape``: another image's, the masks' frame letterboxing it, as
+        upstream maps them for plot's ``img``) as MaskBands, made a band of rows at a time where drawn."""
         return [MaskBands(mask, tuple(shape or self.orig_shape)) for mask in self.data]
 
     def coco_rles(self) -> list[dict]:

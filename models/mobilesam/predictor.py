@@ -267,6 +267,27 @@ class ResizeLongestSide:
         return preprocess_shape(oldh, oldw, long_side_length)
 
 
+class ImageSize:
+    """A predictor's (height, width) attribute, plain as upstream's and checked when assigned (an app that
+    restores a cached state assigns it): two positive ints, or None."""
+
+    def __init__(self, doc: str):
+        self.__doc__ = doc
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, predictor, owner=None):
+        return self if predictor is None else predictor.__dict__.get(self.name)
+
+    def __set__(self, predictor, size) -> None:
+        pair = None if size is None else size_pair(size)
+        if size is not None and pair is None:
+            raise ZooError(f"{self.name} {size!r} is not an image's (height, width) in pixels: restore the value "
+                           f"predictor.{self.name} had after set_image")
+        predictor.__dict__[self.name] = pair
+
+
 class SamPredictor:
     def __init__(self, sam_model):
         self.model = sam_model
@@ -313,33 +334,8 @@ class SamPredictor:
         """The model's own layout of the embedding, (1, 64, 64, 256) MLX in its dtype: what ``decode`` takes."""
         return self._features
 
-    @property
-    def original_size(self) -> tuple[int, int] | None:
-        """upstream's: the image's (height, width), the size of predict's masks."""
-        return self._original_size
-
-    @original_size.setter
-    def original_size(self, size) -> None:
-        self._original_size = self._assigned_size("original_size", size)
-
-    @property
-    def input_size(self) -> tuple[int, int] | None:
-        """upstream's: (height, width) of the image resized to the model's input (long side img_size)."""
-        return self._input_size
-
-    @input_size.setter
-    def input_size(self, size) -> None:
-        self._input_size = self._assigned_size("input_size", size)
-
-    @staticmethod
-    def _assigned_size(name: str, size) -> tuple[int, int] | None:
-        if size is None:
-            return None
-        pair = size_pair(size)
-        if pair is None:
-            raise ZooError(f"{name} {size!r} is not an image's (height, width) in pixels: restore the value "
-                           f"predictor.{name} had after set_image")
-        return pair
+    original_size = ImageSize("upstream's: the image's (height, width), the size of predict's masks")
+    input_size = ImageSize("upstream's: (height, width) of the image resized to the model's input (long side img_size)")
 
     def _model_features(self, embedding) -> mx.array:
         """An assigned NCHW embedding -> the model's NHWC MLX array in its dtype, or one error naming the problem."""
@@ -370,8 +366,8 @@ class SamPredictor:
         if not self.is_image_set:
             raise ZooError("no image set: call set_image(image) before predict (restoring a cached embedding: "
                            "assign features, original_size and input_size, then is_image_set = True)")
-        missing = [name for name in ("features", "original_size", "input_size")
-                   if getattr(self, "_" + name) is None]
+        missing = [name for name, value in (("features", self._features), ("original_size", self.original_size),
+                                            ("input_size", self.input_size)) if value is None]
         if missing:
             raise ZooError(f"is_image_set is True but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} "
                            "None: call set_image(image), or assign the values saved after set_image")

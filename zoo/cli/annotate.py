@@ -55,7 +55,7 @@ def parser() -> ArgumentParser:
 def main(argv: list[str]) -> int:
     """Called by python -m zoo.run (zoo.cli.guarded prints the errors)."""
     from zoo.annotate import AnnotationRun, default_output_dir
-    from zoo.files import check_output_folder, lock_output_folder
+    from zoo.files import lock_output_folder
 
     args = parser().parse_args(argv)
     if len(args.imgsz) > 2:
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     imgsz = args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz)
     data = args.sources[0] if len(args.sources) == 1 else args.sources
     # locked before its files are checked: a second run into the folder stops here (AnnotationRun checks the rest)
-    lock_output_folder(check_output_folder(args.out or default_output_dir(data), "--out", args.sources), "--out")
+    lock_output_folder(args.out or default_output_dir(data), "--out", args.sources)
     run = AnnotationRun(data, args.det, args.sam, args.device, args.conf, args.iou, imgsz, args.max_det,
                         args.classes, args.out, args.save_masks, args.save_overlay, args.overwrite,
                         args.det_weights, args.sam_weights, args.dtype, args.recursive,

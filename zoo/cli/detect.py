@@ -27,7 +27,7 @@ from zoo import pipeline, registry
 from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
 from zoo.extras import require
-from zoo.files import (Inputs, check_distinct, check_new_file, check_output_folder, increment_path, lock_output_folder,
+from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, lock_output_folder,
                        make_output_folder, refuse_inputs)
 from zoo.results import ResultFiles, output_name
 from zoo.sources import (Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths, open_source,
@@ -98,7 +98,7 @@ def check_arguments(args):
     if args.out is None:
         runs = f"{runs_folder(args.spec.task)}/predict"
         args.out = latest_run(runs) if args.resume else increment_path(runs, exist_ok=args.overwrite)
-    out = lock_output_folder(check_output_folder(args.out, "--out", inputs), "--out")  # before its files are checked
+    out = lock_output_folder(args.out, "--out", inputs)
     check_distinct({"--out": out, **({"--jsonl": args.jsonl} if args.jsonl else {}),
                     **({"--save-json": out / PREDICTIONS} if args.save_json else {})})
     args.header = records_header(args.spec.task, args.spec.name, {

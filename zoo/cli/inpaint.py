@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from zoo import pipeline
 from zoo.errors import UsageError, ZooError
-from zoo.files import (Inputs, check_output_folder, image_format, lock_output_folder, make_output_folder, refuse_inputs,
+from zoo.files import (Inputs, image_format, lock_output_folder, make_output_folder, refuse_inputs,
                        write_atomic)
 from zoo.images import image_files, image_size, open_image, reading_errors
 from zoo.sources import Item, is_video
@@ -256,8 +256,7 @@ def output_paths(args, images: list[Path]) -> list[Path]:
         if not args.single:
             raise UsageError("several images need an output folder: pass --out DIR")
         return [images[0].with_name(f"{images[0].stem}_inpainted.png")]
-    check_output_folder(out, "--out", [*args.images, args.mask])  # never into an input or mask folder
-    lock_output_folder(out, "--out")  # before its files are checked: a second run into it stops here
+    lock_output_folder(out, "--out", [*args.images, args.mask])  # never into an input or mask folder
     if args.ext:
         return [out / f"{image.stem}.{args.ext.lstrip('.')}" for image in images]
     lossy = sorted({image.suffix for image in images if image.suffix.lower() in LOSSY_SUFFIXES})

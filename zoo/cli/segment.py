@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from zoo.cli import usage_errors
 from zoo.errors import UsageError, ZooError
-from zoo.files import (Inputs, check_new_file, check_output_folder, increment_path, lock_output_folder,
+from zoo.files import (Inputs, check_new_file, increment_path, lock_output_folder,
                        make_output_folder, refuse_inputs, save_mask, save_png, write_text)
 from zoo.images import IMAGE_SUFFIXES, image_size, load_image
 from zoo.instances import SAM_RUN_BYTES, check_full_size_masks
@@ -132,7 +132,7 @@ def check_arguments(args):
     inputs = Inputs([*args.images, *(item.path for item in items), args.weights])
     if args.out is None:
         args.out = increment_path("runs/segment/predict", exist_ok=args.overwrite)
-    out = lock_output_folder(check_output_folder(args.out, "--out", inputs), "--out")  # before its files are checked
+    out = lock_output_folder(args.out, "--out", inputs)
     for name in names or ():
         check_outputs_of(out, name, inputs, args.overwrite)
     args.inputs, args.planned = inputs, names is not None

@@ -472,9 +472,9 @@ def pointwise_parts(parts, offsets, weight: mx.array, bias: mx.array | None = No
     n, h, w, _ = parts[0].shape
     lib = _library() if _fast_path() and 1 <= len(parts) <= 8 else None
     out = _output((n, h, w, weight.shape[0])) if lib is not None else None
-    rows = [_rows(p) for p in parts] if out is not None else [None]
-    wt = _host(weight) if out is not None else None
-    if any(r is None for r in rows) or wt is None:
+    rows = [_rows(p) for p in parts] if out is not None else None
+    wt = None if rows is None or None in rows else _host(weight)
+    if wt is None:
         _ran("conv2d 1x1 of a concatenation (parts)", False)
         return _pointwise_parts_mlx(parts, offsets, weight, bias, activation, half)
     b = _host(bias) if bias is not None else None
