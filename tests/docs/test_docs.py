@@ -9,7 +9,7 @@ run of a page proves its examples can be run again: each command then succeeds o
 ``error:`` line that names ``--overwrite``/``--resume``, and a refused command changes no file.
 
 ``python -m zoo.run``/``zoo.validate`` commands run in-process; other ``python`` commands (the
-benchmarks/ scripts, ``python -c``, any command under ``nice`` or ``/usr/bin/time``, or setting an
+benchmarks/ scripts, ``python -c``, any command under ``nice``, ``prlimit`` or ``/usr/bin/time``, or setting an
 ``MLX_*`` variable MLX reads as it starts) run as child processes of this interpreter in the page's folder,
 which links benchmarks/ and holds tests/any_models.py; ``python -m pytest tests/...`` (the project's
 own tests, never tests/docs) runs in the repository's root. A command continues on the next line
@@ -52,7 +52,8 @@ FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+-]*)")
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(.*?)\s*-->")
 GPU_MARK = re.compile(r"<!--\s*gpu\s*-->")
 SHELL_TAGS = {"bash", "sh", "shell", "console", "zsh"}
-COMMAND = re.compile(r"^(\w+=\S*\s+)*(nice\s+|/usr/bin/time(\s+-\w+)*\s+)?(python3?|pip|ray|zoo-run|zoo-validate)\s")
+COMMAND = re.compile(r"^(\w+=\S*\s+)*(nice\s+|prlimit(\s+-[-\w=]+)*\s+)?(/usr/bin/time(\s+-\w+)*\s+)?"
+                     r"(python3?|pip|ray|zoo-run|zoo-validate)\s")
 
 
 @dataclass
@@ -342,7 +343,7 @@ def run_child(words: list[str]) -> tuple[int, str]:
     """A ``python`` command other than the entry points, in a child process of this interpreter: in the
     page's folder, or in the repository's root for the project's own tests (``python -m pytest tests/...``)."""
     program = words
-    while program[:1] == ["nice"] or program[:1] == ["/usr/bin/time"]:  # with its options (-v)
+    while program[:1] in (["nice"], ["/usr/bin/time"], ["prlimit"]):  # with its options (-v, --as=BYTES)
         program = program[1:]
         while program and program[0].startswith("-"):
             program = program[1:]
