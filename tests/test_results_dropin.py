@@ -163,6 +163,33 @@ def test_predicted_images_take_drawing_and_one_class_id():
         det.track(image)
 
 
+
+# ultralytics 8.3.253's model.info() on the same architectures: "YOLOv8n summary: 129 layers, 3,157,200 parameters,
+# ..." (DetectionModel("yolov8n.yaml"), SegmentationModel("yolov8n-seg.yaml"), PoseModel("yolo11n-pose.yaml", nc=1):
+# the released pose models' one class)
+UPSTREAM_PARAMETERS = {"yolov8n": ("YOLOv8n", 3157200), "yolov8n-seg": ("YOLOv8n-seg", 3409968),
+                       "yolo11n-pose": ("YOLO11n-pose", 2874462)}
+
+
+def test_model_info_and_the_methods_not_built(capsys):
+    for name, (title, parameters) in UPSTREAM_PARAMETERS.items():
+        model = zoo.load(name, weights="synthetic:0", device="cpu")
+        capsys.readouterr()
+        assert model.info() == (None, parameters, 0, 0.0)  # layers: ultralytics counts torch modules
+        assert capsys.readouterr().out == f"{title} summary: {parameters:,} parameters, 0 gradients\n"
+    assert model.info(verbose=False) is None and model.fuse() is None and not capsys.readouterr().out
+    assert model.train() is model and model.training and not model.eval().training  # MLX's train(mode) stays
+    not_built = [(lambda: model.train(data="coco8.yaml", epochs=1), "train", "train with ultralytics"),
+                 (model.tune, "tune", "train with ultralytics"),
+                 (lambda: model.val(data="coco8.yaml"), "val",
+                  "--save-json and score its predictions.json with pycocotools' COCOeval"),
+                 (lambda: model.export(format="onnx"), "export", "export ONNX, TensorRT or CoreML files with ultralytics"),
+                 (model.benchmark, "benchmark", "python -m zoo.bench"),
+                 (lambda: model.info(detailed=True), "info", "tree_flatten")]
+    for call, method, instead in not_built:
+        with pytest.raises(ZooError, match=rf"^{method}\(.*not available in mlx-zoo: .*{re.escape(instead)}"):
+            call()
+
 def test_predict_draws_saved_images_as_asked(tmp_path):
     det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
     photo = tmp_path / "photo.png"

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import mlx.core as mx
 import mlx.nn as nn
+from mlx.utils import tree_flatten
 
 from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_dtype, folded, folding,
                           with_winograd)
@@ -679,8 +680,59 @@ class DetectionModel(nn.Module):
                            f"{', '.join(PREDICT_OPTIONS)}")
         return predict(self, source, stream=stream, **options)
 
+    def info(self, detailed: bool = False, verbose: bool = True, imgsz=640):
+        """ultralytics' model.info(): prints ``YOLOv8n summary: 3,157,200 parameters, 0 gradients`` (the
+        parameter count is ultralytics', BatchNorms' running statistics not counted) and returns (layers,
+        parameters, gradients, GFLOPs) as ultralytics' does, with layers None (it counts torch modules, which
+        mlx-zoo does not have) and GFLOPs 0.0 (not counted, as ultralytics without thop; ``imgsz`` is for
+        them); ``verbose=False``: nothing, as ultralytics'."""
+        if detailed:
+            raise ZooError("info(detailed=True) is not available in mlx-zoo: list the parameters with "
+                           "mlx.utils.tree_flatten(model.parameters())")
+        if not verbose:
+            return None
+        parameters = sum(array.size for key, array in tree_flatten(self.parameters())
+                         if not key.endswith(("running_mean", "running_var")))
+        task = "" if self.task == "detect" else "-seg" if self.task == "segment" else f"-{self.task}"
+        print(f"{self.arch.title}{self.scale}{task} summary: {parameters:,} parameters, 0 gradients")
+        return None, parameters, 0, 0.0
+
+    def fuse(self) -> None:
+        """ultralytics' model.fuse(): nothing to do, the compiled forward already folds each BatchNorm into
+        its convolution."""
+
+    def train(self, *args, **options):
+        """MLX's ``train(mode=True)``; ultralytics' ``model.train(data=..., ...)`` is not built: one error."""
+        if options or len(args) > 1 or (args and not isinstance(args[0], bool)):
+            raise not_built("train", TRAIN_INSTEAD)
+        return super().train(*args)
+
+    def tune(self, *args, **options):
+        raise not_built("tune", TRAIN_INSTEAD)
+
+    def val(self, *args, **options):
+        raise not_built("val", "write the predictions with python -m zoo.run MODEL IMAGES --conf 0.001 --save-json "
+                               "and score its predictions.json with pycocotools' COCOeval (docs/yolov8.md, "
+                               "COCO evaluation)")
+
+    def export(self, *args, **options):
+        raise not_built("export", "the model runs on MLX from its .pt or .safetensors checkpoint as it is; "
+                                  "export ONNX, TensorRT or CoreML files with ultralytics")
+
+    def benchmark(self, *args, **options):
+        raise not_built("benchmark", "python -m zoo.bench times it against PyTorch (docs/speed-cpu.md)")
+
     def track(self, source=None, **options):
-        """ultralytics' model.track is not built here: one error naming what to use instead."""
-        raise ZooError("track() is not available in mlx-zoo: run predict(source, stream=True) and give each frame's "
-                       "sv.Detections.from_ultralytics(r) to a tracker (e.g. pip install trackers: ByteTrack); "
-                       "r.update(boxes=...) takes tracked (N, 7) rows x1, y1, x2, y2, id, conf, cls")
+        raise not_built("track", "run predict(source, stream=True) and give each frame's "
+                                 "sv.Detections.from_ultralytics(r) to a tracker (e.g. pip install trackers: "
+                                 "ByteTrack); r.update(boxes=...) takes tracked (N, 7) rows x1, y1, x2, y2, id, "
+                                 "conf, cls")
+
+
+TRAIN_INSTEAD = ("it runs inference only: train with ultralytics (yolo train ...) and load its best.pt here, "
+                 "YOLO('runs/detect/train/weights/best.pt')")
+
+
+def not_built(call: str, instead: str) -> ZooError:
+    """An ultralytics model method mlx-zoo does not build: one error naming what to use instead."""
+    return ZooError(f"{call}() is not available in mlx-zoo: {instead}")
