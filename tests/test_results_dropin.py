@@ -201,8 +201,23 @@ def test_predict_draws_saved_images_as_asked(tmp_path):
     saved = np.asarray(Image.open(Path(thin.save_dir) / "photo.png"))
     assert np.array_equal(saved, thin.plot(line_width=1, labels=False)[..., ::-1])
     assert not np.array_equal(saved, np.asarray(Image.open(Path(plain.save_dir) / "photo.png")))
-    with pytest.raises(ZooError, match="unknown keyword argument show=: call r.show"):
+    with pytest.raises(ZooError, match=r"predict\(show=True\) is not available .*: call r.show"):
         det(photo, show=True)
+
+
+def test_predict_takes_the_defaults_of_ultralytics_options_not_built():
+    """Tutorials pass ultralytics' predict defaults for what mlx-zoo does not build (augment=False, ...):
+    they change nothing there; another value is one error, where every one was an unknown keyword."""
+    det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    image = np.random.default_rng(4).integers(0, 256, (48, 64, 3), np.uint8)
+    defaults = {"augment": False, "visualize": False, "embed": None, "save_frames": False, "compile": False,
+                "show": False, "rect": True}
+    plain = det(image, conf=0.05, imgsz=64)[0]
+    assert np.array_equal(det(image, conf=0.05, imgsz=64, **defaults)[0].boxes.data, plain.boxes.data)
+    for key, value in {"augment": True, "rect": False, "embed": [0]}.items():
+        with pytest.raises(ZooError, match=rf"predict\({key}={re.escape(repr(value))}\) is not available in mlx-zoo "
+                                           rf"\(only ultralytics' default {key}="):
+            det(image, **{key: value})
 
 
 def test_results_path_of_a_file_is_absolute_as_ultralytics(tmp_path, monkeypatch):

@@ -673,10 +673,18 @@ class DetectionModel(nn.Module):
 
     def predict(self, source, stream: bool = False, **options):
         """ultralytics' model.predict: one Results per image or frame (predict.py has the options)."""
+        for key, default in UNBUILT_PREDICT_OPTIONS.items():
+            if key in options and options[key] is default:
+                del options[key]  # ultralytics' default: what predict does here anyway
         unknown = [key for key in options if key not in PREDICT_OPTIONS]
         if unknown:
-            hint = "call r.show() on each result to view it; " if unknown[0] == "show" else ""
-            raise ZooError(f"predict() got an unknown keyword argument {unknown[0]}=: {hint}it takes "
+            key = unknown[0]
+            hint = "call r.show() on each result to view it; " if key == "show" else ""
+            if key in UNBUILT_PREDICT_OPTIONS:
+                raise ZooError(f"predict({key}={options[key]!r}) is not available in mlx-zoo (only ultralytics' "
+                               f"default {key}={UNBUILT_PREDICT_OPTIONS[key]!r}): {hint}it takes "
+                               f"{', '.join(PREDICT_OPTIONS)}")
+            raise ZooError(f"predict() got an unknown keyword argument {key}=: {hint}it takes "
                            f"{', '.join(PREDICT_OPTIONS)}")
         return predict(self, source, stream=stream, **options)
 
@@ -728,6 +736,12 @@ class DetectionModel(nn.Module):
                                  "ByteTrack); r.update(boxes=...) takes tracked (N, 7) rows x1, y1, x2, y2, id, "
                                  "conf, cls")
 
+
+# ultralytics' predict arguments for what mlx-zoo does not build, with their defaults, which scripts pass
+# (augment=False ...) and which change nothing; another value is an error. rect=True: predict letterboxes a batch of
+# one size to the smallest multiple of 32 around imgsz, as ultralytics' rect.
+UNBUILT_PREDICT_OPTIONS = {"augment": False, "visualize": False, "embed": None, "save_frames": False,
+                           "compile": False, "show": False, "rect": True}
 
 TRAIN_INSTEAD = ("it runs inference only: train with ultralytics (yolo train ...) and load its best.pt here, "
                  "YOLO('runs/detect/train/weights/best.pt')")
