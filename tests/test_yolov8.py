@@ -449,8 +449,8 @@ def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, cap
     again = list(yolov8n(image, stream=True, conf=0.05, imgsz=64, save=True, half=True))
     assert again[0].save_dir == str(Path("runs/detect/predict2")) and Path("runs/detect/predict2/image0.jpg").is_file()
     assert "note: half=True: this model computes in float32" in capsys.readouterr().err
-    with pytest.raises(ZooError, match=r"unknown keyword argument augment=: it takes stream, conf, iou, "):
-        yolov8n(image, augment=True)
+    with pytest.raises(ZooError, match=r"unknown keyword argument augmented=: it takes stream, conf, iou, "):
+        yolov8n(image, augmented=True)
     with pytest.raises(ZooError, match=r"device='cuda:1': MLX runs on one device"):
         yolov8n.predict(image, device="cuda:1")
     with pytest.raises(ZooError, match=r"batch=0 must be a positive integer"):
