@@ -179,6 +179,9 @@ def test_model_info_and_the_methods_not_built(capsys):
         assert capsys.readouterr().out == f"{title} summary: {parameters:,} parameters, 0 gradients\n"
     assert model.info(verbose=False) is None and model.fuse() is None and not capsys.readouterr().out
     assert model.train() is model and model.training and not model.eval().training  # MLX's train(mode) stays
+    assert model.to("cpu") is model and model.to(device="cpu") is model
+    with pytest.raises(ZooError, match="device='tpu': MLX runs on one device"):
+        model.to("tpu")
     not_built = [(lambda: model.train(data="coco8.yaml", epochs=1), "train", "train with ultralytics"),
                  (model.tune, "tune", "train with ultralytics"),
                  (lambda: model.val(data="coco8.yaml"), "val",

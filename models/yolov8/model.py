@@ -39,7 +39,7 @@ from zoo.models.layers import (BatchNorm, Conv2d, Sequential, attention, conv2d_
                                fusing_on_cpu, sigmoid, silu, softmax)
 
 from .ops import STRIDE, resolve_classes
-from .predict import PREDICT_OPTIONS, predict
+from .predict import PREDICT_OPTIONS, check_device, predict
 
 @dataclass(frozen=True)
 class Architecture:
@@ -704,6 +704,12 @@ class DetectionModel(nn.Module):
         task = "" if self.task == "detect" else "-seg" if self.task == "segment" else f"-{self.task}"
         print(f"{self.arch.title}{self.scale}{task} summary: {parameters:,} parameters, 0 gradients")
         return None, parameters, 0, 0.0
+
+    def to(self, device=None) -> DetectionModel:
+        """ultralytics' ``model.to(device)``: the device checked as predict's ``device=`` (the process's one MLX
+        device), the model returned as it is."""
+        check_device(device)
+        return self
 
     def fuse(self) -> None:
         """ultralytics' model.fuse(): nothing to do, the compiled forward already folds each BatchNorm into
