@@ -179,7 +179,7 @@ def test_model_info_and_the_methods_not_built(capsys):
         assert capsys.readouterr().out == f"{title} summary: {parameters:,} parameters, 0 gradients\n"
     assert model.info(verbose=False) is None and model.fuse() is None and not capsys.readouterr().out
     assert model.train() is model and model.training and not model.eval().training  # MLX's train(mode) stays
-    assert model.to("cpu") is model and model.to(device="cpu") is model
+    assert model.to("cpu") is model and model.to(device="cpu") is model and model.device == "cpu"
     with pytest.raises(ZooError, match="device='tpu': MLX runs on one device"):
         model.to("tpu")
     not_built = [(lambda: model.train(data="coco8.yaml", epochs=1), "train", "train with ultralytics"),
@@ -188,7 +188,11 @@ def test_model_info_and_the_methods_not_built(capsys):
                   "--save-json and score its predictions.json with pycocotools' COCOeval"),
                  (lambda: model.export(format="onnx"), "export", "export ONNX, TensorRT or CoreML files with ultralytics"),
                  (model.benchmark, "benchmark", "python -m zoo.bench"),
-                 (lambda: model.info(detailed=True), "info", "tree_flatten")]
+                 (lambda: model.info(detailed=True), "info", "tree_flatten"),
+                 (lambda: model.embed("bus.jpg"), "embed", "model.layers(0, k, x)[0]"),
+                 (lambda: model.add_callback("on_predict_end", print), "add_callback", "stream=True"),
+                 (lambda: model.save("model.pt"), "save", "writes none"),
+                 (lambda: model.load("yolov8n.pt"), "load", "YOLO('best.pt')")]
     for call, method, instead in not_built:
         with pytest.raises(ZooError, match=rf"^{method}\(.*not available in mlx-zoo: .*{re.escape(instead)}"):
             call()

@@ -31,6 +31,7 @@ from mlx.utils import tree_flatten
 
 from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_dtype, folded, folding,
                           with_winograd)
+from zoo import devices
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import box_decode, sppf_maxpool
@@ -711,6 +712,12 @@ class DetectionModel(nn.Module):
         check_device(device)
         return self
 
+    @property
+    def device(self) -> str:
+        """ultralytics' ``model.device``: the device MLX computes on, 'cpu' or 'gpu' (one per process), a name
+        predict's ``device=`` and a TensorArray's ``.to()`` take."""
+        return devices.use()
+
     def fuse(self) -> None:
         """ultralytics' model.fuse(): nothing to do, the compiled forward already folds each BatchNorm into
         its convolution."""
@@ -735,6 +742,21 @@ class DetectionModel(nn.Module):
 
     def benchmark(self, *args, **options):
         raise not_built("benchmark", "python -m zoo.bench times it against PyTorch (docs/speed-cpu.md)")
+
+    def embed(self, *args, **options):
+        raise not_built("embed", "model.layers(0, k, x)[0] is layer k-1's output for a letterboxed "
+                                 "(N, H, W, 3) batch in [0, 1]")
+
+    def add_callback(self, *args, **options):
+        raise not_built("add_callback", "iterate predict(source, stream=True) and act on each Results as it comes")
+
+    def save(self, *args, **options):
+        raise not_built("save", "mlx-zoo reads checkpoints (YOLO('best.pt'), zoo.load(name, weights=PATH)) and "
+                                "writes none; keep the .pt file you loaded")
+
+    def load(self, *args, **options):
+        raise not_built("load", "load the checkpoint when making the model: YOLO('best.pt') or "
+                                "zoo.load(name, weights=PATH)")
 
     def track(self, source=None, **options):
         raise not_built("track", "run predict(source, stream=True) and give each frame's "
