@@ -123,6 +123,22 @@ def test_calling_the_network_on_an_image_names_predict(tmp_path):
     assert len(model.predict(str(image))) == 5
 
 
+
+def test_supervision_classifications_of_the_logits_as_predict():
+    """docs/features.md's stand-in for sv.Classifications.from_timm (torch's softmax(dim=-1).cpu() on the logits):
+    the softmax of the network's output on preprocess_image, and its top 5 are predict's."""
+    import supervision as sv
+
+    model = zoo.load("resnet18", weights="synthetic:0", device="cpu")
+    image = np.random.default_rng(3).integers(0, 256, (50, 70, 3), np.uint8)
+    x = mx.array(model.preprocess_image(image))[None]
+    probabilities = np.array(mx.softmax(model(x), axis=-1))[0]
+    top_ids, top_confidences = sv.Classifications(class_id=np.arange(len(probabilities)),
+                                                  confidence=probabilities).get_top_k(5)
+    predicted = model.predict(image)
+    assert top_ids.tolist() == [index for index, _, _ in predicted]
+    assert top_confidences == pytest.approx([p for _, _, p in predicted], rel=1e-5)
+
 def test_list_models_wildcards():
     assert zoo.list_models("resnet*") == ["resnet18", "resnet34", "resnet50", "resnet101", "resnet152"]
     assert zoo.list_models(["resnet1?", "yolov8[nx]"]) == ["resnet18", "yolov8n", "yolov8x"]
