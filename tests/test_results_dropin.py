@@ -46,6 +46,12 @@ def test_values_answer_torch_methods():
     assert boxes.conf.to(np.zeros(1, np.float64)).dtype == np.float64  # .to(other): other's dtype
     assert ours().to("float16").boxes.data.dtype == np.float16 and ours().cuda().boxes is not None
     assert f"{boxes[0].conf:.2f}" == "0.91" and boxes.xyxy.numel() == 16 and boxes.xyxy.dim() == 2
+    # ultralytics' own verbose(): for c in boxes.cls.unique(): n = (boxes.cls == c).sum()
+    assert [(int(c), int((boxes.cls == c).sum())) for c in boxes.cls.unique()] == [(0, 2), (2, 1), (5, 1)]
+    values, inverse, counts = boxes.cls.unique(return_inverse=True, return_counts=True)
+    assert isinstance(values, TensorArray) and values.dtype == np.float32 and counts.dtype == inverse.dtype == np.int64
+    assert inverse.tolist() == [0, 2, 0, 1] and counts.tolist() == [2, 1, 1]
+    assert boxes.xyxy[[0, 0, 1]].unique(dim=0).tolist() == sorted(boxes.xyxy[:2].tolist())
     with pytest.raises(ZooError, match=r"to\(device='tpu'\): not a device"):
         boxes.xyxy.to(device="tpu")
     with pytest.raises(ValueError):  # as torch: only a one-element value is a number

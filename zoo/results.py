@@ -127,7 +127,7 @@ DEVICE_NAMES = ("cpu", "cuda", "mps", "gpu")
 class TensorArray(np.ndarray):
     """A numpy array that also answers torch Tensor's methods, so code written for ultralytics' Results
     runs without torch: ``.cpu() .numpy() .int() .long() .float() .half() .double() .bool() .byte() .to() .cuda()
-    .clone() .detach() .numel() .dim()``, and ``int()``/``float()`` of any one-element value (a box's ``cls`` has
+    .clone() .detach() .numel() .dim() .unique()``, and ``int()``/``float()`` of any one-element value (a box's ``cls`` has
     shape (1,), as upstream). One element indexed or iterated is a numpy scalar (hashable, so ``names[c]``
     works; torch gives a 0-d tensor): ``.item()``, ``int()``, ``float()`` as torch's. ``.numpy()`` returns a
     plain ndarray (a view). Everything else is numpy's (``.view``, ``.size``).
@@ -185,6 +185,18 @@ class TensorArray(np.ndarray):
 
     def dim(self) -> int:
         return self.ndim
+
+    def unique(self, sorted: bool = True, return_inverse: bool = False, return_counts: bool = False,
+               dim: int | None = None):
+        """torch's ``unique``, as ultralytics' own verbose() counts classes (``for c in boxes.cls.unique()``):
+        the distinct values, ascending (torch sorts on the CPU whatever ``sorted`` says), then the inverse
+        indices and the counts when asked."""
+        values, inverse, counts = (np.asarray(part).view(TensorArray) for part in np.unique(
+            self, return_inverse=True, return_counts=True, axis=dim))  # indices and counts int64, as torch's
+        if dim is None:
+            inverse = inverse.reshape(self.shape)
+        extra = [part for part, asked in ((inverse, return_inverse), (counts, return_counts)) if asked]
+        return (values, *extra) if extra else values
 
     def to(self, *args, device=None, dtype=None, non_blocking: bool = False, copy: bool = False) -> TensorArray:
         """torch's ``to(device)``, ``to(dtype)``, ``to(device, dtype)``, ``to(other)``: a dtype converts
