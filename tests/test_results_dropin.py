@@ -46,6 +46,9 @@ def test_values_answer_torch_methods():
     assert boxes.conf.to(np.zeros(1, np.float64)).dtype == np.float64  # .to(other): other's dtype
     assert ours().to("float16").boxes.data.dtype == np.float16 and ours().cuda().boxes is not None
     assert f"{boxes[0].conf:.2f}" == "0.91" and boxes.xyxy.numel() == 16 and boxes.xyxy.dim() == 2
+    # torch's size(): the shape or one dimension; numpy's size, the element count, stays
+    assert boxes.xyxy.size() == (4, 4) and boxes.xyxy.size(0) == 4 and boxes.cls.size(-1) == 4
+    assert boxes.xyxy.size == 16 and boxes.xyxy[:0].size == 0 and np.zeros(boxes.conf.size).shape == (4,)
     # ultralytics' own verbose(): for c in boxes.cls.unique(): n = (boxes.cls == c).sum()
     assert [(int(c), int((boxes.cls == c).sum())) for c in boxes.cls.unique()] == [(0, 2), (2, 1), (5, 1)]
     values, inverse, counts = boxes.cls.unique(return_inverse=True, return_counts=True)

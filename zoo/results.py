@@ -124,13 +124,26 @@ def check_new(path: Path, overwrite: bool, image_path: str | None) -> Path:
 DEVICE_NAMES = ("cpu", "cuda", "mps", "gpu")
 
 
+class TorchSize(int):
+    """numpy's ``size``, the number of elements (an int), that torch code may also call as torch's
+    ``Tensor.size``: ``x.size()`` is the shape, ``x.size(0)`` one dimension's length."""
+
+    def __new__(cls, count: int, shape: tuple[int, ...]):
+        size = super().__new__(cls, count)
+        size.shape = shape
+        return size
+
+    def __call__(self, dim: int | None = None):
+        return self.shape if dim is None else self.shape[dim]
+
+
 class TensorArray(np.ndarray):
     """A numpy array that also answers torch Tensor's methods, so code written for ultralytics' Results
     runs without torch: ``.cpu() .numpy() .int() .long() .float() .half() .double() .bool() .byte() .to() .cuda()
-    .clone() .detach() .numel() .dim() .unique()``, and ``int()``/``float()`` of any one-element value (a box's ``cls`` has
-    shape (1,), as upstream). One element indexed or iterated is a numpy scalar (hashable, so ``names[c]``
+    .clone() .detach() .numel() .dim() .unique() .size(dim)`` (``.size`` is numpy's int, callable: TorchSize), and
+    ``int()``/``float()`` of any one-element value (a box's ``cls`` has shape (1,), as upstream). One element indexed or iterated is a numpy scalar (hashable, so ``names[c]``
     works; torch gives a 0-d tensor): ``.item()``, ``int()``, ``float()`` as torch's. ``.numpy()`` returns a
-    plain ndarray (a view). Everything else is numpy's (``.view``, ``.size``).
+    plain ndarray (a view). Everything else is numpy's (``.view``).
     """
 
     def __int__(self) -> int:
@@ -180,8 +193,12 @@ class TensorArray(np.ndarray):
     def byte(self) -> TensorArray:
         return self.astype(np.uint8)
 
+    @property
+    def size(self) -> TorchSize:
+        return TorchSize(np.ndarray.size.__get__(self), self.shape)
+
     def numel(self) -> int:
-        return self.size
+        return int(self.size)
 
     def dim(self) -> int:
         return self.ndim
