@@ -336,6 +336,14 @@ def test_from_zoo_import_yolo_as_ultralytics(tmp_path):
         YOLO(resnet, device="cpu")
 
 
+
+def test_ultralytics_sam_class_names_segment_anythings_interface():
+    from zoo import SAM
+
+    with pytest.raises(ZooError, match=r"SAM\('mobile_sam.pt'\), ultralytics' SAM class, is not available in mlx-zoo: "
+                                       r".*zoo.load\('mobilesam'\).predictor\(\)"):
+        SAM("mobile_sam.pt")
+
 def test_supervision_reads_mobilesam_records():
     import supervision as sv
     from zoo.models.mobilesam import amg

@@ -20,14 +20,14 @@ if sys.platform.startswith("linux"):
 
 from .errors import ZooError  # noqa: E402
 
-__all__ = ["YOLO", "ZooError", "auto_annotate", "create_model", "get_spec", "is_model", "list_models", "load"]
+__all__ = ["SAM", "YOLO", "ZooError", "auto_annotate", "create_model", "get_spec", "is_model", "list_models", "load"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
     # mlx is imported on first use, not by `import zoo`: `python -m zoo.bench` must let torch
     # load its own cuDNN before MLX's CUDA backend loads an older one into the process.
-    if name in ("YOLO", "create_model", "get_spec", "is_model", "list_models", "load"):
+    if name in ("SAM", "YOLO", "create_model", "get_spec", "is_model", "list_models", "load"):
         from . import registry
 
         return getattr(registry, name)

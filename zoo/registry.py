@@ -401,6 +401,17 @@ def YOLO(model: str | Path = "yolo11n.pt", task: str | None = None, verbose: boo
     return net
 
 
+def SAM(model: str | Path = "mobile_sam.pt", *args, **options):  # noqa: N802
+    """ultralytics' ``SAM`` class (its MobileSAM page's ``SAM("mobile_sam.pt")(image, bboxes=..., points=...)``) is
+    not built: ultralytics letterboxes and scales masks its own way, so its masks are not segment-anything's,
+    which mlx-zoo's MobileSAM gives. One error naming segment-anything's interface."""
+    raise UsageError(f"SAM({str(model)!r}), ultralytics' SAM class, is not available in mlx-zoo: MobileSAM runs "
+                     "segment-anything's interface, p = zoo.load('mobilesam').predictor(); p.set_image(image); "
+                     "masks, scores, logits = p.predict(point_coords=[[x, y]], point_labels=[1], "
+                     "box=[x1, y1, x2, y2], multimask_output=False); everything: "
+                     "zoo.load('mobilesam').mask_generator().generate(image) (docs/mobilesam.md)")
+
+
 def create_model(model_name: str, pretrained: bool = False, checkpoint_path: str | Path | None = None,
                  **kwargs) -> nn.Module:
     """timm's ``create_model``: as timm, ``pretrained=False`` (its default) gives random weights and
