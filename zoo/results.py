@@ -141,9 +141,10 @@ class TensorArray(np.ndarray):
     """A numpy array that also answers torch Tensor's methods, so code written for ultralytics' Results
     runs without torch: ``.cpu() .numpy() .int() .long() .float() .half() .double() .bool() .byte() .to() .cuda()
     .clone() .detach() .numel() .dim() .unique() .size(dim)`` (``.size`` is numpy's int, callable: TorchSize), and
-    ``int()``/``float()`` of any one-element value (a box's ``cls`` has shape (1,), as upstream). One element indexed or iterated is a numpy scalar (hashable, so ``names[c]``
-    works; torch gives a 0-d tensor): ``.item()``, ``int()``, ``float()`` as torch's. ``.numpy()`` returns a
-    plain ndarray (a view). Everything else is numpy's (``.view``).
+    ``int()``/``float()`` of any one-element value (a box's ``cls`` has shape (1,), as upstream). One element
+    indexed or iterated is a numpy scalar (hashable, so ``names[c]`` works; torch gives a 0-d tensor): ``.item()``,
+    ``int()``, ``float()`` as torch's. ``.numpy()`` returns a plain ndarray (a view). Everything else is numpy's
+    (``.view``).
     """
 
     def __int__(self) -> int:
