@@ -138,7 +138,8 @@ def test_detect_run_folders_increment_and_outputs_need_exist_ok(work, capsys):
     args = ["yolov8n", "real.jpg", "imgs/", "--imgsz", "64", *SYNTHETIC]
     assert main(args) == 0 and main(args) == 0  # ultralytics' runs/detect/predict, predict2
     first, second = work / "runs/detect/predict", work / "runs/detect/predict2"
-    assert sorted(p.name for p in first.iterdir()) == sorted(p.name for p in second.iterdir()) == ["a.jpg", "b.png", "real.jpg"]
+    assert sorted(p.name for p in first.iterdir()) == sorted(p.name for p in second.iterdir()) == [
+        "a.jpg", "b.png", "mlx_zoo_run.json", "real.jpg"]
     (first / "real.jpg").write_bytes(b"an earlier result")
     refused([*args, "--out", str(first)], work, capsys, "real.jpg exists: pass --overwrite")
     assert main([*args, "--out", str(first), "--exist-ok"]) == 0
@@ -378,6 +379,65 @@ def test_resume_refuses_records_of_other_settings(work, capsys):
         "error: d.jsonl holds results of --batch 1, not --batch 2: give the options of the run it continues")
 
 
+def test_resume_takes_any_spelling_of_one_class_filter(work, capsys):
+    """--classes car,person resumed with person,car, 2,0 or PERSON,2 gives the same boxes: taken, in the records'
+    header and in --out's settings file alike; another filter is still refused."""
+    assert main(["yolov8n", "imgs/a.jpg", "--out", "res", "--jsonl", "d.jsonl", "--imgsz", "64", "--classes",
+                 "car,person", *SYNTHETIC]) == 0
+    for spelling in ("person,car", "2,0", "PERSON, 2"):
+        for resume in (["--jsonl", "d.jsonl"], []):  # the records' header, --out's settings file
+            capsys.readouterr()
+            assert main(["yolov8n", "imgs/a.jpg", "--out", "res", *resume, "--imgsz", "64", "--classes", spelling,
+                         "--resume", *SYNTHETIC]) == 0, capsys.readouterr().err
+            assert "1 skipped (done before)" in capsys.readouterr().err
+    refused(["yolov8n", "imgs/a.jpg", "--out", "res", "--imgsz", "64", "--classes", "car", "--resume", *SYNTHETIC],
+            work, capsys, "res/mlx_zoo_run.json holds results of --classes 0,2, not --classes 2: give the options of "
+            "the run it continues, or pass another --out DIR")
+    assert records_of(work / "d.jsonl")[0]["settings"]["--classes"] == "0,2"
+
+
+def test_classes_setting_is_one_spelling_where_names_are_unknown():
+    """A checkpoint's own names are read with the model, after --resume's checks: names (any case) and ids,
+    deduplicated and sorted."""
+    from zoo.cli.detect import classes_setting
+
+    assert classes_setting("Car, person,2,car,02", None) == classes_setting("2,person,CAR", None) == "2,car,person"
+    assert classes_setting("person,car", [0, 2]) == "0,2" and classes_setting(None, None) is None
+
+
+def test_resume_without_jsonl_refuses_an_out_of_other_settings(work, capsys):
+    """detect --resume without --jsonl: its annotated images were taken as done whatever the options that made
+    them (another --conf, other weights: two runs' outputs in one folder without a word); --out keeps the run's
+    settings (mlx_zoo_run.json) and --resume checks them. A folder without that file (an earlier version's)
+    with outputs to skip is one line saying what to do; one without outputs is simply continued."""
+    base = ["yolov8n", "imgs/a.jpg", "--out", "res", "--imgsz", "64", *SYNTHETIC]
+    assert main(base) == 0
+    settings = work / "res" / "mlx_zoo_run.json"
+    assert records_of(settings) == [{"mlx_zoo": 1, "task": "detect", "model": "yolov8n", "settings": {
+        "--weights": "synthetic:0", "--dtype": "float32", "--conf": 0.25, "--iou": 0.7, "--classes": None,
+        "--agnostic-nms": False, "--max-det": 300, "--imgsz": [64, 64], "--retina-masks": False, "--batch": 1}}]
+    refused([*base, "--conf", "0.5", "--resume"], work, capsys,
+            "res/mlx_zoo_run.json holds results of --conf 0.25, not --conf 0.5: give the options of the run it "
+            "continues, or pass another --out DIR")
+    refused(["yolov8n", "imgs", "--out", "res", "--imgsz", "64", "--weights", "synthetic:3", "--device", "cpu",
+             "--resume"], work, capsys, "holds results of --weights synthetic:0, not --weights synthetic:3")
+    assert main(["yolov8n", "imgs", "--out", "res", "--imgsz", "64", "--resume", *SYNTHETIC]) == 0  # the same: taken
+    assert "1 image processed, 1 skipped (done before)" in capsys.readouterr().err
+    settings.unlink()  # a folder of an earlier version
+    refused([*base, "--resume"], work, capsys, "--resume: res/mlx_zoo_run.json is not there, so the 1 output(s) in "
+            "res may be of other options than these: run again with --overwrite (all made again) or into a new --out")
+    settings.write_text("not ours\n")
+    refused([*base, "--resume"], work, capsys, "res/mlx_zoo_run.json line 1 is not a JSON record")
+    assert main([*base, "--overwrite"]) == 0 and records_of(settings)[0]["model"] == "yolov8n"
+    # a new run into the folder: the same settings are taken, others refused (two runs' outputs in one folder)
+    refused(["yolov8n", "r2.jpg", "--out", "res", "--imgsz", "64", "--conf", "0.5", *SYNTHETIC], work, capsys,
+            "holds results of --conf 0.25, not --conf 0.5: give the options of the run it continues, or pass another "
+            "--out DIR, or --overwrite to replace its outputs")
+    assert main(["yolov8n", "r2.jpg", "--out", "res", "--imgsz", "64", *SYNTHETIC]) == 0
+    assert main(["yolov8n", "imgs/a.jpg", "--out", "new", "--imgsz", "64", "--resume", *SYNTHETIC]) == 0
+    assert (work / "new" / "mlx_zoo_run.json").exists()  # nothing to skip: continued, and its settings kept
+
+
 def test_a_second_run_on_one_jsonl_stops_in_one_line(work, capsys, monkeypatch):
     from zoo import registry
     from zoo.sources import JsonlWriter, records_header
@@ -469,7 +529,7 @@ def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
                               *SYNTHETIC], cwd=work, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert first.stdout.readline() == "paused\n"  # a.jpg annotated, b.png not yet
-        assert sorted(os.listdir(work / "o")) == ["a.jpg"]
+        assert sorted(os.listdir(work / "o")) == ["a.jpg", "mlx_zoo_run.json"]
         busy = f"o is being written by another run (pid {first.pid}): wait for it to end, or pass another --out"
         missing = ["--weights", MISSING_WEIGHTS]  # were the lock not there, the run would go on to read them
         for argv in (["yolov8n", "imgs", "--out", "o", *missing],
@@ -485,4 +545,4 @@ def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
         assert first.wait(timeout=60) == -signal.SIGKILL
     assert main(["yolov8n", "imgs", "--out", "o", "--resume", "--imgsz", "64", *SYNTHETIC]) == 0
     assert "1 image processed, 1 skipped (done before)" in capsys.readouterr().err
-    assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png"]  # and no lock file
+    assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png", "mlx_zoo_run.json"]  # and no lock file

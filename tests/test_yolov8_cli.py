@@ -72,7 +72,7 @@ def test_folder_with_a_corrupt_file_and_class_filter(images, tmp_path, capsys):
     errors = [line for line in captured.err.splitlines() if "error:" in line]
     assert len(errors) == 1 and "broken.jpg" in errors[0]
     assert "2 images processed, 1 failed" in captured.err
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["street.png", "tall.jpg"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["mlx_zoo_run.json", "street.png", "tall.jpg"]
 
 
 def test_imgsz_not_a_multiple_of_32_is_rounded_up_with_a_warning(images, tmp_path, capsys):
@@ -134,7 +134,8 @@ def test_same_stems_and_a_suffixless_input_get_their_own_outputs(images, tmp_pat
     (tmp_path / "raw").write_bytes((images / "street.png").read_bytes())  # a PNG without suffix
     assert detect([str(folder), str(tmp_path / "raw"), "--save-json"], tmp_path) == 0
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["cat.jpg", "cat_2.png", "predictions.json", "raw.png"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "cat.jpg", "cat_2.png", "mlx_zoo_run.json", "predictions.json", "raw.png"]
     rows = json.loads((out / "predictions.json").read_text())
     assert {(r["image_id"], r["file_name"]) for r in rows} == {(1, "cat.jpg"), (2, "cat.png"), (3, "raw")}
     with Image.open(out / "cat_2.png") as im:

@@ -883,13 +883,14 @@ class RecordReader:
     the end of its last whole line) and ``torn`` (whether a torn last line, a run killed while writing it,
     lies beyond: left out)."""
 
-    def __init__(self, file: BinaryIO, path: Path, header: dict | None = None):
+    def __init__(self, file: BinaryIO, path: Path, header: dict | None = None, fix: str | None = None):
         self.file, self.path, self.expected = file, path, header
+        self.fix = fix or not_ours()  # what to do about a damaged or foreign file, or one of other settings
         self.header: dict | None = None
         self.whole, self.torn, self.seen_record = 0, False, False
 
     def __iter__(self) -> Iterator[dict]:
-        for n, line in capped_lines(self.file, self.path, not_ours()):
+        for n, line in capped_lines(self.file, self.path, self.fix):
             last = not line.endswith(b"\n")  # the bytes after the last newline: complete or torn
             if not line.strip():
                 self.whole += len(line)
@@ -901,7 +902,7 @@ class RecordReader:
                     self.torn = True
                     return
                 raise ZooError(f"{self.path} line {n} is not a JSON record (damaged, or not a file this program "
-                               f"wrote): {not_ours()}") from None
+                               f"wrote): {self.fix}") from None
             self.whole += len(line)
             if isinstance(record, dict) and HEADER_KEY in record and self.header is None and not self.seen_record:
                 self.header = record
@@ -909,12 +910,12 @@ class RecordReader:
             elif isinstance(record, dict) and isinstance(record.get("path"), str) and HEADER_KEY not in record:
                 if not self.seen_record and self.header is None and self.expected is not None:
                     raise ZooError(f"{self.path} has no header line: it is not a record file this program wrote "
-                                   f"(or an older version's): {not_ours()}")
+                                   f"(or an older version's): {self.fix}")
                 self.seen_record = True
                 yield record
             else:
                 raise ZooError(f"{self.path} line {n} is not a record of this program (a JSON object with a "
-                               f"\"path\"): {not_ours()}")
+                               f"\"path\"): {self.fix}")
 
     def check_header(self) -> None:
         expected, found = self.expected, self.header
@@ -922,11 +923,11 @@ class RecordReader:
             return
         if found.get(HEADER_KEY) != expected[HEADER_KEY]:
             raise ZooError(f"{self.path} is a record file of another version of this program (format "
-                           f"{found.get(HEADER_KEY)!r}, this one writes {expected[HEADER_KEY]}): {not_ours()}")
+                           f"{found.get(HEADER_KEY)!r}, this one writes {expected[HEADER_KEY]}): {self.fix}")
         theirs = (found.get("task"), found.get("model"))
         if theirs != (expected["task"], expected["model"]):
             raise ZooError(f"{self.path} holds {theirs[1]} ({theirs[0]}) records, not {expected['model']} "
-                           f"({expected['task']}): {not_ours()}")
+                           f"({expected['task']}): {self.fix}")
         # a file written before headers held settings has none to compare: taken as it is
         if isinstance(found.get("settings"), dict) and "settings" in expected:
             was, now = found["settings"], expected["settings"]
@@ -934,7 +935,7 @@ class RecordReader:
             if differ:
                 raise ZooError(f"{self.path} holds results of {shown_settings(was, differ)}, not "
                                f"{shown_settings(now, differ)}: give the options of the run it continues, or "
-                               f"{not_ours()}")
+                               f"{self.fix}")
 
 
 def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]:
@@ -943,6 +944,22 @@ def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]
     file (a folder, a FIFO, a device) or cannot be read is a one-line ZooError."""
     return streamed(Path(path), lambda file, path: RecordReader(file, path, header),
                     "pass a file path for the results")
+
+
+def check_header_file(path: str | Path, header: dict, fix: str) -> None:
+    """The file at ``path``, one header line (records_header) as a run's output folder keeps its settings in,
+    checked against ``header`` as a record file's (RecordReader: its task, model and settings); a damaged or
+    foreign file is a one-line ZooError naming ``fix``."""
+    readers = []
+
+    def reader(file: BinaryIO, path: Path) -> RecordReader:
+        readers.append(RecordReader(file, path, header, fix))
+        return readers[0]
+
+    for _ in streamed(Path(path), reader, fix):
+        break  # a record: not a header file
+    if not readers or readers[0].header is None or readers[0].seen_record:
+        raise ZooError(f"{path} is not a settings file this program wrote (one header line): {fix}")
 
 
 def streamed(path: Path, reader: Callable[[BinaryIO, Path], Iterable[dict]], fix: str) -> Iterator[dict]:

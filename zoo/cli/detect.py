@@ -10,6 +10,7 @@ keeps every finished output, --resume skips the images already annotated). In --
     <name>.<suffix>            annotated image          <video stem>.mp4   annotated video, the source's rate
     labels/<name>.txt          --save-txt (YOLO format, --save-conf adds the score)
     crops/<class>/<name>.jpg   --save-crop              predictions.json   --save-json (COCO detections)
+    mlx_zoo_run.json           the run's settings (model, weights, options that change results): --resume checks them
 
 ``<name>`` is the image's stem, ``<stem>_<frame>`` for a video frame (zoo.sources' unique names).
 predictions.json is ultralytics' save_json: one list of {image_id, file_name, category_id, bbox [x, y, w, h],
@@ -17,6 +18,7 @@ score} for the run, which pycocotools' ``COCO.loadRes`` reads as written (coco_i
 """
 from __future__ import annotations
 
+import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -28,13 +30,16 @@ from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
 from zoo.extras import require
 from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, lock_output_folder,
-                       make_output_folder, refuse_inputs)
+                       make_output_folder, refuse_inputs, write_text)
 from zoo.results import ResultFiles, output_name
 from zoo.sources import (Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths, open_source,
-                         read_json_list, read_records, records_header)
+                         check_header_file, read_json_list, read_records, records_header)
 from zoo.weights.synthetic import parse_synthetic
 
 PREDICTIONS = "predictions.json"  # --save-json's file in --out, ultralytics' name
+# the run's settings in --out (records_header's line): --resume without --jsonl checks them, so one folder never
+# holds two runs' outputs (annotated images and labels say nothing of the options that made them)
+SETTINGS = "mlx_zoo_run.json"
 
 
 def add_arguments(parser):
@@ -87,11 +92,12 @@ def check_arguments(args):
     if args.spec.task == "instance-segment" and (args.save_txt or args.jsonl):
         # before any work: found per image it failed every image, each after its annotated image was written
         require("cv2", f"{'--save-txt' if args.save_txt else '--jsonl'} of a segmentation model (its mask polygons)")
+    class_ids = None  # --classes as ids, where the names are known before the model loads
     if args.classes is not None and args.spec.task != "pose" and (
             args.weights is None or parse_synthetic(str(args.weights)) is not None):
         # default and synthetic weights carry the COCO names: check now, before any download (a pose
         # model's one class, person in the official files and class0 in synthetic ones, is the model's to check)
-        resolve_classes(args.classes, dict(enumerate(class_names())))
+        class_ids = resolve_classes(args.classes, dict(enumerate(class_names())))
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
                               stream_buffer=args.stream_buffer)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
@@ -99,11 +105,13 @@ def check_arguments(args):
         runs = f"{runs_folder(args.spec.task)}/predict"
         args.out = latest_run(runs) if args.resume else increment_path(runs, exist_ok=args.overwrite)
     out = lock_output_folder(args.out, "--out", inputs)
+    settings = refuse_inputs(out / SETTINGS, inputs, "output")
     check_distinct({"--out": out, **({"--jsonl": args.jsonl} if args.jsonl else {}),
-                    **({"--save-json": out / PREDICTIONS} if args.save_json else {})})
+                    **({"--save-json": out / PREDICTIONS} if args.save_json else {}), "the run's settings": settings})
     args.header = records_header(args.spec.task, args.spec.name, {
         "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype, "--conf": args.conf,
-        "--iou": args.iou, "--classes": args.classes, "--agnostic-nms": args.agnostic_nms, "--max-det": args.max_det,
+        "--iou": args.iou, "--classes": classes_setting(args.classes, class_ids), "--agnostic-nms": args.agnostic_nms,
+        "--max-det": args.max_det,
         "--imgsz": args.imgsz, "--retina-masks": args.retina_masks,
         "--batch": args.batch})  # a batch letterboxes images of different sizes to one square: other boxes
     recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
@@ -120,7 +128,8 @@ def check_arguments(args):
     records_in_out = records is not None and records.is_relative_to(Path(out).resolve())
     for given, path, name, is_video, _ in outputs:
         refuse_inputs(path, inputs, "output")
-        for written in (path, *item_files(out, name, is_video, args)) if records_in_out else ():
+        extras = item_files(out, name, is_video, args)
+        for written in (path, *extras) if records_in_out else ():
             check_distinct({"--jsonl": args.jsonl, "output": written})
         if args.resume and path.exists():
             if recorded is None or pipeline.input_identity(given) in recorded:
@@ -131,8 +140,9 @@ def check_arguments(args):
             # written, but the run was killed before its record: done again, its own outputs replaced
         else:
             check_new_file(path, "output", args.overwrite)
-        for extra in item_files(out, name, is_video, args):
+        for extra in extras:
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
+    args.save_settings = check_settings(settings, args)
     if args.save_json:
         check_new_file(refuse_inputs(out / PREDICTIONS, inputs, "output"), "output", args.overwrite or args.resume)
         numbered = [name for _, _, name, _, _ in outputs if name not in args.image_ids.ids]
@@ -153,6 +163,32 @@ def check_arguments(args):
         check_new_file(refuse_inputs(args.jsonl, inputs, "--jsonl"), "--jsonl", args.overwrite or args.resume)
         make_output_folder(Path(args.jsonl).parent, f"--jsonl {args.jsonl}: its folder")
     make_output_folder(out, "--out")
+
+
+def classes_setting(classes: str | None, ids: list[int] | None) -> str | None:
+    """--classes as the run's settings hold it, one spelling for one filter (--resume takes person,car for
+    car,person): the class ids, sorted, where the names are known before the model loads (``ids``); else
+    the names (any case: as the model reads them) and ids given, deduplicated and sorted."""
+    if classes is None:
+        return None
+    if ids is None:
+        given = {int(c) if c.isdigit() else c.lower() for c in (c.strip() for c in classes.split(","))}
+        ids = sorted(given, key=lambda c: (isinstance(c, str), c))
+    return ",".join(map(str, ids))
+
+
+def check_settings(path: Path, args) -> bool:
+    """--out's settings file (SETTINGS), there from an earlier run: its settings checked against this run's
+    (--resume always; a new run into the folder unless --overwrite replaces it); -> whether this run writes it."""
+    if path.exists() and (args.resume or not args.overwrite):
+        check_header_file(path, args.header, "pass another --out DIR" if args.resume else
+                          "pass another --out DIR, or --overwrite to replace its outputs")
+        return False
+    if args.resume and args.skip and not (args.jsonl and Path(args.jsonl).exists()):  # else the records' header
+        # a folder of an earlier version: which options made its outputs is not known  # was checked
+        raise UsageError(f"--resume: {path} is not there, so the {len(args.skip)} output(s) in {path.parent} may be of "
+                         f"other options than these: run again with --overwrite (all made again) or into a new --out")
+    return True
 
 
 def latest_run(base: str) -> Path:
@@ -223,7 +259,14 @@ def run(args, model) -> int:
         if jsonl is not None:
             jsonl.write({**item.meta, "error": message})
 
+    save_settings = args.save_settings
+
     def process(batch):
+        nonlocal save_settings
+        if save_settings:  # before the first output (a killed run's folder says which options made it); a run
+            # that writes none leaves none (nor, all its inputs failed, an --out folder)
+            write_text(out / SETTINGS, json.dumps(args.header) + "\n", replace=args.overwrite)
+            save_settings = False
         results = predict_batch(model, [ready.data for ready in batch], [ready.item for ready in batch], **options)
         if coco is not None:
             # the batch's records on disk before its annotated images, which --resume takes as done: a killed
