@@ -747,6 +747,36 @@ def test_a_stream_is_opened_once(tmp_path):
     assert [item.frame for item in CountedVideo(str(clip))] == list(range(6)) and len(opened) == 2
 
 
+def test_a_live_stream_is_named_by_its_whole_address(tmp_path):
+    """A live stream's outputs were named by its address's last part: tcp://127.0.0.1:5000?listen=1 gave 127.0.0.mp4,
+    and two ports of one host (or the cam1 of two hosts) one name, so --resume took the second stream as done. Its
+    whole address now, as ultralytics makes a stream's a file name, without a user and password; a video file, a
+    video file's URL and a camera keep their names. detect's outputs checked before the run are named alike."""
+    import av
+
+    from zoo.cli.detect import fixed_outputs
+
+    clip = grey_video(tmp_path / "clip.mp4", 2)
+
+    class ClipVideo(Video):  # any address, decoded from the clip
+        def open(self):
+            container = av.open(str(clip))
+            return container, container.streams.video[0]
+
+    names = {"tcp://127.0.0.1:5000?listen=1": "tcp___127.0.0.1_5000_listen_1",
+             "tcp://127.0.0.1:5001?listen=1": "tcp___127.0.0.1_5001_listen_1",
+             "rtsp://admin:secret@host/live/cam1": "rtsp___host_live_cam1", "rtsp://other/live/cam1": "rtsp___other_live_cam1",
+             "https://host/clip.mp4": "clip", str(clip): "clip"}
+    for address, stem in names.items():
+        assert {item.stem for item in ClipVideo(address, stream_buffer=True)} == {stem}, address
+    long = [f"http://host/live?token={'a' * 200}{n}" for n in range(2)]
+    streams = [ClipVideo(address, stream_buffer=True) for address in [*names, *long]]
+    stems = list(dict.fromkeys(item.stem for item in Chain(streams)))
+    assert len(stems) == len(streams) and all(len(stem) <= sources.STREAM_NAME_LIMIT for stem in stems)
+    assert stems[-1] != stems[-2] and stems[-1].startswith("http___host_live_token_aaa")
+    assert [out.name for _, out, *_ in fixed_outputs(Chain(streams), tmp_path)] == [f"{stem}.mp4" for stem in stems]
+
+
 def test_a_url_that_does_not_open_names_the_address_not_the_video(monkeypatch):
     """A stream or image URL this machine cannot reach: the line names the address and the network; it said
     'pass a video FFmpeg can decode' of an image's URL."""

@@ -66,9 +66,11 @@ from __future__ import annotations
 
 import csv
 import glob as globlib
+import hashlib
 import itertools
 import json
 import os
+import re
 import stat
 import sys
 import threading
@@ -77,6 +79,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
+from urllib.parse import urlsplit
 
 import numpy as np
 from PIL import Image
@@ -418,6 +421,14 @@ class FrameSource(Source):
     def open(self):
         """A fresh (container, video stream) pair, or a one-line ZooError."""
 
+    @property
+    def stem(self) -> str:
+        """What its outputs are named by (UniqueNames makes it unique in a run): a video file's stem (clip.mp4,
+        https://host/clip.mp4: clip), a camera's name (camera0), a live stream's address (stream_name)."""
+        if self.kind != "video":
+            return self.path
+        return stream_name(self.path) if self.live else Path(self.path).stem
+
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
         frames = self.decoded(start, names)
         return iter(NewestFrame(frames, self.path)) if self.live and not self.stream_buffer else frames
@@ -425,7 +436,7 @@ class FrameSource(Source):
     def decoded(self, start: int, names: UniqueNames) -> Iterator[Item]:
         """Every kept frame, in order, as it is decoded."""
         av = import_av()
-        stem = names(Path(self.path).stem if self.kind == "video" else self.path, video=True)
+        stem = names(self.stem, video=True)
         (container, stream), self.held = self.held or self.open(), None
         index, n = start, -1
         try:
@@ -717,6 +728,22 @@ def planned_names(source: Source) -> list[str] | None:
     if any(isinstance(p, FrameSource) or (isinstance(p, Files) and p.videos) for p in parts):
         return None
     return [item.name for item in source]
+
+
+STREAM_NAME_LIMIT = 100  # characters: a file name stays well under the file systems' 255 bytes with its suffixes
+
+
+def stream_name(url: str) -> str:
+    """A live stream's address as a file name, as ultralytics names a stream's outputs (each character but ASCII
+    letters, digits, '.', '-' and '_' made '_': rtsp://host/live/cam1 -> rtsp___host_live_cam1), without the
+    user and password an address may carry; its last part alone named tcp://127.0.0.1:5000?listen=1 127.0.0 and
+    the cam1 of any host alike. A longer one is cut, a hash of the address keeping two such apart."""
+    parts = urlsplit(url)
+    address = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+    name = re.sub(r"[^\w.-]", "_", address, flags=re.ASCII)
+    if len(name) <= STREAM_NAME_LIMIT:
+        return name
+    return f"{name[:STREAM_NAME_LIMIT - 9]}_{hashlib.sha256(address.encode()).hexdigest()[:8]}"
 
 
 def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool = False) -> Source:

@@ -218,7 +218,7 @@ def fixed_outputs(source, out: Path):
                     yield str(path), out / f"{name}.mp4", name, True, index
                 index = None if isinstance(video, FrameSource) or index is None else index + 1
         elif isinstance(part, FrameSource):
-            name = names(Path(part.path).stem if part.kind == "video" else part.path, video=True)
+            name = names(part.stem, video=True)
             yield part.path, out / f"{name}.mp4", name, True, index
             index = None
 
