@@ -8,6 +8,7 @@ docs fails too.
 import io
 import re
 import shlex
+import shutil
 from contextlib import redirect_stderr
 from pathlib import Path
 
@@ -63,6 +64,13 @@ def files(tmp_path_factory) -> Path:
     with open(root / "sparse.safetensors", "r+b") as sparse:  # 3 GiB of holes: nothing on disk
         sparse.truncate(sparse.seek(0, 2) + (3 << 30))
     Image.new("RGB", (5000, 1), (120, 30, 200)).save(root / "strip.png")
+    from zoo.run import main
+
+    # a detect run's --out, and one as an earlier version left it: no settings file (E74, E75)
+    assert main(["yolov8n", str(root / "ok.jpg"), "--out", str(root / "run"), "--imgsz", "64", "--weights",
+                 "synthetic"]) == 0
+    shutil.copytree(root / "run", root / "old_run")
+    (root / "old_run" / "mlx_zoo_run.json").unlink()
     return root
 
 
