@@ -396,6 +396,15 @@ def test_resume_takes_any_spelling_of_one_class_filter(work, capsys):
     assert records_of(work / "d.jsonl")[0]["settings"]["--classes"] == "0,2"
 
 
+def test_resume_takes_a_top_k_beyond_the_classes_as_all_of_them(work, capsys):
+    """classify with --num-classes 3: --top-k 5 and 10 both list the 3 classes, so either continues the other."""
+    base = ["resnet18", "imgs", "--jsonl", "r.jsonl", "--num-classes", "3", *SYNTHETIC]
+    assert main([*base, "--top-k", "5"]) == 0
+    assert main([*base, "--top-k", "10", "--resume"]) == 0, capsys.readouterr().err
+    assert "0 images classified, 2 skipped (done before)" in capsys.readouterr().err
+    refused([*base, "--top-k", "2", "--resume"], work, capsys, "r.jsonl holds results of --top-k 3, not --top-k 2")
+
+
 def test_classes_setting_is_one_spelling_where_names_are_unknown():
     """A checkpoint's own names are read with the model, after --resume's checks: names (any case) and ids,
     deduplicated and sorted."""
@@ -434,6 +443,8 @@ def test_resume_without_jsonl_refuses_an_out_of_other_settings(work, capsys):
             "holds results of --conf 0.25, not --conf 0.5: give the options of the run it continues, or pass another "
             "--out DIR, or --overwrite to replace its outputs")
     assert main(["yolov8n", "r2.jpg", "--out", "res", "--imgsz", "64", *SYNTHETIC]) == 0
+    refused([*base, "--jsonl", "res/mlx_zoo_run.json"], work, capsys,
+            "--jsonl res/mlx_zoo_run.json is also the settings file path: pass another path")
     assert main(["yolov8n", "imgs/a.jpg", "--out", "new", "--imgsz", "64", "--resume", *SYNTHETIC]) == 0
     assert (work / "new" / "mlx_zoo_run.json").exists()  # nothing to skip: continued, and its settings kept
 

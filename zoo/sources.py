@@ -1118,7 +1118,10 @@ class JsonlWriter:
             yield from (r for r in self._reader(file) if keep is None or keep(r))
 
     def kept_records(self) -> Iterator[dict]:
-        """The records kept from the earlier run (``resume=True``), read back from the file as a stream."""
+        """The records kept from the earlier run (``resume=True``), read back from the file as a stream: a second
+        read, of the file as kept (after any rewrite), so its readers see what it holds and the resume pass
+        needs none of them (about 1 s per 100,000 classify records on this 2-core CPU, against the hours of
+        model work they stand for)."""
         return itertools.islice(streamed(self.path, lambda file, path: self._reader(file), not_ours()), self.kept)
 
     def _open_locked(self) -> int:

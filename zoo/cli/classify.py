@@ -56,7 +56,8 @@ def check_arguments(args):
         check_new_file(path, option, args.overwrite or args.resume)
         make_output_folder(Path(path).parent, f"{option} {path}: its folder")
     args.header = records_header(args.spec.task, args.spec.name, {
-        "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype, "--top-k": args.top_k,
+        "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype,
+        "--top-k": min(args.top_k, args.num_classes or args.top_k),  # a head of 3 classes: top-5 and top-10 are top-3
         "--num-classes": args.num_classes})
     args.done = set()  # --resume: the items the record file holds results for, streamed (a damaged or foreign
     if args.resume and Path(args.jsonl).exists():  # file is refused here, before the model loads)

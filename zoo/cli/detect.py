@@ -106,8 +106,8 @@ def check_arguments(args):
         args.out = latest_run(runs) if args.resume else increment_path(runs, exist_ok=args.overwrite)
     out = lock_output_folder(args.out, "--out", inputs)
     settings = refuse_inputs(out / SETTINGS, inputs, "output")
-    check_distinct({"--out": out, **({"--jsonl": args.jsonl} if args.jsonl else {}),
-                    **({"--save-json": out / PREDICTIONS} if args.save_json else {}), "the run's settings": settings})
+    check_distinct({"--out": out, "settings file": settings, **({"--jsonl": args.jsonl} if args.jsonl else {}),
+                    **({"--save-json": out / PREDICTIONS} if args.save_json else {})})
     args.header = records_header(args.spec.task, args.spec.name, {
         "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype, "--conf": args.conf,
         "--iou": args.iou, "--classes": classes_setting(args.classes, class_ids), "--agnostic-nms": args.agnostic_nms,
