@@ -111,8 +111,7 @@ def check_arguments(args):
     args.header = records_header(args.spec.task, args.spec.name, {
         "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype, "--conf": args.conf,
         "--iou": args.iou, "--classes": classes_setting(args.classes, class_ids), "--agnostic-nms": args.agnostic_nms,
-        "--max-det": args.max_det,
-        "--imgsz": args.imgsz, "--retina-masks": args.retina_masks,
+        "--max-det": args.max_det, "--imgsz": args.imgsz, "--retina-masks": args.retina_masks,
         "--batch": args.batch})  # a batch letterboxes images of different sizes to one square: other boxes
     recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
     if args.resume and args.jsonl and Path(args.jsonl).exists():
@@ -184,8 +183,8 @@ def check_settings(path: Path, args) -> bool:
         check_header_file(path, args.header, "pass another --out DIR" if args.resume else
                           "pass another --out DIR, or --overwrite to replace its outputs")
         return False
-    if args.resume and args.skip and not (args.jsonl and Path(args.jsonl).exists()):  # else the records' header
-        # a folder of an earlier version: which options made its outputs is not known  # was checked
+    if args.resume and args.skip and not (args.jsonl and Path(args.jsonl).exists()):
+        # a folder of an earlier version: which options made its outputs is not known (--jsonl's header says)
         raise UsageError(f"--resume: {path} is not there, so the {len(args.skip)} output(s) in {path.parent} may be of "
                          f"other options than these: run again with --overwrite (all made again) or into a new --out")
     return True
