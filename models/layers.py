@@ -139,9 +139,11 @@ class BatchNorm(nn.BatchNorm):
 class LayerNorm(nn.LayerNorm):
     """nn.LayerNorm (same parameters and names); on the CPU one threaded C pass per row."""
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, activation: str | None = None) -> mx.array:
+        """activation(layer_norm(x)); on the CPU the activation applied by the same C pass (callers pass it
+        only where ``fusing_on_cpu``: the validator records the layers apart)."""
         return cpu_ops.layer_norm(x, self.weight if "weight" in self else None,
-                                  self.bias if "bias" in self else None, self.eps)
+                                  self.bias if "bias" in self else None, self.eps, activation)
 
 
 def conv_bn(conv: nn.Conv2d, bn: nn.BatchNorm, x: mx.array, eager=None, activation: str | None = None,
@@ -352,10 +354,12 @@ class ConvTranspose2d(nn.ConvTranspose2d):
     """nn.ConvTranspose2d (same weights, same names) run as one GEMM and the sums of its taps (one C
     pass on the CPU: zoo.kernels.cpu.conv_transpose2d)."""
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, activation: str | None = None) -> mx.array:
+        """activation(conv_transpose2d(x) + bias); on the CPU the activation applied by the C pass that sums
+        the taps (callers pass it only where ``fusing_on_cpu``: the validator records the layers apart)."""
         matrix = kept(self, "_tap_matrix", (self,), lambda: cpu_ops.tap_matrix(self.weight)) \
             if cpu_ops.on_cpu() else None
-        return self._forward(x, self.weight, self.bias if "bias" in self else None, matrix=matrix)
+        return self._forward(x, self.weight, self.bias if "bias" in self else None, activation, matrix)
 
     def with_batch_norm(self, x: mx.array, bn: nn.BatchNorm, activation: str | None = None) -> mx.array:
         """``activation(bn(self(x)))`` with ``bn`` folded into the weight and bias (as

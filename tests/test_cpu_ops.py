@@ -430,6 +430,11 @@ def test_layers_keep_nn_weights_and_results():
         plain["bias"] = fast.bias
         want = plain(x)
         assert mx.abs(fast(x) - want).max().item() <= 1e-5 * mx.abs(want).max().item()
+    # SAM's upscaling: the 2x2 stride-2 transposed convolution with the GELU after it in its C pass
+    fast, plain = layers.ConvTranspose2d(64, 32, 2, stride=2), nn.ConvTranspose2d(64, 32, 2, stride=2)
+    fast.update(plain.parameters())
+    want = nn.gelu(plain(x))
+    assert mx.abs(fast(x, activation="gelu") - want).max().item() <= 1e-5 * mx.abs(want).max().item()
 
 
 def test_inside_compile_and_on_request_mlx_runs(monkeypatch):
@@ -495,6 +500,30 @@ def test_attention_over_a_fused_qkv_matches_split_heads_and_attention(mask_shape
     assert got.shape == (4, 7, 24)
     assert mx.abs(got - want).max().item() <= 1e-6 * mx.abs(want).max().item()
     assert ("attention (heads of a fused qkv, products and softmax)", coverage.CPU_FORM) in noted
+
+
+@pytest.mark.parametrize("batches", [(1, 1), (3, 1), (1, 3), (2, 2)])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_attention_of_heads_side_by_side_matches_mlx(batches, dtype):
+    # the SAM decoder's layout: tokens (B, N, heads * D), k and v column slices of one merged projection
+    # (rows 3 * heads * D floats apart), one side shared by every batch (B 1: batch stride 0), and a single
+    # query row (its row stride unused)
+    (bq, bk), heads, d = batches, 3, 8
+    for nq in (5, 1):
+        q = mx.random.normal((bq, nq, heads * d), key=mx.random.key(40)).astype(DTYPES[dtype])
+        merged = mx.random.normal((bk, 70, 3 * heads * d), key=mx.random.key(41)).astype(DTYPES[dtype])
+        k, v = merged[..., heads * d: 2 * heads * d], merged[..., 2 * heads * d:]
+        noted = []
+        with coverage.listening(lambda op, impl: noted.append((op, impl))):
+            got = cpu.heads_attention(q, k, v, heads, 0.3)
+        assert ("attention (heads where they lie, products and softmax)", coverage.CPU_FORM) in noted
+        batch = max(bq, bk)
+        split = [mx.broadcast_to(a.astype(mx.float32), (batch, *a.shape[1:])).reshape(batch, -1, heads, d)
+                 .transpose(0, 2, 1, 3) for a in (q, k, v)]
+        want = mx.fast.scaled_dot_product_attention(*split, scale=0.3).transpose(0, 2, 1, 3).reshape(batch, nq, -1)
+        tol = 1e-6 if dtype == "float32" else 2e-3
+        assert got.dtype == q.dtype and got.shape == (batch, nq, heads * d)
+        assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
 
 
 @pytest.mark.parametrize("rows", [3, 4099])  # MLX's addmm below LINEAR_MIN_ELEMENTS inputs, blocks of rows in C above
@@ -583,6 +612,10 @@ def test_layer_norm_matches_float64(cols, dtype):
     fast.update({"weight": w, "bias": b})
     plain.update({"weight": w, "bias": b})
     assert mx.abs(fast(x).astype(mx.float32) - plain(x).astype(mx.float32)).max().item() <= tol * np.abs(norm * w64 + b64).max() * 4
+    # the GELU after it (SAM's LayerNorm2d, GELU) applied by the same pass
+    want = _exact("gelu", norm * w64 + b64)
+    got = fast(x, activation="gelu")
+    assert got.dtype == x.dtype and np.abs(np.array(got.astype(mx.float32)) - want).max() <= tol * np.abs(want).max() * 2
 
 
 @pytest.mark.parametrize("bias_shape", [None, (49,), (4, 49, 49), (2, 4, 49, 49), (1, 49)])

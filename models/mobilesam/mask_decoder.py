@@ -11,7 +11,7 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
-from zoo.compiled import folded
+from zoo.compiled import folded, kept
 from zoo.kernels import cpu as cpu_ops
 from zoo.models.layers import (GELU, ConvTranspose2d, LayerNorm, Linear, Sequential, attention, fusing_on_cpu,
                                split_heads)
@@ -64,30 +64,30 @@ class Attention(nn.Module):
             return split_heads(x, self.num_heads, 1)[0]
         return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(0, 2, 1, 3)
 
-    def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+    def __call__(self, q: mx.array, k: mx.array, v: mx.array, residual: mx.array | None = None) -> mx.array:
+        """out_proj of the attention, plus ``residual`` (as ``attend``)."""
         merged = folded(self.q_proj)  # compiled self-attention: q and k of one input as one product
         if merged is not None and q is k:
             q, k = merged_product(q, merged, 2)
-            return self.attend(q, k, self.v_proj(v))
-        return self.attend(self.q_proj(q), self.k_proj(k), self.v_proj(v))
+            return self.attend(q, k, self.v_proj(v), residual)
+        return self.attend(self.q_proj(q), self.k_proj(k), self.v_proj(v), residual)
 
-    def attend(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
-        """The attention of projected q, k and v (B, N, internal), through out_proj."""
+    def attend(self, q: mx.array, k: mx.array, v: mx.array, residual: mx.array | None = None) -> mx.array:
+        """The attention of projected q, k and v (B, N, internal), through out_proj, plus ``residual``
+        (an array of the output's shape, or None)."""
+        scale = 1.0 / math.sqrt(q.shape[-1] // self.num_heads)
+        # on the CPU the heads read where they lie, one side shared by every prompt set, no copies
+        out = cpu_ops.heads_attention(q, k, v, self.num_heads, scale) if fusing_on_cpu() else None
+        if out is not None:  # the residual is the product's initial C
+            return self.out_proj(out, residual=residual)
         q, k, v = self._heads(q), self._heads(k), self._heads(v)
-        scale = 1.0 / math.sqrt(q.shape[-1])
-        if k.shape[0] == 1 < q.shape[0] and fusing_on_cpu():
-            # one image side for many prompt sets' queries (MaskDecoder): on the CPU the sets' queries
-            # as the rows of one attention per head (each row's own softmax: the same sums), so the
-            # image's keys and values are not copied once per set
-            b, heads, n, d = q.shape
-            out = attention(q.transpose(1, 0, 2, 3).reshape(1, heads, b * n, d), k, v, scale)
-            return self.out_proj(out.reshape(heads, b, n, -1).transpose(1, 2, 0, 3).reshape(b, n, -1))
         if q.shape[0] != k.shape[0]:  # the image's queries against each prompt set's tokens: broadcast
             batch = max(q.shape[0], k.shape[0])
             q, k, v = (mx.broadcast_to(a, (batch, *a.shape[1:])) for a in (q, k, v))
         out = attention(q, k, v, scale)
         b, _, n, _ = out.shape
-        return self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
+        out = self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
+        return out if residual is None else residual + out
 
 
 class TwoWayAttentionBlock(nn.Module):
@@ -115,7 +115,9 @@ class TwoWayAttentionBlock(nn.Module):
         return ((self.cross_attn_token_to_image.k_proj, self.cross_attn_token_to_image.v_proj,
                  self.cross_attn_image_to_token.q_proj), (True, False, True))
 
-    def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array):
+    def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array,
+                 image_projected: dict[str, mx.array] | None = None):
+        """``image_projected``: on the CPU, image_projections' merged form (TwoWayTransformer.cpu_projections)."""
         to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
         if self.skip_first_layer_pe:  # the first layer replaces the queries (no residual, no PE)
             queries = self.self_attn(queries, queries, queries)
@@ -124,9 +126,11 @@ class TwoWayAttentionBlock(nn.Module):
             queries = self.shortcut(queries) + self.self_attn(q, q, queries)
         queries = self.norm1(queries)
 
-        # compiled: the keys' three projections as one product, the positional encoding's share
-        # derived once (image_projections_with_pe)
+        # compiled (and on the CPU): the keys' three projections as one product, the positional
+        # encoding's share derived once (image_projections_with_pe)
         projected = folded(to_image.k_proj)
+        if projected is None:
+            projected = image_projected
         q = queries + query_pe
         if projected is None:
             k = keys + key_pe
@@ -138,11 +142,13 @@ class TwoWayAttentionBlock(nn.Module):
         queries = self.norm3(self.shortcut(queries) + self.mlp(queries))
 
         q = queries + query_pe
+        # on the CPU the image tokens are added by out_proj's product (the validator records the layers apart)
+        residual = self.shortcut(keys) if fusing_on_cpu() else None
         if projected is None:
-            attended = to_token(k, q, queries)
+            attended = to_token(k, q, queries, residual)
         else:
-            attended = to_token.attend(image_q, to_token.k_proj(q), to_token.v_proj(queries))
-        keys = self.norm4(self.shortcut(keys) + attended)
+            attended = to_token.attend(image_q, to_token.k_proj(q), to_token.v_proj(queries), residual)
+        keys = self.norm4(attended if residual is not None else self.shortcut(keys) + attended)
         return queries, keys
 
 
@@ -159,11 +165,13 @@ class TwoWayTransformer(nn.Module):
         keys = image_embedding.reshape(b, h * w, c)
         key_pe = image_pe.reshape(image_pe.shape[0], h * w, c)
         queries = point_embedding
-        for layer in self.layers:
-            queries, keys = layer(queries, keys, point_embedding, key_pe)
+        projected = self.cpu_projections(image_pe)
+        for layer, image_projected in zip(self.layers, projected):
+            queries, keys = layer(queries, keys, point_embedding, key_pe, image_projected)
         final = self.final_attn_token_to_image
         q = queries + point_embedding
-        projected = folded(final.k_proj)  # compiled: as in the blocks, k and v of the keys as one product
+        # compiled (and on the CPU): as in the blocks, k and v of the keys as one product
+        projected = folded(final.k_proj) or projected[-1]
         if projected is None:
             attended = final(q, keys + key_pe, keys)
         else:
@@ -171,6 +179,22 @@ class TwoWayTransformer(nn.Module):
             attended = final.attend(final.q_proj(q), k, v)
         queries = self.norm_final_attn(queries + attended)
         return queries, keys
+
+    def cpu_projections(self, image_pe: mx.array) -> list[dict[str, mx.array] | None]:
+        """On the CPU, per group of image_projections (each block's, the final attention's) their
+        merged form (image_projections_with_pe, with ``image_pe``'s share) for merged_product, kept
+        until a weight or ``image_pe`` is replaced (Sam.prompt_and_decode passes the one kept
+        get_dense_pe); else None for each. Each group then runs as one product whose initial C is
+        the bias and the share, and the attentions read their heads where they lie in it: the
+        positional encoding's additions and the split copies are gone."""
+        groups = self.image_projections()
+        if not fusing_on_cpu() or image_pe.shape[0] != 1:
+            return [None] * len(groups)
+        linears = tuple(linear for group, _ in groups for linear in group)
+
+        def make():
+            return [cpu_merged(projections_with_pe(group, with_pe, image_pe)) for group, with_pe in groups]
+        return kept(self, "_cpu_projections", (*linears, {"image_pe": image_pe}), make)
 
     def image_projections(self) -> list[tuple[tuple[Linear, ...], tuple[bool, ...]]]:
         """Each group of projections of the same image tokens, and which of them add the positional
@@ -230,8 +254,8 @@ class MaskDecoder(nn.Module):
         iou_token_out = hs[:, 0]
         mask_tokens_out = hs[:, 1 : 1 + self.num_mask_tokens]
 
-        upscaled = self.output_upscaling(src.reshape(batch, h, w, c))
-        stacked = folded(self.iou_prediction_head.layers[0])
+        upscaled = self.upscale(src.reshape(batch, h, w, c))
+        stacked = self.stacked_heads()
         if stacked is None:
             hyper_in = mx.stack([mlp(mask_tokens_out[:, i]) for i, mlp in enumerate(self.output_hypernetworks_mlps)],
                                 axis=1)  # (B, tokens, C')
@@ -245,6 +269,23 @@ class MaskDecoder(nn.Module):
         # on the CPU, C products tiled over our threads (MLX's let OpenBLAS wait for its sleeping thread)
         masks = cpu_ops.batched_matmul(upscaled.reshape(b, uh * uw, uc), hyper_in).reshape(b, uh, uw, -1)
         return masks, iou_pred
+
+    def upscale(self, x: mx.array) -> mx.array:
+        """output_upscaling; on the CPU each GELU applied by the C pass before it (the LayerNorm's, the
+        transposed convolution's tap sums): two passes over the upscaled maps fewer."""
+        if not fusing_on_cpu():  # (the validator records the layers apart)
+            return self.output_upscaling(x)
+        up = self.output_upscaling
+        return up["3"](up["1"](up["0"](x), activation="gelu"), activation="gelu")
+
+    def stacked_heads(self) -> dict[str, mx.array] | None:
+        """stack_heads' arrays: a compiled forward's derived ones; on the CPU kept here (its 15 products of
+        one token each were 15 MLX calls); else None (the MLPs apart)."""
+        stacked = folded(self.iou_prediction_head.layers[0])
+        if stacked is not None or not fusing_on_cpu():
+            return stacked
+        first, *others = layers = self.head_layers()
+        return kept(self, "_stacked_heads", tuple(layers), lambda: stack_heads(first, tuple(others)))
 
     def head_layers(self) -> list[Linear]:
         """The IoU head's layers, then each hypernetwork MLP's, in order (stack_heads' order)."""
@@ -266,9 +307,22 @@ class MaskDecoder(nn.Module):
 # larger products. Batch 1 is bound by the host's time per kernel (docs/speed-gpu.md).
 
 def merged_product(x: mx.array, merged: dict[str, mx.array], parts: int) -> tuple[mx.array, ...]:
-    """The merged projections of ``x`` (merged_projections or image_projections_with_pe), split
-    into each projection's output."""
-    return tuple(mx.split(mx.addmm(merged["bias"], x, merged["weight"]), parts, axis=-1))
+    """The merged projections of ``x`` (merged_projections or image_projections_with_pe; on the CPU
+    their ``cpu_merged`` form), split into each projection's output (views)."""
+    if "rows" in merged:  # one C product whose initial C is the bias (rows of it, one per token)
+        bias = merged["bias"]
+        y = cpu_ops.linear(x, merged["rows"], residual=mx.broadcast_to(bias, (*x.shape[:-1], bias.shape[-1])),
+                           packed=merged["packed"])
+    else:
+        y = mx.addmm(merged["bias"], x, merged["weight"])
+    return tuple(mx.split(y, parts, axis=-1))
+
+
+def cpu_merged(merged: dict[str, mx.array]) -> dict[str, mx.array]:
+    """merged projections for zoo.kernels.cpu.linear: the weight as rows (out, in) and packed for its
+    products (cpu.pack), the bias as it is."""
+    rows = mx.contiguous(merged["weight"].T)
+    return {"rows": rows, "packed": cpu_ops.pack(rows), "bias": merged["bias"]}
 
 
 def merged_projections(first: Linear, others: tuple[Linear, ...]) -> dict[str, mx.array]:
@@ -279,17 +333,21 @@ def merged_projections(first: Linear, others: tuple[Linear, ...]) -> dict[str, m
 
 
 def image_projections_with_pe(first: Linear, partner: tuple, with_pe: tuple[bool, ...], grid: tuple[int, int]):
-    """merged_projections of the same image tokens whose bias also holds, for the projections of
-    keys + key_pe (with_pe), key_pe's product, derived here once since the positional encoding of
-    the image grid is fixed. ``partner``: the other projections, then the prompt encoder's
-    PositionEmbeddingRandom -> {weight (in, sum of outs), bias (1, tokens, sum of outs)}."""
+    """projections_with_pe of the prompt encoder's PositionEmbeddingRandom's grid, derived once since the
+    positional encoding of the image grid is fixed. ``partner``: the other projections, then the
+    PositionEmbeddingRandom."""
     *others, pe_layer = partner
-    linears = (first, *others)
-    merged = merged_projections(first, tuple(others))
-    dtype = first.weight.dtype
-    f32 = mx.float32
     # the grid's encoding in the model's dtype, as upstream's get_dense_pe gives it
-    key_pe = pe_layer.grid(*grid).astype(dtype).astype(f32)
+    return projections_with_pe((first, *others), with_pe, pe_layer.grid(*grid).astype(first.weight.dtype))
+
+
+def projections_with_pe(linears: tuple[Linear, ...], with_pe: tuple[bool, ...], key_pe: mx.array):
+    """merged_projections of the same image tokens whose bias also holds, for the projections of
+    keys + key_pe (with_pe), key_pe's product -> {weight (in, sum of outs), bias (1, tokens, sum of outs)}."""
+    merged = merged_projections(linears[0], tuple(linears[1:]))
+    dtype = linears[0].weight.dtype
+    f32 = mx.float32
+    key_pe = key_pe.astype(f32)
     key_pe = key_pe.reshape(1, -1, key_pe.shape[-1])
     tokens = key_pe.shape[1]
     pe_share = mx.concatenate([key_pe @ l.weight.astype(f32).T if pe else mx.zeros((1, tokens, l.weight.shape[0]), f32)

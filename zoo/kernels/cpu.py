@@ -68,7 +68,8 @@ def _library() -> ctypes.CDLL | None:
                 for name in ("zoo_window_partition_f32", "zoo_window_merge_f32"):
                     getattr(lib, name).argtypes = [_PTR, _PTR] + [size] * 5 + [ctypes.c_int]
                 lib.zoo_split_heads_f32.argtypes = [_PTR] * 4 + [size] * 5 + [ctypes.c_int]
-                lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int]
+                lib.zoo_layer_norm_f32.argtypes = [_PTR, _PTR, _PTR, ctypes.c_float, _PTR, size, size, ctypes.c_int,
+                                                   ctypes.c_int]
                 lib.zoo_depthwise_conv2d_f32.argtypes = [_PTR, _PTR, _PTR, _PTR] + [ctypes.c_int] * 13
                 lib.zoo_max_pool2d_f32.argtypes = [_PTR, _PTR] + [ctypes.c_int] * 10
                 lib.zoo_pointwise_parts_f32.argtypes = [ctypes.c_void_p] * 4 + [ctypes.c_int, _PTR, _PTR, size, _PTR,
@@ -260,19 +261,22 @@ def softmax(x: mx.array, scale: float = 1.0, bias: mx.array | None = None) -> mx
     return _like(out, x)
 
 
-def layer_norm(x: mx.array, weight: mx.array | None, bias: mx.array | None, eps: float) -> mx.array:
-    """mx.fast.layer_norm(x, weight, bias, eps) over the last axis (float32 maths): one threaded
-    pass per row in C on the CPU (MLX's runs one float at a time, on one thread)."""
+def layer_norm(x: mx.array, weight: mx.array | None, bias: mx.array | None, eps: float,
+               activation: str | None = None) -> mx.array:
+    """activation(mx.fast.layer_norm(x, weight, bias, eps)) over the last axis (float32 maths): one
+    threaded pass per row in C on the CPU, the activation applied to each row in cache (MLX's runs one
+    float at a time, on one thread)."""
     lib = _library() if _fast_path() else None
     out = _output(x.shape) if lib is not None else None
     host = _host(x, out) if lib is not None and x.ndim else None
     _ran("layer_norm", host)
     if host is None:
-        return mx.fast.layer_norm(x, weight, bias, eps)
+        return ACTIVATION_OPS[activation](mx.fast.layer_norm(x, weight, bias, eps))
     cols = host.shape[-1]
     w = _host(weight) if weight is not None else np.ones(cols, np.float32)
     b = _host(bias) if bias is not None else np.zeros(cols, np.float32)
-    lib.zoo_layer_norm_f32(_ptr(host), _ptr(w), _ptr(b), eps, _ptr(_view(out)), host.size // cols, cols, _threads())
+    lib.zoo_layer_norm_f32(_ptr(host), _ptr(w), _ptr(b), eps, _ptr(_view(out)), host.size // cols, cols,
+                           ACTIVATIONS[activation][0], _threads())
     return _like(out, x)
 
 
@@ -383,6 +387,31 @@ def qkv_attention(qkv: mx.array, heads: int, scale: float, mask: mx.array | None
         return _like(out, qkv)
     q, k, v = split_heads(qkv, heads)
     return attention(q, k, v, scale, mask).transpose(0, 2, 1, 3).reshape(b, n, -1)
+
+
+def heads_attention(q: mx.array, k: mx.array, v: mx.array, heads: int, scale: float) -> mx.array | None:
+    """Multi-head attention of tokens whose heads lie side by side: q (BQ, NQ, heads * D), k (BK, NK,
+    heads * D), v (BK, NK, heads * DV), BQ and BK equal or one of them 1 (that side shared by every
+    batch) -> (max(BQ, BK), NQ, heads * DV), head h's softmax(scale * q k^T) v in its DV columns. On the
+    CPU one C call that reads q, k and v where they lie (column slices of a merged projection
+    included: any row stride) and writes each head into its columns: no split or broadcast copies
+    before it, no transposing copy after. None where it cannot run (not the CPU, a trace, no library)."""
+    (bq, nq, width), (bk, nk, _) = q.shape, k.shape
+    batch, d, dv = max(bq, bk), width // heads, v.shape[-1] // heads
+    fits = (bq == bk or 1 in (bq, bk)) and k.shape[-1] == width and v.shape[:2] == k.shape[:2]
+    lib = _library() if _fast_path() and fits else None
+    out = _output((batch, nq, heads * dv)) if lib is not None else None
+    views = [_host_view(a, out) for a in (q, k, v)] if lib is not None else []
+    if any(view is None or view.strides[-1] != 4 for view in views):
+        views = [np.ascontiguousarray(view) for view in views] if all(view is not None for view in views) else []
+    strides = []
+    for view, step in zip(views, (d, d, dv)):  # (batch, head, row) in floats; a shared side's batch stride 0
+        strides += [view.strides[0] // 4 if view.shape[0] > 1 else 0, step,
+                    view.strides[1] // 4 if view.shape[1] > 1 else view.shape[2]]  # one row: any stride fits
+    done = bool(views) and _attention_call(lib, *views, None, scale, out,
+                                           (*strides, nq * heads * dv, dv, heads * dv), batch, heads, nq, nk, d, dv)
+    _ran("attention (heads where they lie, products and softmax)", done)
+    return _like(out, q) if done else None
 
 
 def _attention_call(lib, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: mx.array | None, scale: float,

@@ -461,10 +461,12 @@ void zoo_softmax_f32(const float *x, const float *bias, ptrdiff_t bias_rows, flo
   for_each_row(softmax_row, &a, x, y, rows, cols, threads);
 }
 
-/* LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, two passes over the row for the moments */
+/* LayerNorm: (x - mean) / sqrt(var + eps) * weight + bias, two passes over the row for the moments,
+ * then the activation (ACT_*: SAM's upscaling GELU) while the row is in cache */
 typedef struct {
   const float *weight, *bias;
   float eps;
+  int act;
 } layer_norm_params;
 
 ZOO_CLONES static void layer_norm_row(const void *p, const float *x, float *y, ptrdiff_t row, ptrdiff_t cols) {
@@ -474,11 +476,12 @@ ZOO_CLONES static void layer_norm_row(const void *p, const float *x, float *y, p
   for (ptrdiff_t i = 0; i < cols; ++i) y[i] = (x[i] - mean) * (x[i] - mean); /* y as scratch */
   const float inv = 1.0f / sqrtf(row_sum(y, cols) / (float)cols + a->eps);
   for (ptrdiff_t i = 0; i < cols; ++i) y[i] = (x[i] - mean) * inv * a->weight[i] + a->bias[i];
+  if (a->act != ACT_NONE) activate(y, y, cols, a->act);
 }
 
 void zoo_layer_norm_f32(const float *x, const float *weight, const float *bias, float eps, float *y, ptrdiff_t rows,
-                        ptrdiff_t cols, int threads) {
-  layer_norm_params a = {weight, bias, eps};
+                        ptrdiff_t cols, int act, int threads) {
+  layer_norm_params a = {weight, bias, eps, act};
   for_each_row(layer_norm_row, &a, x, y, rows, cols, threads);
 }
 
