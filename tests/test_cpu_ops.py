@@ -526,6 +526,23 @@ def test_attention_of_heads_side_by_side_matches_mlx(batches, dtype):
         assert mx.abs(got.astype(mx.float32) - want).max().item() <= tol * mx.abs(want).max().item()
 
 
+@pytest.mark.parametrize("shape", [(1, 1, 6), (3, 1, 6), (2, 2, 6), (2, 1, 5)])  # 5 rows: not cut in shares
+def test_rows_against_shared_keys_match_mlx(shape):
+    # the SAM decoder's folded token-to-image attention: every prompt set's rows against one image's tokens
+    b, bk, m = shape
+    q = mx.random.normal((b, m, 24), key=mx.random.key(42))
+    k = mx.random.normal((bk, 90, 24), key=mx.random.key(43))
+    v = mx.random.normal((bk, 90, 40), key=mx.random.key(44))
+    noted = []
+    with coverage.listening(lambda op, impl: noted.append((op, impl))):
+        got = cpu.shared_keys_attention(q, k, v, 0.2)
+    assert ("attention (rows against shared keys, products and softmax)", coverage.CPU_FORM) in noted
+    want = mx.fast.scaled_dot_product_attention(q[:, None], *(mx.broadcast_to(a, (b, *a.shape[1:]))[:, None]
+                                                              for a in (k, v)), scale=0.2)[:, 0]
+    assert got.shape == (b, m, 40)
+    assert mx.abs(got - want).max().item() <= 1e-6 * mx.abs(want).max().item()
+
+
 @pytest.mark.parametrize("rows", [3, 4099])  # MLX's addmm below LINEAR_MIN_ELEMENTS inputs, blocks of rows in C above
 @pytest.mark.parametrize("activation", [None, "gelu"])
 def test_linear_adds_a_residual_before_its_activation(rows, activation):

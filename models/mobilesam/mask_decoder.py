@@ -64,30 +64,77 @@ class Attention(nn.Module):
             return split_heads(x, self.num_heads, 1)[0]
         return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(0, 2, 1, 3)
 
-    def __call__(self, q: mx.array, k: mx.array, v: mx.array, residual: mx.array | None = None) -> mx.array:
-        """out_proj of the attention, plus ``residual`` (as ``attend``)."""
+    def __call__(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
         merged = folded(self.q_proj)  # compiled self-attention: q and k of one input as one product
         if merged is not None and q is k:
             q, k = merged_product(q, merged, 2)
-            return self.attend(q, k, self.v_proj(v), residual)
-        return self.attend(self.q_proj(q), self.k_proj(k), self.v_proj(v), residual)
+            return self.attend(q, k, self.v_proj(v))
+        return self.attend(self.q_proj(q), self.k_proj(k), self.v_proj(v))
 
-    def attend(self, q: mx.array, k: mx.array, v: mx.array, residual: mx.array | None = None) -> mx.array:
-        """The attention of projected q, k and v (B, N, internal), through out_proj, plus ``residual``
-        (an array of the output's shape, or None)."""
+    def attend(self, q: mx.array, k: mx.array, v: mx.array) -> mx.array:
+        """The attention of projected q, k and v (B, N, internal), through out_proj."""
         scale = 1.0 / math.sqrt(q.shape[-1] // self.num_heads)
-        # on the CPU the heads read where they lie, one side shared by every prompt set, no copies
+        # on the CPU the heads read where they lie, one side shared by every prompt set: no copies
         out = cpu_ops.heads_attention(q, k, v, self.num_heads, scale) if fusing_on_cpu() else None
-        if out is not None:  # the residual is the product's initial C
-            return self.out_proj(out, residual=residual)
-        q, k, v = self._heads(q), self._heads(k), self._heads(v)
-        if q.shape[0] != k.shape[0]:  # the image's queries against each prompt set's tokens: broadcast
-            batch = max(q.shape[0], k.shape[0])
-            q, k, v = (mx.broadcast_to(a, (batch, *a.shape[1:])) for a in (q, k, v))
-        out = attention(q, k, v, scale)
-        b, _, n, _ = out.shape
-        out = self.out_proj(out.transpose(0, 2, 1, 3).reshape(b, n, -1))
-        return out if residual is None else residual + out
+        if out is None:
+            q, k, v = self._heads(q), self._heads(k), self._heads(v)
+            if q.shape[0] != k.shape[0]:  # the image's queries against each prompt set's tokens: broadcast
+                batch = max(q.shape[0], k.shape[0])
+                q, k, v = (mx.broadcast_to(a, (batch, *a.shape[1:])) for a in (q, k, v))
+            out = attention(q, k, v, scale)
+            b, _, n, _ = out.shape
+            out = out.transpose(0, 2, 1, 3).reshape(b, n, -1)
+        return self.out_proj(out)
+
+    # On the CPU the image side's projections are folded into the prompt tokens' side: there are a few
+    # tokens against 4096 image tokens, so (q W_k) x^T costs a head's rows times the width where q (x W_k)^T
+    # cost the whole projection of the image, and likewise for the values and the output projection.
+    # Each cross-attention then takes half the multiplications and writes no projected image tokens.
+
+    def folded_to_image(self, tokens: mx.array, image_with_pe: mx.array, image: mx.array) -> mx.array:
+        """self(tokens, image_with_pe, image) on the CPU (tokens (B, T, C), image tokens (1 or B, N, C), and
+        with their positional encoding added): per head, softmax(scale (q_h W_kh) image_with_pe^T) image W_vh^T + b_vh (the
+        key bias adds a constant to each row of scores, which the softmax drops; its rows sum to 1, so the
+        value bias is added once), the heads' rows of all tokens against the same image (one product per
+        thread's share of the rows)."""
+        b, t, _ = tokens.shape
+        heads, c = self.num_heads, image.shape[-1]
+        d = self.q_proj.weight.shape[0] // heads
+        f32 = mx.float32
+        q = self.q_proj(tokens).astype(f32).reshape(b, t, heads, d).transpose(0, 2, 1, 3)  # (B, heads, T, d)
+        rows = q @ self.k_proj.weight.astype(f32).reshape(heads, d, c)  # (B, heads, T, C)
+        mixed = cpu_ops.shared_keys_attention(rows.reshape(b, heads * t, c), image_with_pe, image,
+                                              1.0 / math.sqrt(d))  # (B, heads * T, C): each row's mix of the image
+        values = mixed.astype(f32).reshape(b, heads, t, c) @ self.v_proj.weight.astype(f32).reshape(heads, d, c) \
+            .transpose(0, 2, 1) + self.v_proj.bias.astype(f32).reshape(heads, 1, d)  # (B, heads, T, d)
+        return self.out_proj(values.transpose(0, 2, 1, 3).reshape(b, t, heads * d).astype(tokens.dtype))
+
+    def folded_to_tokens(self, image_with_pe: mx.array, tokens_with_pe: mx.array, tokens: mx.array,
+                         image: mx.array) -> mx.array:
+        """image + self(image_with_pe, tokens_with_pe, tokens) on the CPU (image tokens (1 or B, N, C), prompt
+        tokens (B, T, C)): per prompt set, the scores of every head as one product of the image tokens with
+        scale W_qh^T k_h^T (their bias scale b_qh k_h^T), the softmax over each head's T tokens, and the
+        output as one product of those weights with v_h W_oh^T, whose initial C is the bias and the image."""
+        b, t, _ = tokens.shape
+        heads, c = self.num_heads, image.shape[-1]
+        d = self.q_proj.weight.shape[0] // heads
+        f32 = mx.float32
+        scale = 1.0 / math.sqrt(d)
+        k = self.k_proj(tokens_with_pe).astype(f32).reshape(b, t, heads, d).transpose(0, 2, 1, 3)  # (B, heads, T, d)
+        v = self.v_proj(tokens).astype(f32).reshape(b, t, heads, d).transpose(0, 2, 1, 3)
+        score_rows = (k @ (self.q_proj.weight.astype(f32).reshape(heads, d, c) * scale)).reshape(b, heads * t, c)
+        score_bias = (k @ (self.q_proj.bias.astype(f32).reshape(heads, d, 1) * scale)).reshape(b, heads * t)
+        # (B, C, heads * T): head h's columns v_h W_oh^T, transposed as a Linear's weight (out, in)
+        output_rows = (v @ self.out_proj.weight.astype(f32).reshape(c, heads, d).transpose(1, 2, 0)) \
+            .reshape(b, heads * t, c).transpose(0, 2, 1)
+        outputs = []
+        for i in range(b):
+            one = slice(i, i + 1) if image.shape[0] > 1 else slice(0, 1)
+            scores = cpu_ops.linear(image_with_pe[one], score_rows[i], score_bias[i])
+            weights = cpu_ops.softmax(scores.reshape(1, -1, heads, t)).reshape(1, -1, heads * t)
+            outputs.append(cpu_ops.linear(weights, mx.contiguous(output_rows[i]), self.out_proj.bias,
+                                          residual=image[one]))
+        return outputs[0] if b == 1 else mx.concatenate(outputs)
 
 
 class TwoWayAttentionBlock(nn.Module):
@@ -115,9 +162,7 @@ class TwoWayAttentionBlock(nn.Module):
         return ((self.cross_attn_token_to_image.k_proj, self.cross_attn_token_to_image.v_proj,
                  self.cross_attn_image_to_token.q_proj), (True, False, True))
 
-    def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array,
-                 image_projected: dict[str, mx.array] | None = None):
-        """``image_projected``: on the CPU, image_projections' merged form (TwoWayTransformer.cpu_projections)."""
+    def __call__(self, queries: mx.array, keys: mx.array, query_pe: mx.array, key_pe: mx.array):
         to_image, to_token = self.cross_attn_token_to_image, self.cross_attn_image_to_token
         if self.skip_first_layer_pe:  # the first layer replaces the queries (no residual, no PE)
             queries = self.self_attn(queries, queries, queries)
@@ -126,11 +171,16 @@ class TwoWayAttentionBlock(nn.Module):
             queries = self.shortcut(queries) + self.self_attn(q, q, queries)
         queries = self.norm1(queries)
 
-        # compiled (and on the CPU): the keys' three projections as one product, the positional
-        # encoding's share derived once (image_projections_with_pe)
+        if folded(to_image.k_proj) is None and fusing_on_cpu():  # the CPU's folded cross-attentions
+            keys_with_pe = keys + key_pe
+            queries = self.norm2(queries + to_image.folded_to_image(queries + query_pe, keys_with_pe, keys))
+            queries = self.norm3(queries + self.mlp(queries))
+            keys = self.norm4(to_token.folded_to_tokens(keys_with_pe, queries + query_pe, queries, keys))
+            return queries, keys
+
+        # compiled: the keys' three projections as one product, the positional encoding's share
+        # derived once (image_projections_with_pe)
         projected = folded(to_image.k_proj)
-        if projected is None:
-            projected = image_projected
         q = queries + query_pe
         if projected is None:
             k = keys + key_pe
@@ -142,13 +192,11 @@ class TwoWayAttentionBlock(nn.Module):
         queries = self.norm3(self.shortcut(queries) + self.mlp(queries))
 
         q = queries + query_pe
-        # on the CPU the image tokens are added by out_proj's product (the validator records the layers apart)
-        residual = self.shortcut(keys) if fusing_on_cpu() else None
         if projected is None:
-            attended = to_token(k, q, queries, residual)
+            attended = to_token(k, q, queries)
         else:
-            attended = to_token.attend(image_q, to_token.k_proj(q), to_token.v_proj(queries), residual)
-        keys = self.norm4(attended if residual is not None else self.shortcut(keys) + attended)
+            attended = to_token.attend(image_q, to_token.k_proj(q), to_token.v_proj(queries))
+        keys = self.norm4(self.shortcut(keys) + attended)
         return queries, keys
 
 
@@ -165,36 +213,20 @@ class TwoWayTransformer(nn.Module):
         keys = image_embedding.reshape(b, h * w, c)
         key_pe = image_pe.reshape(image_pe.shape[0], h * w, c)
         queries = point_embedding
-        projected = self.cpu_projections(image_pe)
-        for layer, image_projected in zip(self.layers, projected):
-            queries, keys = layer(queries, keys, point_embedding, key_pe, image_projected)
+        for layer in self.layers:
+            queries, keys = layer(queries, keys, point_embedding, key_pe)
         final = self.final_attn_token_to_image
         q = queries + point_embedding
-        # compiled (and on the CPU): as in the blocks, k and v of the keys as one product
-        projected = folded(final.k_proj) or projected[-1]
-        if projected is None:
+        projected = folded(final.k_proj)  # compiled: as in the blocks, k and v of the keys as one product
+        if projected is None and fusing_on_cpu():
+            attended = final.folded_to_image(q, keys + key_pe, keys)
+        elif projected is None:
             attended = final(q, keys + key_pe, keys)
         else:
             k, v = merged_product(keys, projected, 2)
             attended = final.attend(final.q_proj(q), k, v)
         queries = self.norm_final_attn(queries + attended)
         return queries, keys
-
-    def cpu_projections(self, image_pe: mx.array) -> list[dict[str, mx.array] | None]:
-        """On the CPU, per group of image_projections (each block's, the final attention's) their
-        merged form (image_projections_with_pe, with ``image_pe``'s share) for merged_product, kept
-        until a weight or ``image_pe`` is replaced (Sam.prompt_and_decode passes the one kept
-        get_dense_pe); else None for each. Each group then runs as one product whose initial C is
-        the bias and the share, and the attentions read their heads where they lie in it: the
-        positional encoding's additions and the split copies are gone."""
-        groups = self.image_projections()
-        if not fusing_on_cpu() or image_pe.shape[0] != 1:
-            return [None] * len(groups)
-        linears = tuple(linear for group, _ in groups for linear in group)
-
-        def make():
-            return [cpu_merged(projections_with_pe(group, with_pe, image_pe)) for group, with_pe in groups]
-        return kept(self, "_cpu_projections", (*linears, {"image_pe": image_pe}), make)
 
     def image_projections(self) -> list[tuple[tuple[Linear, ...], tuple[bool, ...]]]:
         """Each group of projections of the same image tokens, and which of them add the positional
@@ -307,22 +339,9 @@ class MaskDecoder(nn.Module):
 # larger products. Batch 1 is bound by the host's time per kernel (docs/speed-gpu.md).
 
 def merged_product(x: mx.array, merged: dict[str, mx.array], parts: int) -> tuple[mx.array, ...]:
-    """The merged projections of ``x`` (merged_projections or image_projections_with_pe; on the CPU
-    their ``cpu_merged`` form), split into each projection's output (views)."""
-    if "rows" in merged:  # one C product whose initial C is the bias (rows of it, one per token)
-        bias = merged["bias"]
-        y = cpu_ops.linear(x, merged["rows"], residual=mx.broadcast_to(bias, (*x.shape[:-1], bias.shape[-1])),
-                           packed=merged["packed"])
-    else:
-        y = mx.addmm(merged["bias"], x, merged["weight"])
-    return tuple(mx.split(y, parts, axis=-1))
-
-
-def cpu_merged(merged: dict[str, mx.array]) -> dict[str, mx.array]:
-    """merged projections for zoo.kernels.cpu.linear: the weight as rows (out, in) and packed for its
-    products (cpu.pack), the bias as it is."""
-    rows = mx.contiguous(merged["weight"].T)
-    return {"rows": rows, "packed": cpu_ops.pack(rows), "bias": merged["bias"]}
+    """The merged projections of ``x`` (merged_projections or image_projections_with_pe), split
+    into each projection's output."""
+    return tuple(mx.split(mx.addmm(merged["bias"], x, merged["weight"]), parts, axis=-1))
 
 
 def merged_projections(first: Linear, others: tuple[Linear, ...]) -> dict[str, mx.array]:
@@ -333,21 +352,17 @@ def merged_projections(first: Linear, others: tuple[Linear, ...]) -> dict[str, m
 
 
 def image_projections_with_pe(first: Linear, partner: tuple, with_pe: tuple[bool, ...], grid: tuple[int, int]):
-    """projections_with_pe of the prompt encoder's PositionEmbeddingRandom's grid, derived once since the
-    positional encoding of the image grid is fixed. ``partner``: the other projections, then the
-    PositionEmbeddingRandom."""
-    *others, pe_layer = partner
-    # the grid's encoding in the model's dtype, as upstream's get_dense_pe gives it
-    return projections_with_pe((first, *others), with_pe, pe_layer.grid(*grid).astype(first.weight.dtype))
-
-
-def projections_with_pe(linears: tuple[Linear, ...], with_pe: tuple[bool, ...], key_pe: mx.array):
     """merged_projections of the same image tokens whose bias also holds, for the projections of
-    keys + key_pe (with_pe), key_pe's product -> {weight (in, sum of outs), bias (1, tokens, sum of outs)}."""
-    merged = merged_projections(linears[0], tuple(linears[1:]))
-    dtype = linears[0].weight.dtype
+    keys + key_pe (with_pe), key_pe's product, derived here once since the positional encoding of
+    the image grid is fixed. ``partner``: the other projections, then the prompt encoder's
+    PositionEmbeddingRandom -> {weight (in, sum of outs), bias (1, tokens, sum of outs)}."""
+    *others, pe_layer = partner
+    linears = (first, *others)
+    merged = merged_projections(first, tuple(others))
+    dtype = first.weight.dtype
     f32 = mx.float32
-    key_pe = key_pe.astype(f32)
+    # the grid's encoding in the model's dtype, as upstream's get_dense_pe gives it
+    key_pe = pe_layer.grid(*grid).astype(dtype).astype(f32)
     key_pe = key_pe.reshape(1, -1, key_pe.shape[-1])
     tokens = key_pe.shape[1]
     pe_share = mx.concatenate([key_pe @ l.weight.astype(f32).T if pe else mx.zeros((1, tokens, l.weight.shape[0]), f32)

@@ -414,6 +414,27 @@ def heads_attention(q: mx.array, k: mx.array, v: mx.array, heads: int, scale: fl
     return _like(out, q) if done else None
 
 
+def shared_keys_attention(q: mx.array, k: mx.array, v: mx.array, scale: float) -> mx.array:
+    """softmax(scale * q k^T) v for many rows of queries against the same keys and values: q (B, M, D), k
+    (BK, N, D), v (BK, N, DV), BK 1 (shared by every batch) or B -> (B, M, DV). On the CPU one C call, the
+    rows cut in one share per thread (each share's two products on one OpenBLAS thread, k and v read where
+    they lie); elsewhere MLX's products and softmax()."""
+    (b, m, d), (bk, nk, _), dv = q.shape, k.shape, v.shape[-1]
+    shares = _threads() if m % _threads() == 0 else 1
+    lib = _library() if _fast_path() and bk in (1, b) and v.shape[:2] == k.shape[:2] else None
+    out = _output((b, m, dv)) if lib is not None else None
+    host = _host(q, out, k, v) if lib is not None else None
+    keys, values = (_host(k), _host(v)) if host is not None else (None, None)
+    rows = m // shares
+    shared = 0 if bk == 1 else 1  # a batch stride of 0: every batch reads the one k and v
+    done = host is not None and _attention_call(
+        lib, host, keys, values, None, scale, out,
+        (m * d, rows * d, d, shared * nk * d, 0, d, shared * nk * dv, 0, dv, m * dv, rows * dv, dv),
+        b, shares, rows, nk, d, dv)
+    _ran("attention (rows against shared keys, products and softmax)", done)
+    return _like(out, q) if done else softmax(q @ k.swapaxes(-1, -2), scale) @ v
+
+
 def _attention_call(lib, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: mx.array | None, scale: float,
                     out: mx.array, strides, batches: int, heads: int, nq: int, nk: int, d: int, dv: int) -> bool:
     """zoo_attention_f32 over batches x heads (batch, head) pairs, q, k, v host arrays (or views: their
