@@ -91,15 +91,19 @@ class Attention(nn.Module):
     # cost the whole projection of the image, and likewise for the values and the output projection.
     # Each cross-attention then takes half the multiplications and writes no projected image tokens.
 
-    def folded_to_image(self, tokens: mx.array, image_with_pe: mx.array, image: mx.array) -> mx.array:
-        """self(tokens, image_with_pe, image) on the CPU (tokens (B, T, C), image tokens (1 or B, N, C), and
-        with their positional encoding added): per head, softmax(scale (q_h W_kh) image_with_pe^T) image W_vh^T + b_vh (the
-        key bias adds a constant to each row of scores, which the softmax drops; its rows sum to 1, so the
-        value bias is added once), the heads' rows of all tokens against the same image (one product per
-        thread's share of the rows)."""
+    def to_image(self, tokens: mx.array, image_with_pe: mx.array, image: mx.array) -> mx.array:
+        """self(tokens, image_with_pe, image) for prompt tokens (B, T, C) and image tokens (1 or B, N, C), the
+        latter with their positional encoding added. On the CPU where it takes fewer multiplications (the
+        image's k and v projections, 4 N C internal per image, against 4 N C heads T per prompt set: not
+        for many prompt sets against one image), the folded form: per head, softmax(scale (q_h W_kh)
+        image_with_pe^T) image W_vh^T + b_vh (the key bias adds a constant to each row of scores, which the
+        softmax drops; its rows sum to 1, so the value bias is added once), the heads' rows of all tokens
+        against the same image (one product per thread's share of the rows)."""
         b, t, _ = tokens.shape
         heads, c = self.num_heads, image.shape[-1]
         d = self.q_proj.weight.shape[0] // heads
+        if not fusing_on_cpu() or b * heads * t >= image.shape[0] * heads * d:
+            return self(tokens, image_with_pe, image)
         f32 = mx.float32
         q = self.q_proj(tokens).astype(f32).reshape(b, t, heads, d).transpose(0, 2, 1, 3)  # (B, heads, T, d)
         rows = q @ self.k_proj.weight.astype(f32).reshape(heads, d, c)  # (B, heads, T, C)
@@ -109,15 +113,19 @@ class Attention(nn.Module):
             .transpose(0, 2, 1) + self.v_proj.bias.astype(f32).reshape(heads, 1, d)  # (B, heads, T, d)
         return self.out_proj(values.transpose(0, 2, 1, 3).reshape(b, t, heads * d).astype(tokens.dtype))
 
-    def folded_to_tokens(self, image_with_pe: mx.array, tokens_with_pe: mx.array, tokens: mx.array,
-                         image: mx.array) -> mx.array:
-        """image + self(image_with_pe, tokens_with_pe, tokens) on the CPU (image tokens (1 or B, N, C), prompt
-        tokens (B, T, C)): per prompt set, the scores of every head as one product of the image tokens with
+    def to_tokens(self, image_with_pe: mx.array, tokens_with_pe: mx.array, tokens: mx.array,
+                  image: mx.array) -> mx.array:
+        """image + self(image_with_pe, tokens_with_pe, tokens) for image tokens (1 or B, N, C) and prompt tokens
+        (B, T, C). On the CPU where it takes fewer multiplications (the image's q projection and the output
+        projection, 2 N C internal per image and per prompt set, against 4 N C heads T per prompt set), the
+        folded form: per prompt set, the scores of every head as one product of the image tokens with
         scale W_qh^T k_h^T (their bias scale b_qh k_h^T), the softmax over each head's T tokens, and the
         output as one product of those weights with v_h W_oh^T, whose initial C is the bias and the image."""
         b, t, _ = tokens.shape
         heads, c = self.num_heads, image.shape[-1]
         d = self.q_proj.weight.shape[0] // heads
+        if not fusing_on_cpu() or 2 * b * heads * t >= (image.shape[0] + b) * heads * d:
+            return image + self(image_with_pe, tokens_with_pe, tokens)
         f32 = mx.float32
         scale = 1.0 / math.sqrt(d)
         k = self.k_proj(tokens_with_pe).astype(f32).reshape(b, t, heads, d).transpose(0, 2, 1, 3)  # (B, heads, T, d)
@@ -171,20 +179,13 @@ class TwoWayAttentionBlock(nn.Module):
             queries = self.shortcut(queries) + self.self_attn(q, q, queries)
         queries = self.norm1(queries)
 
-        if folded(to_image.k_proj) is None and fusing_on_cpu():  # the CPU's folded cross-attentions
-            keys_with_pe = keys + key_pe
-            queries = self.norm2(queries + to_image.folded_to_image(queries + query_pe, keys_with_pe, keys))
-            queries = self.norm3(queries + self.mlp(queries))
-            keys = self.norm4(to_token.folded_to_tokens(keys_with_pe, queries + query_pe, queries, keys))
-            return queries, keys
-
         # compiled: the keys' three projections as one product, the positional encoding's share
         # derived once (image_projections_with_pe)
         projected = folded(to_image.k_proj)
         q = queries + query_pe
         if projected is None:
             k = keys + key_pe
-            attended = to_image(q, k, keys)
+            attended = to_image.to_image(q, k, keys)
         else:
             image_k, image_v, image_q = merged_product(keys, projected, 3)
             attended = to_image.attend(to_image.q_proj(q), image_k, image_v)
@@ -193,11 +194,10 @@ class TwoWayAttentionBlock(nn.Module):
 
         q = queries + query_pe
         if projected is None:
-            attended = to_token(k, q, queries)
+            keys = to_token.to_tokens(k, q, queries, self.shortcut(keys))
         else:
-            attended = to_token.attend(image_q, to_token.k_proj(q), to_token.v_proj(queries))
-        keys = self.norm4(self.shortcut(keys) + attended)
-        return queries, keys
+            keys = self.shortcut(keys) + to_token.attend(image_q, to_token.k_proj(q), to_token.v_proj(queries))
+        return queries, self.norm4(keys)
 
 
 class TwoWayTransformer(nn.Module):
@@ -218,10 +218,8 @@ class TwoWayTransformer(nn.Module):
         final = self.final_attn_token_to_image
         q = queries + point_embedding
         projected = folded(final.k_proj)  # compiled: as in the blocks, k and v of the keys as one product
-        if projected is None and fusing_on_cpu():
-            attended = final.folded_to_image(q, keys + key_pe, keys)
-        elif projected is None:
-            attended = final(q, keys + key_pe, keys)
+        if projected is None:
+            attended = final.to_image(q, keys + key_pe, keys)
         else:
             k, v = merged_product(keys, projected, 2)
             attended = final.attend(final.q_proj(q), k, v)
