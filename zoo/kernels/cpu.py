@@ -392,10 +392,10 @@ def qkv_attention(qkv: mx.array, heads: int, scale: float, mask: mx.array | None
 def heads_attention(q: mx.array, k: mx.array, v: mx.array, heads: int, scale: float) -> mx.array | None:
     """Multi-head attention of tokens whose heads lie side by side: q (BQ, NQ, heads * D), k (BK, NK,
     heads * D), v (BK, NK, heads * DV), BQ and BK equal or one of them 1 (that side shared by every
-    batch) -> (max(BQ, BK), NQ, heads * DV), head h's softmax(scale * q k^T) v in its DV columns. On the
-    CPU one C call that reads q, k and v where they lie (column slices of a merged projection
-    included: any row stride) and writes each head into its columns: no split or broadcast copies
-    before it, no transposing copy after. None where it cannot run (not the CPU, a trace, no library)."""
+    batch: the SAM decoder's image against many prompt sets) -> (max(BQ, BK), NQ, heads * DV), head h's
+    softmax(scale * q k^T) v in its DV columns. On the CPU one C call that reads q, k and v where they lie
+    (any row stride: column slices too) and writes each head into its columns: no split or broadcast
+    copies before it, no transposing copy after. None where it cannot run (not the CPU, a trace, no library)."""
     (bq, nq, width), (bk, nk, _) = q.shape, k.shape
     batch, d, dv = max(bq, bk), width // heads, v.shape[-1] // heads
     fits = (bq == bk or 1 in (bq, bk)) and k.shape[-1] == width and v.shape[:2] == k.shape[:2]
