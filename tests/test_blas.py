@@ -112,3 +112,26 @@ def test_openblas_workers_sleep_after_a_product():
                            check=True) for _ in range(3)]
     idle_cpu = [float(run.stdout.split()[-1]) for run in runs]
     assert min(idle_cpu) < 0.02, idle_cpu
+
+
+def test_a_native_build_older_than_its_source_is_not_loaded(tmp_path, monkeypatch, capsys):
+    """An editable install after a pull: the C source changed and the library was not rebuilt, so its functions
+    may take other arguments than the Python calling them. It is left unused, said once in one line."""
+    import importlib.machinery
+    import importlib.util
+    import os
+
+    import zoo.native as native
+
+    library, source = tmp_path / "probe_ops.so", tmp_path / "probe_ops.c"
+    library.write_bytes(b""), source.write_text("")
+    spec = importlib.machinery.ModuleSpec("zoo.native.probe_ops", None, origin=str(library))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name == "zoo.native.probe_ops" else None)
+    os.utime(source, (1_000, 1_000)), os.utime(library, (2_000, 2_000))
+    assert native.built("probe_ops") == library  # built after its source: used
+    os.utime(source, (3_000, 3_000))
+    assert native.built("probe_ops") is None and native.built("probe_ops") is None
+    note = capsys.readouterr().err.strip().splitlines()
+    assert len(note) == 1 and note[0].startswith("note: ") and "pip install -e ." in note[0]
+    source.unlink()  # an installed wheel holds no source: its library is used
+    assert native.built("probe_ops") == library

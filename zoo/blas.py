@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.util
 import logging
 import os
 import sys
@@ -81,8 +80,9 @@ _library: ctypes.CDLL | None = None
 
 
 def _forwarder() -> Path | None:
-    spec = importlib.util.find_spec("zoo.native.cblas_forward")
-    return Path(spec.origin) if spec is not None and spec.origin else None
+    from zoo.native import built
+
+    return built("cblas_forward")
 
 
 def preload() -> dict:
@@ -134,11 +134,13 @@ def cpu_forms() -> str | None:
     """Which clone of zoo/native/cpu_ops' routines this CPU takes, e.g. "avx512 (x86-64-v4)", "avx2
     (x86-64-v3)", "generic (x86-64)", and whose products the convolutions' weights take
     (PACKED_FORMS); None where the library was not compiled."""
-    spec = importlib.util.find_spec("zoo.native.cpu_ops")
-    if spec is None or not spec.origin:
+    from zoo.native import built
+
+    path = built("cpu_ops")
+    if path is None:
         return None
     try:
-        library = ctypes.CDLL(spec.origin)
+        library = ctypes.CDLL(str(path))
     except OSError:
         return None
     library.zoo_cpu_forms.restype = ctypes.c_char_p
@@ -154,7 +156,7 @@ def describe() -> str:
         blas = (f"{_state['blas']}, {_library.scipy_openblas_get_corename().decode()} kernels, "
                 f"{_library.scipy_openblas_get_num_threads()} threads")
     forms = cpu_forms()
-    return f"CPU: BLAS {blas}; C forms {forms or 'not compiled (MLX ops instead)'}"
+    return f"CPU: BLAS {blas}; C forms {forms or 'not compiled, or older than their source (MLX ops instead)'}"
 
 
 def info() -> dict:

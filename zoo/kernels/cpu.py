@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import importlib.util
 import os
 
 import mlx.core as mx
@@ -53,10 +52,12 @@ def _library() -> ctypes.CDLL | None:
     global _lib, _lib_tried
     if not _lib_tried:
         _lib_tried = True
-        spec = importlib.util.find_spec("zoo.native.cpu_ops")
-        if spec is not None and spec.origin:
+        from zoo.native import built
+
+        path = built("cpu_ops")
+        if path is not None:
             try:
-                lib = ctypes.CDLL(spec.origin)
+                lib = ctypes.CDLL(str(path))
             except OSError:
                 lib = None
             if lib is not None:
