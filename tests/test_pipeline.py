@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import PEAK_RSS_KB
+from conftest import PEAK_RSS_KB, file_tree
 from zoo.errors import ZooError
 from zoo.pipeline import EXIT_INTERRUPTED, Pipeline
 from zoo.run import main
-from zoo.sources import Item, VideoWriter, read_jsonl
+from zoo.sources import Item, Video, VideoWriter, read_jsonl
 
 ROOT = Path(__file__).parent.parent
 
@@ -315,3 +315,48 @@ def test_yolov8_batch_is_batch_one_at_320():
     batched = predict(model, frames, imgsz=320, conf=0.3, batch=4)
     single = predict(model, frames, imgsz=320, conf=0.3, batch=1)
     assert all(len(a.boxes) > 0 and np.array_equal(a.boxes.data, b.boxes.data) for a, b in zip(batched, single))
+
+
+@pytest.mark.parametrize("command", [
+    ["yolov8n", "--imgsz", "64", "--save-txt", "--jsonl", "r.jsonl", "--out", "out"],
+    ["resnet18", "--jsonl", "r.jsonl"],
+])
+def test_a_live_stream_is_not_resumed(command, tmp_path, monkeypatch, capsys):
+    """A stream URL (or camera) starts again at the frame it is showing, numbered from 0: Ctrl-C's line said 'the same
+    command with --resume continues', and --resume then did detect's whole stream again, dropping the earlier run's
+    records and replacing its label files with other frames' (classify: skipped the new run's first frames as done).
+    Ctrl-C's line now says a live source is not resumed, and --resume over one is refused before any work."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    clip = grey_video(tmp_path / "clip.mp4", 6)
+
+    def served(self):  # the stream's frames, without a server
+        import av
+
+        container = av.open(str(clip))
+        return container, container.streams.video[0]
+
+    monkeypatch.setattr(Video, "open", served)
+    original_run = Pipeline.run
+
+    def run_interrupted_after_the_first_batch(self, process):
+        def process_then_ctrl_c(batch):
+            process(batch)
+            os.kill(os.getpid(), signal.SIGINT)
+        return original_run(self, process_then_ctrl_c)
+
+    url = "tcp://127.0.0.1:9/live"
+    with monkeypatch.context() as interrupted:
+        interrupted.setattr(Pipeline, "run", run_interrupted_after_the_first_batch)
+        assert main([command[0], url, *command[1:], "--stream-buffer", "--device", "cpu"]) == EXIT_INTERRUPTED
+    line, = [line for line in capsys.readouterr().err.splitlines() if line.startswith("interrupted: stopped")]
+    assert line.endswith("kept (a camera or live stream is not resumed: its frames are new ones each run; run again "
+                         "into new outputs)")
+    assert len(read_jsonl(tmp_path / "r.jsonl")) == 1
+    before = file_tree(tmp_path)
+    assert main([command[0], url, *command[1:], "--stream-buffer", "--device", "cpu", "--resume"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --resume cannot continue {url}: a camera's or live stream's frames are new ones each run, not those "
+        "the earlier run left off at (its results would be replaced, or new frames skipped as done): run without "
+        "--resume, into another --out or --jsonl")
+    assert file_tree(tmp_path) == before

@@ -66,7 +66,7 @@ from typing import Any, Callable, Iterable
 
 from tqdm import tqdm
 
-from .errors import ZooError
+from .errors import UsageError, ZooError
 from .sources import Item, Source
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
@@ -132,6 +132,8 @@ class Pipeline:
         # batch, so that the model gets the frames made while it ran the last one, not older ones
         self.ahead = ahead or batch + (0 if getattr(source, "live", False) else 2 * self.workers)
         self.skip, self.on_error = skip, on_error
+        if resume is not None and getattr(source, "live", False):
+            resume = LIVE_NOT_RESUMED  # the task's way continues files, not a live source (check_resumable)
         self.desc, self.unit, self.progress, self.resume = desc, unit, progress, resume
         self.total = getattr(source, "total", None)
         if self.total is None and isinstance(source, (list, tuple)):
@@ -320,6 +322,22 @@ def input_identity(path: str) -> str:
     return path if "://" in path else os.path.realpath(path)
 
 
+# A live source (a camera, a stream URL that names no video file) starts again at the frame it is showing: its frames
+# are numbered from 0 each run, so --resume would take the new run's first frames as the old run's (classify: skipped
+# as done) or do the whole source again over the old run's records and files (detect: dropped and replaced)
+LIVE_NOT_RESUMED = ("a camera or live stream is not resumed: its frames are new ones each run; run again into new "
+                    "outputs")
+
+
+def check_resumable(source: Source, resume: bool) -> None:
+    """UsageError for --resume over a live source (LIVE_NOT_RESUMED), before any work."""
+    if resume and getattr(source, "live", False):
+        live = next(part.path for part in getattr(source, "sources", [source]) if part.live)
+        raise UsageError(f"--resume cannot continue {live}: a camera's or live stream's frames are new ones each run, "
+                         "not those the earlier run left off at (its results would be replaced, or new frames skipped "
+                         "as done): run without --resume, into another --out or --jsonl")
+
+
 def resume_keys(records: Iterable[dict]) -> set[tuple]:
     """The items a JSONL file holds a result for (error records excluded: those items are tried again),
     as ``item_key`` gives them; ``records`` may be a stream (zoo.sources.read_records): only the keys are kept."""
@@ -355,8 +373,6 @@ def add_arguments(parser, batch: str = "the results are the same",
 
 def check_arguments(args) -> None:
     """UsageErrors for the shared options' values, before anything is read."""
-    from .errors import UsageError
-
     for option in ("batch", "vid_stride", "workers"):
         value = getattr(args, option, None)
         if value is not None and value < 1:

@@ -47,6 +47,7 @@ def check_arguments(args):
         raise UsageError("--resume continues the records of --jsonl: pass --jsonl PATH (the file of the first run)")
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
                               stream_buffer=args.stream_buffer)
+    pipeline.check_resumable(args.source, args.resume)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     outputs = {f"--{option}": getattr(args, option) for option in ("jsonl", "json", "csv") if getattr(args, option)}
     check_distinct(outputs)

@@ -100,6 +100,7 @@ def check_arguments(args):
         class_ids = resolve_classes(args.classes, dict(enumerate(class_names())))
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
                               stream_buffer=args.stream_buffer)
+    pipeline.check_resumable(args.source, args.resume)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     if args.out is None:
         runs = f"{runs_folder(args.spec.task)}/predict"
