@@ -18,6 +18,7 @@ from zoo.errors import ZooError
 from zoo.files import (OutputFile, check_output_file, increment_path, make_output_folder, refuse_inputs,
                        remove_created_folders, save_png, write_atomic, write_text)
 from zoo.run import main
+from zoo.sources import read_jsonl
 
 MISSING_WEIGHTS = "never-read.safetensors"  # a check that passed would reach it and fail differently
 
@@ -508,6 +509,27 @@ def test_a_jsonl_that_is_no_regular_file_is_refused_before_the_model_loads(tmp_p
              MISSING_WEIGHTS], capsys)
     assert (tmp_path / "fifo.jsonl").is_fifo() and (tmp_path / "stdout").is_symlink()
 
+
+
+def test_a_file_system_without_locks_runs_unlocked_with_one_note(work, monkeypatch, capsys):
+    """A folder on a file system that keeps no locks (NFS without its lock daemon: flock fails with ENOLCK): the run
+    goes on, unlocked, and says so once. Before, --out there was 'error: internal error (OSError: [Errno 37] No locks
+    available)', and --jsonl there 'cannot write r.jsonl: No locks available', leaving the empty r.jsonl it had
+    created, which the next run refused as existing."""
+    import errno
+    import fcntl
+
+    def no_locks(fd, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    monkeypatch.setattr("zoo.files._unlocked_devices", set(), raising=False)  # a note per process
+    assert main(["yolov8n", "imgs", "--out", "o", "--jsonl", "r.jsonl", "--imgsz", "64", *SYNTHETIC]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == ["note: o: its file system does not lock files (No locks available): a second run writing the "
+                     "same outputs at the same time would not be stopped"]  # one note: o and r.jsonl share it
+    assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png"]
+    assert [r["path"] for r in read_jsonl(work / "r.jsonl")] == ["imgs/a.jpg", "imgs/b.png"]
 
 # a run paused inside its work: its first image written, it waits for its stdin to close (then it goes on)
 PAUSED_RUN = r"""

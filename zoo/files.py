@@ -15,6 +15,7 @@ import fcntl
 import os
 import secrets
 import stat
+import sys
 import tempfile
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
@@ -287,13 +288,28 @@ def check_output_folder(path: str | Path, what: str, inputs: Iterable = ()) -> P
     return path
 
 
-def lock_exclusive(fd: int) -> bool:
-    """An exclusive ``flock`` on an open file or folder, without waiting: False when another open file
-    (another run) holds it. The lock goes when the descriptor is closed, or its process ends, killed or not."""
+# flock's answers where a file system keeps no locks (NFS without its lock daemon, some FUSE file systems and shares)
+NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+_unlocked_devices: set[int] = set()  # file systems whose missing locks were said (one note each)
+
+
+def lock_exclusive(fd: int, path: str | Path) -> bool:
+    """An exclusive ``flock`` on an open file or folder (``path``, named in a note), without waiting: False when
+    another open file (another run) holds it. The lock goes when the descriptor is closed, or its process ends,
+    killed or not. On a file system without locks the run goes on unlocked, said in one note: refusing would
+    make such a folder unusable, and only a second run at the same time needs the lock."""
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return False
+    except OSError as e:
+        if e.errno not in NO_LOCKS:
+            raise
+        device = os.fstat(fd).st_dev
+        if device not in _unlocked_devices:
+            _unlocked_devices.add(device)
+            print(f"note: {path}: its file system does not lock files ({e.strerror}): a second run writing the same "
+                  "outputs at the same time would not be stopped", file=sys.stderr)
     return True
 
 
@@ -336,7 +352,7 @@ def lock_output_folder(path: str | Path, what: str, inputs: Iterable = ()) -> Pa
     identity = file_identity(fd)
     if identity in _locked_folders:
         os.close(fd)
-    elif lock_exclusive(fd):
+    elif lock_exclusive(fd, path):
         _locked_folders[identity] = fd
     else:
         error = being_written(path, fd, f"pass another {what}")

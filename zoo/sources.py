@@ -1014,7 +1014,7 @@ def note_torn(path: Path) -> None:
 
 def lock(fd: int, path: Path) -> None:
     """An exclusive lock on an open record file: a second run on the same file stops in one line."""
-    if not lock_exclusive(fd):
+    if not lock_exclusive(fd, path):
         error = being_written(path, fd)
         os.close(fd)
         raise error
