@@ -325,7 +325,8 @@ def test_a_live_stream_is_not_resumed(command, tmp_path, monkeypatch, capsys):
     """A stream URL (or camera) starts again at the frame it is showing, numbered from 0: Ctrl-C's line said 'the same
     command with --resume continues', and --resume then did detect's whole stream again, dropping the earlier run's
     records and replacing its label files with other frames' (classify: skipped the new run's first frames as done).
-    Ctrl-C's line now says a live source is not resumed, and --resume over one is refused before any work."""
+    Ctrl-C's line now says a live source is not resumed, and --resume over one is refused before any work. Ctrl-C is
+    how a live source ends: its annotated video is kept (it was deleted as a video cut short, every time)."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
     clip = grey_video(tmp_path / "clip.mp4", 6)
@@ -353,6 +354,8 @@ def test_a_live_stream_is_not_resumed(command, tmp_path, monkeypatch, capsys):
     assert line.endswith("kept (a camera or live stream is not resumed: its frames are new ones each run; run again "
                          "into new outputs)")
     assert len(read_jsonl(tmp_path / "r.jsonl")) == 1
+    if "--out" in command:  # the annotated stream so far is kept (it was dropped as a video cut short)
+        assert frame_count(tmp_path / "out" / "live.mp4") == 1
     before = file_tree(tmp_path)
     assert main([command[0], url, *command[1:], "--stream-buffer", "--device", "cpu", "--resume"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
@@ -360,3 +363,37 @@ def test_a_live_stream_is_not_resumed(command, tmp_path, monkeypatch, capsys):
         "the earlier run left off at (its results would be replaced, or new frames skipped as done): run without "
         "--resume, into another --out or --jsonl")
     assert file_tree(tmp_path) == before
+
+
+def frame_count(video: Path) -> int:
+    import av
+
+    with av.open(str(video)) as container:
+        return sum(1 for _ in container.decode(video=0))
+
+
+def test_a_live_streams_video_is_kept_when_the_loop_is_left(tmp_path, monkeypatch):
+    """predict(stream=True, save=True) over a camera or live stream ends when the caller leaves the loop: the
+    annotated video of the frames so far is kept, as ultralytics keeps it (it was deleted as a video cut short).
+    A video file left halfway is still dropped (its frames left unread: not a whole output)."""
+    import zoo
+
+    clip = grey_video(tmp_path / "clip.mp4", 6)
+
+    def served(self):  # the stream's frames, without a server
+        import av
+
+        container = av.open(str(clip))
+        return container, container.streams.video[0]
+
+    monkeypatch.setattr(Video, "open", served)
+    model = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    for source, kept in (("tcp://127.0.0.1:9/live", True), (str(clip), False)):
+        results = model.predict(source, stream=True, save=True, stream_buffer=True, imgsz=64, verbose=False,
+                                project=str(tmp_path / "runs"), name=Path(source).stem)
+        for _ in zip(range(2), results):
+            pass
+        results.close()  # the loop left after two frames
+        video = tmp_path / "runs" / Path(source).stem / f"{Path(source).stem}.mp4"
+        assert (frame_count(video) == 2) if kept else not video.exists()
+        assert [p.name for p in video.parent.iterdir()] == ([video.name] if kept else [])

@@ -810,7 +810,7 @@ class ResultFiles:
     replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
     ultralytics); ``plot_options``: plot()'s keywords for the annotated images and videos; ``inputs``: the run's
     input files and folders, which no output may replace (exist_ok=True into an input's folder). ``close()``
-    finishes the video being written (an interrupted one is dropped).
+    finishes the video being written (an interrupted one is dropped, but a live source's).
     """
 
     def __init__(self, out: str | Path, save: bool = True, save_txt: bool = False, save_conf: bool = False,
@@ -859,11 +859,13 @@ class ResultFiles:
         self.item = item
 
     def close(self, complete: bool = True) -> None:
-        """Finish the video; an interrupted one (frames left unread) is dropped, not left half-written."""
+        """Finish the video; an interrupted one (frames left unread) is dropped, not left half-written, but for a
+        camera's or live stream's, which has no end to wait for: stopping it (Ctrl-C, a loop left) is how it ends
+        (and --resume does not continue it), so its video is kept, as ultralytics keeps it."""
         if self.writer is None:
             return
         expected = self.item.frames // self.vid_stride if self.item.frames else None
-        if complete or self.writer.count == expected:
+        if complete or self.item.live or self.writer.count == expected:
             self.writer.close()
         else:
             self.writer.abort()

@@ -113,6 +113,7 @@ class Item:
     frames: int | None = None
     _load: Callable[[], np.ndarray] | None = field(default=None, repr=False)
     is_file: bool = False  # ``path`` names a local file (an image or a video), not a stream, camera or object
+    live: bool = False  # a frame of a camera or live stream (Source.live): its video ends where the run stops
 
     def load(self) -> np.ndarray:
         """The pixels as an (H, W, 3) uint8 RGB array; a ZooError naming the item when it cannot be read."""
@@ -462,7 +463,7 @@ class FrameSource(Source):
                     continue
                 rgb = upright(frame.to_ndarray(format="rgb24"), getattr(frame, "rotation", 0))
                 yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames, lambda rgb=rgb: rgb,
-                           self.is_file)
+                           self.is_file, self.live)
                 index += 1
         finally:
             container.close()
