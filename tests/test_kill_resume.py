@@ -280,3 +280,30 @@ def test_save_json_first_given_on_resume_is_refused(images, tmp_path, capsys, ra
     error = cli_error([*argv, "--save-json", "--resume"], capsys)
     assert "predictions.json is not there" in error and "done before would have no records" in error
     assert outputs(out) == before
+
+
+def test_resume_refuses_a_predictions_json_whose_ids_this_run_gives_to_other_images(images, tmp_path, capsys,
+                                                                                    raw_weights):
+    """Running image_ids follow the images' order: an image added before those of the run --resume continues
+    shifts them. Before, b.png's records (id 1) were dropped as a.png's and c.png's (id 2) kept as b.png's, without
+    a word; refused now, nothing written. An image added after them changes no id: resumed as before."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for name, source in (("b", "cat"), ("c", "dog")):
+        (inputs / f"{name}.png").write_bytes((images / f"{source}.png").read_bytes())
+    argv = [*detect_argv([inputs], tmp_path / "out", None, raw_weights), "--conf", "0.001"]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert {(r["image_id"], r["file_name"]) for r in first} == {(1, "b.png"), (2, "c.png")}
+    (inputs / "a.png").write_bytes((images / "wide.png").read_bytes())
+    before = outputs(tmp_path / "out")
+    error = cli_error([*argv, "--resume"], capsys)
+    assert error == (f"error: --save-json on --resume: {tmp_path / 'out' / 'predictions.json'} gives image_id 1 to "
+                     "b.png, which this run gives to a.png (images were added or removed before it since): the two "
+                     "runs' ids would mix and its records be dropped or taken for another image's; run again into a "
+                     "new --out, or continue without --save-json")
+    assert outputs(tmp_path / "out") == before
+    (inputs / "a.png").rename(inputs / "d.png")
+    assert main([*argv, "--resume"]) == 0
+    again = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert [r for r in again if r["file_name"] != "d.png"] == first and {r["image_id"] for r in again} == {1, 2, 3}

@@ -151,8 +151,17 @@ def check_arguments(args):
             print(f"note: --save-json: {len(numbered)} input(s) without a numeric file stem ({example}) get a running "
                   "image_id; map them to your ground truth's ids by file_name", file=sys.stderr)
         if args.resume and (out / PREDICTIONS).exists():
-            for _ in read_json_list(out / PREDICTIONS):  # a damaged file: refused before the model loads
-                pass
+            # a damaged file, or one whose ids this run gives to other images: refused before the model loads
+            owners = {args.image_ids.known(name): Path(given).name for given, _, name, is_video, _ in outputs
+                      if not is_video and args.image_ids.known(name) is not None}
+            for record in read_json_list(out / PREDICTIONS):
+                owner = owners.get(record.get("image_id"), record.get("file_name"))
+                if owner != record.get("file_name"):
+                    raise UsageError(
+                        f"--save-json on --resume: {out / PREDICTIONS} gives image_id {record['image_id']} to "
+                        f"{record.get('file_name')}, which this run gives to {owner} (images were added or removed "
+                        "before it since): the two runs' ids would mix and its records be dropped or taken for "
+                        "another image's; run again into a new --out, or continue without --save-json")
         elif args.resume and args.skip:
             # the run being continued had no --save-json (its list is created before its first image):
             # a list of only the new images' records would miss the skipped ones without a word
@@ -318,6 +327,10 @@ class CocoImageIds:
         self.after = max(self.ids.values(), default=0)
         self.running = {name: self.after + index + 1 for name, index in positions.items()
                         if name not in self.ids and index is not None}  # known before the run
+
+    def known(self, name: str) -> int | None:
+        """The id of the image file named ``name`` (its unique name) where known before the run, else None."""
+        return self.ids.get(name, self.running.get(name))
 
     def __call__(self, item) -> int:
         if item.frame is None and item.name in self.ids:
