@@ -100,6 +100,21 @@ def test_save_crop_writes_each_box_per_class_without_replacing(result, tmp_path)
                                                              "traffic cone/clip/frame_1.jpg"]
 
 
+def test_save_crop_into_a_file_is_one_error(result, tmp_path):
+    """save_crop(save_dir) where save_dir, or a class folder in it, is a file: a one-line ZooError naming it; it
+    was a NotADirectoryError traceback from mkdir. Nothing is written."""
+    (tmp_path / "notes.jpg").write_bytes(b"mine")
+    with pytest.raises(ZooError, match=r"^crop .*notes.jpg/cat/photo.jpg: its folder .*notes.jpg/cat cannot be "
+                                       r"created: .*notes.jpg is a file: pass a folder path$"):
+        result.save_crop(tmp_path / "notes.jpg", file_name="photo.jpg")
+    (tmp_path / "crops").mkdir()
+    (tmp_path / "crops" / "cat").write_bytes(b"mine")
+    with pytest.raises(ZooError, match=r"cat cannot be created: .*crops/cat is a file: pass a folder path$"):
+        result.save_crop(tmp_path / "crops", file_name="photo.jpg")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["cat", "crops", "notes.jpg"]
+    assert (tmp_path / "notes.jpg").read_bytes() == (tmp_path / "crops" / "cat").read_bytes() == b"mine"
+
+
 def test_summary_and_json_use_ultralytics_keys(result):
     rows = json.loads(result.to_json())
     assert rows[1] == {"name": "traffic cone", "class": 2, "confidence": 0.8,

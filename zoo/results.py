@@ -772,7 +772,8 @@ class Results:
             if crop.size == 0:
                 continue
             path, n = Path(save_dir) / self.names[int(cls)] / name, 1
-            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.parent.is_dir():  # a file in the way, an unwritable folder: one line, not a traceback
+                make_output_folder(path.parent, f"crop {path}: its folder")
             while path.exists():
                 n += 1
                 path = path.with_name(f"{name.stem}{n}.jpg")
