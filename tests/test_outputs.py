@@ -579,3 +579,14 @@ def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
     assert main(["yolov8n", "imgs", "--out", "o", "--resume", "--imgsz", "64", *SYNTHETIC]) == 0
     assert "1 image processed, 1 skipped (done before)" in capsys.readouterr().err
     assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png", "mlx_zoo_run.json"]  # and no lock file
+
+
+@pytest.mark.parametrize("flag, folder", [("--save-txt", "labels"), ("--save-crop", "crops")])
+def test_a_file_where_detect_writes_its_labels_or_crops_is_refused_before_any_work(flag, folder, work, capsys):
+    """A file named labels (crops) in --out: every image failed on it, each after its annotated image was
+    written, then 'none of the 2 images could be read: pass image files Pillow can open' (--save-crop: internal
+    error)."""
+    (work / "o").mkdir()
+    (work / "o" / folder).write_text("mine")
+    refused(["yolov8n", "imgs", "--out", "o", flag, *SYNTHETIC], work, capsys,
+            f"o/{folder} is a file, where {flag} writes its {folder}: move it, or pass another --out")

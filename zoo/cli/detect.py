@@ -106,6 +106,10 @@ def check_arguments(args):
         runs = f"{runs_folder(args.spec.task)}/predict"
         args.out = latest_run(runs) if args.resume else increment_path(runs, exist_ok=args.overwrite)
     out = lock_output_folder(args.out, "--out", inputs)
+    for wanted, folder in ((args.save_txt, "labels"), (args.save_crop, "crops")):
+        if wanted and (out / folder).exists() and not (out / folder).is_dir():  # else every image fails on it
+            raise UsageError(f"{out / folder} is a file, where --save-{'txt' if folder == 'labels' else 'crop'} "
+                             f"writes its {folder}: move it, or pass another --out")
     settings = refuse_inputs(out / SETTINGS, inputs, "output")
     check_distinct({"--out": out, "settings file": settings, **({"--jsonl": args.jsonl} if args.jsonl else {}),
                     **({"--save-json": out / PREDICTIONS} if args.save_json else {})})
