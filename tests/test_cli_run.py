@@ -189,3 +189,22 @@ def test_every_entry_point_helps_with_its_own_options(entry, argv, own, capsys):
     assert out.startswith(f"usage: {prog}") and own in out
     if entry == "zoo.cli.validate":
         assert "--save-json" not in out and "--top-k" not in out  # not zoo.run's options
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["yolov8n", "imgs", "--out", "", "--imgsz", "64"], "an empty argument after --out"),
+    (["resnet18", "imgs", "--jsonl="], "--jsonl= is empty"),
+    (["yolov8n", "", "--imgsz", "64"], "an empty argument after yolov8n"),
+    (["mobilesam", "ok.jpg", "--point", "5,5", "--out", ""], "an empty argument after --out"),
+])
+def test_an_empty_argument_is_refused(argv, message, tmp_path, monkeypatch, capsys):
+    """An empty argument (``--out "$DIR"`` with DIR unset): argparse took it and an empty path is the current folder:
+    detect and mobilesam wrote their outputs there, ``--jsonl ""`` wrote no records at all, an empty input ran on
+    the images of the current folder, each without a word. Refused in one line now, nothing written."""
+    from conftest import cli_inputs, file_tree
+
+    monkeypatch.chdir(cli_inputs(tmp_path))
+    before = file_tree(tmp_path)
+    assert cli_error([*argv, "--weights", "synthetic"], capsys) == (
+        f"error: {message} (an unset shell variable?): pass a value")
+    assert file_tree(tmp_path) == before

@@ -109,6 +109,7 @@ def guarded(main):
         debug = "--debug" in argv
         try:
             with command_line():
+                refuse_empty_arguments(argv)
                 code = main(argv)
         except ZooError as e:
             if debug:
@@ -131,6 +132,16 @@ def guarded(main):
         return code
 
     return wrapper
+
+
+def refuse_empty_arguments(argv: list[str]) -> None:
+    """UsageError for an empty argument (``--out "$DIR"`` with DIR unset): argparse takes it, and an empty path is
+    the current folder: the run read or wrote there (``--jsonl ""`` wrote no records at all) without a word."""
+    for i, arg in enumerate(argv):
+        option, _, value = arg.partition("=") if arg.startswith("--") and "=" in arg else (None, "", arg)
+        if value == "":
+            where = f"{option}= is empty" if option else f"an empty argument{f' after {argv[i - 1]}' if i else ''}"
+            raise UsageError(f"{where} (an unset shell variable?): pass a value")
 
 
 @contextmanager
