@@ -787,3 +787,14 @@ def test_a_url_that_does_not_open_names_the_address_not_the_video(monkeypatch):
     with pytest.raises(ZooError, match=r"^cannot open http://127.0.0.1:1/bus.jpg\?s=1: .*; check the address and "
                                        r"that this machine reaches it \(or download the image and pass the file\)$"):
         open_source("http://127.0.0.1:1/bus.jpg?s=1")
+
+
+def test_an_empty_path_is_refused(tmp_path, monkeypatch):
+    """open_source("") (predict(""), a list holding ""): Path("") is the current folder, whose images and videos were
+    read without a word; one ZooError now."""
+    save(tmp_path / "a.png")
+    monkeypatch.chdir(tmp_path)
+    for source in ("", ["", "a.png"]):  # Path("") is Path("."), which names the folder
+        with pytest.raises(ZooError, match=r"^an empty path: pass a file, a folder, a glob, a .txt/.csv list, a URL "
+                                           r"or a camera number$"):
+            open_source(source)

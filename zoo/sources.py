@@ -748,6 +748,8 @@ def stream_name(url: str) -> str:
 
 
 def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool = False) -> Source:
+    if not text:  # Path("") is the current folder: its images were read without a word
+        raise ZooError("an empty path: pass a file, a folder, a glob, a .txt/.csv list, a URL or a camera number")
     if text.startswith(STREAM_SCHEMES):
         return Video(text, vid_stride, stream_buffer)
     if text.isdigit() and not Path(text).exists():
