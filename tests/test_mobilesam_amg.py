@@ -197,12 +197,30 @@ def test_raising_thresholds_never_adds_masks(crafted_model, scene):
     ({"output_mode": "png"}, "output_mode 'png'"),
     ({"crop_n_layers": 2, "points_per_side": 2, "crop_n_points_downscale_factor": 4}, "crop layer 1 gets no points"),
     ({"points_per_side": None}, "exactly one of points_per_side"),
+    # refused before its grid is made: 100000 asked for 74.5 GiB at once (MemoryError, or the machine's memory)
+    ({"points_per_side": 1025}, "points_per_side 1025 makes 1,050,625 prompts: give at most 1024"),
 ])
 def test_bad_parameters(crafted_model, params, message):
     with pytest.raises(ZooError, match=None) as e:
         crafted_model.mask_generator(**params)
     assert message in str(e.value)
     assert "\n" not in str(e.value)
+
+
+def test_an_image_thinner_than_its_crops_is_segmented(small_mobilesam):
+    """A 1 px tall strip with crop_n_layers=1: the layer's 2x2 crops have two of no rows (upstream's boxes), on which
+    the run failed with 'image is empty (shape (0, 20, 3))' after the crops before them; they are left out."""
+    import zoo
+
+    strip = np.random.default_rng(0).integers(0, 256, (1, 40, 3), dtype=np.uint8)
+    boxes, _ = amg.generate_crop_boxes((1, 40), 1, 512 / 1500)
+    assert [box for box in boxes if box[3] <= box[1]] == [[0, 1, 20, 1], [20, 1, 40, 1]]
+    crops = []
+    generator = zoo.load("mobilesam", weights="synthetic").mask_generator(
+        points_per_side=2, crop_n_layers=1, pred_iou_thresh=0, stability_score_thresh=0)
+    records = generator.generate(strip, progress=lambda done, total, crop, n: crops.append((crop, n)))
+    assert crops == [(1, 3), (2, 3), (3, 3)]  # the whole strip and its two crops with rows
+    assert records and all(r["segmentation"].shape == (1, 40) for r in records)
 
 
 # ---- batched prompts -----------------------------------------------------------------------

@@ -64,6 +64,11 @@ def _check_fraction(name: str, value, upper_open: bool = False) -> float:
     return float(value)
 
 
+# A grid finer than SAM's input pixels prompts the same pixels again; it is allocated whole (n * n * 48 bytes:
+# points_per_side 100000 asked for 74.5 GiB at once)
+MAX_POINTS_PER_SIDE = 1024
+
+
 class SamAutomaticMaskGenerator:
     def __init__(self, model, points_per_side: int | None = 32, points_per_batch: int = 64,
                  pred_iou_thresh: float = 0.88, stability_score_thresh: float = 0.95,
@@ -85,6 +90,10 @@ class SamAutomaticMaskGenerator:
             raise ZooError("give exactly one of points_per_side (a number) or point_grids (a list of (K, 2) arrays)")
         if points_per_side is not None:
             _check_int("points_per_side", points_per_side, 1)
+            if points_per_side > MAX_POINTS_PER_SIDE:
+                raise ZooError(f"points_per_side {points_per_side} makes {points_per_side ** 2:,} prompts: give at "
+                               f"most {MAX_POINTS_PER_SIDE}, a point for each pixel of SAM's {MAX_POINTS_PER_SIDE}x"
+                               f"{MAX_POINTS_PER_SIDE} input (upstream's default is 32)")
             for layer in range(self.crop_n_layers + 1):
                 if int(points_per_side / self.crop_n_points_downscale_factor ** layer) < 1:
                     raise ZooError(f"crop layer {layer} gets no points: points_per_side {points_per_side} / "
@@ -140,6 +149,10 @@ class SamAutomaticMaskGenerator:
         image = load_image(image)
         orig_size = image.shape[:2]
         crop_boxes, layers = amg.generate_crop_boxes(orig_size, self.crop_n_layers, self.crop_overlap_ratio)
+        # an image thinner than a layer's number of crops across (1 px tall) gets empty crops there, which upstream
+        # fails on: there is nothing in them to segment
+        crop_boxes, layers = zip(*[(box, layer) for box, layer in zip(crop_boxes, layers)
+                                   if box[2] > box[0] and box[3] > box[1]])
         total = sum(-(-len(self.point_grids[layer]) // self._points_at_once()) for layer in layers)
         counter = iter(range(1, total + 1))
         data = []
