@@ -223,6 +223,19 @@ def test_an_image_thinner_than_its_crops_is_segmented(small_mobilesam):
     assert records and all(r["segmentation"].shape == (1, 40) for r in records)
 
 
+def test_more_crops_than_pixels_are_refused_before_they_are_listed(small_mobilesam):
+    """crop_n_layers whose last layer has more crops than the image has pixels: refused before the crop boxes are
+    listed (--crop-n-layers 20 was an internal MemoryError: 4**20 boxes; 6 on a 64x48 photo ran 4,181 crops, ten
+    hours). The most layers that fit are named."""
+    import zoo
+
+    strip = np.zeros((1, 40, 3), np.uint8)
+    generator = zoo.load("mobilesam", weights="synthetic").mask_generator(points_per_side=1, crop_n_layers=3)
+    with pytest.raises(ZooError, match=r"^crop_n_layers 3 cuts the 40x1 image into 64 crops, more than its 40 pixels: "
+                                       r"give at most 2$"):
+        generator.generate(strip)
+
+
 # ---- batched prompts -----------------------------------------------------------------------
 
 def test_batched_boxes_and_points_equal_single_calls(crafted_model, scene):

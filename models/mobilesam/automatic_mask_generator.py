@@ -148,6 +148,11 @@ class SamAutomaticMaskGenerator:
         (N, 4) XYXY inclusive, "iou_preds", "stability_score", "points" (N, 2), "crop_boxes" (N, 4)."""
         image = load_image(image)
         orig_size = image.shape[:2]
+        pixels = orig_size[0] * orig_size[1]
+        if 4 ** self.crop_n_layers > pixels:  # checked before the boxes are listed: 20 layers are 4**20 boxes
+            most = max(layer for layer in range(self.crop_n_layers) if 4 ** layer <= pixels)
+            raise ZooError(f"crop_n_layers {self.crop_n_layers} cuts the {orig_size[1]}x{orig_size[0]} image into "
+                           f"{4 ** self.crop_n_layers:,} crops, more than its {pixels:,} pixels: give at most {most}")
         crop_boxes, layers = amg.generate_crop_boxes(orig_size, self.crop_n_layers, self.crop_overlap_ratio)
         # an image thinner than a layer's number of crops across (1 px tall) gets empty crops there, which upstream
         # fails on: there is nothing in them to segment
