@@ -528,7 +528,7 @@ def test_a_file_system_without_locks_runs_unlocked_with_one_note(work, monkeypat
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     assert notes == ["note: o: its file system does not lock files (No locks available): a second run writing the "
                      "same outputs at the same time would not be stopped"]  # one note: o and r.jsonl share it
-    assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png"]
+    assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png", "mlx_zoo_run.json"]
     assert [r["path"] for r in read_jsonl(work / "r.jsonl")] == ["imgs/a.jpg", "imgs/b.png"]
 
 # a run paused inside its work: its first image written, it waits for its stdin to close (then it goes on)

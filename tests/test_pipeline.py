@@ -15,7 +15,7 @@ from conftest import PEAK_RSS_KB, file_tree
 from zoo.errors import ZooError
 from zoo.pipeline import EXIT_INTERRUPTED, Pipeline
 from zoo.run import main
-from zoo.sources import Item, Video, VideoWriter, read_jsonl
+from zoo.sources import Item, Video, VideoWriter, read_jsonl, stream_name
 
 ROOT = Path(__file__).parent.parent
 
@@ -355,7 +355,7 @@ def test_a_live_stream_is_not_resumed(command, tmp_path, monkeypatch, capsys):
                          "into new outputs)")
     assert len(read_jsonl(tmp_path / "r.jsonl")) == 1
     if "--out" in command:  # the annotated stream so far is kept (it was dropped as a video cut short)
-        assert frame_count(tmp_path / "out" / "live.mp4") == 1
+        assert frame_count(tmp_path / "out" / f"{stream_name(url)}.mp4") == 1
     before = file_tree(tmp_path)
     assert main([command[0], url, *command[1:], "--stream-buffer", "--device", "cpu", "--resume"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
@@ -394,6 +394,6 @@ def test_a_live_streams_video_is_kept_when_the_loop_is_left(tmp_path, monkeypatc
         for _ in zip(range(2), results):
             pass
         results.close()  # the loop left after two frames
-        video = tmp_path / "runs" / Path(source).stem / f"{Path(source).stem}.mp4"
+        video = tmp_path / "runs" / Path(source).stem / f"{stream_name(source) if kept else Path(source).stem}.mp4"
         assert (frame_count(video) == 2) if kept else not video.exists()
         assert [p.name for p in video.parent.iterdir()] == ([video.name] if kept else [])
