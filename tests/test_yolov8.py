@@ -434,6 +434,23 @@ def test_class_names_ship_with_the_package():
     assert Path(yolov8.CLASS_NAMES).parent.name == "data"
 
 
+def test_save_dir_names_the_run_folder_without_making_it(yolov8n, tmp_path, monkeypatch):
+    """As ultralytics' predictor: every Results carries its run folder, absolute, also with save=False (code reads
+    r.save_dir to put its own files there); nothing is created on disk unless something is saved."""
+    monkeypatch.chdir(tmp_path)
+    image = np.zeros((48, 64, 3), np.uint8)
+    [r] = yolov8n.predict(image, imgsz=64)
+    assert r.save_dir == str(tmp_path / "runs/detect/predict") and not Path("runs").exists()
+    [r] = list(yolov8n(image, imgsz=64, stream=True, project="out", name="mine"))
+    assert r.save_dir == str(tmp_path / "out/mine") and not Path("out").exists()
+    [saved] = yolov8n.predict(image, imgsz=64, save=True)
+    assert saved.save_dir == str(tmp_path / "runs/detect/predict") and Path(saved.save_dir, "image0.jpg").is_file()
+    # the next run's folder, as ultralytics' increment_path: predict is taken now
+    [r] = yolov8n.predict(image, imgsz=64)
+    assert r.save_dir == str(tmp_path / "runs/detect/predict2") and sorted(Path("runs/detect").iterdir()) == [
+        Path("runs/detect/predict")]
+
+
 def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     image = np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)
@@ -441,13 +458,13 @@ def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, cap
     predicted = yolov8n.predict(image, conf=0.05, imgsz=64)
     assert len(called) == 1 and np.array_equal(called[0].boxes.data, predicted[0].boxes.data) and len(predicted[0])
     r = called[0]
-    assert r.path == "image0.jpg" and r.save_dir == str(Path("runs/detect/predict"))
+    assert r.path == "image0.jpg" and r.save_dir == str(tmp_path / "runs/detect/predict")
     assert Path("runs/detect/predict/image0.jpg").is_file()
     assert len(Path("runs/detect/predict/labels/image0.txt").read_text().splitlines()) == len(r)
     assert capsys.readouterr().err.startswith(f"image0.jpg: {r.verbose()[:-2]} (")
     # a second run gets its own folder, as ultralytics' predict2; half=True on a float32 model says so
     again = list(yolov8n(image, stream=True, conf=0.05, imgsz=64, save=True, half=True))
-    assert again[0].save_dir == str(Path("runs/detect/predict2")) and Path("runs/detect/predict2/image0.jpg").is_file()
+    assert again[0].save_dir == str(tmp_path / "runs/detect/predict2") and Path("runs/detect/predict2/image0.jpg").is_file()
     assert "note: half=True: this model computes in float32" in capsys.readouterr().err
     with pytest.raises(ZooError, match=r"unknown keyword argument augmented=: it takes stream, conf, iou, "):
         yolov8n(image, augmented=True)

@@ -818,6 +818,7 @@ class ResultFiles:
                  save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1,
                  plot_options: dict | None = None, inputs: Inputs | None = None):
         self.out = Path(out)
+        self.save_dir = str(self.out.resolve())  # each result's save_dir, absolute as ultralytics'
         self.save, self.save_txt, self.save_conf, self.save_crop = save, save_txt, save_conf, save_crop
         self.overwrite, self.labels, self.vid_stride = overwrite, labels, vid_stride
         self.plot_options = plot_options or {}
@@ -826,7 +827,7 @@ class ResultFiles:
         self.item = None  # its last frame: its video's total says whether the video was finished
 
     def write(self, result: Results, item) -> None:
-        result.save_dir = str(self.out)
+        result.save_dir = self.save_dir
         image = self.out / output_name(item.path, item.name)
         if self.save and item.frame is None:
             self.inputs.refuse(image, "output")  # before the labels: nothing of this item written when refused

@@ -51,7 +51,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     the newest each time, as ultralytics). ``verbose``: one line per image on stderr
     (ultralytics prints by default; here it is asked for). ``save``/``save_txt``/``save_conf``/
     ``save_crop``: write as ``yolo predict`` does into ``project/name`` (ResultFiles; ``exist_ok``
-    reuses the folder and replaces what is there); each Results' ``save_dir`` says where.
+    reuses the folder and replaces what is there); each Results' ``save_dir`` says where, as an absolute path, as
+    ultralytics' (also when nothing is saved: the folder a save would use, not created).
     ``device``: the process's device (zoo.devices: one per process; 'cuda', 'cuda:0', 0, 'mps' mean
     its GPU). ``half``: the model's dtype decides (zoo.load(..., dtype='float16')); half=True on a
     float32 model says so in one line and computes in float32, as ultralytics does on a CPU.
@@ -68,16 +69,18 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
               "for half precision", file=sys.stderr)
     opened = open_inputs(source, vid_stride, stream_buffer)
     size = batch or (opened.total if isinstance(source, (list, tuple)) else 1)
+    # the run folder is named whether or not anything is saved (ultralytics' Results carry it either way), but
+    # only made when something is written to it
+    out = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
     files = None
     if save or save_txt or save_crop:
-        out = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
         files = ResultFiles(out, save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop,
                             overwrite=exist_ok, vid_stride=vid_stride,
                             plot_options={"line_width": line_width, "labels": show_labels, "conf": show_conf,
                                           "boxes": show_boxes},
                             inputs=Inputs([*(source if isinstance(source, (list, tuple)) else [source]),
                                            *input_paths(opened)]))
-    results = predictions(model, opened, size, options, files, verbose, vid_stride)
+    results = predictions(model, opened, size, options, files, verbose, vid_stride, str(out.resolve()))
     return results if stream else list(results)
 
 
@@ -86,14 +89,15 @@ PREDICT_OPTIONS = tuple(inspect.signature(predict).parameters)[2:]
 
 
 def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool,
-                vid_stride: int):
-    """The Results of ``opened``'s items, ``size`` a forward pass, written and logged (``verbose``; video frames
-    numbered by ``vid_stride``) as they come."""
+                vid_stride: int, save_dir: str):
+    """The Results of ``opened``'s items, ``size`` a forward pass, each with the run folder ``save_dir``, written
+    and logged (``verbose``; video frames numbered by ``vid_stride``) as they come."""
     complete = False
     try:
         for pairs in batched(readable(opened), size):
             items = [item for item, _ in pairs]
             for item, r in zip(items, predict_batch(model, [rgb for _, rgb in pairs], items, **options)):
+                r.save_dir = save_dir
                 if files is not None:
                     files.write(r, item)
                 if verbose:
