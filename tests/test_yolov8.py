@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
@@ -432,6 +433,18 @@ def test_class_names_ship_with_the_package():
     assert len(names) == 80 and names[0] == "person" and names[79] == "toothbrush"
     assert re.fullmatch(r"[a-z ]+", "".join(names))
     assert Path(yolov8.CLASS_NAMES).parent.name == "data"
+
+
+def test_inner_model_carries_names_and_strides_as_ultralytics_detection_model(yolov8n):
+    """Scripts read ultralytics' inner DetectionModel: CLASS_NAMES_DICT = model.model.names (supervision's
+    examples), check_imgsz(size, stride=int(model.model.stride.max())). model.model stays the layers the checkpoint
+    names (model.0 ...), with no new parameter."""
+    assert yolov8n.model.names is yolov8n.names and yolov8n.model.names[0] == "person" and len(yolov8n.names) == 80
+    assert yolov8n.model.stride.tolist() == [8.0, 16.0, 32.0] and int(yolov8n.model.stride.max()) == 32
+    assert yolov8n.model.stride.dtype == np.float32
+    keys = [k for k, _ in tree_flatten(yolov8n.parameters())]
+    assert keys[0].startswith("model.0.") and all(k.startswith("model.") and "names" not in k for k in keys)
+    assert isinstance(yolov8n.model["0"].conv, nn.Conv2d) and yolov8n.model.children_in_order()[-1] is yolov8n.head
 
 
 def test_save_dir_names_the_run_folder_without_making_it(yolov8n, tmp_path, monkeypatch):

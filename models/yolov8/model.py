@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 from mlx.utils import tree_flatten
 
 from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_dtype, folded, folding,
@@ -34,6 +35,7 @@ from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_
 from zoo import devices
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
+from zoo.results import TensorArray
 from zoo.kernels import box_decode, sppf_maxpool
 from zoo.kernels import cpu as cpu_ops
 from zoo.models.layers import (BatchNorm, Conv2d, Sequential, attention, conv2d_derived, conv_bn, fuses_on_cpu,
@@ -572,6 +574,17 @@ def make_layer(kind: str, c_in: list[int], n: int, args: tuple, arch: Architectu
     raise ValueError(f"no layer kind {kind!r}")
 
 
+class Layers(Sequential):
+    """The layers ``model.0`` ... ``model.{head}`` (the checkpoint's key names), which is also where scripts written
+    for ultralytics find its inner DetectionModel's ``names`` ({id: name}) and ``stride`` (the head's levels' strides,
+    float32 as upstream's tensor): ``model.model.names``, ``int(model.model.stride.max())``."""
+
+    def __init__(self, layers: list[nn.Module], names: dict[int, str]):
+        super().__init__(*layers)
+        self.names = names  # a dict: MLX keeps it among the module's entries; strings are no parameters
+        self.stride = np.array(STRIDES, np.float32).view(TensorArray)  # an ndarray: an attribute, no parameter
+
+
 class DetectionModel(nn.Module):
     """ultralytics' DetectionModel: ``model.0`` ... ``model.{head}`` wired as ``arch``'s table (YOLOv8's
     or YOLO11's, or another head in its place: Architecture.with_head), the head last."""
@@ -593,13 +606,12 @@ class DetectionModel(nn.Module):
                 concatenated[i + 1] = tuple(c_in)
             layers.append(layer)
             channels.append(c2)
-        self.model = Sequential(*layers)
+        self.model = Layers(layers, dict(names) if names is not None else {i: f"class{i}" for i in range(nc)})
         self.arch, self.scale = arch, scale
         # layer -> the earlier layers whose outputs it reads besides its predecessor's
         self.reads = tuple(frozenset() if inputs == -1 else frozenset(j for j in inputs if j != -1)
                            for inputs, *_ in arch.layers)
         self.read_later = frozenset().union(*self.reads)
-        self.names = dict(names) if names is not None else {i: f"class{i}" for i in range(nc)}  # {id: name}
         self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
         after_concat = {id(self.model[str(i)].cv1): split_by_input(sizes) for i, sizes in concatenated.items()}
         padded = [entry for m in self.modules() if isinstance(m, HeadBranch) for entry in m.padded_folds()]
@@ -611,6 +623,11 @@ class DetectionModel(nn.Module):
         self.flop_per_pixel = conv_flop_per_pixel(layers, arch)
         self.compiled = CompiledForward(self.forward, self, folds=[*convs, (layers[-1].dfl.conv, None, dfl_bins)],
                                         stages=stages, staged=self.staged)
+
+    @property
+    def names(self) -> dict[int, str]:
+        """{id: name}, as ultralytics' ``model.names``: the network's (``model.model.names``)."""
+        return self.model.names
 
     @property
     def head(self) -> nn.Module:
