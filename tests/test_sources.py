@@ -79,6 +79,21 @@ def test_recursive_folder_and_empty_folder(tmp_path):
         open_source(tmp_path / "nope")
 
 
+def test_ultralytics_screen_and_streams_sources_are_one_error_saying_what_to_do(tmp_path, monkeypatch):
+    """ultralytics takes 'screen' (LoadScreenshots) and a .streams file (LoadStreams) as sources: here each is one
+    error saying so and what to pass instead, not 'not found: screen' or a .streams file read as an image."""
+    monkeypatch.chdir(tmp_path)
+    for given in ("screen", "SCREEN", "screen 0 100 100 640 480", ["screen"]):
+        with pytest.raises(ZooError, match=r"screenshots are no source here .*PIL\.ImageGrab\.grab\(\)"):
+            open_source(given)
+    (tmp_path / "cams.streams").write_text("rtsp://host/a\nrtsp://host/b\n")
+    for given in ("cams.streams", "other.streams"):
+        with pytest.raises(ZooError, match=r"\.streams file .* is no source here: pass each stream's address"):
+            open_source(given)
+    save(tmp_path / "shot.png").rename(tmp_path / "screen")  # a file of that name is still the file
+    assert [i.load().shape for i in open_source("screen")] == [(12, 16, 3)]
+
+
 def test_glob_txt_and_csv_lists(tmp_path):
     for n in ("a", "b", "c"):
         save(tmp_path / "imgs" / f"{n}.png")

@@ -757,6 +757,9 @@ def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool =
     path = Path(text).expanduser()
     if path.is_dir():
         return Folder(path, recursive, vid_stride)
+    if path.suffix.lower() == ".streams":  # ultralytics' LoadStreams: a file of stream addresses read side by side
+        raise ZooError(f"{text}: a .streams file (ultralytics' several live streams at once) is no source here: "
+                       "pass each stream's address (rtsp://...) to a predict call of its own")
     if path.is_file():
         if path.suffix.lower() in LIST_SUFFIXES:
             return PathList(path, vid_stride)
@@ -765,6 +768,10 @@ def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool =
         return Files([path], vid_stride)
     if globlib.has_magic(text):
         return Glob(text, vid_stride)
+    if text.lower().split()[:1] == ["screen"]:  # ultralytics' LoadScreenshots: 'screen' or 'screen N [L T W H]'
+        raise ZooError(f"{text!r}: screenshots are no source here (ultralytics' source='screen'): grab the screen and "
+                       "pass the image, PIL.ImageGrab.grab() (or mss: PIL.Image.frombytes('RGB', shot.size, "
+                       "shot.rgb)), or save a screenshot and pass its file")
     what = "image " if path.suffix.lower() in IMAGE_SUFFIXES else "video " if is_video(path) else ""
     raise ZooError(f"{what}not found: {text}")
 
