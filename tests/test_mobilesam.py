@@ -408,6 +408,24 @@ def test_upstreams_batched_prompt_idiom_runs_as_written(predictor, image):
         overhanging, predictor.predict(boxes=boxes * 1.01, multimask_output=False)))
 
 
+def test_resize_longest_side_dtypes_as_upstream():
+    """segment-anything's ResizeLongestSide: the numpy forms return float64 whatever the input (astype(float)), the
+    torch forms float32 (torch.float); both the same values, the input left as it was."""
+    from zoo.models.mobilesam.predictor import ResizeLongestSide
+
+    transform = ResizeLongestSide(1024)
+    points = np.array([[[30, 40]], [[100, 10]]], np.float32)
+    boxes = np.array([[10, 20, 110, 80]], np.int64)
+    coords, box_rows = transform.apply_coords(points, (480, 640)), transform.apply_boxes(boxes, (480, 640))
+    assert coords.dtype == np.float64 and box_rows.dtype == np.float64 and points.dtype == np.float32
+    assert np.array_equal(coords, points.astype(np.float64) * 1.6) and np.array_equal(box_rows, boxes * 1.6)
+    assert transform.apply_coords(points.astype(np.float16), (480, 640)).dtype == np.float64
+    torch_coords = transform.apply_coords_torch(points, (480, 640))
+    torch_boxes = transform.apply_boxes_torch(boxes, (480, 640))
+    assert torch_coords.dtype == np.float32 and torch_boxes.dtype == np.float32
+    assert np.array_equal(torch_coords, coords.astype(np.float32)) and np.array_equal(torch_boxes, box_rows.astype(np.float32))
+
+
 def test_upstreams_end_to_end_batched_inference_runs_as_written(small_sam, predictor, image):
     """segment-anything's notebook, "end-to-end batched inference": ResizeLongestSide(sam.image_encoder.img_size),
     each image's apply_image(image) channels first, its boxes through apply_boxes_torch, then

@@ -47,14 +47,20 @@ def resize_longest_side(image: np.ndarray, long_side: int) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize((w, h), Image.BILINEAR))
 
 
-def apply_coords(coords: np.ndarray, original_size: tuple[int, int], long_side: int) -> np.ndarray:
-    """(..., 2) (x, y) pixels of the original image -> the resized image's pixels, float32."""
+def resized_coords(coords, original_size: tuple[int, int], long_side: int) -> np.ndarray:
+    """(..., 2) (x, y) pixels of the original image -> the resized image's pixels, a new float64 array (upstream's
+    numpy ResizeLongestSide computes and returns float64 whatever the input's dtype)."""
     old_h, old_w = original_size
     new_h, new_w = preprocess_shape(old_h, old_w, long_side)
     coords = np.array(coords, dtype=np.float64)
     coords[..., 0] = coords[..., 0] * (new_w / old_w)
     coords[..., 1] = coords[..., 1] * (new_h / old_h)
-    return coords.astype(np.float32)
+    return coords
+
+
+def apply_coords(coords, original_size: tuple[int, int], long_side: int) -> np.ndarray:
+    """resized_coords as the model's prompts take them, float32."""
+    return resized_coords(coords, original_size, long_side).astype(np.float32)
 
 
 def size_pair(size) -> tuple[int, int] | None:
@@ -249,18 +255,19 @@ class ResizeLongestSide:
         return np.array(resize_longest_side(np.asarray(image), self.target_length))
 
     def apply_coords(self, coords, original_size: tuple[int, int]) -> np.ndarray:
-        """(..., 2) (x, y) -> (..., 2) float32."""
-        return apply_coords(coords, tuple(original_size), self.target_length)
+        """(..., 2) (x, y) -> (..., 2) float64, as upstream's numpy form."""
+        return resized_coords(coords, tuple(original_size), self.target_length)
 
     def apply_boxes(self, boxes, original_size: tuple[int, int]) -> np.ndarray:
-        """(B, 4) x1, y1, x2, y2 -> (B, 4) float32."""
+        """(B, 4) x1, y1, x2, y2 -> (B, 4) float64, as upstream's numpy form."""
         return self.apply_coords(np.asarray(boxes).reshape(-1, 2, 2), original_size).reshape(-1, 4)
 
     def apply_coords_torch(self, coords, original_size: tuple[int, int]) -> TensorArray:
-        return self.apply_coords(coords, original_size).view(TensorArray)
+        """The same values in float32, as upstream's torch form (torch.float)."""
+        return self.apply_coords(coords, original_size).astype(np.float32).view(TensorArray)
 
     def apply_boxes_torch(self, boxes, original_size: tuple[int, int]) -> TensorArray:
-        return self.apply_boxes(boxes, original_size).view(TensorArray)
+        return self.apply_boxes(boxes, original_size).astype(np.float32).view(TensorArray)
 
     @staticmethod
     def get_preprocess_shape(oldh: int, oldw: int, long_side_length: int) -> tuple[int, int]:
@@ -496,9 +503,9 @@ class SamPredictor:
         transform, original = self.transform, self.original_size
         with np.errstate(over="ignore"):  # a coordinate past float32's range: refused just below
             if coords is not None:
-                coords = coords.astype(np.float32) if resized_frame else transform.apply_coords(coords, original)
+                coords = (coords if resized_frame else transform.apply_coords(coords, original)).astype(np.float32)
             if boxes is not None:
-                boxes = boxes.astype(np.float32) if resized_frame else transform.apply_boxes(boxes, original)
+                boxes = (boxes if resized_frame else transform.apply_boxes(boxes, original)).astype(np.float32)
         if any(a is not None and not np.isfinite(a).all() for a in (coords, boxes)):
             # points may lie outside the image, but one this far is no position: upstream's masks are NaN
             raise ZooError("a point or box lies too far outside the image: scaled to the model's input, its "
