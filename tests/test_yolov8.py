@@ -464,6 +464,28 @@ def test_save_dir_names_the_run_folder_without_making_it(yolov8n, tmp_path, monk
         Path("runs/detect/predict")]
 
 
+def test_deprecated_ultralytics_predict_keywords_mean_what_they_mean_there(yolov8n, tmp_path, monkeypatch, capsys):
+    """ultralytics' predict docs of YOLOv8 pass hide_labels=, hide_conf=, boxes=, line_thickness=; ultralytics takes
+    them as show_labels/show_conf (negated), show_boxes and line_width with a deprecation warning: so here, a note
+    on stderr; the old name with its new one is one error."""
+    monkeypatch.chdir(tmp_path)
+    image = np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)
+    [old] = yolov8n(image, conf=0.05, imgsz=64, save=True, hide_labels=True, hide_conf=False, line_thickness=1)
+    note = capsys.readouterr().err
+    assert "note: predict(hide_labels=...) is deprecated in ultralytics: it means show_labels=False" in note
+    assert "line_width=1, pass that" in note
+    [new] = yolov8n(image, conf=0.05, imgsz=64, save=True, show_labels=False, line_width=1)
+    [plain] = yolov8n(image, conf=0.05, imgsz=64, save=True)
+    drawn = [np.asarray(Image.open(Path(r.save_dir) / "image0.jpg")) for r in (old, new, plain)]
+    assert len(old) and np.array_equal(drawn[0], drawn[1]) and not np.array_equal(drawn[0], drawn[2])
+    [no_boxes] = yolov8n(image, conf=0.05, imgsz=64, save=True, boxes=False)
+    [show_boxes] = yolov8n(image, conf=0.05, imgsz=64, save=True, show_boxes=False)
+    assert np.array_equal(*(np.asarray(Image.open(Path(r.save_dir) / "image0.jpg")) for r in (no_boxes, show_boxes)))
+    with pytest.raises(ZooError, match=r"predict\(hide_conf=..., show_conf=...\): hide_conf is ultralytics' old name "
+                                       r"of show_conf; pass show_conf alone"):
+        yolov8n(image, hide_conf=True, show_conf=True)
+
+
 def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     image = np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)

@@ -21,6 +21,7 @@ NMS on the GPU, boxes mapped back to the original image (predict.py, ops.py).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import NamedTuple
@@ -691,6 +692,14 @@ class DetectionModel(nn.Module):
 
     def predict(self, source, stream: bool = False, **options):
         """ultralytics' model.predict: one Results per image or frame (predict.py has the options)."""
+        for old, (new, convert) in DEPRECATED_PREDICT_OPTIONS.items():
+            if old in options:
+                if new in options:
+                    raise ZooError(f"predict({old}=..., {new}=...): {old} is ultralytics' old name of {new}; "
+                                   f"pass {new} alone")
+                options[new] = convert(options.pop(old))
+                print(f"note: predict({old}=...) is deprecated in ultralytics: it means {new}={options[new]!r}, "
+                      f"pass that", file=sys.stderr)
         for key, default in UNBUILT_PREDICT_OPTIONS.items():
             if key in options and options[key] is default:
                 del options[key]  # ultralytics' default: what predict does here anyway
@@ -787,6 +796,12 @@ class DetectionModel(nn.Module):
 # one size to the smallest multiple of 32 around imgsz, as ultralytics' rect.
 UNBUILT_PREDICT_OPTIONS = {"augment": False, "visualize": False, "embed": None, "save_frames": False,
                            "compile": False, "show": False, "rect": True}
+
+# ultralytics' deprecated predict arguments (cfg._handle_deprecation), still taken there with a warning: their
+# names now and how the old value converts (the hide_ ones are the show_ ones negated)
+DEPRECATED_PREDICT_OPTIONS = {"boxes": ("show_boxes", lambda v: v), "hide_labels": ("show_labels", lambda v: not bool(v)),
+                              "hide_conf": ("show_conf", lambda v: not bool(v)),
+                              "line_thickness": ("line_width", lambda v: v)}
 
 TRAIN_INSTEAD = ("it runs inference only: train with ultralytics (yolo train ...) and load its best.pt here, "
                  "YOLO('runs/detect/train/weights/best.pt')")
