@@ -707,6 +707,10 @@ def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool 
             parts = [open_path(str(s), recursive, vid_stride, stream_buffer) for s in source]
             return parts[0] if len(parts) == 1 else Chain(parts)
         raise ZooError("a list of inputs holds paths, or numpy arrays and PIL images, not both")
+    if type(source).__module__.partition(".")[0] == "torch":  # ultralytics' LoadTensor: a BCHW RGB batch in 0-1
+        raise ZooError("a torch.Tensor is no source here (ultralytics takes a (B, 3, H, W) RGB batch in 0-1): pass its "
+                       "images as PIL images, [PIL.Image.fromarray(a) for a in (t.permute(0, 2, 3, 1) * 255).round()"
+                       ".byte().cpu().numpy()]")
     raise ZooError(f"cannot read images from a {type(source).__name__}: pass paths, folders, a glob, "
                    "a .txt/.csv list, videos, a camera number, numpy arrays or PIL images")
 
