@@ -79,10 +79,10 @@ def test_recursive_folder_and_empty_folder(tmp_path):
         open_source(tmp_path / "nope")
 
 
-def test_ultralytics_screen_streams_and_tensor_sources_are_one_error_saying_what_to_do(tmp_path, monkeypatch):
-    """ultralytics takes 'screen' (LoadScreenshots), a .streams file (LoadStreams) and a torch.Tensor (LoadTensor) as
-    sources: here each is one error saying so and what to pass instead, not 'not found: screen', a .streams file
-    read as an image or 'cannot read images from a Tensor'."""
+def test_ultralytics_special_sources_are_one_error_saying_what_to_do(tmp_path, monkeypatch):
+    """ultralytics takes 'screen' (LoadScreenshots), a .streams file (LoadStreams), YouTube pages (through pafy) and a
+    torch.Tensor (LoadTensor) as sources: here each is one error saying so and what to pass instead, not 'not found:
+    screen', a .streams file read as an image, a page opened as a video or 'cannot read images from a Tensor'."""
     monkeypatch.chdir(tmp_path)
     for given in ("screen", "SCREEN", "screen 0 100 100 640 480", ["screen"]):
         with pytest.raises(ZooError, match=r"screenshots are no source here .*PIL\.ImageGrab\.grab\(\)"):
@@ -91,6 +91,9 @@ def test_ultralytics_screen_streams_and_tensor_sources_are_one_error_saying_what
     for given in ("cams.streams", "other.streams"):
         with pytest.raises(ZooError, match=r"\.streams file .* is no source here: pass each stream's address"):
             open_source(given)
+    for page in ("https://youtu.be/LNwODJXcvt4", "https://www.youtube.com/watch?v=LNwODJXcvt4"):
+        with pytest.raises(ZooError, match=r"a YouTube page is no video stream here: pass the video's own address"):
+            open_source(page)
     tensor = type("Tensor", (), {"__module__": "torch"})()  # torch's class, as far as open_source looks
     with pytest.raises(ZooError, match=r"^a torch\.Tensor is no source here .*: pass its images as PIL images, "
                                        r"\[PIL\.Image\.fromarray\(a\) for a in \(t\.permute\(0, 2, 3, 1\)"):

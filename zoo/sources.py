@@ -93,6 +93,7 @@ from .images import IMAGE_SUFFIXES, load_image, max_image_pixels, too_many_pixel
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".asf", ".flv", ".ts")
 STREAM_SCHEMES = ("rtsp://", "rtmp://", "http://", "https://", "udp://", "tcp://")
 LIST_SUFFIXES = (".txt", ".csv")
+YOUTUBE_HOSTS = ("www.youtube.com", "youtube.com", "m.youtube.com", "youtu.be")  # pages, not streams
 CSV_PATH_COLUMNS = ("path", "filename", "file", "image", "img")
 
 
@@ -755,6 +756,9 @@ def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool =
     if not text:  # Path("") is the current folder: its images were read without a word
         raise ZooError("an empty path: pass a file, a folder, a glob, a .txt/.csv list, a URL or a camera number")
     if text.startswith(STREAM_SCHEMES):
+        if urlsplit(text).hostname in YOUTUBE_HOSTS:  # ultralytics asks pafy/pytube for the video's stream
+            raise ZooError(f"{text}: a YouTube page is no video stream here: pass the video's own address (yt-dlp -g "
+                           "-f 'best[ext=mp4]' URL prints it) or download the video and pass its file")
         return Video(text, vid_stride, stream_buffer)
     if text.isdigit() and not Path(text).exists():
         return Camera(int(text), vid_stride, stream_buffer)
