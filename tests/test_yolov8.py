@@ -445,6 +445,8 @@ def test_inner_model_carries_names_and_strides_as_ultralytics_detection_model(yo
     keys = [k for k, _ in tree_flatten(yolov8n.parameters())]
     assert keys[0].startswith("model.0.") and all(k.startswith("model.") and "names" not in k for k in keys)
     assert isinstance(yolov8n.model["0"].conv, nn.Conv2d) and yolov8n.model.children_in_order()[-1] is yolov8n.head
+    assert sorted(yolov8n.model.keys(), key=int) == [str(i) for i in range(23)]  # only layers to walk
+    assert sorted(yolov8n.parameters()) == ["model"] and "names" not in yolov8n.model.parameters()
 
 
 def test_save_dir_names_the_run_folder_without_making_it(yolov8n, tmp_path, monkeypatch):

@@ -582,8 +582,10 @@ class Layers(Sequential):
 
     def __init__(self, layers: list[nn.Module], names: dict[int, str]):
         super().__init__(*layers)
-        self.names = names  # a dict: MLX keeps it among the module's entries; strings are no parameters
-        self.stride = np.array(STRIDES, np.float32).view(TensorArray)  # an ndarray: an attribute, no parameter
+        # plain attributes, neither parameters nor entries that code walking the layers (or the parameters) meets:
+        # MLX would keep a dict among the module's entries (parameters() listed {0: {}, 1: {}, ...} under names)
+        object.__setattr__(self, "names", names)
+        self.stride = np.array(STRIDES, np.float32).view(TensorArray)  # an ndarray: MLX makes it an attribute
 
 
 class DetectionModel(nn.Module):
