@@ -5,6 +5,7 @@ import json
 import os
 import re
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -821,3 +822,33 @@ def test_an_empty_path_is_refused(tmp_path, monkeypatch):
         with pytest.raises(ZooError, match=r"^an empty path: pass a file, a folder, a glob, a .txt/.csv list, a URL "
                                            r"or a camera number$"):
             open_source(source)
+
+
+def test_a_stalled_live_source_is_said_once_and_the_run_goes_on(monkeypatch):
+    """A stream whose server stops sending (the connection open) left the run waiting without a word: after
+    pipeline.STALL_NOTE_S without a frame one note says so and that Ctrl-C stops; the frames after the stall
+    are taken as before. With --stream-buffer and without."""
+    from zoo import pipeline
+
+    monkeypatch.setattr(pipeline, "STALL_NOTE_S", 0.2)
+    for stream_buffer in (False, True):
+        noted, lines = threading.Event(), []
+
+        def write(line, file=None, lines=lines, noted=noted):
+            lines.append(line)
+            noted.set()
+
+        monkeypatch.setattr(pipeline.tqdm, "write", write)
+
+        class StallingFeed(FakeLiveFeed):
+            def decode(self, stream, noted=noted):
+                yield self.Frame(self, 0)
+                assert noted.wait(timeout=10), "no note while the stream sent nothing"
+                yield self.Frame(self, 1)
+
+        got = []
+        run = pipeline.Pipeline(fake_camera(StallingFeed(2), stream_buffer), progress=False)
+        run.run(lambda batch: got.extend(ready.item.frame for ready in batch))
+        assert got == [0, 1] and run.failed == 0
+        assert lines == ["note: camera0: the stream sent nothing for 0.2 s; still waiting (Ctrl-C stops; every finished "
+                         "output is kept)"]

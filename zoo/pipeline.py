@@ -70,6 +70,7 @@ from .errors import UsageError, ZooError
 from .sources import Item, Source
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
+STALL_NOTE_S = 5.0  # seconds a live source may send nothing before the run says it is waiting for it
 
 
 @dataclass
@@ -262,12 +263,21 @@ class Pipeline:
         feeder.start()
         chunk: list[Ready] = []
         pending: list[tuple[Item, str]] = []  # bad items met while a batch was being gathered
+        live = getattr(self.source, "live", False)
+        waiting_since, noted = time.monotonic(), False
         try:
             while not self.interrupted:
                 try:
                     entry = futures.get(timeout=0.1)
                 except queue.Empty:
+                    # a stream whose server stops sending keeps its connection open: say so once, not wait mutely
+                    if live and not noted and time.monotonic() - waiting_since >= STALL_NOTE_S:
+                        noted = True
+                        tqdm.write(f"note: {getattr(self.source, 'path', 'the live source')}: the stream sent nothing "
+                                   f"for {STALL_NOTE_S:g} s; still waiting (Ctrl-C stops; every finished output is kept)",
+                                   file=sys.stderr)
                     continue
+                waiting_since, noted = time.monotonic(), False
                 if entry is END:
                     break
                 if isinstance(entry, SourceFailed):
@@ -295,6 +305,7 @@ class Pipeline:
                 if len(chunk) == self.batch:
                     yield chunk
                     chunk = []
+                    waiting_since = time.monotonic()  # the model's time is not the stream's silence
                     self._report(pending)
             if chunk and not self.interrupted:
                 yield chunk
@@ -302,7 +313,8 @@ class Pipeline:
         finally:
             stopping.set()
             pool.shutdown(wait=False, cancel_futures=True)
-            feeder.join(timeout=5)
+            # a stalled stream's read never returns: Ctrl-C does not wait for it (a daemon thread, nothing to keep)
+            feeder.join(timeout=0.5 if live and self.interrupted else 5)
 
     def _report(self, pending: list[tuple[Item, str]]) -> None:
         """The bad items held back while a batch was gathered, now that the batch is done."""
