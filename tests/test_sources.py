@@ -702,13 +702,14 @@ def fake_camera(feed, stream_buffer=False):
     return FakeCamera(0, stream_buffer=stream_buffer)
 
 
-def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys):
+def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys, monkeypatch):
     """A camera whose frames come faster than the reader takes them (the reader waits for 5 more frames after
     each): the reader gets the newest frame each time (ultralytics' default for streams), never one older
     than the 5 made meanwhile; the frames between are dropped, counted in one note; the last frame arrives;
     the source holds at most one frame besides the reader's and the one being decoded. With
     stream_buffer=True every frame comes, in order (as a video file's; the camera waits for the reader).
     Before, every frame came in order: a model slower than a stream fell ever further behind it."""
+    monkeypatch.setattr(sources.NewestFrame, "CAUGHT_UP_S", 0.3)  # the backlog is read: wide of a loaded machine's pauses
     feed = FakeLiveFeed(200)
     got = []
     for item in fake_camera(feed):
@@ -718,8 +719,12 @@ def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys):
         feed.wait_for(item.frame + 6)  # frames frame+1 .. frame+5 made: the newest of them is at least frame+5
     assert got[-1] == 199 and all(b >= a + 5 for a, b in itertools.pairwise(got[:-1])) and len(got) <= 40
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
-    assert notes == [(f"note: camera0: {200 - len(got)} frames dropped: the model was slower than the stream and took "
-                      "the newest frame each time (stream_buffer=True keeps every frame)")]
+    # the 11 frames the camera makes before anything is taken are the backlog (skipped before the first frame)
+    assert got[0] == 10 and notes == [
+        "note: camera0: 10 frames skipped: sent while the model loaded, before the run took its first frame (it "
+        "starts at the stream's newest)",
+        f"note: camera0: {200 - 10 - len(got)} frames dropped: the model was slower than the stream and took the "
+        "newest frame each time (stream_buffer=True keeps every frame)"]
     feed, got = FakeLiveFeed(40), []
     for item in fake_camera(feed, stream_buffer=True):
         got.append(item.frame)
@@ -852,3 +857,31 @@ def test_a_stalled_live_source_is_said_once_and_the_run_goes_on(monkeypatch):
         assert got == [0, 1] and run.failed == 0
         assert lines == ["note: camera0: the stream sent nothing for 0.2 s; still waiting (Ctrl-C stops; every finished "
                          "output is kept)"]
+
+
+def test_a_live_sources_backlog_is_skipped_not_blamed_on_the_model(capsys, monkeypatch):
+    """A stream opened (to check it) before the model loaded has frames waiting in its buffer when the run starts:
+    they were all decoded at once and dropped one by one while the model took the first of them, and the note
+    said the model was slower than the stream (46 of 75 frames, a 12 ms model on a 25 frames/s stream). Now the
+    run starts at the newest frame once the backlog is read, the frames before it are said skipped while the
+    model loaded, and a model that keeps up drops none."""
+
+    class BackloggedFeed(FakeLiveFeed):
+        """``backlog`` frames ready at once, then one frame each time the reader took the one before."""
+
+        def decode(self, stream, backlog=20):
+            for k in range(self.n):
+                if k > backlog:
+                    with self.changed:
+                        assert self.changed.wait_for(lambda k=k: self.taken >= k - 1, timeout=20)
+                yield self.Frame(self, k)
+
+    monkeypatch.setattr(sources.NewestFrame, "CAUGHT_UP_S", 0.3)  # the backlog is read: wide of a loaded machine's pauses
+    feed, got = BackloggedFeed(40), []
+    for item in fake_camera(feed):
+        got.append(item.frame)
+        feed.took(item.frame)
+    assert got == list(range(20, 40))
+    assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")] == [
+        "note: camera0: 20 frames skipped: sent while the model loaded, before the run took its first frame (it "
+        "starts at the stream's newest)"]

@@ -74,6 +74,7 @@ import re
 import stat
 import sys
 import threading
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -433,7 +434,7 @@ class FrameSource(Source):
 
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
         frames = self.decoded(start, names)
-        return iter(NewestFrame(frames, self.path)) if self.live and not self.stream_buffer else frames
+        return iter(NewestFrame(frames, self.path, self.fps)) if self.live and not self.stream_buffer else frames
 
     def decoded(self, start: int, names: UniqueNames) -> Iterator[Item]:
         """Every kept frame, in order, as it is decoded."""
@@ -567,13 +568,23 @@ class NewestFrame:
     """A live source's frames, read on a thread of their own as they come, of which the reader gets the newest
     each time it asks: one frame is held, never more; a frame replaced before it was asked for is dropped
     (counted, and said in one note when the iteration ends). Errors of the source reach the reader after the
-    frames before them."""
+    frames before them.
 
-    def __init__(self, frames: Iterator[Item], path: str):
+    The stream was opened (to check it) before the model loaded: what it sent meanwhile waits in the
+    connection's buffer and decodes at once. The first frame handed on is the newest once that backlog is
+    read (the reader has waited CAUGHT_UP_S, or half a frame, for the next one; BACKLOG_LIMIT_S at most), and
+    the frames before it are counted apart: skipped while the model loaded, not dropped for its speed."""
+
+    CAUGHT_UP_S = 0.02  # a read that waits this long waited for the stream, not for the buffer
+    BACKLOG_LIMIT_S = 2.0  # the first frame is not held back longer than this (a stream faster than the check)
+
+    def __init__(self, frames: Iterator[Item], path: str, fps: float | None = None):
         self.frames, self.path = frames, path
+        self.caught_up_s = min(self.CAUGHT_UP_S, 0.5 / fps) if fps else self.CAUGHT_UP_S
         self.newest: Item | None = None
         self.error: BaseException | None = None
-        self.dropped, self.ended, self.stopping = 0, False, False
+        self.dropped, self.skipped, self.ended, self.stopping = 0, 0, False, False
+        self.read_at = time.monotonic()  # when the reader last handed on a frame (and began waiting for the next)
         self.changed = threading.Condition()
 
     def read(self) -> None:
@@ -585,6 +596,7 @@ class NewestFrame:
                         break
                     self.dropped += self.newest is not None
                     self.newest = item
+                    self.read_at = time.monotonic()
                     self.changed.notify()
         except BaseException as e:  # carried to the reader, raised there
             self.error = e
@@ -594,10 +606,19 @@ class NewestFrame:
                 self.ended = True
                 self.changed.notify()
 
+    def backlog_read(self) -> bool:
+        """Under ``changed``: the buffered frames are decoded, the newest is in the slot (or the source ended)."""
+        return self.ended or (self.newest is not None and time.monotonic() - self.read_at >= self.caught_up_s)
+
     def __iter__(self) -> Iterator[Item]:
         reader = threading.Thread(target=self.read, name="zoo-live", daemon=True)
         reader.start()
         try:
+            with self.changed:
+                give_up = time.monotonic() + self.BACKLOG_LIMIT_S
+                while not self.backlog_read() and not (self.newest is not None and time.monotonic() >= give_up):
+                    self.changed.wait(timeout=self.caught_up_s)
+                self.skipped, self.dropped = self.dropped, 0
             while True:
                 with self.changed:
                     self.changed.wait_for(lambda: self.newest is not None or self.ended)
@@ -611,6 +632,10 @@ class NewestFrame:
             with self.changed:
                 self.stopping = True
             reader.join(timeout=5)  # a stream that stalls ends with the process (a daemon thread)
+            if self.skipped:
+                print(f"note: {self.path}: {self.skipped} frame{'s' * (self.skipped != 1)} skipped: sent while the "
+                      "model loaded, before the run took its first frame (it starts at the stream's newest)",
+                      file=sys.stderr)
             if self.dropped:
                 print(f"note: {self.path}: {self.dropped} frame{'s' * (self.dropped != 1)} dropped: the model was "
                       f"slower than the stream and took the newest frame each time ({option('stream_buffer')} "
