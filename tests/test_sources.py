@@ -460,6 +460,11 @@ def test_jsonl_resume_drops_what_keep_refuses_and_a_missing_header_is_written(tm
     (b'{"path": "a.jpg", "top": []}\n', "has no header line: it is not a record file this program wrote"),
     (json.dumps({**HEADER, "task": "detect", "model": "yolov8n"}).encode() + b"\n",
      "holds yolov8n (detect) records, not resnet18 (classify)"),
+    # an edited or foreign header: was taken silently, or said 'holds None (None) records'
+    (json.dumps({**HEADER, "settings": 5}).encode() + b"\n",
+     'has a header line whose "settings" is not a JSON object: it is not a record file this program wrote'),
+    (json.dumps({"mlx_zoo": 1}).encode() + b"\n", "has a header line without its task and model"),
+    (json.dumps({**HEADER, "model": None}).encode() + b"\n", "has a header line without its task and model"),
 ])
 def test_a_damaged_or_foreign_record_file_is_one_error_and_stays_as_it_was(tmp_path, content, message):
     path = tmp_path / "r.jsonl"
@@ -481,6 +486,29 @@ def test_resume_names_the_settings_that_differ_as_a_command_line_gives_them(tmp_
                                                  "not --imgsz (not given) --agnostic-nms: give the options of the run "
                                                  "it continues, or pass another")):
         JsonlWriter(path, resume=True, header=records_header("detect", "yolov8n", other))
+
+
+def test_resume_shows_settings_a_command_line_shows_alike_as_json(tmp_path):
+    """A setting edited to [5] (or "5") against 5 said 'holds results of --top-k 5, not --top-k 5'."""
+    path = tmp_path / "r.jsonl"
+    for was, message in (([5], "--top-k [5], not --top-k 5"), ("5", '--top-k "5", not --top-k 5')):
+        path.write_text(json.dumps(records_header("classify", "resnet18", {"--top-k": was})) + "\n")
+        with pytest.raises(ZooError, match=re.escape(f"r.jsonl holds results of {message}: give the options")):
+            JsonlWriter(path, resume=True, header=records_header("classify", "resnet18", {"--top-k": 5}))
+
+
+def test_a_record_file_starting_with_a_utf8_bom_is_still_ours(tmp_path):
+    """A record file saved by an editor that marks UTF-8 (Notepad) was refused as 'line 1 is not a JSON record
+    (damaged...)': its BOM is taken, its records kept and continued, the file's bytes before the end kept."""
+    path = tmp_path / "r.jsonl"
+    content = b"\xef\xbb\xbf" + json.dumps(HEADER).encode() + b"\n" + json.dumps({"path": "a"}).encode() + b"\n"
+    path.write_bytes(content)
+    assert list(read_records(path, HEADER)) == [{"path": "a"}]
+    with JsonlWriter(path, resume=True, header=HEADER) as writer:
+        assert list(writer.kept_records()) == [{"path": "a"}]
+        writer.write({"path": "b"})
+    assert path.read_bytes() == content + json.dumps({"path": "b"}).encode() + b"\n"
+    assert list(read_records(path, HEADER)) == [{"path": "a"}, {"path": "b"}]
 
 
 def test_jsonl_writer_refuses_what_is_no_regular_file(tmp_path):

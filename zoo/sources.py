@@ -933,10 +933,13 @@ def records_header(task: str, model: str, settings: dict | None = None) -> dict:
     return {HEADER_KEY: RECORDS_VERSION, "task": task, "model": model, **({"settings": settings} if settings else {})}
 
 
-def shown_settings(settings: dict, keys: Iterable[str]) -> str:
-    """``keys`` of ``settings`` as a command line gives them: ``--imgsz 320 320 --agnostic-nms``."""
+def shown_settings(settings: dict, keys: Iterable[str], exact: bool = False) -> str:
+    """``keys`` of ``settings`` as a command line gives them: ``--imgsz 320 320 --agnostic-nms``; ``exact``: each
+    value as JSON (``--top-k [5]``, ``--top-k "5"``), for values a command line would show alike."""
     def shown(key):
         value = settings.get(key)
+        if exact:
+            return f"{key} {json.dumps(value)}" if key in settings else f"{key} (not given)"
         if value is None or value is False:
             return f"{key} (not given)"
         return key if value is True else f"{key} {' '.join(map(str, value)) if isinstance(value, list) else value}"
@@ -965,8 +968,8 @@ class RecordReader:
             if not line.strip():
                 self.whole += len(line)
                 continue
-            try:
-                record = json.loads(line.decode("utf-8"))
+            try:  # a file edited in an editor that marks UTF-8 (Notepad) starts with a BOM: still ours
+                record = json.loads(line.decode("utf-8-sig" if n == 1 else "utf-8"))
             except (UnicodeDecodeError, ValueError, RecursionError):
                 if last:
                     self.torn = True
@@ -989,12 +992,18 @@ class RecordReader:
 
     def check_header(self) -> None:
         expected, found = self.expected, self.header
+        if "settings" in found and not isinstance(found["settings"], dict):
+            raise ZooError(f"{self.path} has a header line whose \"settings\" is not a JSON object: it is not a "
+                           f"record file this program wrote (or it was edited): {self.fix}")
         if expected is None:
             return
         if found.get(HEADER_KEY) != expected[HEADER_KEY]:
             raise ZooError(f"{self.path} is a record file of another version of this program (format "
                            f"{found.get(HEADER_KEY)!r}, this one writes {expected[HEADER_KEY]}): {self.fix}")
         theirs = (found.get("task"), found.get("model"))
+        if not all(isinstance(name, str) for name in theirs):
+            raise ZooError(f"{self.path} has a header line without its task and model (it says which wrote the "
+                           f"records): it is not a record file this program wrote (or it was edited): {self.fix}")
         if theirs != (expected["task"], expected["model"]):
             raise ZooError(f"{self.path} holds {theirs[1]} ({theirs[0]}) records, not {expected['model']} "
                            f"({expected['task']}): {self.fix}")
@@ -1003,9 +1012,11 @@ class RecordReader:
             was, now = found["settings"], expected["settings"]
             differ = [key for key in {**was, **now} if was.get(key) != now.get(key)]
             if differ:
-                raise ZooError(f"{self.path} holds results of {shown_settings(was, differ)}, not "
-                               f"{shown_settings(now, differ)}: give the options of the run it continues, or "
-                               f"{self.fix}")
+                # values a command line shows alike ([5] and 5, "5" and 5: an edited file) are shown as JSON
+                exact = shown_settings(was, differ) == shown_settings(now, differ)
+                raise ZooError(f"{self.path} holds results of {shown_settings(was, differ, exact)}, not "
+                               f"{shown_settings(now, differ, exact)}: give the options of the run it continues, "
+                               f"or {self.fix}")
 
 
 def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]:
