@@ -123,6 +123,23 @@ def test_summary_and_json_use_ultralytics_keys(result):
     assert result.verbose() == "2 cats, 1 traffic cone, "
 
 
+def strict_json(text: str):
+    """``text`` read as JSON readers outside Python read it: NaN and Infinity are not JSON."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_to_json_writes_a_nan_or_infinite_value_as_null():
+    """A hand-built Results with a NaN score (or an infinite box) gave to_json() text with NaN (json.dumps's, as
+    ultralytics'), which no JSON reader but Python's takes. Now valid JSON: null; finite values unchanged."""
+    data = DATA.copy()
+    data[0, 4], data[1, 2] = np.nan, np.inf
+    rows = strict_json(Results(np.zeros((100, 120, 3), np.uint8), "photo.jpg", NAMES, data).to_json())
+    assert rows[0]["confidence"] is None and rows[1]["box"]["x2"] is None
+    assert rows[0]["box"] == {"x1": 10.5, "y1": 20.0, "x2": 50.0, "y2": 80.0} and rows[2]["confidence"] == 0.5
+
+
 def test_bad_box_data_is_one_line():
     with pytest.raises(ZooError, match=r"boxes have shape \(2, 4\): expected \(N, 6\)"):
         Boxes(np.zeros((2, 4)), (10, 10))

@@ -375,6 +375,29 @@ def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
 
 
+def test_record_writers_write_valid_json_for_nan_and_infinities(tmp_path):
+    """--jsonl, --save-json and classify's --json records with a NaN or infinite value (a model of broken weights) were written as
+    NaN / Infinity, which no JSON reader but Python's takes: now null, the other values as they were."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    record = {"path": "a.jpg", "score": float("nan"), "box": [1.5, float("inf"), -float("inf")], "n": 3}
+    for writer, path in ((JsonlWriter, tmp_path / "r.jsonl"), (JsonListWriter, tmp_path / "predictions.json")):
+        with writer(path) as opened:
+            opened.write(record)
+        text = path.read_text()
+        read = json.loads(text, parse_constant=refuse) if writer is JsonListWriter else [
+            json.loads(line, parse_constant=refuse) for line in text.splitlines()]
+        assert read == [{"path": "a.jpg", "score": None, "box": [1.5, None, None], "n": 3}]
+    from zoo.cli.classify import JsonObjectWriter  # classify --json
+
+    writer = JsonObjectWriter(tmp_path / "r.json", replace=False)
+    writer.write("a.jpg", [{"index": 0, "label": "cat", "probability": float("nan")}])
+    writer.close()
+    assert json.loads((tmp_path / "r.json").read_text(), parse_constant=refuse) == {
+        "a.jpg": [{"index": 0, "label": "cat", "probability": None}]}
+
+
 def test_json_list_is_written_in_place_and_resumed_from_what_a_killed_run_left(tmp_path, capsys):
     path = tmp_path / "predictions.json"
     writer = JsonListWriter(path)

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
+import math
 import os
 import secrets
 import stat
@@ -23,6 +25,28 @@ from typing import BinaryIO, Callable, Iterable
 from PIL import Image
 
 from .errors import UsageError, ZooError, option
+
+
+def json_text(value, **options) -> str:
+    """``json.dumps(value, **options)`` that is always valid JSON: NaN and infinities, which json.dumps writes as
+    ``NaN`` and ``Infinity`` (no JSON reader but Python's takes them: jq, browsers and pandas' strict readers
+    refuse the file), are written as ``null``. Values without them (every record a model of sound weights
+    makes) are dumped once, unchanged."""
+    try:
+        return json.dumps(value, allow_nan=False, **options)
+    except ValueError:  # a non-finite float somewhere (or a circular reference, which the second call raises)
+        return json.dumps(finite_or_none(value), allow_nan=False, **options)
+
+
+def finite_or_none(value):
+    """``value`` with each non-finite float in its dicts, lists and tuples made None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    return value
 
 
 def create_exclusive(path: Path, mode: int = 0o666) -> int:

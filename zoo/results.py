@@ -20,7 +20,6 @@ from __future__ import annotations
 import colorsys
 import csv
 import io
-import json
 import math
 from collections import Counter
 from functools import cached_property
@@ -30,7 +29,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import (Inputs, check_new_file, image_format, make_output_folder, refuse_inputs, writable_format,
+from zoo.files import (Inputs, check_new_file, image_format, json_text, make_output_folder, refuse_inputs, writable_format,
                        write_atomic, write_text)
 from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks, scaled_extent
 
@@ -579,8 +578,10 @@ class Results:
         return rows
 
     def to_json(self, normalize: bool = False, decimals: int = 5) -> str:
-        """summary() as a JSON list (compact, as ultralytics writes it)."""
-        return json.dumps(self.summary(normalize, decimals), separators=(",", ":"))
+        """summary() as a JSON list (compact, as ultralytics writes it). Always valid JSON: a NaN or infinite
+        value (a hand-built Results, a model of broken weights) is written as null, where ultralytics'
+        json.dumps writes ``NaN``, which no JSON reader but Python's takes."""
+        return json_text(self.summary(normalize, decimals), separators=(",", ":"))
 
     def to_df(self, normalize: bool = False, decimals: int = 5):
         """summary() as a pandas DataFrame, one row per box (columns name, class, confidence, box).

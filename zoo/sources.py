@@ -88,7 +88,7 @@ from PIL import Image
 from .errors import ZooError, option
 from .extras import install_hint, require
 from .files import (ClosedOnExit, OutputFile, being_written, cannot_write, create_exclusive, create_temporary,
-                    file_identity, is_special, lock_exclusive, not_a_file, place, remove_own)
+                    file_identity, is_special, json_text, lock_exclusive, not_a_file, place, remove_own)
 from .images import IMAGE_SUFFIXES, load_image, max_image_pixels, too_many_pixels
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".asf", ".flv", ".ts")
@@ -1130,7 +1130,7 @@ class JsonlWriter:
     def _start(self, records: Iterable[dict]) -> None:
         """The header and ``records`` at the start of the file just opened, on disk before any new one."""
         for record in itertools.chain([self.header] if self.header else [], records):
-            self.file.write(json.dumps(record) + "\n")
+            self.file.write(json_text(record) + "\n")
         self._flush()
 
     def _reader(self, file: BinaryIO):
@@ -1229,7 +1229,7 @@ class JsonlWriter:
         return self.kept + self.written
 
     def write(self, record: dict) -> None:
-        self.file.write(json.dumps(record) + "\n")
+        self.file.write(json_text(record) + "\n")
         self.file.flush()
         self.written += 1
 
@@ -1367,7 +1367,7 @@ class JsonListWriter(JsonlWriter):
 
     def _record(self, record: dict, n: int) -> None:
         """The list's ``n``-th record (from 0)."""
-        self.file.write(("\n  " if n == 0 else ",\n  ") + json.dumps(record))
+        self.file.write(("\n  " if n == 0 else ",\n  ") + json_text(record))
 
     def write(self, record: dict) -> None:
         try:

@@ -10,7 +10,6 @@ when any failed.
 from __future__ import annotations
 
 import csv
-import json
 import sys
 from pathlib import Path
 
@@ -19,7 +18,8 @@ from tqdm import tqdm
 
 from zoo import pipeline, registry
 from zoo.errors import UsageError, ZooError
-from zoo.files import Inputs, OutputFile, check_distinct, check_new_file, make_output_folder, refuse_inputs
+from zoo.files import (Inputs, OutputFile, check_distinct, check_new_file, json_text, make_output_folder,
+                       refuse_inputs)
 from zoo.sources import JsonlWriter, input_paths, open_source, read_records, records_header
 
 
@@ -171,10 +171,11 @@ class StreamedFile:
 
 
 class JsonObjectWriter(StreamedFile):
-    """``json.dumps({path: top, ...}, indent=2)`` written one entry at a time: the same bytes, flat memory."""
+    """``json.dumps({path: top, ...}, indent=2)`` written one entry at a time: the same bytes, flat memory (a NaN
+    probability, a model of broken weights', as null: valid JSON, zoo.files.json_text)."""
 
     def write(self, key: str, value) -> None:
-        entry = json.dumps({key: value}, indent=2)[2:-2]  # the entry's lines inside the braces
+        entry = json_text({key: value}, indent=2)[2:-2]  # the entry's lines inside the braces
         self.file.write(("{\n" if self.count == 0 else ",\n") + entry)
         self.count += 1
 
