@@ -307,3 +307,35 @@ def test_resume_refuses_a_predictions_json_whose_ids_this_run_gives_to_other_ima
     assert main([*argv, "--resume"]) == 0
     again = json.loads((tmp_path / "out" / "predictions.json").read_text())
     assert [r for r in again if r["file_name"] != "d.png"] == first and {r["image_id"] for r in again} == {1, 2, 3}
+
+
+def test_resume_refuses_a_video_not_done_before_inputs_done_with_records(images, tmp_path, capsys, raw_weights):
+    """A video's frames get their ids as they are decoded. A video added before the images of the run --resume
+    continues took the ids their kept records hold: b.png's id 1 went to a.mp4's first frame as well, two images
+    of one id in predictions.json, without a word. Refused now, before the model loads, nothing written; a video
+    added after them resumes as before."""
+    from zoo.sources import VideoWriter
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for name, source in (("b", "cat"), ("c", "dog")):
+        (inputs / f"{name}.png").write_bytes((images / f"{source}.png").read_bytes())
+    argv = [*detect_argv([inputs], tmp_path / "out", None, raw_weights), "--conf", "0.001"]
+    assert main(argv) == 0
+    first = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert {(r["image_id"], r["file_name"]) for r in first} == {(1, "b.png"), (2, "c.png")}
+    with VideoWriter(inputs / "a.mp4", fps=10) as video:
+        for i in range(3):
+            video.write(np.full((64, 64, 3), 40 * i, np.uint8))
+    before = outputs(tmp_path / "out")
+    error = cli_error([*argv, "--resume"], capsys)
+    assert error == (f"error: --save-json on --resume: {tmp_path / 'out' / 'predictions.json'} holds b.png (image_id "
+                     "1), done before a.mp4 is, which comes before it: the video's frames get their ids as they are "
+                     "decoded and would take the ids its records hold; run again into a new --out, or continue "
+                     "without --save-json")
+    assert outputs(tmp_path / "out") == before
+    (inputs / "a.mp4").rename(inputs / "d.mp4")
+    assert main([*argv, "--resume"]) == 0
+    again = check_coco(tmp_path / "out" / "predictions.json", {1, 2, 3, 4, 5})
+    assert [r for r in again if r["file_name"] != "d.mp4"] == first
+    assert {r["image_id"] for r in again if r["file_name"] == "d.mp4"} == {3, 4, 5}  # its 3 frames, after c.png's 2

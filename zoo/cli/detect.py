@@ -158,7 +158,19 @@ def check_arguments(args):
             # a damaged file, or one whose ids this run gives to other images: refused before the model loads
             owners = {args.image_ids.known(name): Path(given).name for given, _, name, is_video, _ in outputs
                       if not is_video and args.image_ids.known(name) is not None}
+            # a video not done gets its frames' ids as they are decoded, and the inputs after it theirs after those:
+            # inputs after it done before (a video added since) hold ids its frames would take again
+            video = next((i for i, (_, _, name, is_video, _) in enumerate(outputs)
+                          if is_video and name not in args.skip), None)
+            done_after = {Path(given).name for given, _, name, _, _ in outputs[video + 1:]
+                          if name in args.skip} if video is not None else set()
             for record in read_json_list(out / PREDICTIONS):
+                if record.get("file_name") in done_after:
+                    raise UsageError(
+                        f"--save-json on --resume: {out / PREDICTIONS} holds {record['file_name']} (image_id "
+                        f"{record.get('image_id')}), done before {Path(outputs[video][0]).name} is, which comes "
+                        "before it: the video's frames get their ids as they are decoded and would take the ids "
+                        "its records hold; run again into a new --out, or continue without --save-json")
                 owner = owners.get(record.get("image_id"), record.get("file_name"))
                 if owner != record.get("file_name"):
                     raise UsageError(
