@@ -376,8 +376,9 @@ def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
 
 
 def test_record_writers_write_valid_json_for_nan_and_infinities(tmp_path):
-    """--jsonl, --save-json and classify's --json records with a NaN or infinite value (a model of broken weights) were written as
-    NaN / Infinity, which no JSON reader but Python's takes: now null, the other values as they were."""
+    """--jsonl, --save-json and classify's --json records with a NaN or infinite value (a model of broken weights)
+    were written as NaN / Infinity, which no JSON reader but Python's takes: now null, the other values as they
+    were."""
     def refuse(constant):
         raise ValueError(f"{constant} is not JSON")
 
@@ -760,7 +761,7 @@ def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys, monkeypatch)
     the source holds at most one frame besides the reader's and the one being decoded. With
     stream_buffer=True every frame comes, in order (as a video file's; the camera waits for the reader).
     Before, every frame came in order: a model slower than a stream fell ever further behind it."""
-    monkeypatch.setattr(sources.NewestFrame, "CAUGHT_UP_S", 0.3)  # the backlog is read: wide of a loaded machine's pauses
+    monkeypatch.setattr(sources.NewestFrame, "CAUGHT_UP_S", 0.3)  # backlog read: wide of a loaded machine's pauses
     feed = FakeLiveFeed(200)
     got = []
     for item in fake_camera(feed):
@@ -906,8 +907,8 @@ def test_a_stalled_live_source_is_said_once_and_the_run_goes_on(monkeypatch):
         run = pipeline.Pipeline(fake_camera(StallingFeed(2), stream_buffer), progress=False)
         run.run(lambda batch: got.extend(ready.item.frame for ready in batch))
         assert got == [0, 1] and run.failed == 0
-        assert lines == ["note: camera0: the stream sent nothing for 0.2 s; still waiting (Ctrl-C stops; every finished "
-                         "output is kept)"]
+        assert lines == ["note: camera0: the stream sent nothing for 0.2 s; still waiting (Ctrl-C stops; every "
+                         "finished output is kept)"]
 
 
 def test_a_live_sources_backlog_is_skipped_not_blamed_on_the_model(capsys, monkeypatch):
@@ -927,7 +928,7 @@ def test_a_live_sources_backlog_is_skipped_not_blamed_on_the_model(capsys, monke
                         assert self.changed.wait_for(lambda k=k: self.taken >= k - 1, timeout=20)
                 yield self.Frame(self, k)
 
-    monkeypatch.setattr(sources.NewestFrame, "CAUGHT_UP_S", 0.3)  # the backlog is read: wide of a loaded machine's pauses
+    monkeypatch.setattr(sources.NewestFrame, "CAUGHT_UP_S", 0.3)  # backlog read: wide of a loaded machine's pauses
     feed, got = BackloggedFeed(40), []
     for item in fake_camera(feed):
         got.append(item.frame)

@@ -273,9 +273,9 @@ class Pipeline:
                     # a stream whose server stops sending keeps its connection open: say so once, not wait mutely
                     if live and not noted and time.monotonic() - waiting_since >= STALL_NOTE_S:
                         noted = True
-                        tqdm.write(f"note: {getattr(self.source, 'path', 'the live source')}: the stream sent nothing "
-                                   f"for {STALL_NOTE_S:g} s; still waiting (Ctrl-C stops; every finished output is kept)",
-                                   file=sys.stderr)
+                        tqdm.write(f"note: {getattr(self.source, 'path', 'the live source')}: the stream sent "
+                                   f"nothing for {STALL_NOTE_S:g} s; still waiting (Ctrl-C stops; every finished "
+                                   "output is kept)", file=sys.stderr)
                     continue
                 waiting_since, noted = time.monotonic(), False
                 if entry is END:

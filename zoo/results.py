@@ -29,8 +29,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import (Inputs, check_new_file, image_format, json_text, make_output_folder, refuse_inputs, writable_format,
-                       write_atomic, write_text)
+from zoo.files import (Inputs, check_new_file, image_format, json_text, make_output_folder, refuse_inputs,
+                       writable_format, write_atomic, write_text)
 from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks, scaled_extent
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
