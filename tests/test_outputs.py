@@ -581,6 +581,65 @@ def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
     assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png", "mlx_zoo_run.json"]  # and no lock file
 
 
+def test_runs_into_nested_out_folders_stop_and_runs_beside_go_on(work, capsys):
+    """A run into a folder inside another run's --out, or around it, stops in one line naming the other run, before
+    any work: each run holds a shared flock on every folder above its --out. Before, a run into o/crops/person
+    beside a run into o went on: with --overwrite it replaced the other's files, with --resume it took them as its
+    own done images. A folder beside the other's --out is no conflict."""
+    import subprocess
+    import sys
+
+    first = subprocess.Popen([sys.executable, "-c", PAUSED_RUN, "yolov8n", "imgs", "--out", "mid/o", "--imgsz", "64",
+                              *SYNTHETIC], cwd=work, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert first.stdout.readline() == "paused\n"
+        missing = ["--weights", MISSING_WEIGHTS]  # were the locks not there, the run would go on to read them
+        inside = (f"is inside {(work / 'mid' / 'o').resolve()}, which is being written by another run "
+                  f"(pid {first.pid}): wait for it to end, or pass another --out outside it")
+        for out in ("mid/o/crops/person", "mid/o/sub"):
+            for flag in ("--overwrite", "--resume"):
+                refused(["yolov8n", "imgs", "--out", out, flag, *missing], work, capsys, f"--out {out} {inside}")
+        refused(["lama", "imgs", "--mask", "masks", "--out", "mid/o/x", *missing], work, capsys, inside)
+        for out in ("mid", "."):  # around the first run's --out
+            refused(["yolov8n", "imgs", "--out", out, "--overwrite", *missing], work, capsys,
+                    f"{Path(out)} is being written by another run (pid {first.pid}): wait for it to end")
+        assert main(["yolov8n", "imgs", "--out", "mid/beside", "--imgsz", "64", *SYNTHETIC]) == 0
+        assert main(["yolov8n", "imgs", "--out", "mid/o2", "--imgsz", "64", *SYNTHETIC]) == 0  # a name's prefix only
+        first.stdin.close()
+        assert first.wait(timeout=120) == 0
+    finally:
+        first.kill()
+    assert sorted(os.listdir(work / "mid")) == ["beside", "o", "o2"]
+    assert sorted(os.listdir(work / "mid" / "o")) == ["a.jpg", "b.png", "mlx_zoo_run.json"]
+    # the locks went with the runs: nested runs one after the other are free (their own outputs kept apart)
+    assert main(["yolov8n", "imgs", "--out", "mid/o/sub", "--imgsz", "64", *SYNTHETIC]) == 0
+
+
+def test_an_ancestor_that_cannot_be_opened_or_locked_never_fails_a_run(work, monkeypatch):
+    """The shared locks above --out are passed over where a folder cannot be opened (no read permission) or its
+    file system keeps no locks: the run goes on, its own folder locked."""
+    import errno
+    import fcntl
+
+    from zoo import files
+
+    flock = fcntl.flock
+
+    def shared_fails(fd, operation):
+        if operation & fcntl.LOCK_SH:
+            raise OSError(errno.ENOLCK, "No locks available")
+        return flock(fd, operation)
+
+    opened = files.open_folder
+    monkeypatch.setattr(fcntl, "flock", shared_fails)
+    monkeypatch.setattr(files, "open_folder", lambda path: (
+        opened(path) if path == Path("o") else (_ for _ in ()).throw(PermissionError(errno.EACCES, "denied"))))
+    assert main(["yolov8n", "imgs", "--out", "o", "--imgsz", "64", *SYNTHETIC]) == 0
+    monkeypatch.setattr(files, "open_folder", opened)
+    assert main(["yolov8n", "imgs", "--out", "o", "--imgsz", "64", "--overwrite", *SYNTHETIC]) == 0
+    assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png", "mlx_zoo_run.json"]
+
+
 @pytest.mark.parametrize("flag, folder", [("--save-txt", "labels"), ("--save-crop", "crops")])
 def test_a_file_where_detect_writes_its_labels_or_crops_is_refused_before_any_work(flag, folder, work, capsys):
     """A file named labels (crops) in --out: every image failed on it, each after its annotated image was

@@ -359,36 +359,80 @@ def being_written(path: Path, fd: int, fix: str = "pass another path") -> ZooErr
 
 # output folders this process holds locked, by (device, inode): a second run into one stops before any work
 _locked_folders: dict[tuple[int, int], int] = {}
+# the folders above them, held by shared locks: a run into one of them (exclusive) stops, runs beside go on
+_shared_folders: dict[tuple[int, int], int] = {}
+
+
+def open_folder(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
 
 
 def lock_output_folder(path: str | Path, what: str, inputs: Iterable = ()) -> Path:
     """Check ``path`` (check_output_folder: never one of ``inputs``), create it (make_output_folder) and lock
     it for this run, before its files are checked: a second run into the same folder (or the
-    same folder under another name) stops in one line, before any work, whatever its flags (--resume,
-    --overwrite). The lock is a ``flock`` on the folder's own descriptor, so no file is added to the folder;
-    it is released by release_output_folders() (the CLIs' entry point calls it) or when the process ends,
-    killed or not. Locking a folder this process holds already is a no-op."""
+    same folder under another name), into a folder inside it, or into a folder around it, stops in one line,
+    before any work, whatever its flags (--resume, --overwrite): nested runs would replace or take as their own
+    each other's files. The lock is an exclusive ``flock`` on the folder's own descriptor, so no file is added to
+    the folder, and a shared one on each folder above it (lock_ancestors); they are released by
+    release_output_folders() (the CLIs' entry point calls it) or when the process ends, killed or not. Locking
+    a folder this process holds already is a no-op."""
     path = make_output_folder(check_output_folder(path, what, inputs), what)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+        fd = open_folder(path)
     except OSError as e:
         raise ZooError(f"{what} {path} cannot be opened ({e.strerror or e}): pass a folder you can write") from None
     identity = file_identity(fd)
     if identity in _locked_folders:
         os.close(fd)
-    elif lock_exclusive(fd, path):
-        _locked_folders[identity] = fd
-    else:
+        return path
+    if identity in _shared_folders:  # a folder above an earlier output folder of this run: its lock made exclusive
+        os.close(fd)
+        fd = _shared_folders.pop(identity)
+    if not lock_exclusive(fd, path):
         error = being_written(path, fd, f"pass another {what}")
         os.close(fd)
         raise error
+    _locked_folders[identity] = fd
+    lock_ancestors(path, what)
     return path
 
 
+def lock_ancestors(path: Path, what: str) -> None:
+    """A shared ``flock`` on each folder above ``path`` (resolved, up to the root, across mount points: a folder
+    on another file system is still around it), without waiting: it conflicts only with another run's exclusive
+    lock of that folder as its output folder. A folder that cannot be opened (no read permission), or whose file
+    system keeps no locks, is passed over: it never fails a run (the nesting it would show goes unseen)."""
+    try:
+        ancestors = path.resolve().parents
+    except (OSError, RuntimeError):
+        return  # a symlink loop above the folder: nothing to lock by
+    for ancestor in ancestors:
+        try:
+            fd = open_folder(ancestor)
+        except OSError:
+            continue
+        identity = file_identity(fd)
+        if identity in _locked_folders or identity in _shared_folders:
+            os.close(fd)
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            error = ZooError(f"{what} {path} is inside {ancestor}, which is being written by another run"
+                             f"{lock_holder(fd)}: wait for it to end, or pass another {what} outside it")
+            os.close(fd)
+            raise error from None
+        except OSError:
+            os.close(fd)  # no locks there (NO_LOCKS) or none on folders: passed over
+            continue
+        _shared_folders[identity] = fd
+
+
 def release_output_folders() -> None:
-    """Unlock the output folders this process locked (the run is over)."""
-    while _locked_folders:
-        os.close(_locked_folders.popitem()[1])
+    """Unlock the output folders this process locked, and the folders above them (the run is over)."""
+    for held in (_locked_folders, _shared_folders):
+        while held:
+            os.close(held.popitem()[1])
 
 
 # folders this process created for its outputs; a run that fails removes those left empty
