@@ -48,6 +48,7 @@ def files(tmp_path_factory) -> Path:
     (root / "old.json").write_text("{}\n")
     synthetic_checkpoint("yolov8n", root / "yolo.safetensors")
     (root / "empty").mkdir()
+    (root / "dangling").symlink_to("gone/target")  # E76
     (root / "notes.mp4").write_text("not a video\n")
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a YOLOv8 oriented-box head
                "model.22.cv4.0.2.weight": np.zeros((1, 1, 1, 1), np.float32)}, str(root / "obb.safetensors"))

@@ -581,6 +581,22 @@ def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
     assert sorted(os.listdir(work / "o")) == ["a.jpg", "b.png", "mlx_zoo_run.json"]  # and no lock file
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["yolov8n", "real.jpg", "--out", "dangling"], "--out dangling cannot be created: dangling is a link to a missing "
+     "path (gone/target): create the folder it points to, or pass another path"),
+    (["mobilesam", "real.jpg", "--point", "5,5", "--out", "dangling/sub"], "dangling is a link to a missing path"),
+    (["resnet18", "real.jpg", "--json", "dangling/r.json"], "its folder dangling cannot be created: dangling is a link"),
+    (["yolov8n", "real.jpg", "--out", "loop"], "loop is a link in a loop of links: remove or change the link, or pass "
+     "another path"),
+])
+def test_an_out_folder_on_a_link_to_nowhere_says_so(work, capsys, argv, message):
+    """--out on a link to a missing path (or a loop of links) said 'cannot be created (File exists): pass a folder
+    you can write', of a name that exists nowhere to be seen."""
+    (work / "dangling").symlink_to("gone/target")
+    (work / "loop").symlink_to("loop")
+    refused([*argv, "--weights", MISSING_WEIGHTS], work, capsys, message)
+
+
 def test_runs_into_nested_out_folders_stop_and_runs_beside_go_on(work, capsys):
     """A run into a folder inside another run's --out, or around it, stops in one line naming the other run, before
     any work: each run holds a shared flock on every folder above its --out. Before, a run into o/crops/person

@@ -447,6 +447,9 @@ def make_output_folder(path: str | Path, what: str) -> Path:
     blocking = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise ZooError(f"{what} {path} cannot be created: {blocking} is a file: pass a folder path")
+    broken = next((p for p in missing if p.is_symlink()), None)
+    if broken is not None:  # mkdir said 'File exists' of it
+        raise ZooError(f"{what} {path} cannot be created: {broken} {broken_link(broken)}, or pass another path")
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -459,6 +462,16 @@ def make_output_folder(path: str | Path, what: str) -> Path:
     except OSError as e:
         raise ZooError(f"{what} {path} is not writable ({e.strerror or e}): pass a folder you can write") from None
     return path
+
+
+def broken_link(path: Path) -> str:
+    """What a link that leads nowhere is, and the fix: a link to a missing path, or one in a loop of links."""
+    try:
+        os.stat(path)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "is a link in a loop of links: remove or change the link"
+    return f"is a link to a missing path ({os.readlink(path)}): create the folder it points to"
 
 
 def remove_created_folders() -> None:
