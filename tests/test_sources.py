@@ -103,6 +103,38 @@ def test_ultralytics_special_sources_are_one_error_saying_what_to_do(tmp_path, m
     assert [i.load().shape for i in open_source("screen")] == [(12, 16, 3)]
 
 
+def test_a_recursive_walk_leaves_out_output_folders_with_one_note(tmp_path, capsys, monkeypatch):
+    """--recursive with --out inside the input folder: the next run read the last run's annotated images as inputs
+    (results of results, beside the results). The walk leaves out the run's output folders and folders holding an
+    earlier run's settings file, in one note; such a folder named as the input itself is read."""
+    from zoo.run import main
+
+    for name in ("imgs/a.png", "imgs/sub/b.png"):
+        save(tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    run = ["yolov8n", "imgs", "--recursive", "--imgsz", "64", "--weights", "synthetic:0", "--device", "cpu"]
+    assert main([*run, "--out", "imgs/out"]) == 0
+    err = capsys.readouterr().err
+    assert "2 images processed" in err and "note:" not in err
+    note = ("note: imgs: left out imgs/out: output folder (the results of a run, not inputs); pass one as an input to "
+            "read it")
+    assert main([*run, "--out", "imgs/sub/next"]) == 0  # beside an earlier run's folder (its settings file)
+    err = capsys.readouterr().err
+    assert "2 images processed" in err and note in err.splitlines()
+    assert sorted(os.listdir(tmp_path / "imgs" / "sub" / "next")) == ["a.png", "b.png", "mlx_zoo_run.json"]
+    assert sorted(os.listdir(tmp_path / "imgs" / "out")) == ["a.png", "b.png", "mlx_zoo_run.json"]
+    # a folder the user names is read, whatever it holds; a walk without outputs in it says nothing
+    assert [i.name for i in open_source(tmp_path / "imgs" / "out", recursive=True)] == ["a", "b"]
+    (tmp_path / "plain").mkdir()
+    save(tmp_path / "plain" / "deep" / "c.png")
+    assert [i.name for i in open_source(tmp_path / "plain", recursive=True, outputs=[tmp_path / "plain" / "new"])] == [
+        "c"]
+    assert "note:" not in capsys.readouterr().err
+    with pytest.raises(ZooError, match="no images or videos in folder"):  # named by another spelling: left out too
+        open_source("plain", recursive=True, outputs=[tmp_path / "plain" / "deep"])
+    assert capsys.readouterr().err.startswith("note: plain: left out plain/deep: output folder (the results")
+
+
 def test_glob_txt_and_csv_lists(tmp_path):
     for n in ("a", "b", "c"):
         save(tmp_path / "imgs" / f"{n}.png")

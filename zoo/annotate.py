@@ -346,9 +346,9 @@ class AnnotationRun:
         require("cv2", "the label polygons (OpenCV's contours)")  # before any work
         check_thresholds(conf, iou, max_det)
         imgsz = None if imgsz is None else check_imgsz(imgsz)
-        self.source = open_source(data, recursive=recursive, bgr=True)
         self.outputs = Outputs(Path(output_dir) if output_dir else default_output_dir(data), save_masks,
                                save_overlay, overwrite)
+        self.source = open_source(data, recursive=recursive, bgr=True, outputs=[self.outputs.folder])
         names = planned_names(self.source)
         files = [item.path for item in self.source] if names is not None and self.source.kind != "arrays" else []
         models = [m for m in (det_model, sam_model, det_weights, sam_weights) if isinstance(m, (str, Path))]

@@ -255,16 +255,50 @@ def media_files(paths: Iterable[Path]) -> list[Path]:
             and not p.name.startswith(".") and p.is_file()]
 
 
+# the settings file a detect run keeps in its --out (zoo/cli/detect.py): it marks a folder of this program's outputs
+RUN_SETTINGS = "mlx_zoo_run.json"
+
+
+def walk_inputs(folder: Path, outputs: Iterable[str | Path]) -> list[Path]:
+    """The files under ``folder`` (as ``rglob``: links to folders are not followed), without the sub-folders that
+    hold outputs: ``outputs`` (this run's output folders) and those holding an earlier run's settings file
+    (RUN_SETTINGS): their annotated images are results, not inputs; a run into a folder inside its input read the
+    last run's outputs as inputs. One note names what was left out; a folder named as an input itself is read."""
+    skipped = {identity for identity in map(folder_identity, outputs) if identity is not None}
+    found, left_out = [], []
+    for root, folders, names in os.walk(folder):
+        here = Path(root)
+        if here != folder and (file_identity(here) in skipped or RUN_SETTINGS in names):
+            left_out.append(str(here))
+            folders.clear()
+            continue
+        found.extend(here / name for name in names)
+    if left_out:
+        print(f"note: {folder}: left out {', '.join(sorted(left_out))}: output folder{'s' * (len(left_out) > 1)} "
+              "(the results of a run, not inputs); pass one as an input to read it", file=sys.stderr)
+    return found
+
+
+def folder_identity(path: str | Path) -> tuple[int, int] | None:
+    """(device, inode) of a folder, links followed; None when there is none."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
 class Folder(Files):
-    """A folder's images and videos sorted by path; ``recursive=True`` walks its sub-folders too."""
+    """A folder's images and videos sorted by path; ``recursive=True`` walks its sub-folders too, without those
+    holding outputs (walk_inputs: ``outputs``, this run's output folders, and earlier runs' folders)."""
 
     kind = "folder"
 
-    def __init__(self, folder: str | Path, recursive: bool = False, vid_stride: int = 1):
+    def __init__(self, folder: str | Path, recursive: bool = False, vid_stride: int = 1, outputs: Iterable = ()):
         folder = Path(folder)
         if not folder.is_dir():
             raise ZooError(f"folder not found: {folder}")
-        files = sorted(media_files(folder.rglob("*") if recursive else folder.iterdir()))
+        files = sorted(media_files(walk_inputs(folder, outputs) if recursive else folder.iterdir()))
         if not files:
             deeper = "" if recursive else f"; pass {option('recursive')} to look in its sub-folders"
             raise ZooError(f"no images or videos in folder {folder} (looked for "
@@ -709,8 +743,9 @@ class Chain(Source):
 
 
 def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool = False,
-                stream_buffer: bool = False) -> Source:
+                stream_buffer: bool = False, outputs: Iterable[str | Path] = ()) -> Source:
     """The Source for what a user passes; a list may mix paths, folders, globs and lists of paths.
+    ``outputs``: the run's output folders, left out of a folder's walk with ``recursive`` (walk_inputs).
 
     A path that does not exist, an empty folder or a glob without match is a ZooError
     now (one line); a file that turns out unreadable is a bad item later.
@@ -723,14 +758,14 @@ def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool 
     if isinstance(source, int) and not isinstance(source, bool):
         return Camera(source, vid_stride, stream_buffer)
     if isinstance(source, (str, Path)):
-        return open_path(str(source), recursive, vid_stride, stream_buffer)
+        return open_path(str(source), recursive, vid_stride, stream_buffer, outputs)
     if isinstance(source, (list, tuple)):
         if not source:
             raise ZooError("no inputs given")
         if all(isinstance(s, (np.ndarray, Image.Image)) for s in source):
             return Arrays(source, bgr)
         if all(isinstance(s, (str, Path)) for s in source):
-            parts = [open_path(str(s), recursive, vid_stride, stream_buffer) for s in source]
+            parts = [open_path(str(s), recursive, vid_stride, stream_buffer, outputs) for s in source]
             return parts[0] if len(parts) == 1 else Chain(parts)
         raise ZooError("a list of inputs holds paths, or numpy arrays and PIL images, not both")
     if type(source).__module__.partition(".")[0] == "torch":  # ultralytics' LoadTensor: a BCHW RGB batch in 0-1
@@ -777,7 +812,8 @@ def stream_name(url: str) -> str:
     return f"{name[:STREAM_NAME_LIMIT - 9]}_{hashlib.sha256(address.encode()).hexdigest()[:8]}"
 
 
-def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool = False) -> Source:
+def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool = False,
+              outputs: Iterable[str | Path] = ()) -> Source:
     if not text:  # Path("") is the current folder: its images were read without a word
         raise ZooError("an empty path: pass a file, a folder, a glob, a .txt/.csv list, a URL or a camera number")
     if text.startswith(STREAM_SCHEMES):
@@ -789,7 +825,7 @@ def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool =
         return Camera(int(text), vid_stride, stream_buffer)
     path = Path(text).expanduser()
     if path.is_dir():
-        return Folder(path, recursive, vid_stride)
+        return Folder(path, recursive, vid_stride, outputs)
     if path.suffix.lower() == ".streams":  # ultralytics' LoadStreams: a file of stream addresses read side by side
         raise ZooError(f"{text}: a .streams file (ultralytics' several live streams at once) is no source here: "
                        "pass each stream's address (rtsp://...) to a predict call of its own")

@@ -98,13 +98,13 @@ def check_arguments(args):
         # default and synthetic weights carry the COCO names: check now, before any download (a pose
         # model's one class, person in the official files and class0 in synthetic ones, is the model's to check)
         class_ids = resolve_classes(args.classes, dict(enumerate(class_names())))
-    args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
-                              stream_buffer=args.stream_buffer)
-    pipeline.check_resumable(args.source, args.resume)
-    inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     if args.out is None:
         runs = f"{runs_folder(args.spec.task)}/predict"
         args.out = latest_run(runs) if args.resume else increment_path(runs, exist_ok=args.overwrite)
+    args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
+                              stream_buffer=args.stream_buffer, outputs=[args.out])  # its images are no inputs
+    pipeline.check_resumable(args.source, args.resume)
+    inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     out = lock_output_folder(args.out, "--out", inputs)
     for wanted, folder in ((args.save_txt, "labels"), (args.save_crop, "crops")):
         if wanted and (out / folder).exists() and not (out / folder).is_dir():  # else every image fails on it

@@ -110,13 +110,15 @@ def check_arguments(args):
             flags = ", ".join("--" + name.replace("_", "-") for name in args.params)
             raise UsageError(f"{flags} go with --everything: add --everything, or drop them")
         args.prompts = prompts_of(args.point, args.box)
+    if args.out is None:
+        args.out = increment_path("runs/segment/predict", exist_ok=args.overwrite)
     args.rgb = None
     if len(args.images) == 1 and Path(args.images[0]).suffix.lower() in IMAGE_SUFFIXES \
             and not Path(args.images[0]).is_dir():
         args.rgb = load_image(args.images[0])  # one image: read now, so a bad one fails before the model loads
         args.source = Files([Path(args.images[0])])
     else:
-        args.source = open_source(args.images, recursive=args.recursive)
+        args.source = open_source(args.images, recursive=args.recursive, outputs=[args.out])  # its images are no inputs
     names = planned_names(args.source)
     items = list(args.source) if names is not None else []
     if args.prompts is not None:
@@ -130,8 +132,6 @@ def check_arguments(args):
             except UsageError as e:
                 raise UsageError(f"{item.path}: {e}" if len(items) > 1 else str(e)) from None
     inputs = Inputs([*args.images, *(item.path for item in items), args.weights])
-    if args.out is None:
-        args.out = increment_path("runs/segment/predict", exist_ok=args.overwrite)
     out = lock_output_folder(args.out, "--out", inputs)
     for name in names or ():
         check_outputs_of(out, name, inputs, args.overwrite)
