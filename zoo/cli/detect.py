@@ -33,13 +33,13 @@ from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, l
                        make_output_folder, refuse_inputs, write_text)
 from zoo.results import ResultFiles, output_name
 from zoo.sources import (Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths, open_source,
-                         check_header_file, read_json_list, read_records, records_header)
+                         check_header_file, read_json_list, read_records, records_header, RUN_SETTINGS)
 from zoo.weights.synthetic import parse_synthetic
 
 PREDICTIONS = "predictions.json"  # --save-json's file in --out, ultralytics' name
 # the run's settings in --out (records_header's line): --resume without --jsonl checks them, so one folder never
 # holds two runs' outputs (annotated images and labels say nothing of the options that made them)
-SETTINGS = "mlx_zoo_run.json"
+SETTINGS = RUN_SETTINGS
 
 
 def add_arguments(parser):
