@@ -208,3 +208,37 @@ def test_an_empty_argument_is_refused(argv, message, tmp_path, monkeypatch, caps
     assert cli_error([*argv, "--weights", "synthetic"], capsys) == (
         f"error: {message} (an unset shell variable?): pass a value")
     assert file_tree(tmp_path) == before
+
+
+# a site hook that stands for Ctrl-C pressed while a command imports INTERRUPT_AT (MLX loads for seconds on a Mac)
+INTERRUPTING_SITE = """
+import os, sys
+
+class Interrupt:
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["INTERRUPT_AT"]:
+            raise KeyboardInterrupt
+
+sys.meta_path.insert(0, Interrupt())
+"""
+
+
+@pytest.mark.parametrize("module", ["mlx.core", "zoo.registry"])
+@pytest.mark.parametrize("command", [["-m", "zoo.run", "yolov8n", "x.jpg"], ["-m", "zoo", "yolov8n", "x.jpg"],
+                                     ["-m", "zoo.validate", "yolov8n"], ["zoo-run", "yolov8n", "x.jpg"],
+                                     ["zoo-validate", "yolov8n"]])
+def test_ctrl_c_while_a_command_imports_is_one_line(tmp_path, command, module):
+    """Ctrl-C before the run starts (while its modules load) printed a KeyboardInterrupt traceback; now, as during
+    the run, the line 'interrupted' and exit 130, for every entry point."""
+    import os
+    from pathlib import Path
+
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPTING_SITE)
+    script = Path(sys.executable).parent / command[0]
+    if command[0] != "-m" and not script.exists():
+        pytest.fail(f"{script} is not installed: pip install -e . makes it")
+    argv = [sys.executable, *command] if command[0] == "-m" else [str(script), *command[1:]]
+    env = {**os.environ, "INTERRUPT_AT": module,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (130, "interrupted\n")

@@ -1,6 +1,9 @@
 """The exceptions users see: a one-line message naming the problem and the fix, in the words of the
 interface that was called (a command line's flags, the Python API's keyword arguments)."""
+import sys
 from contextlib import contextmanager
+
+EXIT_INTERRUPTED = 130  # a shell's code for a command stopped by SIGINT (128 + 2)
 
 
 class ZooError(Exception):
@@ -42,3 +45,20 @@ def option(name: str, value: object = True) -> str:
             return f"no {flag}"
         return flag if value is True else f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
     return f"{name}={value if isinstance(value, str) and value.isupper() else repr(value)}"  # PATH, N: placeholders
+
+
+def interrupted() -> int:
+    """Ctrl-C in a command: one line, no traceback; the exit code."""
+    print("interrupted", file=sys.stderr)
+    return EXIT_INTERRUPTED
+
+
+@contextmanager
+def interrupted_exits():
+    """Around a command's module-level imports (MLX loads for seconds on a Mac's first run): Ctrl-C meanwhile ends
+    the process as during its run (zoo.cli.guarded), 'interrupted' and exit 130, not a traceback. It ends the process
+    (SystemExit) from inside an import, so only the command modules use it, never the library's."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise SystemExit(interrupted()) from None

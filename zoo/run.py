@@ -5,9 +5,12 @@ from __future__ import annotations
 import importlib
 import sys
 
-from zoo import devices, registry
-from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, ray_run,
-                     refuse_second_checkpoint, task_module)
+from zoo.errors import interrupted_exits
+
+with interrupted_exits():  # Ctrl-C while MLX loads: 'interrupted', exit 130
+    from zoo import devices, registry
+    from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, ray_run,
+                         refuse_second_checkpoint, task_module)
 
 
 @guarded

@@ -10,9 +10,11 @@ import sys
 from contextlib import contextmanager
 from typing import Callable
 
-from zoo.devices import DTYPES
-from zoo.errors import UsageError, ZooError, command_line
-from zoo.files import release_output_folders, remove_created_folders
+from zoo.errors import UsageError, ZooError, command_line, interrupted, interrupted_exits
+
+with interrupted_exits():  # Ctrl-C while MLX loads (zoo-validate imports this package first): exit 130, no traceback
+    from zoo.devices import DTYPES
+    from zoo.files import release_output_folders, remove_created_folders
 
 # exit codes: a command line that cannot work as written, as argparse; a problem met while running
 EXIT_USAGE, EXIT_RUNTIME = 2, 1
@@ -117,8 +119,7 @@ def guarded(main):
             print(f"error: {one_line(e)}", file=sys.stderr)
             code = EXIT_USAGE if isinstance(e, UsageError) else EXIT_RUNTIME
         except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            code = 130
+            code = interrupted()
         except Exception as e:  # a bug, not a bad input: still one line, the traceback on request
             if debug:
                 raise

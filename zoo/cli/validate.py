@@ -7,15 +7,17 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
+from zoo.errors import UsageError, interrupted_exits
 
-from zoo import registry, validate
-from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint
-from zoo.cli.validate_ops import main as ops_main
-from zoo.errors import UsageError
-from zoo.files import check_output_file, write_text
-from zoo.validate import engine
-from zoo.validate.report import coverage_counts, format_error
+with interrupted_exits():  # Ctrl-C while MLX loads: 'interrupted', exit 130
+    import numpy as np
+
+    from zoo import registry, validate
+    from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint
+    from zoo.cli.validate_ops import main as ops_main
+    from zoo.files import check_output_file, write_text
+    from zoo.validate import engine
+    from zoo.validate.report import coverage_counts, format_error
 
 
 def print_table(report: engine.ModeReport, show: str, with_dtype: bool = False) -> None:
