@@ -3,6 +3,7 @@ plot() and save() draw the same boxes, crops, numpy input is BGR, nothing existi
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -153,3 +154,17 @@ def test_numpy_input_is_bgr_and_pil_rgb():
     assert np.array_equal(from_pil.orig_img, rgb[..., ::-1]) and np.array_equal(from_bgr.orig_img, rgb[..., ::-1])
     assert len(from_pil) and np.array_equal(from_pil.boxes.data, from_bgr.boxes.data)
     assert not np.array_equal(from_pil.boxes.data, from_rgb.boxes.data)  # the same array read as RGB differs
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda r: r.save_crop(""), "save_dir='' is empty (an unset variable?): pass a folder"),
+    (lambda r: r.save_crop("crops", file_name=""), "file_name='' is empty (an unset variable?): pass a file name"),
+    (lambda r: r.save_txt(""), "txt_file='' is empty (an unset variable?): pass a file path"),
+])
+def test_an_empty_save_path_is_one_error(result, tmp_path, monkeypatch, call, message):
+    """An empty path is the current folder: save_crop('') wrote the crops into ./<class>/ without a word,
+    file_name='' was a ValueError traceback; as predict(project='') and the CLI's empty arguments (E55)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ZooError, match=f"^{re.escape(message)}$"):
+        call(result)
+    assert list(tmp_path.iterdir()) == []

@@ -270,6 +270,13 @@ def refuse_inputs(path: str | Path, inputs: Iterable | Inputs, what: str) -> Pat
     return (inputs if isinstance(inputs, Inputs) else Inputs(inputs)).refuse(path, what)
 
 
+def refuse_empty(value, what: str, fix: str) -> None:
+    """ZooError for a path argument of the Python API given as '' (an unset variable?): Path('') is the current
+    folder, and ultralytics takes '' as the default, both without a word; as the CLI's empty arguments (E55)."""
+    if isinstance(value, str) and not value:
+        raise ZooError(f"{what}='' is empty (an unset variable?): {fix}")
+
+
 def check_distinct(outputs: dict[str, str | Path]) -> None:
     """UsageError when two of a run's outputs (``{"--jsonl": path, ...}``) are one path, however
     spelled: the second would replace the first, or a file would be written into its own folder."""

@@ -29,8 +29,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import (Inputs, check_new_file, image_format, json_text, make_output_folder, refuse_inputs,
-                       writable_format, write_atomic, write_text)
+from zoo.files import (Inputs, check_new_file, image_format, json_text, make_output_folder, refuse_empty,
+                       refuse_inputs, writable_format, write_atomic, write_text)
 from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks, scaled_extent
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
@@ -742,6 +742,7 @@ class Results:
         """Write the boxes in the YOLO label format (label_lines), making the folder; no file when there are no
         boxes. As ultralytics, an existing file is appended to (a video's frames into one file);
         ``overwrite=True`` replaces it, ``overwrite=False`` refuses it."""
+        refuse_empty(txt_file, "txt_file", "pass a file path")
         path = Path(txt_file)
         lines = self.label_lines(save_conf)
         if lines:
@@ -767,6 +768,8 @@ class Results:
         """Each box's crop as ``save_dir/<class name>/<file_name>`` with the suffix .jpg, as ultralytics (a
         ``file_name`` with folders, ``clip/f1``, keeps them: ``crops/person/clip/f1.jpg``); a name already taken
         gets 2, 3 ... appended (ultralytics' increment_path), so nothing is replaced."""
+        refuse_empty(save_dir, "save_dir", "pass a folder")
+        refuse_empty(file_name, "file_name", "pass a file name")
         written = []
         name = Path(file_name).with_suffix(".jpg")
         for crop, cls in zip(self.crops(), self.box_rows.cls.tolist()):

@@ -25,7 +25,7 @@ import numpy as np
 from zoo import devices
 from zoo.concurrency import serialized
 from zoo.errors import ZooError
-from zoo.files import Inputs, increment_path
+from zoo.files import Inputs, increment_path, refuse_empty
 from zoo.instances import process_mask, process_mask_native, scale_coords
 from zoo.results import ResultFiles, Results, kept_frame
 from zoo.sources import Chain, Item, Source, input_paths, open_source
@@ -70,9 +70,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     opened = open_inputs(source, vid_stride, stream_buffer)
     size = batch or (opened.total if isinstance(source, (list, tuple)) else 1)
     for what, value, default in (("project", project, f"runs/{model.task}"), ("name", name, "predict")):
-        if (save or save_txt or save_crop) and isinstance(value, str) and not value:  # ultralytics takes it as the
-            # default: an unset variable?
-            raise ZooError(f"{what}='' is empty (an unset variable?): pass a folder, or {what}=None for {default}")
+        if save or save_txt or save_crop:
+            refuse_empty(value, what, f"pass a folder, or {what}=None for {default}")
     # the run folder is named whether or not anything is saved (ultralytics' Results carry it either way), but
     # only made when something is written to it
     out = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
