@@ -631,6 +631,35 @@ def test_runs_into_nested_out_folders_stop_and_runs_beside_go_on(work, capsys):
     assert main(["yolov8n", "imgs", "--out", "mid/o/sub", "--imgsz", "64", *SYNTHETIC]) == 0
 
 
+def test_one_process_locks_nested_folders_of_its_own(tmp_path):
+    """A process locking a folder and then one around it (its shared lock made exclusive), or the reverse, never
+    stops itself; another open file (another run) then finds both held; release_output_folders frees them all."""
+    import fcntl
+
+    from zoo.files import lock_output_folder, release_output_folders
+
+    def held(folder: Path, operation: int) -> bool:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)
+        return False
+
+    try:
+        lock_output_folder(tmp_path / "o" / "sub", "--out")
+        assert held(tmp_path / "o" / "sub", fcntl.LOCK_SH) and held(tmp_path / "o", fcntl.LOCK_EX)
+        assert not held(tmp_path / "o", fcntl.LOCK_SH)  # only shared: a run beside o/sub goes on
+        lock_output_folder(tmp_path / "o", "--out")
+        lock_output_folder(tmp_path / "o" / "sub" / "deeper", "--out")
+        assert held(tmp_path / "o", fcntl.LOCK_SH) and held(tmp_path / "o" / "sub" / "deeper", fcntl.LOCK_SH)
+    finally:
+        release_output_folders()
+    assert not any(held(tmp_path / f, fcntl.LOCK_EX) for f in ("o", "o/sub", "o/sub/deeper"))
+
+
 def test_an_ancestor_that_cannot_be_opened_or_locked_never_fails_a_run(work, monkeypatch):
     """The shared locks above --out are passed over where a folder cannot be opened (no read permission) or its
     file system keeps no locks: the run goes on, its own folder locked."""
