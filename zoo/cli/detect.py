@@ -32,8 +32,8 @@ from zoo.extras import require
 from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, lock_output_folder,
                        make_output_folder, refuse_inputs, write_text)
 from zoo.results import ResultFiles, output_name
-from zoo.sources import (Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths, open_source,
-                         check_header_file, read_json_list, read_records, records_header, RUN_SETTINGS)
+from zoo.sources import (RUN_SETTINGS, Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths,
+                         open_source, check_header_file, read_json_list, read_records, records_header)
 from zoo.weights.synthetic import parse_synthetic
 
 PREDICTIONS = "predictions.json"  # --save-json's file in --out, ultralytics' name
