@@ -118,7 +118,7 @@ def check_arguments(args):
         args.rgb = load_image(args.images[0])  # one image: read now, so a bad one fails before the model loads
         args.source = Files([Path(args.images[0])])
     else:
-        args.source = open_source(args.images, recursive=args.recursive, outputs=[args.out])  # its images are no inputs
+        args.source = open_source(args.images, recursive=args.recursive, outputs=[args.out])  # its images: no inputs
     names = planned_names(args.source)
     items = list(args.source) if names is not None else []
     if args.prompts is not None:
