@@ -123,6 +123,10 @@ def test_a_recursive_walk_leaves_out_output_folders_with_one_note(tmp_path, caps
     assert "2 images processed" in err and note in err.splitlines()
     assert sorted(os.listdir(tmp_path / "imgs" / "sub" / "next")) == ["a.png", "b.png", "mlx_zoo_run.json"]
     assert sorted(os.listdir(tmp_path / "imgs" / "out")) == ["a.png", "b.png", "mlx_zoo_run.json"]
+    # its --out's images are the run's own, not the input folder's: resumed (was 'output imgs/out/a.png is a file
+    # of the input folder imgs', so a run into it could not be continued)
+    assert main([*run, "--out", "imgs/out", "--resume"]) == 0
+    assert "2 skipped (done before)" in capsys.readouterr().err
     # a folder the user names is read, whatever it holds; a walk without outputs in it says nothing
     assert [i.name for i in open_source(tmp_path / "imgs" / "out", recursive=True)] == ["a", "b"]
     (tmp_path / "plain").mkdir()

@@ -352,7 +352,8 @@ class AnnotationRun:
         names = planned_names(self.source)
         files = [item.path for item in self.source] if names is not None and self.source.kind != "arrays" else []
         models = [m for m in (det_model, sam_model, det_weights, sam_weights) if isinstance(m, (str, Path))]
-        self.outputs.check(names, Inputs([*(data if isinstance(data, (list, tuple)) else [data]), *files, *models]))
+        self.outputs.check(names, Inputs([*(data if isinstance(data, (list, tuple)) else [data]), *files, *models],
+                                          outputs=[self.outputs.folder]))
         devices.use(device)
         self.detector = load_detector(det_model, det_weights, dtype)
         self.detector.class_ids(classes)  # unknown class names fail now, not per image

@@ -230,9 +230,12 @@ def _inode(path: Path) -> tuple[int, int] | None:
 
 class Inputs:
     """A run's inputs on disk, indexed once (by resolved path, by inode for hard links, and the
-    folders), so that checking every output of a run of many files stays linear."""
+    folders), so that checking every output of a run of many files stays linear. ``outputs``: the run's
+    output folders, which a walk of an input folder leaves out (zoo.sources.open_source's ``outputs``):
+    their files are the run's own, no inputs, so a resume may replace them there."""
 
-    def __init__(self, given: Iterable):
+    def __init__(self, given: Iterable, outputs: Iterable[str | Path] = ()):
+        self.outputs = {_resolved(Path(folder)) for folder in outputs}
         self.files: dict[Path, Path] = {}
         self.inodes: dict[tuple[int, int], Path] = {}
         self.folders: dict[Path, Path] = {}
@@ -256,7 +259,7 @@ class Inputs:
             raise UsageError(f"{what} {path} is the input file {given}: pass another output path")
         if self.folders and path.is_file() and path.suffix.lower() in _input_suffixes():
             folder = next((self.folders[p] for p in resolved.parents if p in self.folders), None)
-            if folder is not None:
+            if folder is not None and not self.outputs.intersection(resolved.parents):
                 raise UsageError(f"{what} {path} is a file of the input folder {folder}: pass an output path "
                                  "outside it")
         return path

@@ -104,7 +104,7 @@ def check_arguments(args):
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
                               stream_buffer=args.stream_buffer, outputs=[args.out])  # its images are no inputs
     pipeline.check_resumable(args.source, args.resume)
-    inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
+    inputs = Inputs([*args.images, *input_paths(args.source), args.weights], outputs=[args.out])
     out = lock_output_folder(args.out, "--out", inputs)
     for wanted, folder in ((args.save_txt, "labels"), (args.save_crop, "crops")):
         if wanted and (out / folder).exists() and not (out / folder).is_dir():  # else every image fails on it

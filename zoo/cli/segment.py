@@ -131,7 +131,7 @@ def check_arguments(args):
                 checked_prompts(size, args.prompts)
             except UsageError as e:
                 raise UsageError(f"{item.path}: {e}" if len(items) > 1 else str(e)) from None
-    inputs = Inputs([*args.images, *(item.path for item in items), args.weights])
+    inputs = Inputs([*args.images, *(item.path for item in items), args.weights], outputs=[args.out])
     out = lock_output_folder(args.out, "--out", inputs)
     for name in names or ():
         check_outputs_of(out, name, inputs, args.overwrite)
