@@ -438,7 +438,8 @@ def test_resume_without_jsonl_refuses_an_out_of_other_settings(work, capsys):
             "res may be of other options than these: run again with --overwrite (all made again) or into a new --out")
     settings.write_text("not ours\n")
     refused([*base, "--resume"], work, capsys, "res/mlx_zoo_run.json line 1 is not a JSON record")
-    assert main([*base, "--overwrite"]) == 0 and records_of(settings)[0]["model"] == "yolov8n"
+    assert main(["yolov8n", "imgs", "--out", "res", "--imgsz", "64", "--overwrite", *SYNTHETIC]) == 0
+    assert records_of(settings)[0]["model"] == "yolov8n"  # every output made again: replaced
     # a new run into the folder: the same settings are taken, others refused (two runs' outputs in one folder)
     refused(["yolov8n", "r2.jpg", "--out", "res", "--imgsz", "64", "--conf", "0.5", *SYNTHETIC], work, capsys,
             "holds results of --conf 0.25, not --conf 0.5: give the options of the run it continues, or pass another "
@@ -448,6 +449,26 @@ def test_resume_without_jsonl_refuses_an_out_of_other_settings(work, capsys):
             "--jsonl res/mlx_zoo_run.json is also the settings file path: pass another path")
     assert main(["yolov8n", "imgs/a.jpg", "--out", "new", "--imgsz", "64", "--resume", *SYNTHETIC]) == 0
     assert (work / "new" / "mlx_zoo_run.json").exists()  # nothing to skip: continued, and its settings kept
+
+
+def test_overwrite_of_other_settings_does_not_vouch_for_the_outputs_it_leaves(work, capsys):
+    """--overwrite of one image with other options replaced the folder's settings file while the other image's
+    output, made with the earlier options, stayed: a --resume with the new options then took it as done. Now the
+    settings file goes (one note), so --resume asks for --overwrite; a folder of unknown settings gets none."""
+    base = ["yolov8n", "imgs", "--out", "res", "--imgsz", "64", *SYNTHETIC]
+    settings = work / "res" / "mlx_zoo_run.json"
+    assert main(base) == 0
+    assert main(["yolov8n", "imgs/a.jpg", "--out", "res", "--imgsz", "64", "--conf", "0.5", "--overwrite",
+                 *SYNTHETIC]) == 0
+    assert ("note: b.png in res stays, made with other options than this run's: its settings file mlx_zoo_run.json is "
+            "removed, so --resume will not take it for this run's output") in capsys.readouterr().err
+    assert not settings.exists()
+    refused([*base, "--conf", "0.5", "--resume"], work, capsys, "--resume: res/mlx_zoo_run.json is not there")
+    assert main([*base, "--conf", "0.5", "--overwrite"]) == 0  # every output made again: the settings are this run's
+    assert records_of(settings)[0]["settings"]["--conf"] == 0.5
+    settings.unlink()  # outputs of unknown settings: a new run beside them writes no settings file vouching for them
+    assert main(["yolov8n", "r2.jpg", "--out", "res", "--imgsz", "64", "--conf", "0.5", *SYNTHETIC]) == 0
+    assert not settings.exists()
 
 
 def test_a_second_run_on_one_jsonl_stops_in_one_line(work, capsys, monkeypatch):

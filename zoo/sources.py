@@ -255,7 +255,9 @@ def media_files(paths: Iterable[Path]) -> list[Path]:
             and not p.name.startswith(".") and p.is_file()]
 
 
-# the settings file a detect run keeps in its --out (zoo/cli/detect.py): it marks a folder of this program's outputs
+# the settings file a detect run keeps in its --out (records_header's line; zoo/cli/detect.py): --resume without
+# --jsonl checks them, so one folder never holds two runs' outputs (annotated images and labels say nothing of the
+# options that made them), and it marks a folder of this program's outputs for a walk of inputs
 RUN_SETTINGS = "mlx_zoo_run.json"
 
 

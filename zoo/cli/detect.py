@@ -18,7 +18,6 @@ score} for the run, which pycocotools' ``COCO.loadRes`` reads as written (coco_i
 """
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
@@ -29,7 +28,7 @@ from zoo import pipeline, registry
 from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
 from zoo.extras import require
-from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, lock_output_folder,
+from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, json_text, lock_output_folder,
                        make_output_folder, refuse_inputs, write_text)
 from zoo.results import ResultFiles, output_name
 from zoo.sources import (RUN_SETTINGS, Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths,
@@ -37,9 +36,6 @@ from zoo.sources import (RUN_SETTINGS, Files, FrameSource, JsonListWriter, Jsonl
 from zoo.weights.synthetic import parse_synthetic
 
 PREDICTIONS = "predictions.json"  # --save-json's file in --out, ultralytics' name
-# the run's settings in --out (records_header's line): --resume without --jsonl checks them, so one folder never
-# holds two runs' outputs (annotated images and labels say nothing of the options that made them)
-SETTINGS = RUN_SETTINGS
 
 
 def add_arguments(parser):
@@ -110,7 +106,7 @@ def check_arguments(args):
         if wanted and (out / folder).exists() and not (out / folder).is_dir():  # else every image fails on it
             raise UsageError(f"{out / folder} is a file, where --save-{'txt' if folder == 'labels' else 'crop'} "
                              f"writes its {folder}: move it, or pass another --out")
-    settings = refuse_inputs(out / SETTINGS, inputs, "output")
+    settings = refuse_inputs(out / RUN_SETTINGS, inputs, "output")
     check_distinct({"--out": out, "settings file": settings, **({"--jsonl": args.jsonl} if args.jsonl else {}),
                     **({"--save-json": out / PREDICTIONS} if args.save_json else {})})
     args.header = records_header(args.spec.task, args.spec.name, {
@@ -146,7 +142,7 @@ def check_arguments(args):
             check_new_file(path, "output", args.overwrite)
         for extra in extras:
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
-    args.save_settings = check_settings(settings, args)
+    args.save_settings = check_settings(settings, args, {name for _, _, name, _, _ in outputs})
     if args.save_json:
         check_new_file(refuse_inputs(out / PREDICTIONS, inputs, "output"), "output", args.overwrite or args.resume)
         numbered = [name for _, _, name, _, _ in outputs if name not in args.image_ids.ids]
@@ -202,18 +198,40 @@ def classes_setting(classes: str | None, ids: list[int] | None) -> str | None:
     return ",".join(map(str, ids))
 
 
-def check_settings(path: Path, args) -> bool:
-    """--out's settings file (SETTINGS), there from an earlier run: its settings checked against this run's
-    (--resume always; a new run into the folder unless --overwrite replaces it); -> whether this run writes it."""
+def check_settings(path: Path, args, names: set[str]) -> str | None:
+    """--out's settings file (RUN_SETTINGS), there from an earlier run: its settings checked against this run's
+    (--resume always; a new run into the folder unless --overwrite replaces it). -> what this run does with it:
+    "write" it, "remove" it (--overwrite of other settings leaving outputs of the earlier ones: the folder's
+    settings are then unknown), or None (kept as it is, or not written where the folder holds outputs of
+    unknown settings: it would vouch for them)."""
     if path.exists() and (args.resume or not args.overwrite):
         check_header_file(path, args.header, "pass another --out DIR" if args.resume else
                           "pass another --out DIR, or --overwrite to replace its outputs")
-        return False
+        return None
     if args.resume and args.skip and not (args.jsonl and Path(args.jsonl).exists()):
         # a folder of an earlier version: which options made its outputs is not known (--jsonl's header says)
         raise UsageError(f"--resume: {path} is not there, so the {len(args.skip)} output(s) in {path.parent} may be of "
                          f"other options than these: run again with --overwrite (all made again) or into a new --out")
-    return True
+    others = other_outputs(path.parent, names, {path, *(Path(p) for p in (args.jsonl,) if p)})
+    if others is None:
+        return "write"
+    if path.exists():  # --overwrite of other settings
+        print(f"note: {others} in {path.parent} stays, made with other options than this run's: its settings file "
+              f"{path.name} is removed, so --resume will not take it for this run's output", file=sys.stderr)
+        return "remove"
+    return None
+
+
+def other_outputs(out: Path, names: set[str], own: set[Path]) -> str | None:
+    """A file in --out this run does not make (an output of another image, or another run's), named; None if there
+    is none. This run's: ``<name>.*``, ``labels/<name>.txt``, crops of ``<name>`` (video frames: ``<name>_<n>``),
+    predictions.json and ``own``."""
+    own = {p.resolve() for p in (*own, out / PREDICTIONS)}
+    for file in (p for p in out.rglob("*") if p.is_file() and p.resolve() not in own) if out.is_dir() else ():
+        stem = file.stem.rstrip("0123456789") if file.parent.parent.name == "crops" else file.stem
+        if stem not in names and stem.rpartition("_")[0] not in names:
+            return str(file.relative_to(out))
+    return None
 
 
 def latest_run(base: str) -> Path:
@@ -288,10 +306,12 @@ def run(args, model) -> int:
 
     def process(batch):
         nonlocal save_settings
-        if save_settings:  # before the first output (a killed run's folder says which options made it); a run
-            # that writes none leaves none (nor, all its inputs failed, an --out folder)
-            write_text(out / SETTINGS, json.dumps(args.header) + "\n", replace=args.overwrite)
-            save_settings = False
+        if save_settings == "write":  # before the first output (a killed run's folder says which options made it);
+            # a run that writes none leaves none (nor, all its inputs failed, an --out folder)
+            write_text(out / RUN_SETTINGS, json_text(args.header) + "\n", replace=args.overwrite)
+        elif save_settings == "remove":
+            (out / RUN_SETTINGS).unlink(missing_ok=True)
+        save_settings = None
         results = predict_batch(model, [ready.data for ready in batch], [ready.item for ready in batch], **options)
         if coco is not None:
             # the batch's records on disk before its annotated images, which --resume takes as done: a killed
