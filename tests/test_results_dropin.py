@@ -188,6 +188,7 @@ def test_model_info_and_the_methods_not_built(capsys):
         assert capsys.readouterr().out == f"{title} summary: {parameters:,} parameters, 0 gradients\n"
     assert model.info(verbose=False) is None and model.fuse() is None and not capsys.readouterr().out
     assert model.train() is model and model.training and not model.eval().training  # MLX's train(mode) stays
+    assert not model.train(mode=False).training and model.train(True).training and not model.train(False).training
     assert model.to("cpu") is model and model.to(device="cpu") is model and model.device == "cpu"
     with pytest.raises(ZooError, match="device='tpu': MLX runs on one device"):
         model.to("tpu")
@@ -205,6 +206,7 @@ def test_model_info_and_the_methods_not_built(capsys):
     for call, method, instead in not_built:
         with pytest.raises(ZooError, match=rf"^{method}\(.*not available in mlx-zoo: .*{re.escape(instead)}"):
             call()
+
 
 def test_predict_draws_saved_images_as_asked(tmp_path):
     det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")

@@ -752,9 +752,10 @@ class DetectionModel(nn.Module):
 
     def train(self, *args, **options):
         """MLX's ``train(mode=True)``; ultralytics' ``model.train(data=..., ...)`` is not built: one error."""
-        if options or len(args) > 1 or (args and not isinstance(args[0], bool)):
+        mode = [*args, *options.values()]  # MLX's one argument, train(False) or train(mode=False)
+        if set(options) - {"mode"} or len(mode) > 1 or (mode and not isinstance(mode[0], bool)):
             raise not_built("train", TRAIN_INSTEAD)
-        return super().train(*args)
+        return super().train(*mode)
 
     def tune(self, *args, **options):
         raise not_built("tune", TRAIN_INSTEAD)
