@@ -15,7 +15,6 @@ video killed halfway, two inputs of one file name, classify's --json/--csv (writ
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -423,7 +423,8 @@ def test_resize_longest_side_dtypes_as_upstream():
     torch_coords = transform.apply_coords_torch(points, (480, 640))
     torch_boxes = transform.apply_boxes_torch(boxes, (480, 640))
     assert torch_coords.dtype == np.float32 and torch_boxes.dtype == np.float32
-    assert np.array_equal(torch_coords, coords.astype(np.float32)) and np.array_equal(torch_boxes, box_rows.astype(np.float32))
+    assert np.array_equal(torch_coords, coords.astype(np.float32))
+    assert np.array_equal(torch_boxes, box_rows.astype(np.float32))
 
 
 def test_upstreams_end_to_end_batched_inference_runs_as_written(small_sam, predictor, image):

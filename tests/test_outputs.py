@@ -606,7 +606,8 @@ def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
     (["yolov8n", "real.jpg", "--out", "dangling"], "--out dangling cannot be created: dangling is a link to a missing "
      "path (gone/target): create the folder it points to, or pass another path"),
     (["mobilesam", "real.jpg", "--point", "5,5", "--out", "dangling/sub"], "dangling is a link to a missing path"),
-    (["resnet18", "real.jpg", "--json", "dangling/r.json"], "its folder dangling cannot be created: dangling is a link"),
+    (["resnet18", "real.jpg", "--json", "dangling/r.json"],
+     "its folder dangling cannot be created: dangling is a link"),
     (["yolov8n", "real.jpg", "--out", "loop"], "loop is a link in a loop of links: remove or change the link, or pass "
      "another path"),
 ])

@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from conftest import PEAK_RSS_KB, file_tree
-from zoo.errors import ZooError
-from zoo.pipeline import EXIT_INTERRUPTED, Pipeline
+from zoo.errors import EXIT_INTERRUPTED, ZooError
+from zoo.pipeline import Pipeline
 from zoo.run import main
 from zoo.sources import Item, Video, VideoWriter, read_jsonl, stream_name
 

@@ -882,7 +882,8 @@ def test_a_live_stream_is_named_by_its_whole_address(tmp_path):
 
     names = {"tcp://127.0.0.1:5000?listen=1": "tcp___127.0.0.1_5000_listen_1",
              "tcp://127.0.0.1:5001?listen=1": "tcp___127.0.0.1_5001_listen_1",
-             "rtsp://admin:secret@host/live/cam1": "rtsp___host_live_cam1", "rtsp://other/live/cam1": "rtsp___other_live_cam1",
+             "rtsp://admin:secret@host/live/cam1": "rtsp___host_live_cam1",
+             "rtsp://other/live/cam1": "rtsp___other_live_cam1",
              "https://host/clip.mp4": "clip", str(clip): "clip"}
     for address, stem in names.items():
         assert {item.stem for item in ClipVideo(address, stream_buffer=True)} == {stem}, address

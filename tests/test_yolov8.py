@@ -501,7 +501,8 @@ def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, cap
     assert capsys.readouterr().err.startswith(f"image0.jpg: {r.verbose()[:-2]} (")
     # a second run gets its own folder, as ultralytics' predict2; half=True on a float32 model says so
     again = list(yolov8n(image, stream=True, conf=0.05, imgsz=64, save=True, half=True))
-    assert again[0].save_dir == str(tmp_path / "runs/detect/predict2") and Path("runs/detect/predict2/image0.jpg").is_file()
+    assert again[0].save_dir == str(tmp_path / "runs/detect/predict2")
+    assert Path("runs/detect/predict2/image0.jpg").is_file()
     assert "note: half=True: this model computes in float32" in capsys.readouterr().err
     with pytest.raises(ZooError, match=r"unknown keyword argument augmented=: it takes stream, conf, iou, "):
         yolov8n(image, augmented=True)

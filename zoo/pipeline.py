@@ -66,10 +66,9 @@ from typing import Any, Callable, Iterable
 
 from tqdm import tqdm
 
-from .errors import UsageError, ZooError
+from .errors import EXIT_INTERRUPTED, UsageError, ZooError
 from .sources import Item, Source
 
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports it
 STALL_NOTE_S = 5.0  # seconds a live source may send nothing before the run says it is waiting for it
 
 
@@ -342,7 +341,7 @@ LIVE_NOT_RESUMED = ("a camera or live stream is not resumed: its frames are new 
 
 
 def check_resumable(source: Source, resume: bool) -> None:
-    """UsageError for --resume over a live source (LIVE_NOT_RESUMED), before any work."""
+    """UsageError for --resume over a live source, before any work (why: LIVE_NOT_RESUMED's comment)."""
     if resume and getattr(source, "live", False):
         live = next(part.path for part in getattr(source, "sources", [source]) if part.live)
         raise UsageError(f"--resume cannot continue {live}: a camera's or live stream's frames are new ones each run, "

@@ -26,7 +26,7 @@ import numpy as np
 
 from zoo.errors import ZooError, option
 from zoo.extras import require
-from zoo.instances import mask_to_rle, rle_string  # shared with the YOLO segmentation models' COCO records
+from zoo.instances import mask_to_rle, rle_string  # noqa: F401 (amg.mask_to_rle, as segment-anything's)
 
 # A mask box this close (pixels) to a crop's edge that is not the image's edge is cut by the crop.
 CROP_EDGE_TOLERANCE = 20.0

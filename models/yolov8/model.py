@@ -802,7 +802,8 @@ UNBUILT_PREDICT_OPTIONS = {"augment": False, "visualize": False, "embed": None, 
 
 # ultralytics' deprecated predict arguments (cfg._handle_deprecation), still taken there with a warning: their
 # names now and how the old value converts (the hide_ ones are the show_ ones negated)
-DEPRECATED_PREDICT_OPTIONS = {"boxes": ("show_boxes", lambda v: v), "hide_labels": ("show_labels", lambda v: not bool(v)),
+DEPRECATED_PREDICT_OPTIONS = {"boxes": ("show_boxes", lambda v: v),
+                              "hide_labels": ("show_labels", lambda v: not bool(v)),
                               "hide_conf": ("show_conf", lambda v: not bool(v)),
                               "line_thickness": ("line_width", lambda v: v)}
 
