@@ -281,11 +281,9 @@ def test_save_json_first_given_on_resume_is_refused(images, tmp_path, capsys, ra
     assert outputs(out) == before
 
 
-def test_resume_refuses_a_predictions_json_whose_ids_this_run_gives_to_other_images(images, tmp_path, capsys,
-                                                                                    raw_weights):
-    """Running image_ids follow the images' order: an image added before those of the run --resume continues
-    shifts them. Before, b.png's records (id 1) were dropped as a.png's and c.png's (id 2) kept as b.png's, without
-    a word; refused now, nothing written. An image added after them changes no id: resumed as before."""
+def two_images_saved_as_json(images: Path, tmp_path: Path, raw_weights) -> tuple[Path, list[str], list[dict]]:
+    """A --save-json run over a folder of b.png and c.png (image_ids 1 and 2): the folder, the command, its
+    predictions.json."""
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     for name, source in (("b", "cat"), ("c", "dog")):
@@ -294,6 +292,15 @@ def test_resume_refuses_a_predictions_json_whose_ids_this_run_gives_to_other_ima
     assert main(argv) == 0
     first = json.loads((tmp_path / "out" / "predictions.json").read_text())
     assert {(r["image_id"], r["file_name"]) for r in first} == {(1, "b.png"), (2, "c.png")}
+    return inputs, argv, first
+
+
+def test_resume_refuses_a_predictions_json_whose_ids_this_run_gives_to_other_images(images, tmp_path, capsys,
+                                                                                    raw_weights):
+    """Running image_ids follow the images' order: an image added before those of the run --resume continues
+    shifts them. Before, b.png's records (id 1) were dropped as a.png's and c.png's (id 2) kept as b.png's, without
+    a word; refused now, nothing written. An image added after them changes no id: resumed as before."""
+    inputs, argv, first = two_images_saved_as_json(images, tmp_path, raw_weights)
     (inputs / "a.png").write_bytes((images / "wide.png").read_bytes())
     before = outputs(tmp_path / "out")
     error = cli_error([*argv, "--resume"], capsys)
@@ -315,14 +322,7 @@ def test_resume_refuses_a_video_not_done_before_inputs_done_with_records(images,
     added after them resumes as before."""
     from zoo.sources import VideoWriter
 
-    inputs = tmp_path / "inputs"
-    inputs.mkdir()
-    for name, source in (("b", "cat"), ("c", "dog")):
-        (inputs / f"{name}.png").write_bytes((images / f"{source}.png").read_bytes())
-    argv = [*detect_argv([inputs], tmp_path / "out", None, raw_weights), "--conf", "0.001"]
-    assert main(argv) == 0
-    first = json.loads((tmp_path / "out" / "predictions.json").read_text())
-    assert {(r["image_id"], r["file_name"]) for r in first} == {(1, "b.png"), (2, "c.png")}
+    inputs, argv, first = two_images_saved_as_json(images, tmp_path, raw_weights)
     with VideoWriter(inputs / "a.mp4", fps=10) as video:
         for i in range(3):
             video.write(np.full((64, 64, 3), 40 * i, np.uint8))

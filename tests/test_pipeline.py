@@ -20,6 +20,30 @@ from zoo.sources import Item, Video, VideoWriter, read_jsonl, stream_name
 ROOT = Path(__file__).parent.parent
 
 
+def interrupt_after_the_first_batch(patch) -> None:
+    """Pipeline.run, through ``patch`` (a monkeypatch or its context), with Ctrl-C (SIGINT) sent once its first batch
+    is processed."""
+    original_run = Pipeline.run
+
+    def run(self, process):
+        def process_then_ctrl_c(batch):
+            process(batch)
+            os.kill(os.getpid(), signal.SIGINT)
+        return original_run(self, process_then_ctrl_c)
+
+    patch.setattr(Pipeline, "run", run)
+
+
+def serve_as_a_stream(monkeypatch, clip: Path) -> None:
+    """Every Video (a stream URL too) opens ``clip``: a stream's frames without a server."""
+    def served(self):
+        import av
+
+        container = av.open(str(clip))
+        return container, container.streams.video[0]
+
+    monkeypatch.setattr(Video, "open", served)
+
 def items(n, bad=()):
     def load(i):
         if i in bad:
@@ -105,15 +129,7 @@ def test_ctrl_c_line_names_the_way_this_task_continues(command, hint, tmp_path, 
     for i in range(3):
         Image.fromarray(np.full((48, 64, 3), 40 * i, np.uint8)).save(tmp_path / "imgs" / f"{i}.png")
     Image.fromarray(np.full((48, 64), 255, np.uint8)).save(tmp_path / "mask.png")
-    original_run = Pipeline.run
-
-    def run_interrupted_after_the_first_batch(self, process):
-        def process_then_ctrl_c(batch):
-            process(batch)
-            os.kill(os.getpid(), signal.SIGINT)
-        return original_run(self, process_then_ctrl_c)
-
-    monkeypatch.setattr(Pipeline, "run", run_interrupted_after_the_first_batch)
+    interrupt_after_the_first_batch(monkeypatch)
     assert main([*command, "--device", "cpu"]) == EXIT_INTERRUPTED
     line, = [line for line in capsys.readouterr().err.splitlines() if line.startswith("interrupted: stopped")]
     assert line.startswith("interrupted: stopped after 1 item(s); every finished output is kept")
@@ -331,24 +347,10 @@ def test_a_live_stream_is_not_resumed(command, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
     clip = grey_video(tmp_path / "clip.mp4", 6)
 
-    def served(self):  # the stream's frames, without a server
-        import av
-
-        container = av.open(str(clip))
-        return container, container.streams.video[0]
-
-    monkeypatch.setattr(Video, "open", served)
-    original_run = Pipeline.run
-
-    def run_interrupted_after_the_first_batch(self, process):
-        def process_then_ctrl_c(batch):
-            process(batch)
-            os.kill(os.getpid(), signal.SIGINT)
-        return original_run(self, process_then_ctrl_c)
-
+    serve_as_a_stream(monkeypatch, clip)
     url = "tcp://127.0.0.1:9/live"
     with monkeypatch.context() as interrupted:
-        interrupted.setattr(Pipeline, "run", run_interrupted_after_the_first_batch)
+        interrupt_after_the_first_batch(interrupted)
         assert main([command[0], url, *command[1:], "--stream-buffer", "--device", "cpu"]) == EXIT_INTERRUPTED
     line, = [line for line in capsys.readouterr().err.splitlines() if line.startswith("interrupted: stopped")]
     assert line.endswith("kept (a camera or live stream is not resumed: its frames are new ones each run; run again "
@@ -380,13 +382,7 @@ def test_a_live_streams_video_is_kept_when_the_loop_is_left(tmp_path, monkeypatc
 
     clip = grey_video(tmp_path / "clip.mp4", 6)
 
-    def served(self):  # the stream's frames, without a server
-        import av
-
-        container = av.open(str(clip))
-        return container, container.streams.video[0]
-
-    monkeypatch.setattr(Video, "open", served)
+    serve_as_a_stream(monkeypatch, clip)
     model = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
     for source, kept in (("tcp://127.0.0.1:9/live", True), (str(clip), False)):
         results = model.predict(source, stream=True, save=True, stream_buffer=True, imgsz=64, verbose=False,
