@@ -11,7 +11,6 @@ line and one row with its ``error``; the exit code is 1 when any image failed.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -23,7 +22,7 @@ from zoo import ray as zoo_ray
 from zoo import registry
 from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, runs_folder, usage_errors
 from zoo.errors import UsageError, ZooError
-from zoo.files import Inputs, check_output_file, check_output_folder, increment_path, write_atomic
+from zoo.files import Inputs, check_output_file, check_output_folder, increment_path, json_text, write_atomic
 from zoo.registry import is_weights_file
 
 # the YOLO tasks: detection's options and columns, and a segmentation model's masks / a pose model's keypoints
@@ -250,5 +249,5 @@ def write_jsonl(file, tables, schema) -> None:
     for table in tables:
         for row in table.to_pylist():
             keep = ("path", "error") if row["error"] else ("path", *results)
-            file.write((json.dumps({k: row[k] for k in keep}) + "\n").encode("utf-8"))
+            file.write((json_text({k: row[k] for k in keep}) + "\n").encode("utf-8"))
         file.flush()  # a batch at a time: the temporary file shows the progress

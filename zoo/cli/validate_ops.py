@@ -8,7 +8,6 @@ with the relative error (max abs error / max |reference|). Ops with a custom pat
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections import defaultdict
@@ -16,7 +15,7 @@ from collections import defaultdict
 from zoo import devices
 from zoo.cli import ArgumentParser, guarded, usage_errors
 from zoo.errors import UsageError
-from zoo.files import check_output_file, write_text
+from zoo.files import check_output_file, json_text, write_text
 
 
 def parse_dtypes(text: str) -> tuple[str, ...]:
@@ -102,7 +101,7 @@ def main(argv: list[str]) -> int:
           + (f"; failing ops: {', '.join(failed)}" if failed else ""))
     if args.json:
         report = opcheck.report_dict(env, rows)
-        write_text(args.json, json.dumps(report, indent=1))
+        write_text(args.json, json_text(report, indent=1))
     return 1 if failed else 0
 
 
