@@ -532,16 +532,18 @@ def test_a_jsonl_that_is_no_regular_file_is_refused_before_the_model_loads(tmp_p
 
 
 
-def test_a_file_system_without_locks_runs_unlocked_with_one_note(work, monkeypatch, capsys):
-    """A folder on a file system that keeps no locks (NFS without its lock daemon: flock fails with ENOLCK): the run
-    goes on, unlocked, and says so once. Before, --out there was 'error: internal error (OSError: [Errno 37] No locks
-    available)', and --jsonl there 'cannot write r.jsonl: No locks available', leaving the empty r.jsonl it had
-    created, which the next run refused as existing."""
+@pytest.mark.parametrize("code", ["ENOLCK", "EBADF"])
+def test_a_file_system_without_locks_runs_unlocked_with_one_note(code, work, monkeypatch, capsys):
+    """A folder on a file system that keeps no locks (NFS without its lock daemon: flock fails with ENOLCK), or none
+    on a folder (NFS's flock of a descriptor not open for writing: EBADF): the run goes on, unlocked, and says so
+    once. Before, --out there was 'error: internal error (OSError: [Errno 37] No locks available)', and --jsonl there
+    'cannot write r.jsonl: No locks available', leaving the empty r.jsonl it had created, which the next run refused
+    as existing."""
     import errno
     import fcntl
 
     def no_locks(fd, operation):
-        raise OSError(errno.ENOLCK, "No locks available")
+        raise OSError(getattr(errno, code), "No locks available")
 
     monkeypatch.setattr(fcntl, "flock", no_locks)
     monkeypatch.setattr("zoo.files._unlocked_devices", set(), raising=False)  # a note per process

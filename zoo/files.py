@@ -322,8 +322,10 @@ def check_output_folder(path: str | Path, what: str, inputs: Iterable = ()) -> P
     return path
 
 
-# flock's answers where a file system keeps no locks (NFS without its lock daemon, some FUSE file systems and shares)
-NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS}
+# flock's answers where a file system keeps no locks (NFS without its lock daemon, some FUSE file systems and
+# shares), or none on a folder: NFS emulates flock by byte-range locks, whose exclusive kind needs a descriptor
+# open for writing, which a folder's never is (flock(2): EBADF; our descriptors are open, so EBADF says only this)
+NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EBADF}
 _unlocked_devices: set[int] = set()  # file systems whose missing locks were said (one note each)
 
 
