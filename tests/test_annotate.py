@@ -5,6 +5,7 @@ random weights: at imgsz 96 its boxes score ~0.58, so conf 0.25 gives detections
 SAM: MobileSAM synthetic:0 at a 128 input (same code, 1/64 of the 1024 encoder's work).
 """
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -279,6 +280,11 @@ def test_default_output_dir_is_ultralytics(models, photos, tmp_path):
     folder = tmp_path / "images"
     folder.mkdir()
     (folder / "a.png").write_bytes((photos / "a.png").read_bytes())
+    # output_dir='' (an unset variable?) was the default folder without a word: one error, nothing written
+    with pytest.raises(ZooError, match=re.escape("output_dir='' is empty (an unset variable?): pass a folder, or "
+                                                 "output_dir=None for <data>_auto_annotate_labels")):
+        zoo.auto_annotate(folder, det_model=det, sam_model=sam, output_dir="", **OPTIONS)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["images"]
     zoo.auto_annotate(folder, det_model=det, sam_model=sam, **OPTIONS)
     assert (tmp_path / "images_auto_annotate_labels" / "a.txt").exists()
     with pytest.raises(ZooError, match="no output folder"):

@@ -359,10 +359,10 @@ def test_resume_refuses_records_of_other_settings(work, capsys):
     before = (work / "r.jsonl").read_bytes()
     capsys.readouterr()
     assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--top-k", "5",
-                 "--weights", "synthetic:7", "--device", "cpu"]) == 1
+                 "--weights", "synthetic:7", "--device", "cpu"]) == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
         "error: r.jsonl holds results of --weights synthetic:0 --top-k 2, not --weights synthetic:7 --top-k 5: give "
-        "the options of the run it continues, or pass another --jsonl PATH, or --overwrite to replace it")
+        "the options that made them, or pass another --jsonl PATH, or --overwrite to replace it")
     assert (work / "r.jsonl").read_bytes() == before
     assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--top-k", "2", *SYNTHETIC]) == 0
     assert "1 image classified, 1 skipped (done before)" in capsys.readouterr().err
@@ -375,9 +375,9 @@ def test_resume_refuses_records_of_other_settings(work, capsys):
     assert main(["yolov8n", "imgs/a.jpg", "--out", "res", "--jsonl", "d.jsonl", "--imgsz", "64", *SYNTHETIC]) == 0
     capsys.readouterr()
     assert main(["yolov8n", "imgs", "--out", "res", "--jsonl", "d.jsonl", "--imgsz", "64", "--batch", "2",
-                 "--resume", *SYNTHETIC]) == 1
+                 "--resume", *SYNTHETIC]) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith(
-        "error: d.jsonl holds results of --batch 1, not --batch 2: give the options of the run it continues")
+        "error: d.jsonl holds results of --batch 1, not --batch 2: give the options that made them")
 
 
 def test_resume_takes_any_spelling_of_one_class_filter(work, capsys):
@@ -392,8 +392,8 @@ def test_resume_takes_any_spelling_of_one_class_filter(work, capsys):
                          "--resume", *SYNTHETIC]) == 0, capsys.readouterr().err
             assert "1 skipped (done before)" in capsys.readouterr().err
     refused(["yolov8n", "imgs/a.jpg", "--out", "res", "--imgsz", "64", "--classes", "car", "--resume", *SYNTHETIC],
-            work, capsys, "res/mlx_zoo_run.json holds results of --classes 0,2, not --classes 2: give the options of "
-            "the run it continues, or pass another --out DIR")
+            work, capsys, "res/mlx_zoo_run.json holds results of --classes 0,2, not --classes 2: give the options that "
+            "made them, or pass another --out DIR")
     assert records_of(work / "d.jsonl")[0]["settings"]["--classes"] == "0,2"
 
 
@@ -427,8 +427,8 @@ def test_resume_without_jsonl_refuses_an_out_of_other_settings(work, capsys):
         "--weights": "synthetic:0", "--dtype": "float32", "--conf": 0.25, "--iou": 0.7, "--classes": None,
         "--agnostic-nms": False, "--max-det": 300, "--imgsz": [64, 64], "--retina-masks": False, "--batch": 1}}]
     refused([*base, "--conf", "0.5", "--resume"], work, capsys,
-            "res/mlx_zoo_run.json holds results of --conf 0.25, not --conf 0.5: give the options of the run it "
-            "continues, or pass another --out DIR")
+            "res/mlx_zoo_run.json holds results of --conf 0.25, not --conf 0.5: give the options that made "
+            "them, or pass another --out DIR")
     refused(["yolov8n", "imgs", "--out", "res", "--imgsz", "64", "--weights", "synthetic:3", "--device", "cpu",
              "--resume"], work, capsys, "holds results of --weights synthetic:0, not --weights synthetic:3")
     assert main(["yolov8n", "imgs", "--out", "res", "--imgsz", "64", "--resume", *SYNTHETIC]) == 0  # the same: taken
@@ -442,7 +442,7 @@ def test_resume_without_jsonl_refuses_an_out_of_other_settings(work, capsys):
     assert records_of(settings)[0]["model"] == "yolov8n"  # every output made again: replaced
     # a new run into the folder: the same settings are taken, others refused (two runs' outputs in one folder)
     refused(["yolov8n", "r2.jpg", "--out", "res", "--imgsz", "64", "--conf", "0.5", *SYNTHETIC], work, capsys,
-            "holds results of --conf 0.25, not --conf 0.5: give the options of the run it continues, or pass another "
+            "holds results of --conf 0.25, not --conf 0.5: give the options that made them, or pass another "
             "--out DIR, or --overwrite to replace its outputs")
     assert main(["yolov8n", "r2.jpg", "--out", "res", "--imgsz", "64", *SYNTHETIC]) == 0
     refused([*base, "--jsonl", "res/mlx_zoo_run.json"], work, capsys,

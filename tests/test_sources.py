@@ -13,7 +13,7 @@ from PIL import Image
 
 from conftest import PEAK_RSS_KB
 from zoo import sources
-from zoo.errors import ZooError
+from zoo.errors import UsageError, ZooError
 from zoo.sources import (RECORD_LINE_LIMIT, Arrays, Camera, Chain, Files, Folder, Glob, JsonListReader,
                          JsonListWriter, JsonlWriter, PathList, RecordReader, Video, VideoWriter, open_source,
                          read_json_list, read_jsonl, read_records, records_header)
@@ -542,9 +542,9 @@ def test_resume_names_the_settings_that_differ_as_a_command_line_gives_them(tmp_
     assert json.loads(path.read_text())["settings"]["--imgsz"] == [320, 320]
     JsonlWriter(path, resume=True, header=records_header("detect", "yolov8n", settings)).close()  # the same: taken
     other = {**settings, "--imgsz": None, "--agnostic-nms": True}
-    with pytest.raises(ZooError, match=re.escape("r.jsonl holds results of --imgsz 320 320 --agnostic-nms (not given), "
-                                                 "not --imgsz (not given) --agnostic-nms: give the options of the run "
-                                                 "it continues, or pass another")):
+    with pytest.raises(UsageError, match=re.escape("r.jsonl holds results of --imgsz 320 320 --agnostic-nms (not "
+                                                   "given), not --imgsz (not given) --agnostic-nms: give the options "
+                                                   "that made them, or pass another")):
         JsonlWriter(path, resume=True, header=records_header("detect", "yolov8n", other))
 
 

@@ -37,8 +37,8 @@ from tqdm import tqdm
 
 from .errors import UsageError, ZooError, option
 from .extras import require
-from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_inputs, save_mask,
-                    save_png, write_text)
+from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_empty, refuse_inputs,
+                    save_mask, save_png, write_text)
 from .instances import SAM_RUN_BYTES, check_full_size_masks, outer_contours
 from .sources import Item, open_source, planned_names
 
@@ -346,7 +346,8 @@ class AnnotationRun:
         require("cv2", "the label polygons (OpenCV's contours)")  # before any work
         check_thresholds(conf, iou, max_det)
         imgsz = None if imgsz is None else check_imgsz(imgsz)
-        self.outputs = Outputs(Path(output_dir) if output_dir else default_output_dir(data), save_masks,
+        refuse_empty(output_dir, "output_dir", "pass a folder, or output_dir=None for <data>_auto_annotate_labels")
+        self.outputs = Outputs(Path(output_dir) if output_dir is not None else default_output_dir(data), save_masks,
                                save_overlay, overwrite)
         self.source = open_source(data, recursive=recursive, bgr=True, outputs=[self.outputs.folder])
         names = planned_names(self.source)

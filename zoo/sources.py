@@ -85,7 +85,7 @@ from urllib.parse import urlsplit
 import numpy as np
 from PIL import Image
 
-from .errors import ZooError, option
+from .errors import UsageError, ZooError, option
 from .extras import install_hint, require
 from .files import (ClosedOnExit, OutputFile, being_written, cannot_write, create_exclusive, create_temporary,
                     file_identity, is_special, json_text, lock_exclusive, not_a_file, place, remove_own)
@@ -1052,9 +1052,10 @@ class RecordReader:
             if differ:
                 # values a command line shows alike ([5] and 5, "5" and 5: an edited file) are shown as JSON
                 exact = shown_settings(was, differ) == shown_settings(now, differ)
-                raise ZooError(f"{self.path} holds results of {shown_settings(was, differ, exact)}, not "
-                               f"{shown_settings(now, differ, exact)}: give the options of the run it continues, "
-                               f"or {self.fix}")
+                # the command line's options against its own outputs' (resumed, or added to): exit 2
+                raise UsageError(f"{self.path} holds results of {shown_settings(was, differ, exact)}, not "
+                                 f"{shown_settings(now, differ, exact)}: give the options that made them, "
+                                 f"or {self.fix}")
 
 
 def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]:
