@@ -802,8 +802,8 @@ STREAM_NAME_LIMIT = 100  # characters: a file name stays well under the file sys
 
 
 def stream_name(url: str) -> str:
-    """A live stream's address as a file name, as ultralytics names a stream's outputs (each character but ASCII
-    letters, digits, '.', '-' and '_' made '_': rtsp://host/live/cam1 -> rtsp___host_live_cam1), without the
+    """A live stream's address as a file name, each character but ASCII letters, digits, '.', '-' and '_' made '_'
+    (rtsp://host/live/cam1 -> rtsp___host_live_cam1, as ultralytics names a stream's outputs), without the
     user and password an address may carry; its last part alone named tcp://127.0.0.1:5000?listen=1 127.0.0 and
     the cam1 of any host alike. A longer one is cut, a hash of the address keeping two such apart."""
     parts = urlsplit(url)
