@@ -642,7 +642,8 @@ def test_runs_into_nested_out_folders_stop_and_runs_beside_go_on(work, capsys):
         refused(["lama", "imgs", "--mask", "masks", "--out", "mid/o/x", *missing], work, capsys, inside)
         for out in ("mid", "."):  # around the first run's --out
             refused(["yolov8n", "imgs", "--out", out, "--overwrite", *missing], work, capsys,
-                    f"{Path(out)} is being written by another run (pid {first.pid}): wait for it to end")
+                    f"{Path(out)} holds the output folder of another run (pid {first.pid}) inside it: wait for it to "
+                    "end, or pass another --out")
         assert main(["yolov8n", "imgs", "--out", "mid/beside", "--imgsz", "64", *SYNTHETIC]) == 0
         assert main(["yolov8n", "imgs", "--out", "mid/o2", "--imgsz", "64", *SYNTHETIC]) == 0  # a name's prefix only
         first.stdin.close()

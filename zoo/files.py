@@ -349,16 +349,17 @@ def lock_exclusive(fd: int, path: str | Path) -> bool:
     return True
 
 
-def lock_holder(fd: int) -> str:
-    """`` (pid N)`` of the process holding a flock on ``fd``'s file, where the system says (Linux's /proc/locks;
-    a pid outside this process's namespace reads 0); else nothing."""
+def lock_holder(fd: int, shared: bool = False) -> str:
+    """`` (pid N)`` of the process holding a flock on ``fd``'s file (``shared``: a shared one only), where the
+    system says (Linux's /proc/locks; a pid outside this process's namespace reads 0); else nothing."""
     st = os.fstat(fd)
     target = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         with open("/proc/locks") as locks:
             for line in locks:
-                fields = line.split()  # 1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF
-                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == target and fields[4] not in ("0", "-1"):
+                fields = line.split()  # 1: FLOCK  ADVISORY  WRITE 4242 08:01:1234 0 EOF (shared: READ)
+                if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == target and fields[4] not in ("0", "-1") \
+                        and (fields[3] == "READ" or not shared):
                     return f" (pid {fields[4]})"
     except OSError:
         pass  # no /proc (macOS): the message goes without the pid
@@ -366,6 +367,12 @@ def lock_holder(fd: int) -> str:
 
 
 def being_written(path: Path, fd: int, fix: str = "pass another path") -> ZooError:
+    """The file or folder at ``path`` (open as ``fd``) is locked by another run: one line naming it. A folder only
+    a shared lock holds is around another run's output folder (lock_ancestors), said so."""
+    around = lock_holder(fd, shared=True)
+    if around:
+        return ZooError(f"{path} holds the output folder of another run{around} inside it: wait for it to end, "
+                        f"or {fix}")
     return ZooError(f"{path} is being written by another run{lock_holder(fd)}: wait for it to end, or {fix}")
 
 
