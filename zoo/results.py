@@ -829,6 +829,8 @@ class ResultFiles:
         self.inputs = inputs or Inputs(())
         self.writer = None  # the video being written
         self.item = None  # its last frame: its video's total says whether the video was finished
+        # folders this run folder adds (the first write makes them): an interrupted video's, left empty, go with it
+        self.missing = [p for p in (self.out, *self.out.parents) if not p.exists()]
 
     def write(self, result: Results, item) -> None:
         result.save_dir = self.save_dir
@@ -875,4 +877,9 @@ class ResultFiles:
             self.writer.close()
         else:
             self.writer.abort()
+            for folder in self.missing:  # deepest first; one holding anything stops it
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
         self.writer = None
