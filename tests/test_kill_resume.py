@@ -295,6 +295,18 @@ def two_images_saved_as_json(images: Path, tmp_path: Path, raw_weights) -> tuple
     return inputs, argv, first
 
 
+def refused_until_it_comes_last(argv: list[str], capsys, added: Path, error: str) -> list[dict]:
+    """--resume with ``added`` before the inputs done: refused in one line (``error``), nothing written; renamed to
+    come after them (d.*), resumed. -> the predictions.json then."""
+    out = Path(argv[argv.index("--out") + 1])
+    before = outputs(out)
+    assert cli_error([*argv, "--resume"], capsys) == error
+    assert outputs(out) == before
+    added.rename(added.with_stem("d"))
+    assert main([*argv, "--resume"]) == 0
+    return json.loads((out / "predictions.json").read_text())
+
+
 def test_resume_refuses_a_predictions_json_whose_ids_this_run_gives_to_other_images(images, tmp_path, capsys,
                                                                                     raw_weights):
     """Running image_ids follow the images' order: an image added before those of the run --resume continues
@@ -302,16 +314,11 @@ def test_resume_refuses_a_predictions_json_whose_ids_this_run_gives_to_other_ima
     a word; refused now, nothing written. An image added after them changes no id: resumed as before."""
     inputs, argv, first = two_images_saved_as_json(images, tmp_path, raw_weights)
     (inputs / "a.png").write_bytes((images / "wide.png").read_bytes())
-    before = outputs(tmp_path / "out")
-    error = cli_error([*argv, "--resume"], capsys)
-    assert error == (f"error: --save-json on --resume: {tmp_path / 'out' / 'predictions.json'} gives image_id 1 to "
-                     "b.png, which this run gives to a.png (images were added or removed before it since): the two "
-                     "runs' ids would mix and its records be dropped or taken for another image's; run again into a "
-                     "new --out, or continue without --save-json")
-    assert outputs(tmp_path / "out") == before
-    (inputs / "a.png").rename(inputs / "d.png")
-    assert main([*argv, "--resume"]) == 0
-    again = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    again = refused_until_it_comes_last(
+        argv, capsys, inputs / "a.png",
+        f"error: --save-json on --resume: {tmp_path / 'out' / 'predictions.json'} gives image_id 1 to b.png, which "
+        "this run gives to a.png (images were added or removed before it since): the two runs' ids would mix and its "
+        "records be dropped or taken for another image's; run again into a new --out, or continue without --save-json")
     assert [r for r in again if r["file_name"] != "d.png"] == first and {r["image_id"] for r in again} == {1, 2, 3}
 
 
@@ -326,15 +333,11 @@ def test_resume_refuses_a_video_not_done_before_inputs_done_with_records(images,
     with VideoWriter(inputs / "a.mp4", fps=10) as video:
         for i in range(3):
             video.write(np.full((64, 64, 3), 40 * i, np.uint8))
-    before = outputs(tmp_path / "out")
-    error = cli_error([*argv, "--resume"], capsys)
-    assert error == (f"error: --save-json on --resume: {tmp_path / 'out' / 'predictions.json'} holds b.png (image_id "
-                     "1), done before a.mp4 is, which comes before it: the video's frames get their ids as they are "
-                     "decoded and would take the ids its records hold; run again into a new --out, or continue "
-                     "without --save-json")
-    assert outputs(tmp_path / "out") == before
-    (inputs / "a.mp4").rename(inputs / "d.mp4")
-    assert main([*argv, "--resume"]) == 0
+    refused_until_it_comes_last(
+        argv, capsys, inputs / "a.mp4",
+        f"error: --save-json on --resume: {tmp_path / 'out' / 'predictions.json'} holds b.png (image_id 1), done "
+        "before a.mp4 is, which comes before it: the video's frames get their ids as they are decoded and would take "
+        "the ids its records hold; run again into a new --out, or continue without --save-json")
     again = check_coco(tmp_path / "out" / "predictions.json", {1, 2, 3, 4, 5})
     assert [r for r in again if r["file_name"] != "d.mp4"] == first
     assert {r["image_id"] for r in again if r["file_name"] == "d.mp4"} == {3, 4, 5}  # its 3 frames, after c.png's 2

@@ -493,14 +493,17 @@ def broken_link(path: Path) -> str:
     return f"is a link to a missing path ({os.readlink(path)}): create the folder it points to"
 
 
-def remove_created_folders() -> None:
-    """Remove the output folders this process created and left empty (after a failed run: nothing written)."""
-    while _created_folders:
-        folder = _created_folders.pop()  # deepest first
-        try:
-            folder.rmdir()
-        except OSError:
-            pass  # not empty (or gone): keep it
+def remove_created_folders(path: str | Path | None = None) -> None:
+    """Remove the output folders this process created and left empty: all of them (a failed run: nothing
+    written), or ``path`` and those created above it (a run folder whose one output was dropped)."""
+    chain = None if path is None else {Path(path), *Path(path).parents}
+    for folder in reversed(list(_created_folders)):  # deepest first
+        if chain is None or folder in chain:
+            _created_folders.remove(folder)
+            try:
+                folder.rmdir()
+            except OSError:
+                pass  # not empty (or gone): keep it
 
 
 def increment_path(path: str | Path, exist_ok: bool = False) -> Path:

@@ -30,7 +30,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
 from zoo.files import (Inputs, check_new_file, image_format, json_text, make_output_folder, refuse_empty,
-                       refuse_inputs, writable_format, write_atomic, write_text)
+                       refuse_inputs, remove_created_folders, writable_format, write_atomic, write_text)
 from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks, scaled_extent
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
@@ -496,7 +496,6 @@ class Results:
     def new(self) -> Results:
         """The same image, path, names, speed and frame, without results."""
         result = Results(self.orig_img, self.path, self.names, speed=self.speed, frame=self.frame)
-        result.save_dir = self.save_dir
         return result
 
     def update(self, boxes=None, masks=None, probs=None, obb=None, keypoints=None) -> None:
@@ -822,18 +821,14 @@ class ResultFiles:
                  save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1,
                  plot_options: dict | None = None, inputs: Inputs | None = None):
         self.out = Path(out)
-        self.save_dir = str(self.out.resolve())  # each result's save_dir, absolute as ultralytics'
         self.save, self.save_txt, self.save_conf, self.save_crop = save, save_txt, save_conf, save_crop
         self.overwrite, self.labels, self.vid_stride = overwrite, labels, vid_stride
         self.plot_options = plot_options or {}
         self.inputs = inputs or Inputs(())
         self.writer = None  # the video being written
         self.item = None  # its last frame: its video's total says whether the video was finished
-        # folders this run folder adds (the first write makes them): an interrupted video's, left empty, go with it
-        self.missing = [p for p in (self.out, *self.out.parents) if not p.exists()]
 
     def write(self, result: Results, item) -> None:
-        result.save_dir = self.save_dir
         image = self.out / output_name(item.path, item.name)
         if self.save and item.frame is None:
             self.inputs.refuse(image, "output")  # before the labels: nothing of this item written when refused
@@ -877,9 +872,5 @@ class ResultFiles:
             self.writer.close()
         else:
             self.writer.abort()
-            for folder in self.missing:  # deepest first; one holding anything stops it
-                try:
-                    folder.rmdir()
-                except OSError:
-                    break
+            remove_created_folders(self.out)  # the run folder it made, if the video was all it held
         self.writer = None

@@ -266,7 +266,7 @@ def walk_inputs(folder: Path, outputs: Iterable[str | Path]) -> list[Path]:
     hold outputs: ``outputs`` (this run's output folders) and those holding an earlier run's settings file
     (RUN_SETTINGS): their annotated images are results, not inputs; a run into a folder inside its input read the
     last run's outputs as inputs. One note names what was left out; a folder named as an input itself is read."""
-    skipped = {identity for identity in map(folder_identity, outputs) if identity is not None}
+    skipped = {file_identity(Path(output).resolve()) for output in outputs} - {None}
     found, left_out = [], []
     for root, folders, names in os.walk(folder):
         here = Path(root)
@@ -279,15 +279,6 @@ def walk_inputs(folder: Path, outputs: Iterable[str | Path]) -> list[Path]:
         print(f"note: {folder}: left out {', '.join(sorted(left_out))}: output folder{'s' * (len(left_out) > 1)} "
               "(the results of a run, not inputs); pass one as an input to read it", file=sys.stderr)
     return found
-
-
-def folder_identity(path: str | Path) -> tuple[int, int] | None:
-    """(device, inode) of a folder, links followed; None when there is none."""
-    try:
-        st = os.stat(path)
-    except (OSError, ValueError):
-        return None
-    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
 class Folder(Files):
@@ -1070,15 +1061,16 @@ def check_header_file(path: str | Path, header: dict, fix: str) -> None:
     """The file at ``path``, one header line (records_header) as a run's output folder keeps its settings in,
     checked against ``header`` as a record file's (RecordReader: its task, model and settings); a damaged or
     foreign file is a one-line ZooError naming ``fix``."""
-    readers = []
+    reader = None
 
-    def reader(file: BinaryIO, path: Path) -> RecordReader:
-        readers.append(RecordReader(file, path, header, fix))
-        return readers[0]
+    def read(file: BinaryIO, path: Path) -> RecordReader:
+        nonlocal reader
+        reader = RecordReader(file, path, header, fix)
+        return reader
 
-    for _ in streamed(Path(path), reader, fix):
+    for _ in streamed(Path(path), read, fix):
         break  # a record: not a header file
-    if not readers or readers[0].header is None or readers[0].seen_record:
+    if reader is None or reader.header is None or reader.seen_record:
         raise ZooError(f"{path} is not a settings file this program wrote (one header line): {fix}")
 
 
