@@ -48,11 +48,18 @@ def yolov8n_file(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def yolov8n():
+def yolov8n_module():
     """The model of the upstream case's weights: synthetic_state_dict as drawn (zoo.load's synthetic:0
     gives its head an untrained detector's biases, zoo.models.yolov8.synthetic_init)."""
     sd = synthetic_state_dict(read_manifest(MANIFESTS / "yolov8n.json"), 0)
     return registry.build(registry.get_spec("yolov8n"), registry.Weights(sd, "synthetic:0", {}))
+
+
+@pytest.fixture
+def yolov8n(yolov8n_module):
+    """yolov8n_module as a newly loaded model: no predictor yet, so its first predict makes its run folder."""
+    yolov8n_module.predictor = None
+    return yolov8n_module
 
 
 def sampled(full: np.ndarray, sampling: dict) -> np.ndarray:
@@ -458,12 +465,68 @@ def test_save_dir_names_the_run_folder_without_making_it(yolov8n, tmp_path, monk
     assert r.save_dir == str(tmp_path / "runs/detect/predict") and not Path("runs").exists()
     [r] = list(yolov8n(image, imgsz=64, stream=True, project="out", name="mine"))
     assert r.save_dir == str(tmp_path / "out/mine") and not Path("out").exists()
-    [saved] = yolov8n.predict(image, imgsz=64, save=True)
-    assert saved.save_dir == str(tmp_path / "runs/detect/predict") and Path(saved.save_dir, "image0.jpg").is_file()
-    # the next run's folder, as ultralytics' increment_path: predict is taken now
-    [r] = yolov8n.predict(image, imgsz=64)
-    assert r.save_dir == str(tmp_path / "runs/detect/predict2") and sorted(Path("runs/detect").iterdir()) == [
+    [saved] = yolov8n.predict(image, imgsz=64, save=True)  # the folder of the call before, as ultralytics'
+    assert saved.save_dir == str(tmp_path / "out/mine") and Path(saved.save_dir, "image0.jpg").is_file()
+    # name= again: a new run folder, as ultralytics' increment_path (mine is taken now)
+    [r] = yolov8n.predict(image, imgsz=64, name="mine", project="out")
+    assert r.save_dir == str(tmp_path / "out/mine2") and sorted(Path("out").iterdir()) == [Path("out/mine")]
+
+
+def test_predict_calls_of_a_model_share_its_run_folder_as_ultralytics(yolov8n, tmp_path, monkeypatch):
+    """ultralytics keeps one predictor per model (engine/model.py predict): a tutorial's
+    model.predict('a.jpg', save=True) then model.predict('b.jpg', save=True) finds both in runs/detect/predict, and
+    the second call writes over what the first wrote there under the same names (annotated image replaced, labels
+    appended, crops numbered on); only project=/name= or another device= give a new folder (predict2)."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(7)
+    for name in ("a", "b"):
+        Image.fromarray(rng.integers(0, 256, (48, 64, 3), np.uint8)).save(f"{name}.png")
+    options = {"conf": 0.05, "imgsz": 64, "save": True}
+    [a] = yolov8n.predict("a.png", **options)
+    [b] = yolov8n.predict("b.png", save_txt=True, save_crop=True, **options)
+    run = tmp_path / "runs/detect/predict"
+    assert a.save_dir == b.save_dir == str(run) and yolov8n.predictor.save_dir == Path("runs/detect/predict")
+    assert (run / "a.png").is_file() and (run / "b.png").is_file() and sorted(Path("runs/detect").iterdir()) == [
         Path("runs/detect/predict")]
+    labels = (run / "labels/b.txt").read_text()
+    crops = sorted(run.glob("crops/*/*.jpg"))
+    assert len(b) and len(labels.splitlines()) == len(b) and len(crops) == len(b)
+    [again] = yolov8n.predict("b.png", save_txt=True, save_crop=True, **{**options, "line_width": 5})
+    assert (run / "labels/b.txt").read_text() == labels * 2  # appended, as ultralytics' open(..., "a")
+    assert len(list(run.glob("crops/*/*.jpg"))) == 2 * len(b)  # numbered on, none replaced
+    assert np.array_equal(np.asarray(Image.open(run / "b.png")), again.plot(line_width=5)[..., ::-1])
+    # device= as the predictor's keeps the folder; another rebuilds the predictor: a new one, as ultralytics'
+    yolov8n.predict("a.png", device="cpu", **options)
+    [r] = yolov8n.predict("a.png", device="cpu", **options)
+    assert r.save_dir == str(tmp_path / "runs/detect/predict2")
+    [r] = yolov8n.predict("a.png", **options)
+    assert r.save_dir == str(tmp_path / "runs/detect/predict2")
+
+
+def test_a_shared_run_folder_replaces_only_the_models_own_outputs(yolov8n, tmp_path, monkeypatch):
+    """Within the model's run folder a later call may write over what its earlier calls wrote, never a file they
+    did not write (put there since, or one of theirs changed since) nor an input: one error, the file untouched."""
+    monkeypatch.chdir(tmp_path)
+    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("a.png")
+    options = {"conf": 0.05, "imgsz": 64}
+    [r] = yolov8n.predict("a.png", **options)  # names runs/detect/predict, not made
+    run = Path(r.save_dir)
+    run.mkdir(parents=True)
+    (run / "a.png").write_bytes(b"the user's")
+    with pytest.raises(ZooError, match=r"output runs/detect/predict/a.png exists and is no output of this model's "
+                                       r"earlier predict calls: pass exist_ok=True to replace it, or project=/name="):
+        yolov8n.predict("a.png", save=True, save_txt=True, **options)
+    assert (run / "a.png").read_bytes() == b"the user's" and not (run / "labels").exists()
+    (run / "a.png").unlink()
+    yolov8n.predict("a.png", save=True, save_txt=True, **options)
+    (run / "labels/a.txt").write_text("edited\n")  # an output of the model's, changed since
+    with pytest.raises(ZooError, match=r"labels/a.txt exists and is no output of this model's"):
+        yolov8n.predict("a.png", save_txt=True, **options)
+    assert (run / "labels/a.txt").read_text() == "edited\n"
+    with pytest.raises(ZooError, match=r"output runs/detect/predict/a.png is the input file"):
+        yolov8n.predict(run / "a.png", save=True, **options)
+    [r] = yolov8n.predict("a.png", save_txt=True, exist_ok=True, **options)  # asked for: appended as ultralytics
+    assert (run / "labels/a.txt").read_text().startswith("edited\n") and r.save_dir == str(tmp_path / run)
 
 
 def test_deprecated_ultralytics_predict_keywords_mean_what_they_mean_there(yolov8n, tmp_path, monkeypatch, capsys):
@@ -472,17 +535,18 @@ def test_deprecated_ultralytics_predict_keywords_mean_what_they_mean_there(yolov
     on stderr; the old name with its new one is one error."""
     monkeypatch.chdir(tmp_path)
     image = np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)
-    [old] = yolov8n(image, conf=0.05, imgsz=64, save=True, hide_labels=True, hide_conf=False, line_thickness=1)
+    def drawn(**options) -> np.ndarray:  # the calls share one run folder: each drawing read before the next call
+        [r] = yolov8n(image, conf=0.05, imgsz=64, save=True, **options)
+        assert len(r)
+        return np.asarray(Image.open(Path(r.save_dir) / "image0.jpg"))
+
+    old = drawn(hide_labels=True, hide_conf=False, line_thickness=1)
     note = capsys.readouterr().err
     assert "note: predict(hide_labels=...) is deprecated in ultralytics: it means show_labels=False" in note
     assert "line_width=1, pass that" in note
-    [new] = yolov8n(image, conf=0.05, imgsz=64, save=True, show_labels=False, line_width=1)
-    [plain] = yolov8n(image, conf=0.05, imgsz=64, save=True)
-    drawn = [np.asarray(Image.open(Path(r.save_dir) / "image0.jpg")) for r in (old, new, plain)]
-    assert len(old) and np.array_equal(drawn[0], drawn[1]) and not np.array_equal(drawn[0], drawn[2])
-    [no_boxes] = yolov8n(image, conf=0.05, imgsz=64, save=True, boxes=False)
-    [show_boxes] = yolov8n(image, conf=0.05, imgsz=64, save=True, show_boxes=False)
-    assert np.array_equal(*(np.asarray(Image.open(Path(r.save_dir) / "image0.jpg")) for r in (no_boxes, show_boxes)))
+    new, plain = drawn(show_labels=False, line_width=1), drawn()
+    assert np.array_equal(old, new) and not np.array_equal(old, plain)
+    assert np.array_equal(drawn(boxes=False), drawn(show_boxes=False))
     with pytest.raises(ZooError, match=r"predict\(hide_conf=..., show_conf=...\): hide_conf is ultralytics' old name "
                                        r"of show_conf; pass show_conf alone"):
         yolov8n(image, hide_conf=True, show_conf=True)
@@ -499,10 +563,9 @@ def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, cap
     assert Path("runs/detect/predict/image0.jpg").is_file()
     assert len(Path("runs/detect/predict/labels/image0.txt").read_text().splitlines()) == len(r)
     assert capsys.readouterr().err.startswith(f"image0.jpg: {r.verbose()[:-2]} (")
-    # a second run gets its own folder, as ultralytics' predict2; half=True on a float32 model says so
+    # a second call saves into the same folder, as ultralytics'; half=True on a float32 model says so
     again = list(yolov8n(image, stream=True, conf=0.05, imgsz=64, save=True, half=True))
-    assert again[0].save_dir == str(tmp_path / "runs/detect/predict2")
-    assert Path("runs/detect/predict2/image0.jpg").is_file()
+    assert again[0].save_dir == str(tmp_path / "runs/detect/predict") and not Path("runs/detect/predict2").exists()
     assert "note: half=True: this model computes in float32" in capsys.readouterr().err
     with pytest.raises(ZooError, match=r"unknown keyword argument augmented=: it takes stream, conf, iou, "):
         yolov8n(image, augmented=True)

@@ -77,6 +77,32 @@ def file_identity(fd_or_path: int | Path) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+class WrittenFiles:
+    """Files this process wrote, each as it left them, which it may later write over: one replaced, changed or
+    removed since by anything else (another path, inode, size or time) is no longer one of them."""
+
+    def __init__(self):
+        self.stamps: dict[Path, tuple[int, int, int, int]] = {}
+
+    @staticmethod
+    def stamp(path: Path) -> tuple[int, int, int, int] | None:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return None
+        return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+    def record(self, path: str | Path) -> None:
+        """``path`` as it is now is this process's (nothing when there is no file: a save_txt without boxes)."""
+        stamp = self.stamp(Path(path))
+        if stamp is not None:
+            self.stamps[Path(os.path.abspath(path))] = stamp
+
+    def __contains__(self, path: str | Path) -> bool:
+        stamp = self.stamp(Path(path))
+        return stamp is not None and self.stamps.get(Path(os.path.abspath(path))) == stamp
+
+
 def remove_own(path: Path, identity: tuple[int, int] | None) -> None:
     """Delete ``path`` only while it is still the file this process created (``identity``): a name
     that another program has taken over since is left alone."""

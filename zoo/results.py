@@ -29,8 +29,8 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
-from zoo.files import (Inputs, check_new_file, image_format, json_text, make_output_folder, refuse_empty,
-                       refuse_inputs, remove_created_folders, writable_format, write_atomic, write_text)
+from zoo.files import (Inputs, WrittenFiles, check_new_file, image_format, json_text, make_output_folder,
+                       refuse_empty, refuse_inputs, remove_created_folders, writable_format, write_atomic, write_text)
 from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks, scaled_extent
 
 # 20 hues a golden-ratio step apart: neighbouring class ids get clearly different colours.
@@ -813,35 +813,58 @@ class ResultFiles:
     kept frames from 1, as ultralytics names them. ``overwrite``:
     replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
     ultralytics); ``plot_options``: plot()'s keywords for the annotated images and videos; ``inputs``: the run's
-    input files and folders, which no output may replace (exist_ok=True into an input's folder). ``close()``
-    finishes the video being written (an interrupted one is dropped, but a live source's).
+    input files and folders, which no output may replace (exist_ok=True into an input's folder); ``written``: the
+    outputs earlier predict calls wrote into this run folder (WrittenFiles, Python's predict only), which are
+    replaced (labels appended to) as ultralytics' predictor writes over them, where any other existing file is
+    one error without ``overwrite``; what this one writes is added to it. ``close()`` finishes the video being
+    written (an interrupted one is dropped, but a live source's).
     """
 
     def __init__(self, out: str | Path, save: bool = True, save_txt: bool = False, save_conf: bool = False,
                  save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1,
-                 plot_options: dict | None = None, inputs: Inputs | None = None):
+                 plot_options: dict | None = None, inputs: Inputs | None = None, written: WrittenFiles | None = None):
         self.out = Path(out)
         self.save, self.save_txt, self.save_conf, self.save_crop = save, save_txt, save_conf, save_crop
         self.overwrite, self.labels, self.vid_stride = overwrite, labels, vid_stride
         self.plot_options = plot_options or {}
         self.inputs = inputs or Inputs(())
+        self.written = written
         self.writer = None  # the video being written
         self.item = None  # its last frame: its video's total says whether the video was finished
 
     def write(self, result: Results, item) -> None:
         image = self.out / output_name(item.path, item.name)
         if self.save and item.frame is None:
-            self.inputs.refuse(image, "output")  # before the labels: nothing of this item written when refused
+            self.check_output(image)  # before the labels: nothing of this item written when refused
         if self.save_txt:
-            result.save_txt(self.inputs.refuse(self.out / "labels" / f"{self.label_name(item)}.txt", "output"),
-                            self.save_conf, overwrite=self.labels)
+            labels = self.check_output(self.out / "labels" / f"{self.label_name(item)}.txt")
+            result.save_txt(labels, self.save_conf, overwrite=self.labels)
+            self.record(labels)
         if self.save_crop:
             result.save_crop(self.out / "crops", f"{self.label_name(item)}.jpg")
         # the annotated image last: --resume takes an image whose annotated file exists as done
         if self.save and item.frame is None:
-            result.save(image, overwrite=self.overwrite, **self.plot_options)
+            result.save(image, overwrite=self.replaces(image), **self.plot_options)
+            self.record(image)
         elif self.save:
             self.write_frame(item, result.plot(**self.plot_options)[..., ::-1])
+
+    def replaces(self, path: Path) -> bool:
+        """Whether an existing output at ``path`` is written over: with ``overwrite``, or one an earlier call wrote."""
+        return self.overwrite or (self.written is not None and path in self.written)
+
+    def check_output(self, path: Path) -> Path:
+        """``path``, neither an input nor (in a run folder earlier predict calls wrote into) an existing file they
+        did not write."""
+        self.inputs.refuse(path, "output")
+        if self.written is not None and path.exists() and not self.replaces(path):
+            raise ZooError(f"output {path} exists and is no output of this model's earlier predict calls: pass "
+                           "exist_ok=True to replace it, or project=/name= for another run folder")
+        return path
+
+    def record(self, path: Path) -> None:
+        if self.written is not None:
+            self.written.record(path)
 
     def label_name(self, item) -> str:
         """The name of an item's label file and crops: an image's name; for a video frame, as ultralytics' predictor
@@ -856,8 +879,8 @@ class ResultFiles:
             self.close(complete=True)
         if self.writer is None:
             make_output_folder(self.out, "output folder")
-            self.writer = VideoWriter(self.inputs.refuse(self.out / f"{item.stem}.mp4", "output"),
-                                      item.fps or DEFAULT_FPS, overwrite=self.overwrite)
+            video = self.check_output(self.out / f"{item.stem}.mp4")
+            self.writer = VideoWriter(video, item.fps or DEFAULT_FPS, overwrite=self.replaces(video))
         self.writer.write(rgb)
         self.item = item
 
@@ -870,6 +893,7 @@ class ResultFiles:
         expected = self.item.frames // self.vid_stride if self.item.frames else None
         if complete or self.item.live or self.writer.count == expected:
             self.writer.close()
+            self.record(self.writer.path)
         else:
             self.writer.abort()
             remove_created_folders(self.out)  # the run folder it made, if the video was all it held

@@ -616,6 +616,7 @@ class DetectionModel(nn.Module):
                            for inputs, *_ in arch.layers)
         self.read_later = frozenset().union(*self.reads)
         self.imgsz = imgsz  # default predict size: the size the checkpoint was trained at
+        self.predictor = None  # ultralytics' model.predictor: predict's run folder, kept from call to call
         after_concat = {id(self.model[str(i)].cv1): split_by_input(sizes) for i, sizes in concatenated.items()}
         padded = [entry for m in self.modules() if isinstance(m, HeadBranch) for entry in m.padded_folds()]
         special = {id(entry[0]) for entry in padded}

@@ -8,8 +8,9 @@ time (memory stays flat over any number of video frames); otherwise a list.
 
 The keywords are ultralytics' predict arguments with their meaning (PREDICT_OPTIONS); others are an
 error naming the ones accepted. Outputs (``save``, ``save_txt``, ``save_conf``, ``save_crop``) go to
-``project/name`` (default runs/<task>/predict, predict2, ... as ultralytics: runs/detect, runs/segment,
-runs/pose), written as results come.
+the model's run folder, written as results come: as ultralytics' predictor, one folder for all calls of a model
+(default runs/<task>/predict, or predict2, ... when taken: runs/detect, runs/segment, runs/pose), a new one when a
+call passes ``project``/``name`` or another ``device`` (run_folder).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import numpy as np
 from zoo import devices
 from zoo.concurrency import serialized
 from zoo.errors import ZooError
-from zoo.files import Inputs, increment_path, refuse_empty
+from zoo.files import Inputs, WrittenFiles, increment_path, refuse_empty
 from zoo.instances import process_mask, process_mask_native, scale_coords
 from zoo.results import ResultFiles, Results, kept_frame
 from zoo.sources import Chain, Item, Source, input_paths, open_source
@@ -50,9 +51,11 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     ``vid_stride``: keep every n-th video frame. ``stream_buffer``: a camera or stream keeps every frame (default:
     the newest each time, as ultralytics). ``verbose``: one line per image on stderr
     (ultralytics prints by default; here it is asked for). ``save``/``save_txt``/``save_conf``/
-    ``save_crop``: write as ``yolo predict`` does into ``project/name`` (ResultFiles; ``exist_ok``
-    reuses the folder and replaces what is there); each Results' ``save_dir`` says where, as an absolute path, as
-    ultralytics' (also when nothing is saved: the folder a save would use, not created).
+    ``save_crop``: write as ``yolo predict`` does into the model's run folder, ``project/name`` (run_folder: the
+    one of the model's earlier calls unless ``project``/``name`` are passed, whose outputs a call writes over, as
+    ultralytics'; ResultFiles; ``exist_ok`` reuses a taken folder and replaces what is there); each Results'
+    ``save_dir`` says where, as an absolute path, as ultralytics' (also when nothing is saved: the folder a save
+    would use, not created).
     ``device``: the process's device (zoo.devices: one per process; 'cuda', 'cuda:0', 0, 'mps' mean
     its GPU). ``half``: the model's dtype decides (zoo.load(..., dtype='float16')); half=True on a
     float32 model says so in one line and computes in float32, as ultralytics does on a CPU.
@@ -72,13 +75,12 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     for what, value, default in (("project", project, f"runs/{model.task}"), ("name", name, "predict")):
         if save or save_txt or save_crop:
             refuse_empty(value, what, f"pass a folder, or {what}=None for {default}")
-    # the run folder is named whether or not anything is saved (ultralytics' Results carry it either way), but
-    # only made when something is written to it
-    out = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
+    run = model.predictor = run_folder(model, project, name, exist_ok, device)
+    out = run.save_dir
     files = None
     if save or save_txt or save_crop:
         files = ResultFiles(out, save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop,
-                            overwrite=exist_ok, vid_stride=vid_stride,
+                            overwrite=exist_ok, vid_stride=vid_stride, written=run.written,
                             plot_options={"line_width": line_width, "labels": show_labels, "conf": show_conf,
                                           "boxes": show_boxes},
                             inputs=Inputs([*(source if isinstance(source, (list, tuple)) else [source]),
@@ -89,6 +91,28 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
 
 # predict's keyword arguments besides source, ultralytics' names
 PREDICT_OPTIONS = tuple(inspect.signature(predict).parameters)[2:]
+
+
+class Predictor:
+    """What of ultralytics' ``model.predictor`` predict keeps from call to call: its run folder ``save_dir`` and
+    ``device``, and the outputs the calls wrote there (``written``), which later calls may write over as
+    ultralytics' do (and nothing else there)."""
+
+    def __init__(self, save_dir: Path, device):
+        self.save_dir, self.device = save_dir, device
+        self.written = WrittenFiles()
+
+
+def run_folder(model, project, name, exist_ok: bool, device) -> Predictor:
+    """The model's predictor, as ultralytics' model.predict keeps it: made by the first call, again by a call with
+    another ``device``, and given a new run folder by one that passes ``project`` or ``name``; every other call
+    saves into the same folder (runs/detect/predict for the first, predict2 ... when taken). The folder is named
+    whether or not anything is saved (ultralytics' Results carry it either way), made only when written to."""
+    predictor = model.predictor
+    if predictor is not None and (device is None or device == predictor.device) and project is None and name is None:
+        return predictor
+    save_dir = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
+    return Predictor(save_dir, predictor.device if device is None and predictor is not None else device)
 
 
 def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool,
