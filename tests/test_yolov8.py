@@ -456,6 +456,28 @@ def test_inner_model_carries_names_and_strides_as_ultralytics_detection_model(yo
     assert sorted(yolov8n.parameters()) == ["model"] and "names" not in yolov8n.model.parameters()
 
 
+def test_the_head_as_scripts_reach_it_through_model_model_model(yolov8n):
+    """ultralytics scripts read the head as model.model.model[-1] (its nc, nl, stride, kpt_shape, end2end, type
+    name) and model.model.yaml['nc'] / ['scale']: the values are this model's; an end2end head asked for or a yaml
+    key not held is one error, never a made-up value."""
+    layers = yolov8n.model.model
+    assert len(layers) == 23 and layers[-1] is yolov8n.head and layers[0] is yolov8n.model["0"]
+    head = layers[-1]
+    assert type(head).__name__ == "Detect" and head.nc == yolov8n.model.nc == 80 and head.nl == 3
+    assert head.stride.tolist() == [8.0, 16.0, 32.0] and head.stride.dtype == np.float32
+    assert head.reg_max == 16 and head.no == 80 + 64 and head.end2end is False
+    head.end2end = False  # scripts switch an end2end head to NMS: these heads are that already
+    with pytest.raises(ZooError, match=r"Detect.end2end = True: YOLOv8 and YOLO11 heads go through NMS"):
+        head.end2end = True
+    assert yolov8n.model.yaml == {"nc": 80, "scale": "n", "ch": 3} and yolov8n.model.yaml["nc"] == 80
+    with pytest.raises(ZooError, match=r"model.model.yaml\['backbone'\] is not available in mlx-zoo: it holds nc, "
+                                       r"scale, ch; the layers are model.model.model"):
+        yolov8n.model.yaml["backbone"]
+    pose = zoo.load("yolov8n-pose", weights="synthetic:0")
+    assert pose.model.model[-1].kpt_shape == (17, 3) and pose.model.yaml["kpt_shape"] == [17, 3]
+    assert [k for k, _ in tree_flatten(yolov8n.parameters()) if "yaml" in k or "stride" in k] == []
+
+
 def test_save_dir_names_the_run_folder_without_making_it(yolov8n, tmp_path, monkeypatch):
     """As ultralytics' predictor: every Results carries its run folder, absolute, also with save=False (code reads
     r.save_dir to put its own files there); nothing is created on disk unless something is saved."""

@@ -519,6 +519,25 @@ class Detect(nn.Module):
         self.cv3 = Sequential(*((HeadBranch if legacy else depthwise_head_branch)(c, c3, nc) for c in ch))
         self.dfl = DFL(REG_MAX)
 
+    # ultralytics' Detect attributes that scripts read through model.model.model[-1], read-only here: the levels'
+    # strides (float32, as upstream's tensor), their number, the DFL bins, the outputs per anchor, and end2end
+    # (YOLOv10/YOLO26's NMS-free heads; these heads go through NMS)
+    stride = property(lambda self: strides_array())
+    nl = property(lambda self: len(STRIDES))
+    reg_max = property(lambda self: REG_MAX)
+    no = property(lambda self: self.nc + 4 * REG_MAX)
+
+    @property
+    def end2end(self) -> bool:
+        return False
+
+    @end2end.setter
+    def end2end(self, value) -> None:
+        """Scripts set end2end = False to have an end2end head go through NMS, as these heads always do."""
+        if value:
+            raise ZooError(f"{type(self).__name__}.end2end = {value!r}: YOLOv8 and YOLO11 heads go through NMS; "
+                           "mlx-zoo has no end-to-end (NMS-free) head")
+
     def branches_by_stride(self) -> list[tuple[nn.Module, int]]:
         """Each level's branches with the level's stride (conv_flop_per_pixel)."""
         return [(b[str(i)], s) for i, s in enumerate(STRIDES) for b in (self.cv2, self.cv3)]
@@ -575,17 +594,45 @@ def make_layer(kind: str, c_in: list[int], n: int, args: tuple, arch: Architectu
     raise ValueError(f"no layer kind {kind!r}")
 
 
+def strides_array() -> TensorArray:
+    """The head's levels' strides as ultralytics' stride tensors: float32."""
+    return np.array(STRIDES, np.float32).view(TensorArray)
+
+
 class Layers(Sequential):
     """The layers ``model.0`` ... ``model.{head}`` (the checkpoint's key names), which is also where scripts written
-    for ultralytics find its inner DetectionModel's ``names`` ({id: name}) and ``stride`` (the head's levels' strides,
-    float32 as upstream's tensor): ``model.model.names``, ``int(model.model.stride.max())``."""
+    for ultralytics find its inner DetectionModel's ``names`` ({id: name}), ``stride`` (the head's levels' strides,
+    float32 as upstream's tensor), ``nc``, ``model`` (its layers in order: ``model.model.model[-1]`` is the head)
+    and ``yaml`` (ModelYaml): ``model.model.names``, ``int(model.model.stride.max())``."""
 
-    def __init__(self, layers: list[nn.Module], names: dict[int, str]):
+    def __init__(self, layers: list[nn.Module], names: dict[int, str], yaml: dict):
         super().__init__(*layers)
         # plain attributes, neither parameters nor entries that code walking the layers (or the parameters) meets:
         # MLX would keep a dict among the module's entries (parameters() listed {0: {}, 1: {}, ...} under names)
         object.__setattr__(self, "names", names)
-        self.stride = np.array(STRIDES, np.float32).view(TensorArray)  # an ndarray: MLX makes it an attribute
+        object.__setattr__(self, "yaml", ModelYaml(yaml))
+        self.stride = strides_array()  # an ndarray: MLX makes it an attribute
+
+    @property
+    def model(self) -> tuple[nn.Module, ...]:
+        """ultralytics' DetectionModel.model, its nn.Sequential of layers, as a tuple: [0] the first Conv, [-1] the
+        head (read its attributes; the layers are not replaced through it)."""
+        return tuple(self.children_in_order())
+
+    @property
+    def nc(self) -> int:
+        return self.model[-1].nc
+
+
+class ModelYaml(dict):
+    """ultralytics' ``model.model.yaml`` (the model's yaml as a dict) with the keys scripts read whose values are
+    this model's: ``nc``, ``scale``, ``ch`` and, for pose models, ``kpt_shape``; any other key (the layer tables
+    ``backbone``/``head``, ``scales`` ...) is one error naming these, not a KeyError."""
+
+    def __missing__(self, key):
+        raise ZooError(f"model.model.yaml[{key!r}] is not available in mlx-zoo: it holds {', '.join(self)}; "
+                       "the layers are model.model.model (model.model.model[-1] the head), the class names "
+                       "model.names")
 
 
 class DetectionModel(nn.Module):
@@ -609,7 +656,10 @@ class DetectionModel(nn.Module):
                 concatenated[i + 1] = tuple(c_in)
             layers.append(layer)
             channels.append(c2)
-        self.model = Layers(layers, dict(names) if names is not None else {i: f"class{i}" for i in range(nc)})
+        yaml = {"nc": nc, "scale": scale, "ch": 3}
+        if layers[-1].task == "pose":
+            yaml["kpt_shape"] = list(layers[-1].kpt_shape)
+        self.model = Layers(layers, dict(names) if names is not None else {i: f"class{i}" for i in range(nc)}, yaml)
         self.arch, self.scale = arch, scale
         # layer -> the earlier layers whose outputs it reads besides its predecessor's
         self.reads = tuple(frozenset() if inputs == -1 else frozenset(j for j in inputs if j != -1)
