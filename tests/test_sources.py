@@ -168,6 +168,14 @@ def test_glob_txt_and_csv_lists(tmp_path):
     assert [i.name for i in open_source(tmp_path / "timm.csv")] == ["b", "a"]
     (tmp_path / "bare.csv").write_text("imgs/c.png,1\nimgs/b.png,2\n")  # no header: the first column
     assert [i.name for i in open_source(tmp_path / "bare.csv")] == ["c", "b"]
+    # one row: ultralytics' comma-separated list (LoadImagesAndVideos splits a .csv at its commas), every cell a path
+    (tmp_path / "row.csv").write_text("imgs/c.png, imgs/a.png\n")
+    assert [i.name for i in open_source(tmp_path / "row.csv")] == ["c", "a"]
+    # a header mlx-zoo does not know is not taken for a path (ultralytics has no header rows): one error
+    (tmp_path / "header.csv").write_text("image_path,score\nimgs/c.png,1\n")
+    with pytest.raises(ZooError, match=r"header.csv: its first row \(image_path, score\) is neither a header naming "
+                                       r"the path column \(path, filename, file, image, img\) nor a file that exists"):
+        open_source(tmp_path / "header.csv")
     (tmp_path / "empty.txt").write_text("# nothing\n")
     with pytest.raises(ZooError, match="names no files"):
         open_source(tmp_path / "empty.txt")

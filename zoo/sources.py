@@ -324,7 +324,7 @@ class PathList(Files):
             text = listfile.read_text(encoding="utf-8-sig")
         except (OSError, UnicodeDecodeError) as e:
             raise ZooError(f"cannot read the list {listfile}: {e}; pass a UTF-8 text file, one path a line") from None
-        entries = csv_paths(text) if listfile.suffix.lower() == ".csv" else [
+        entries = csv_paths(text, listfile) if listfile.suffix.lower() == ".csv" else [
             line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
         if not entries:
             raise ZooError(f"the list {listfile} names no files")
@@ -344,8 +344,11 @@ class PathList(Files):
                 "there, or absolute)")
 
 
-def csv_paths(text: str) -> list[str]:
-    """The path column of a CSV: the one headed path/filename/file/image (timm's output has ``filename``), else the first."""
+def csv_paths(text: str, listfile: Path) -> list[str]:
+    """The paths a CSV names: the column headed path/filename/file/image/img (timm's output has ``filename``); a
+    one-row CSV without such a header is ultralytics' comma-separated list (every cell a path); else the first
+    column, when its first row names a file (no header row): a header mlx-zoo does not know is one error, not a
+    path."""
     rows = [row for row in csv.reader(text.splitlines()) if row and any(cell.strip() for cell in row)]
     if not rows:
         return []
@@ -353,6 +356,12 @@ def csv_paths(text: str) -> list[str]:
     column = next((header.index(c) for c in CSV_PATH_COLUMNS if c in header), None)
     if column is not None:
         rows = rows[1:]
+    elif len(rows) == 1:
+        return [cell.strip() for cell in rows[0] if cell.strip()]
+    elif not (listfile.parent / Path(rows[0][0].strip()).expanduser()).exists():  # an absolute path joins as itself
+        raise ZooError(f"{listfile}: its first row ({', '.join(rows[0])}) is neither a header naming the path column "
+                       f"({', '.join(CSV_PATH_COLUMNS)}) nor a file that exists: head the path column with one of "
+                       "those names, or start the list with an existing file")
     return [row[column or 0].strip() for row in rows if len(row) > (column or 0) and row[column or 0].strip()]
 
 
