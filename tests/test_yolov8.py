@@ -456,6 +456,34 @@ def test_inner_model_carries_names_and_strides_as_ultralytics_detection_model(yo
     assert sorted(yolov8n.parameters()) == ["model"] and "names" not in yolov8n.model.parameters()
 
 
+def test_a_list_gives_ultralytics_one_batch_results_whatever_batch_says(yolov8n, tmp_path, monkeypatch):
+    """ultralytics' predict takes a list as one batch (LoadPilAndNumpy: bs is the list's length, batch= is for
+    folders, globs, .txt lists and videos) and opens a list's files with PIL, whose filename each Results' path is.
+    Here batch=N still bounds the images of a forward pass, but the Results are the one batch's: letterboxed as one
+    (mixed sizes: imgsz square, also for a part of one size), in the list's order, with the paths as given."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(7)
+    (tmp_path / "imgs").mkdir()
+    for i, hw in enumerate([(32, 128), (32, 128), (128, 32), (32, 128)]):
+        Image.fromarray(rng.integers(0, 256, (*hw, 3), np.uint8)).save(f"imgs/{i}.png")
+    paths = ["imgs/1.png", Path("imgs/0.png"), "imgs/2.png", "imgs/3.png"]
+    options = {"imgsz": 128, "conf": 0.05}
+    whole = yolov8n.predict(paths, **options)
+    alone = yolov8n.predict(paths[:2], **options)  # one size: the minimal rectangle, other boxes
+    assert len(whole[0]) and not np.array_equal(whole[0].boxes.data, alone[0].boxes.data)
+    assert [r.path for r in whole] == ["imgs/1.png", "imgs/0.png", "imgs/2.png", "imgs/3.png"]
+    arrays = [np.asarray(Image.open(p))[..., ::-1] for p in paths]
+    for source, names in ((paths, [r.path for r in whole]), (arrays, [f"image{i}.jpg" for i in range(4)])):
+        for parts in (yolov8n.predict(source, batch=2, **options), list(yolov8n(source, batch=3, stream=True,
+                                                                                  **options))):
+            assert [r.path for r in parts] == names
+            assert all(np.array_equal(a.boxes.data, b.boxes.data) for a, b in zip(whole, parts, strict=True))
+            assert all(list(r.speed) == ["preprocess", "inference", "postprocess"] for r in parts)
+    # a folder is ultralytics' LoadImagesAndVideos: batches of batch=, sorted, absolute paths
+    folder = yolov8n.predict("imgs", batch=2, **options)
+    assert [r.path for r in folder] == [str(tmp_path / f"imgs/{i}.png") for i in range(4)]
+
+
 def test_the_head_as_scripts_reach_it_through_model_model_model(yolov8n):
     """ultralytics scripts read the head as model.model.model[-1] (its nc, nl, stride, kpt_shape, end2end, type
     name) and model.model.yaml['nc'] / ['scale']: the values are this model's; an end2end head asked for or a yaml

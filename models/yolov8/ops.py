@@ -44,10 +44,12 @@ def check_thresholds(conf: float, iou: float, max_det: int) -> None:
         raise UsageError(f"max_det {max_det!r} must be a positive integer: use e.g. 300")
 
 
-def letterbox_batch(images: list[np.ndarray], shape: tuple[int, int]) -> np.ndarray:
+def letterbox_batch(images: list[np.ndarray], shape: tuple[int, int], same: bool | None = None) -> np.ndarray:
     """(N, h, w, 3) uint8 batch as ultralytics' predictor makes it: images of one size get the
-    minimal rectangle (auto), mixed sizes all get the fixed ``shape``."""
-    same = all(im.shape == images[0].shape for im in images)
+    minimal rectangle (auto), mixed sizes all get the fixed ``shape``. ``same``: whether the images of the batch
+    ultralytics would make share one size, where it is larger than ``images`` (None: these images decide)."""
+    if same is None:
+        same = all(im.shape == images[0].shape for im in images)
     return np.stack([letterbox(im, shape, auto=same) for im in images])
 
 

@@ -15,6 +15,7 @@ call passes ``project``/``name`` or another ``device`` (run_folder).
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,14 +23,16 @@ from typing import Iterable, Iterator
 
 import mlx.core as mx
 import numpy as np
+from PIL import Image
 
 from zoo import devices
 from zoo.concurrency import serialized
 from zoo.errors import ZooError
+from zoo.images import image_size
 from zoo.files import Inputs, WrittenFiles, increment_path, refuse_empty
 from zoo.instances import process_mask, process_mask_native, scale_coords
 from zoo.results import ResultFiles, Results, kept_frame
-from zoo.sources import Chain, Item, Source, input_paths, open_source
+from zoo.sources import IMAGE_SUFFIXES, Chain, Item, Source, input_paths, open_source
 
 from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, scale_boxes
 
@@ -71,7 +74,10 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
         print("note: half=True: this model computes in float32; load it with zoo.load(..., dtype='float16') "
               "for half precision", file=sys.stderr)
     opened = open_inputs(source, vid_stride, stream_buffer)
-    size = batch or (opened.total if isinstance(source, (list, tuple)) else 1)
+    listed = isinstance(source, (list, tuple))
+    size = batch or (opened.total if listed else 1)
+    if listed and size < opened.total:  # ultralytics' one batch of the whole list, letterboxed as one
+        options["same_size"] = list_shares_one_size(source)
     for what, value, default in (("project", project, f"runs/{model.task}"), ("name", name, "predict")):
         if save or save_txt or save_crop:
             refuse_empty(value, what, f"pass a folder, or {what}=None for {default}")
@@ -85,7 +91,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
                                           "boxes": show_boxes},
                             inputs=Inputs([*(source if isinstance(source, (list, tuple)) else [source]),
                                            *input_paths(opened)]))
-    results = predictions(model, opened, size, options, files, verbose, vid_stride, str(out.resolve()))
+    as_given = {os.fspath(s) for s in source if isinstance(s, (str, Path))} if listed else set()
+    results = predictions(model, opened, size, options, files, verbose, vid_stride, str(out.resolve()), as_given)
     return results if stream else list(results)
 
 
@@ -116,15 +123,18 @@ def run_folder(model, project, name, exist_ok: bool, device) -> Predictor:
 
 
 def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool,
-                vid_stride: int, save_dir: str):
+                vid_stride: int, save_dir: str, as_given: set[str] = frozenset()):
     """The Results of ``opened``'s items, ``size`` a forward pass, each with the run folder ``save_dir``, written
-    and logged (``verbose``; video frames numbered by ``vid_stride``) as they come."""
+    and logged (``verbose``; video frames numbered by ``vid_stride``) as they come. An image file a list named
+    (``as_given``) keeps that path, as ultralytics opens a list's files with PIL, whose ``filename`` it takes."""
     complete = False
     try:
         for pairs in batched(readable(opened), size):
             items = [item for item, _ in pairs]
             for item, r in zip(items, predict_batch(model, [rgb for _, rgb in pairs], items, **options)):
                 r.save_dir = save_dir
+                if item.frame is None and item.path in as_given:
+                    r.path = item.path
                 if files is not None:
                     files.write(r, item)
                 if verbose:
@@ -190,6 +200,27 @@ def prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz, 
             "retina_masks": bool(retina_masks)}
 
 
+def list_shares_one_size(source: list | tuple) -> bool | None:
+    """Whether the images of a list share one (height, width), as ultralytics' one batch of a list decides its
+    letterbox (images of one size: the minimal rectangle; else imgsz square), from the arrays' shapes and the
+    files' headers; None (each forward pass decides) when the list holds more than images (folders, videos,
+    lists: ultralytics takes none in a list) or a file whose header cannot be read (it is skipped, with a warning)."""
+    sizes = set()
+    for s in source:
+        if isinstance(s, np.ndarray):
+            sizes.add(s.shape[:2])
+        elif isinstance(s, Image.Image):
+            sizes.add((s.height, s.width))
+        elif Path(s).suffix.lower() in IMAGE_SUFFIXES and Path(s).is_file():
+            try:
+                sizes.add(image_size(s))
+            except ZooError:
+                return None
+        else:
+            return None
+    return len(sizes) == 1
+
+
 def batched(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
     chunk = []
     for item in items:
@@ -225,12 +256,13 @@ def detected_objects(model, det: np.ndarray, frame: tuple[int, int], image_shape
 @serialized()
 def predict_batch(model, images: list[np.ndarray], items: list[Item | None], conf: float, iou: float,
                   classes: list[int] | None, agnostic_nms: bool, max_det: int, shape: tuple[int, int],
-                  retina_masks: bool = False) -> list[Results]:
+                  retina_masks: bool = False, same_size: bool | None = None) -> list[Results]:
     """One forward pass over ``images`` ((H, W, 3) uint8 RGB) -> one Results per image; ``items``
     give each result its path and frame number (None for a bare array). Segmentation and pose models'
-    Results carry masks / keypoints, post-processed as ultralytics' predictors do (zoo.instances)."""
+    Results carry masks / keypoints, post-processed as ultralytics' predictors do (zoo.instances).
+    ``same_size``: letterbox_batch's ``same``, for a part of a list ultralytics letterboxes as one batch."""
     start = time.perf_counter()
-    batch = letterbox_batch(images, shape)
+    batch = letterbox_batch(images, shape, same_size)
     x = mx.array(batch.astype(np.float32) / np.float32(255)).astype(model.dtype)
     prepared = time.perf_counter()
     out = model(x)
