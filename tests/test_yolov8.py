@@ -20,7 +20,7 @@ from zoo.models import yolov8
 from zoo.models.yolov8.model import materialized
 from zoo.models.yolov8.predict import log_line
 from zoo.results import Results
-from zoo.sources import Item
+from zoo.sources import Item, VideoWriter
 from zoo.validate.capture import parse_fault, recording
 from zoo.validate.reference import yolov8 as reference
 from zoo.validate.reference.kernels import resize as reference_resize
@@ -577,6 +577,16 @@ def test_a_shared_run_folder_replaces_only_the_models_own_outputs(yolov8n, tmp_p
         yolov8n.predict(run / "a.png", save=True, **options)
     [r] = yolov8n.predict("a.png", save_txt=True, exist_ok=True, **options)  # asked for: appended as ultralytics
     assert (run / "labels/a.txt").read_text().startswith("edited\n") and r.save_dir == str(tmp_path / run)
+    # a video's annotated video likewise: the model's replaced by the next call, another file's refused
+    with VideoWriter(Path("clip.mp4"), fps=5.0) as video:
+        for i in range(2):
+            video.write(np.full((48, 64, 3), 40 * i, np.uint8))
+    for _ in range(2):
+        assert len(yolov8n.predict("clip.mp4", save=True, **options)) == 2
+    (run / "clip.mp4").write_bytes(b"the user's")
+    with pytest.raises(ZooError, match=r"clip.mp4 exists and is no output of this model's earlier predict calls"):
+        yolov8n.predict("clip.mp4", save=True, **options)
+    assert (run / "clip.mp4").read_bytes() == b"the user's"
 
 
 def test_deprecated_ultralytics_predict_keywords_mean_what_they_mean_there(yolov8n, tmp_path, monkeypatch, capsys):
