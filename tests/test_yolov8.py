@@ -466,12 +466,12 @@ def test_a_list_gives_ultralytics_one_batch_results_whatever_batch_says(yolov8n,
     (tmp_path / "imgs").mkdir()
     for i, hw in enumerate([(32, 128), (32, 128), (128, 32), (32, 128)]):
         Image.fromarray(rng.integers(0, 256, (*hw, 3), np.uint8)).save(f"imgs/{i}.png")
-    paths = ["imgs/1.png", Path("imgs/0.png"), "imgs/2.png", "imgs/3.png"]
+    paths = ["imgs/1.png", Path("imgs/0.png"), "./imgs/2.png", "imgs/3.png"]
     options = {"imgsz": 128, "conf": 0.05}
     whole = yolov8n.predict(paths, **options)
     alone = yolov8n.predict(paths[:2], **options)  # one size: the minimal rectangle, other boxes
     assert len(whole[0]) and not np.array_equal(whole[0].boxes.data, alone[0].boxes.data)
-    assert [r.path for r in whole] == ["imgs/1.png", "imgs/0.png", "imgs/2.png", "imgs/3.png"]
+    assert [r.path for r in whole] == ["imgs/1.png", "imgs/0.png", "./imgs/2.png", "imgs/3.png"]  # PIL's filename
     arrays = [np.asarray(Image.open(p))[..., ::-1] for p in paths]
     for source, names in ((paths, [r.path for r in whole]), (arrays, [f"image{i}.jpg" for i in range(4)])):
         for parts in (yolov8n.predict(source, batch=2, **options), list(yolov8n(source, batch=3, stream=True,

@@ -28,11 +28,11 @@ from PIL import Image
 from zoo import devices
 from zoo.concurrency import serialized
 from zoo.errors import ZooError
-from zoo.images import image_size
 from zoo.files import Inputs, WrittenFiles, increment_path, refuse_empty
+from zoo.images import IMAGE_SUFFIXES, image_size
 from zoo.instances import process_mask, process_mask_native, scale_coords
 from zoo.results import ResultFiles, Results, kept_frame
-from zoo.sources import IMAGE_SUFFIXES, Chain, Item, Source, input_paths, open_source
+from zoo.sources import Chain, Item, Source, input_paths, open_source
 
 from .ops import check_imgsz, check_thresholds, letterbox_batch, non_max_suppression, scale_boxes
 
@@ -91,7 +91,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
                                           "boxes": show_boxes},
                             inputs=Inputs([*(source if isinstance(source, (list, tuple)) else [source]),
                                            *input_paths(opened)]))
-    as_given = {os.fspath(s) for s in source if isinstance(s, (str, Path))} if listed else set()
+    # a list's paths as given, by the path its items carry (Path("./a.jpg") and "a.jpg" are both a.jpg)
+    as_given = {str(Path(s)): os.fspath(s) for s in source if isinstance(s, (str, Path))} if listed else {}
     results = predictions(model, opened, size, options, files, verbose, vid_stride, str(out.resolve()), as_given)
     return results if stream else list(results)
 
@@ -123,7 +124,7 @@ def run_folder(model, project, name, exist_ok: bool, device) -> Predictor:
 
 
 def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool,
-                vid_stride: int, save_dir: str, as_given: set[str] = frozenset()):
+                vid_stride: int, save_dir: str, as_given: dict[str, str] | None = None):
     """The Results of ``opened``'s items, ``size`` a forward pass, each with the run folder ``save_dir``, written
     and logged (``verbose``; video frames numbered by ``vid_stride``) as they come. An image file a list named
     (``as_given``) keeps that path, as ultralytics opens a list's files with PIL, whose ``filename`` it takes."""
@@ -133,8 +134,8 @@ def predictions(model, opened: Source, size: int, options: dict, files: ResultFi
             items = [item for item, _ in pairs]
             for item, r in zip(items, predict_batch(model, [rgb for _, rgb in pairs], items, **options)):
                 r.save_dir = save_dir
-                if item.frame is None and item.path in as_given:
-                    r.path = item.path
+                if item.frame is None and as_given and item.path in as_given:
+                    r.path = as_given[item.path]
                 if files is not None:
                     files.write(r, item)
                 if verbose:
