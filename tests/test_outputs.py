@@ -573,10 +573,11 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
-    """Two runs into one --out: the second stops in one line naming the first, whatever its task or flags, and
-    writes nothing; the folder's lock is a flock on the folder itself (no file added), gone when the first ends,
-    even by SIGKILL. Before, a second detect run interleaved with the first (each failed half the images on the
-    other's files), --resume took the first run's images as its own and did the rest beside it."""
+    """Two runs into one --out: the second stops in one line naming the first, whatever its task or flags (a --ray
+    run too), and writes nothing; the folder's lock is a flock on the folder itself (no file added), gone when the
+    first ends, even by SIGKILL. Before, a second detect run interleaved with the first (each failed half the images
+    on the other's files), --resume took the first run's images as its own and did the rest beside it; a --ray run
+    took no lock at all (with --overwrite it replaced the predictions file of a --ray run writing there)."""
     import signal
     import subprocess
     import sys
@@ -594,7 +595,8 @@ def test_a_second_run_into_one_out_folder_stops_before_any_work(work, capsys):
                      ["yolo11n-seg", "real.jpg", "--out", str(work / "o"), "--save-txt", *missing],
                      ["mobilesam", "imgs", "--point", "5,5", "--out", "o", *missing],
                      ["lama", "imgs", "--mask", "masks", "--out", "o", *missing],
-                     ["annotate", "real.jpg", "--out", "o", "--det-weights", MISSING_WEIGHTS]):
+                     ["annotate", "real.jpg", "--out", "o", "--det-weights", MISSING_WEIGHTS],
+                     ["resnet18", "imgs", "--ray", "--out", "o", *missing]):  # a Ray run too, before Ray starts
             refused(argv, work, capsys, busy.replace("o is", f"{Path(argv[argv.index('--out') + 1])} is"))
     finally:
         first.kill()  # SIGKILL: no handler of the run's own releases anything
@@ -640,10 +642,12 @@ def test_runs_into_nested_out_folders_stop_and_runs_beside_go_on(work, capsys):
             for flag in ("--overwrite", "--resume"):
                 refused(["yolov8n", "imgs", "--out", out, flag, *missing], work, capsys, f"--out {out} {inside}")
         refused(["lama", "imgs", "--mask", "masks", "--out", "mid/o/x", *missing], work, capsys, inside)
+        refused(["yolov8n", "imgs", "--ray", "--out", "mid/o/x", *missing], work, capsys, inside)
         for out in ("mid", "."):  # around the first run's --out
-            refused(["yolov8n", "imgs", "--out", out, "--overwrite", *missing], work, capsys,
-                    f"{Path(out)} holds the output folder of another run (pid {first.pid}) inside it: wait for it to "
-                    "end, or pass another --out")
+            for ray in ([], ["--ray"]):
+                refused(["yolov8n", "imgs", "--out", out, "--overwrite", *ray, *missing], work, capsys,
+                        f"{Path(out)} holds the output folder of another run (pid {first.pid}) inside it: wait for it "
+                        "to end, or pass another --out")
         assert main(["yolov8n", "imgs", "--out", "mid/beside", "--imgsz", "64", *SYNTHETIC]) == 0
         assert main(["yolov8n", "imgs", "--out", "mid/o2", "--imgsz", "64", *SYNTHETIC]) == 0  # a name's prefix only
         first.stdin.close()

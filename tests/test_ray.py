@@ -189,13 +189,45 @@ def test_run_reads_relative_paths_from_the_drivers_folder(cluster, folder, monke
     assert {r["path"]: (r["label"], r["name"], r["prob"], r["error"]) for r in rows} == {p: expected[p] for p in chosen}
 
 
+def exclusive_lock_holder(folder: Path) -> str | None:
+    """None when ``folder`` can be locked as a run's --out now, else the holder as lock_holder says it."""
+    import fcntl
+    import os
+
+    from zoo.files import lock_holder, open_folder
+
+    fd = open_folder(folder)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return None
+    except BlockingIOError:
+        return lock_holder(fd)
+    finally:
+        os.close(fd)  # its lock, if taken, with it
+
+
 @pytest.mark.ray
-def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path, capsys):
+def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path, capsys, monkeypatch):
     """zoo.ray.run's defaults (paths decoded in the actors, one actor per CPU) through the CLI; a bad
-    image is one warning and one error row, and the exit code is 1."""
+    image is one warning and one error row, and the exit code is 1. While the rows come back the run holds
+    its --out locked, as a local run does (the actors write nothing; this process writes the file), and
+    releases it when it ends."""
+    import os
+
     import pyarrow.parquet as pq
 
+    from zoo.cli import ray_run
     from zoo.run import main
+
+    holders = []
+    tables = ray_run.tables
+
+    def tables_seen_locked(*args):
+        for table in tables(*args):
+            holders.append(exclusive_lock_holder(out))
+            yield table
+
+    monkeypatch.setattr(ray_run, "tables", tables_seen_locked)
 
     images, expected = folder
     chosen = sorted(expected)[:12]
@@ -207,6 +239,7 @@ def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path
     argv = ["resnet18", str(subset), "--ray", "--weights", "synthetic:0", "--out", str(out)]
     assert main(argv) == 1
     assert f"warning: skipped {bad}: cannot read" in capsys.readouterr().err
+    assert holders and set(holders) == {f" (pid {os.getpid()})"} and exclusive_lock_holder(out) is None
     rows = {r["path"]: (r["label"], r["name"], r["prob"], r["error"])
             for r in pq.read_table(out / "predictions.parquet").to_pylist()}
     label, name, _, error = rows.pop(str(bad))

@@ -22,7 +22,7 @@ from zoo import ray as zoo_ray
 from zoo import registry
 from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, runs_folder, usage_errors
 from zoo.errors import UsageError, ZooError
-from zoo.files import Inputs, check_output_file, check_output_folder, increment_path, json_text, write_atomic
+from zoo.files import Inputs, check_output_file, increment_path, json_text, lock_output_folder, write_atomic
 from zoo.registry import is_weights_file
 
 # the YOLO tasks: detection's options and columns, and a segmentation model's masks / a pose model's keypoints
@@ -106,7 +106,10 @@ def main(spec, argv: list[str]) -> int:
     inputs = args.images[0] if uri else zoo_ray.image_paths(args.images, args.recursive)
     out = Path(args.out) if args.out else increment_path(f"{runs_folder(spec.task)}/ray")
     given = Inputs([] if uri else [*args.images, *inputs, args.weights])
-    path = check_output_file(check_output_folder(out, "--out", given) / f"predictions.{args.format}", "output",
+    # locked as a local run's --out, before its file is checked, until the run ends (zoo.cli.guarded releases it):
+    # the actors only hand their rows back, and this process writes the one file, so a second run into the
+    # folder, inside it or around it stops in one line instead of replacing the file or mixing its own in
+    path = check_output_file(lock_output_folder(out, "--out", given) / f"predictions.{args.format}", "output",
                              given, args.overwrite)
     ray = zoo_ray.import_ray()  # missing: one line before any work (after the checks of the command line)
     options = {"batch": args.batch}
