@@ -210,35 +210,81 @@ def test_an_empty_argument_is_refused(argv, message, tmp_path, monkeypatch, caps
     assert file_tree(tmp_path) == before
 
 
-# a site hook that stands for Ctrl-C pressed while a command imports INTERRUPT_AT (MLX loads for seconds on a Mac)
+# a site hook that presses Ctrl-C (a real SIGINT, once) as the process starts to import INTERRUPT_AT: at that point
+# of its start-up every time, not at a delay's luck (MLX loads for seconds on a Mac)
 INTERRUPTING_SITE = """
-import os, sys
+import os, signal, sys
 
 class Interrupt:
+    pressed = False
+
     def find_spec(self, name, path=None, target=None):
-        if name == os.environ["INTERRUPT_AT"]:
-            raise KeyboardInterrupt
+        if name == os.environ["INTERRUPT_AT"] and not self.pressed:
+            self.pressed = True
+            os.kill(os.getpid(), signal.SIGINT)
 
 sys.meta_path.insert(0, Interrupt())
 """
+# points of `import zoo` itself (its errors, OpenBLAS's loading, the native build's check), then the commands' own
+# imports (MLX, the registry)
+INTERRUPT_POINTS = ["zoo.errors", "zoo.blas", "scipy_openblas32", "zoo.native", "mlx.core", "zoo.registry"]
 
 
-@pytest.mark.parametrize("module", ["mlx.core", "zoo.registry"])
+def interrupted_start(argv: list[str], module: str, folder) -> subprocess.CompletedProcess:
+    """``argv`` run in ``folder`` with Ctrl-C pressed as it starts to import ``module``."""
+    import os
+
+    (folder / "sitecustomize.py").write_text(INTERRUPTING_SITE)
+    env = {**os.environ, "INTERRUPT_AT": module,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("module", INTERRUPT_POINTS)
 @pytest.mark.parametrize("command", [["-m", "zoo.run", "yolov8n", "x.jpg"], ["-m", "zoo", "yolov8n", "x.jpg"],
                                      ["-m", "zoo.validate", "yolov8n"], ["zoo-run", "yolov8n", "x.jpg"],
                                      ["zoo-validate", "yolov8n"]])
 def test_ctrl_c_while_a_command_imports_is_one_line(tmp_path, command, module):
     """Ctrl-C before the run starts (while its modules load) printed a KeyboardInterrupt traceback; now, as during
-    the run, the line 'interrupted' and exit 130, for every entry point."""
-    import os
+    the run, the line 'interrupted' and exit 130, for every entry point. The commands' own imports said so first;
+    a Ctrl-C inside `import zoo` (which runpy, or the console script, imports before the command's module) still
+    printed the traceback until 2026-11-30."""
     from pathlib import Path
 
-    (tmp_path / "sitecustomize.py").write_text(INTERRUPTING_SITE)
     script = Path(sys.executable).parent / command[0]
     if command[0] != "-m" and not script.exists():
         pytest.fail(f"{script} is not installed: pip install -e . makes it")
     argv = [sys.executable, *command] if command[0] == "-m" else [str(script), *command[1:]]
-    env = {**os.environ, "INTERRUPT_AT": module,
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
-    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = interrupted_start(argv, module, tmp_path)
     assert (proc.returncode, proc.stderr) == (130, "interrupted\n")
+
+
+@pytest.mark.parametrize("program", [["-c", "import zoo"], ["mine.py"], ["-m", "mine"]])
+def test_ctrl_c_while_a_program_imports_zoo_is_its_keyboard_interrupt(tmp_path, program):
+    """A user's program that imports zoo keeps Python's KeyboardInterrupt (its to catch; uncaught, the traceback and
+    the process ended by SIGINT): only mlx-zoo's commands turn it into 'interrupted', exit 130."""
+    import signal
+
+    (tmp_path / "mine.py").write_text("import zoo\n")
+    proc = interrupted_start([sys.executable, *program], "zoo.blas", tmp_path)
+    assert proc.returncode == -signal.SIGINT
+    assert "Traceback" in proc.stderr and proc.stderr.splitlines()[-1] == "KeyboardInterrupt"
+
+
+@pytest.mark.parametrize("argv, orig_argv, command", [
+    (["-m", "x.jpg"], ["python", "-X", "dev", "-m", "zoo.run", "x.jpg"], True),  # runpy importing zoo for -m zoo.run
+    (["-m", "x.jpg"], ["python", "-Im", "zoo.validate", "x.jpg"], True),
+    (["-m"], ["python", "-mzoo"], True),
+    (["-m", "zoo"], ["python", "-m", "mypkg.tool", "zoo"], False),  # a user's module, given 'zoo' as an argument
+    (["-m"], ["python", "-m", "zoo2"], False),
+    (["/venv/bin/zoo-validate", "yolov8n"], ["python", "/venv/bin/zoo-validate", "yolov8n"], True),
+    (["-c"], ["python", "-c", "import zoo"], False),
+    (["mine.py"], ["python", "mine.py"], False),
+    ([""], ["python"], False),  # the interactive interpreter
+])
+def test_a_command_is_told_from_a_program_importing_zoo(argv, orig_argv, command, monkeypatch):
+    from zoo.errors import started_as_command
+
+    monkeypatch.setattr(sys, "argv", argv)
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    assert started_as_command() is command

@@ -74,3 +74,12 @@ def test_ci_runs_the_readme_test_command_verbatim():
     assert block is not None, "README's 'Run the tests' block (after its not-run mark) is gone"
     command = block.group(1).strip()
     assert "\n" not in command and command in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_the_console_scripts_are_the_commands_ctrl_c_ends_in_one_line():
+    """zoo.errors.started_as_command knows the console scripts by name (`import zoo` cannot read the installed
+    metadata at no cost): a script added to pyproject.toml and not there would print a traceback on a Ctrl-C in
+    `import zoo`."""
+    from zoo.errors import COMMAND_SCRIPTS
+
+    assert sorted(COMMAND_SCRIPTS) == sorted(pyproject()["project"]["scripts"])

@@ -1,5 +1,6 @@
 """The exceptions users see: a one-line message naming the problem and the fix, in the words of the
 interface that was called (a command line's flags, the Python API's keyword arguments)."""
+import os
 import sys
 from contextlib import contextmanager
 
@@ -51,6 +52,35 @@ def interrupted() -> int:
     """Ctrl-C in a command: one line, no traceback; the exit code."""
     print("interrupted", file=sys.stderr)
     return EXIT_INTERRUPTED
+
+
+# the console scripts of pyproject.toml's [project.scripts] (tests/test_packaging.py checks that the two agree)
+COMMAND_SCRIPTS = ("zoo-run", "zoo-validate")
+
+
+def started_as_command() -> bool:
+    """Whether this process is one of mlx-zoo's commands: ``python -m zoo...`` or a console script, not a program of
+    the user's that imports zoo. Under ``-m``, while runpy imports the module's packages (zoo first), sys.argv[0]
+    is "-m" and sys.orig_argv holds the module's name just before sys.argv's other items ("-mzoo.run" when
+    written as one)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0 == "-m":
+        orig = getattr(sys, "orig_argv", [])
+        at = len(orig) - len(sys.argv)
+        if at < 1:
+            return False
+        module = orig[at].partition("m")[2] if orig[at].startswith("-") else orig[at]
+        return module == "zoo" or module.startswith("zoo.")
+    return os.path.basename(argv0) in COMMAND_SCRIPTS
+
+
+def exit_if_command() -> None:
+    """In ``except KeyboardInterrupt`` around a package's own imports (``import zoo``: OpenBLAS, the native
+    build's check): Ctrl-C meanwhile ends a command (started_as_command) as during its run, 'interrupted' and
+    exit 130, not a traceback; a user's program that imports zoo gets its KeyboardInterrupt back (the caller
+    re-raises it)."""
+    if started_as_command():
+        raise SystemExit(interrupted()) from None
 
 
 @contextmanager
