@@ -225,9 +225,10 @@ class Interrupt:
 
 sys.meta_path.insert(0, Interrupt())
 """
-# points of `import zoo` itself (its errors, OpenBLAS's loading, the native build's check), then the commands' own
-# imports (MLX, the registry)
-INTERRUPT_POINTS = ["zoo.errors", "zoo.blas", "scipy_openblas32", "zoo.native", "mlx.core", "zoo.registry"]
+# points of `import zoo` itself (its errors, OpenBLAS's loading, the native build's check), of `import zoo.validate`
+# (dataclasses, first imported there by python -m zoo.validate), then of the commands' own imports (MLX, the registry)
+INTERRUPT_POINTS = ["zoo.errors", "zoo.blas", "scipy_openblas32", "zoo.native", "dataclasses", "mlx.core",
+                    "zoo.registry"]
 
 
 def interrupted_start(argv: list[str], module: str, folder) -> subprocess.CompletedProcess:

@@ -20,8 +20,12 @@ MLX is imported on the first call, not by ``import zoo.validate``.
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
+
+from zoo.errors import interrupted_exits
+
+with interrupted_exits(commands_only=True):  # python -m zoo.validate: runpy imports this package before the command
+    import dataclasses
 
 DTYPES = ("float32", "float16", "bfloat16")
 # calibrate_bn: fewer values per channel than this make a BatchNorm's statistics noisy (LaMa in

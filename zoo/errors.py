@@ -65,7 +65,7 @@ def started_as_command() -> bool:
     written as one)."""
     argv0 = sys.argv[0] if sys.argv else ""
     if argv0 == "-m":
-        orig = getattr(sys, "orig_argv", [])
+        orig = sys.orig_argv
         at = len(orig) - len(sys.argv)
         if at < 1:
             return False
@@ -74,21 +74,17 @@ def started_as_command() -> bool:
     return os.path.basename(argv0) in COMMAND_SCRIPTS
 
 
-def exit_if_command() -> None:
-    """In ``except KeyboardInterrupt`` around a package's own imports (``import zoo``: OpenBLAS, the native
-    build's check): Ctrl-C meanwhile ends a command (started_as_command) as during its run, 'interrupted' and
-    exit 130, not a traceback; a user's program that imports zoo gets its KeyboardInterrupt back (the caller
-    re-raises it)."""
-    if started_as_command():
-        raise SystemExit(interrupted()) from None
-
-
 @contextmanager
-def interrupted_exits():
+def interrupted_exits(commands_only: bool = False):
     """Around a command's module-level imports (MLX loads for seconds on a Mac's first run): Ctrl-C meanwhile ends
     the process as during its run (zoo.cli.guarded), 'interrupted' and exit 130, not a traceback. It ends the process
-    (SystemExit) from inside an import, so only the command modules use it, never the library's."""
+    (SystemExit) from inside an import, so only the command modules use it as it is. ``commands_only``: around the
+    library's own packages' imports (``import zoo``: OpenBLAS, the native build's check), which runpy and the console
+    scripts import before the command's module: the exit only where the process is a command (started_as_command);
+    a program's own ``import zoo`` keeps its KeyboardInterrupt."""
     try:
         yield
     except KeyboardInterrupt:
+        if commands_only and not started_as_command():
+            raise
         raise SystemExit(interrupted()) from None
