@@ -67,9 +67,9 @@ def files(tmp_path_factory) -> Path:
     Image.new("RGB", (5000, 1), (120, 30, 200)).save(root / "strip.png")
     from zoo.run import main
 
-    # a detect run's --out, and one as an earlier version left it: no settings file (E74, E75)
-    assert main(["yolov8n", str(root / "ok.jpg"), "--out", str(root / "run"), "--imgsz", "64", "--weights",
-                 "synthetic"]) == 0
+    # a detect run's --out and records, and an --out as an earlier version left it: no settings file (E74, E75, E79)
+    assert main(["yolov8n", str(root / "ok.jpg"), "--out", str(root / "run"), "--imgsz", "64", "--jsonl",
+                 str(root / "detect.jsonl"), "--weights", "synthetic"]) == 0
     shutil.copytree(root / "run", root / "old_run")
     (root / "old_run" / "mlx_zoo_run.json").unlink()
     return root

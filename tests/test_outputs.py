@@ -36,8 +36,9 @@ def save_mask(path: Path) -> Path:
     return path
 
 
-def refused(argv: list[str], root: Path, capsys, message: str) -> None:
-    """The run fails with exactly one `error:` line containing ``message``, no traceback, nothing written."""
+def refused(argv: list[str], root: Path, capsys, message: str) -> int:
+    """The run fails with exactly one `error:` line containing ``message``, no traceback, nothing written;
+    -> its exit code."""
     before = file_tree(root)
     code = main(argv)
     err = capsys.readouterr().err
@@ -45,6 +46,7 @@ def refused(argv: list[str], root: Path, capsys, message: str) -> None:
     assert code != 0 and "Traceback" not in err
     assert len(errors) == 1 and message in errors[0], err
     assert file_tree(root) == before
+    return code
 
 
 @pytest.fixture
@@ -505,13 +507,18 @@ FOREIGN = {"resnet18": ("detect", "yolov8n"), "yolov8n": ("classify", "resnet18"
 ])
 @pytest.mark.parametrize("model", ["resnet18", "yolov8n"])
 def test_a_damaged_or_foreign_jsonl_is_refused_before_the_model_loads(work, capsys, content, message, model):
-    if content is None:
+    """A damaged file is a problem of the file (exit 1); another model's records are the command line's model
+    against its own file's, as a settings mismatch (exit 2)."""
+    foreign = content is None
+    if foreign:
         task, other = FOREIGN[model]
         content = json.dumps({"mlx_zoo": 1, "task": task, "model": other}).encode() + b"\n"
         message = f"r.jsonl holds {other} ({task}) records, not {model}"
     (work / "r.jsonl").write_bytes(content)
     out = ["--out", "res"] if model == "yolov8n" else []
-    refused([model, "imgs", "--jsonl", "r.jsonl", "--resume", *out, "--weights", MISSING_WEIGHTS], work, capsys, message)
+    code = refused([model, "imgs", "--jsonl", "r.jsonl", "--resume", *out, "--weights", MISSING_WEIGHTS], work, capsys,
+                   message)
+    assert code == (2 if foreign else 1)
 
 
 def test_a_jsonl_that_is_no_regular_file_is_refused_before_the_model_loads(tmp_path, capsys):

@@ -1043,7 +1043,8 @@ class RecordReader:
             raise ZooError(f"{self.path} has a header line without its task and model (it says which wrote the "
                            f"records): it is not a record file this program wrote (or it was edited): {self.fix}")
         if theirs != (expected["task"], expected["model"]):
-            raise ZooError(f"{self.path} holds {theirs[1]} ({theirs[0]}) records, not {expected['model']} "
+            # the command line's model against its own file's, as other settings (--weights) below: exit 2
+            raise UsageError(f"{self.path} holds {theirs[1]} ({theirs[0]}) records, not {expected['model']} "
                            f"({expected['task']}): {self.fix}")
         # a file written before headers held settings has none to compare: taken as it is
         if isinstance(found.get("settings"), dict) and "settings" in expected:
