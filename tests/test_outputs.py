@@ -399,6 +399,29 @@ def test_resume_takes_any_spelling_of_one_class_filter(work, capsys):
     assert records_of(work / "d.jsonl")[0]["settings"]["--classes"] == "0,2"
 
 
+def test_resume_takes_imgsz_omitted_as_the_size_the_model_runs_at(work, capsys):
+    """--imgsz omitted was recorded as null, so --imgsz 640 (the official checkpoints' default) on --resume was
+    refused as other settings: the settings hold the size the model runs at, the checkpoint's training size
+    when omitted (a file trained at 96 runs at 96); another size is still refused."""
+    from safetensors.numpy import load_file, save_file
+    from conftest import synthetic_checkpoint
+
+    weights = synthetic_checkpoint("yolov8n", work / "y96.safetensors")
+    save_file(load_file(weights), str(weights), metadata={"imgsz": "96"})
+    for given, model, size in ((["--imgsz", "640"], SYNTHETIC, 640), ([], ["--weights", str(weights)], 96)):
+        base = ["yolov8n", "imgs/a.jpg", "--out", f"res{size}", "--jsonl", f"d{size}.jsonl", *model]
+        assert main([*base, *given]) == 0
+        assert records_of(work / f"res{size}" / "mlx_zoo_run.json")[0]["settings"]["--imgsz"] == [size, size]
+        for spelling in ([], [str(size)], [str(size), str(size)]):
+            for resume in (base, [arg for arg in base if arg not in ("--jsonl", f"d{size}.jsonl")]):
+                capsys.readouterr()
+                assert main([*resume, *(["--imgsz", *spelling] if spelling else []), "--resume"]) == 0, \
+                    capsys.readouterr().err
+                assert "1 skipped (done before)" in capsys.readouterr().err
+        assert refused([*base, "--imgsz", "128", "--resume"], work, capsys, f"d{size}.jsonl holds results of "
+                       f"--imgsz {size} {size}, not --imgsz 128 128: give the options that made them") == 2
+
+
 def test_resume_takes_a_top_k_beyond_the_classes_as_all_of_them(work, capsys):
     """classify with --num-classes 3: --top-k 5 and 10 both list the 3 classes, so either continues the other."""
     base = ["resnet18", "imgs", "--jsonl", "r.jsonl", "--num-classes", "3", *SYNTHETIC]

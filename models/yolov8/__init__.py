@@ -18,10 +18,16 @@ from .ops import (MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thre
                   non_max_suppression, resize_linear, resolve_classes, scale_boxes)
 
 
+def default_imgsz(spec) -> int | tuple[int, int]:
+    """The size a model built for ``spec`` predicts at unless told: the training size checkpoint_spec read from
+    the file, else 640 (the official checkpoints')."""
+    return spec.preprocess.get("imgsz", 640)
+
+
 def build(spec) -> DetectionModel:
     """The network for ``spec`` as checkpoint_spec fitted it to a file (its nc and names), else COCO's 80."""
     nc = spec.config.get("nc", 80)
     names = spec.config.get("names") or parse_names(None, nc, spec.name)
     arch, scale, task = split_variant(spec.variant)
     arch = task_architecture(arch, scale, task, spec.config.get("kpt_shape"))
-    return DetectionModel(scale, nc, spec.preprocess.get("imgsz", 640), names, arch)
+    return DetectionModel(scale, nc, default_imgsz(spec), names, arch)

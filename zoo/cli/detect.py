@@ -75,14 +75,16 @@ def add_arguments(parser):
 
 
 def check_arguments(args):
-    from zoo.models.yolov8 import check_imgsz, check_thresholds, class_names, resolve_classes
+    from zoo.models.yolov8 import check_imgsz, check_thresholds, class_names, default_imgsz, resolve_classes
 
     check_thresholds(args.conf, args.iou, args.max_det)
     pipeline.check_arguments(args)
-    if args.imgsz is not None:
-        if len(args.imgsz) > 2:
-            raise UsageError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
-        args.imgsz = check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
+    if args.imgsz is not None and len(args.imgsz) > 2:
+        raise UsageError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
+    # the size the model runs at (run passes it on), as the settings hold it: omitted, the checkpoint's (args.spec
+    # is fitted to the weights file's header), so --imgsz omitted, 640 and 640 640 are one setting for a 640 model
+    args.imgsz = check_imgsz(default_imgsz(args.spec) if args.imgsz is None else
+                             args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
     if args.save_conf and not args.save_txt:
         raise UsageError("--save-conf adds the score to the --save-txt labels: pass --save-txt too")
     if args.spec.task == "instance-segment" and (args.save_txt or args.jsonl):
