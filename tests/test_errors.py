@@ -70,6 +70,8 @@ def files(tmp_path_factory) -> Path:
     # a detect run's --out and records, and an --out as an earlier version left it: no settings file (E74, E75, E79)
     assert main(["yolov8n", str(root / "ok.jpg"), "--out", str(root / "run"), "--imgsz", "64", "--jsonl",
                  str(root / "detect.jsonl"), "--weights", "synthetic"]) == 0
+    assert main(["lama", str(root / "imgs"), "--mask", str(root / "mask.png"), "--out", str(root / "lama_run"),
+                 "--weights", "synthetic"]) == 0  # a LaMa folder run's --out (E80)
     shutil.copytree(root / "run", root / "old_run")
     (root / "old_run" / "mlx_zoo_run.json").unlink()
     return root

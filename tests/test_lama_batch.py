@@ -6,6 +6,8 @@ sizes and names (a.png <- a.png, a_mask.png, a.jpg). Hole rectangles sit on the
 masks' scale factors, so the hole at image resolution is known exactly.
 """
 
+import json
+
 import numpy as np
 import pytest
 from PIL import ExifTags, Image, ImageCms
@@ -13,6 +15,7 @@ from PIL import ExifTags, Image, ImageCms
 import zoo
 from conftest import cli_error
 from zoo.run import main
+from zoo.sources import RUN_SETTINGS
 
 H, W = 48, 64  # as displayed (after EXIF orientation)
 N = 20
@@ -94,7 +97,8 @@ def test_folder_of_20_inpaints_in_one_command(photos, first_run):
     images, _, expected = photos
     code, out = first_run
     assert code == 0
-    assert sorted(p.name for p in out.iterdir()) == sorted(f"{name.rsplit('.', 1)[0]}.png" for name in expected)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [RUN_SETTINGS, *(f"{name.rsplit('.', 1)[0]}.png" for name in expected)])
     hole = np.zeros((H, W), bool)
     hole[HOLE] = True
     for name, (pixels, exif) in expected.items():
@@ -110,14 +114,15 @@ def test_folder_of_20_inpaints_in_one_command(photos, first_run):
         assert exif_tags(got_exif) == want, name  # every tag but the orientation, now applied
 
 
-def test_second_run_skips_everything_without_reading_weights(photos, first_run, tmp_path, capsys):
+def test_second_run_skips_everything_without_reading_weights(photos, first_run, capsys, monkeypatch):
+    from zoo import registry
+
     images, masks, _ = photos
     _, out = first_run
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     capsys.readouterr()
-    missing = str(tmp_path / "missing.safetensors")  # never read: nothing is left to do
-    assert main(["lama", str(images), "--mask", str(masks), "--out", str(out), "--ext", "png",
-                 "--weights", missing, "--device", "cpu"]) == 0
+    monkeypatch.setattr(registry, "load", None)  # never called: nothing is left to do
+    assert main(["lama", str(images), "--mask", str(masks), "--out", str(out), "--ext", "png", *WEIGHTS]) == 0
     err = capsys.readouterr().err
     assert f"note: skipping {N} outputs in {out}: already written (--overwrite replaces them)" in err
     assert f"lama: 0 inpainted, {N} skipped (already written) in 0.0 s -> {out}" in err
@@ -139,7 +144,7 @@ def test_outputs_named_like_the_inputs_jpeg_as_png_quality_and_overwrite(photos,
     assert err.count("mask of no image") == N - 2 and "error:" not in err
     assert "note: .jpg inputs are written as .png, which keeps the pixels outside the hole exact (--ext jpg keeps " \
            "their format, lossy)" in err
-    assert sorted(p.name for p in out.iterdir()) == ["photo01.png", "photo02.png"]
+    assert sorted(p.name for p in out.iterdir()) == [RUN_SETTINGS, "photo01.png", "photo02.png"]
     hole = np.zeros((H, W), bool)
     hole[HOLE] = True
     pixels = expected["photo02.jpg"][0]
@@ -148,8 +153,10 @@ def test_outputs_named_like_the_inputs_jpeg_as_png_quality_and_overwrite(photos,
     # --overwrite replaces an output that exists
     (out / "photo01.jpg").write_bytes(b"stale")
     assert main([*argv, "--ext", "jpg", "--quality", "80", "--overwrite"]) == 0
-    assert "note: .jpg is lossy: pixels outside the hole change; write .png (--ext png) to keep them" in \
-        capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "note: .jpg is lossy: pixels outside the hole change; write .png (--ext png) to keep them" in err
+    # the .png outputs stay, of other settings (no --quality): the folder's settings file goes, with a note
+    assert f"note: photo01.png in {out} stays, made with other options than this run's" in err
     assert sorted(p.name for p in out.iterdir()) == ["photo01.jpg", "photo01.png", "photo02.jpg", "photo02.png"]
     with Image.open(out / "photo02.jpg") as jpeg, Image.open(out / "photo01.jpg") as replaced:
         reference = tmp_path / "q80.jpg"
@@ -182,7 +189,7 @@ def test_bad_files_one_line_each_the_rest_processed(tmp_path, capsys):
     assert any("truncated.png: the file is damaged or truncated" in e for e in errors)
     assert any("nomask.png: no mask in" in n and "looked for nomask.* and nomask_mask*.*): skipped" in n for n in notes)
     assert any("orphan.png: mask of no image" in n for n in notes)
-    assert sorted(p.name for p in out.iterdir()) == ["good1.png", "good2.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["good1.png", "good2.png", RUN_SETTINGS]
     assert "lama: 2 inpainted, 1 skipped (no mask), 2 failed (see the error lines)" in err.splitlines()[-1]
 
 
@@ -225,10 +232,71 @@ def test_lama_layout_images_and_masks_in_one_folder(tmp_path, capsys):
     save_mask(folder / "b_mask001.png", 1)
     out = tmp_path / "out"
     assert main(["lama", str(folder), "--mask", str(folder), "--out", str(out), *WEIGHTS]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b.png", RUN_SETTINGS]
     # an output folder that is an input folder is refused, --overwrite or not, before any work
     assert main(["lama", str(folder), "--mask", str(folder), "--out", str(folder), "--overwrite", *WEIGHTS]) == 2
     assert capsys.readouterr().err.count(f"is the input folder {folder}: pass another output path") == 1
+
+
+def test_a_folder_run_over_outputs_of_other_settings_is_refused(tmp_path, capsys):
+    """A re-run into an --out with another --mask-threshold skipped the outputs there, made at the earlier
+    threshold, and wrote the new ones beside them without a word. The folder keeps the run's settings
+    (mlx_zoo_run.json, as detect's --out): a run with other options that change the pixels is refused before any
+    work (exit 2), the same options spelled otherwise are taken, --overwrite of part of the folder with other
+    options removes the file (one note), and a folder of outputs without it is refused in one line."""
+    from conftest import file_tree
+
+    images, masks, out = tmp_path / "images", tmp_path / "masks", tmp_path / "out"
+    for folder in (images, masks):
+        folder.mkdir()
+    for stem in ("a", "b"):
+        Image.fromarray(np.full((H, W, 3), 90, np.uint8)).save(images / f"{stem}.png")
+        save_mask(masks / f"{stem}.png", 1)
+    base = ["lama", str(images), "--mask", str(masks), "--out", str(out), *WEIGHTS]
+    settings = out / RUN_SETTINGS
+    assert main(base) == 0
+    assert json.loads(settings.read_text())["settings"] == {
+        "--weights": "synthetic:0", "--dtype": "float32", "--mask-threshold": 127, "--dilate": 0,
+        "--hd-strategy": "crop", "--resize-limit": None, "--crop-margin": 128, "--crop-trigger-size": 800,
+        "--quality": None}
+    for other, shown in ((["--mask-threshold", "1"], "--mask-threshold 127, not --mask-threshold 1"),
+                         (["--dilate", "8"], "--dilate 0, not --dilate 8"),
+                         (["--weights", "synthetic:1"], "--weights synthetic:0, not --weights synthetic:1"),
+                         (["--dtype", "bfloat16"], "--dtype float32, not --dtype bfloat16"),
+                         (["--hd-strategy", "resize"], "--hd-strategy crop --resize-limit (not given) --crop-margin 128 "
+                          "--crop-trigger-size 800, not --hd-strategy resize --resize-limit 1280 --crop-margin (not "
+                          "given) --crop-trigger-size (not given)")):
+        before = file_tree(tmp_path)
+        assert main([*base, *other]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"error: {settings} holds results of {shown}: give the options that made them, or pass another --out "
+            "DIR, or --overwrite to replace its outputs")
+        assert file_tree(tmp_path) == before
+    config = tmp_path / "cfg.json"
+    config.write_text('{"hd_strategy": "Crop", "hd_strategy_crop_margin": 128}')
+    for same in (["--config", str(config)], ["--crop-trigger-size", "800"], ["--quality", "50"]):  # PNG: no quality
+        assert main([*base, *same]) == 0
+        assert f"0 inpainted, 2 skipped (already written)" in capsys.readouterr().err
+    # the options of a strategy that is not used are no settings
+    assert main([*base, "--out", str(tmp_path / "whole"), "--hd-strategy", "original", "--crop-margin", "16"]) == 0
+    assert main([*base, "--out", str(tmp_path / "whole"), "--hd-strategy", "original"]) == 0
+    # --overwrite of one image with other options: the other's output stays, so the settings file goes
+    assert main(["lama", str(images / "a.png"), "--mask", str(masks), "--out", str(out), "--mask-threshold", "1",
+                 "--overwrite", *WEIGHTS]) == 0
+    assert (f"note: b.png in {out} stays, made with other options than this run's: its settings file {RUN_SETTINGS} "
+            "is removed, so no later run takes it for this run's output") in capsys.readouterr().err
+    assert not settings.exists()
+    for argv in (base, [*base, "--mask-threshold", "1"]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            f"error: outputs exist, but {settings} is not there, so the 2 output(s) in {out} may be of other options "
+            "than these: run again with --overwrite (all made again) or into a new --out")
+    assert main([*base, "--mask-threshold", "1", "--overwrite"]) == 0  # all made again: the settings are this run's
+    assert json.loads(settings.read_text())["settings"]["--mask-threshold"] == 1
+    # one image whose output file is named keeps no settings file
+    assert main(["lama", str(images / "a.png"), "--mask", str(masks / "a.png"), "--out", str(tmp_path / "a.png"),
+                 *WEIGHTS]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "cfg.json", "images", "masks", "out", "whole"]
 
 
 def test_cli_argument_errors(photos, tmp_path, capsys):
@@ -282,7 +350,7 @@ def test_iopaint_run_flags_threshold_png_and_missing_masks(tmp_path, capsys):
     err = capsys.readouterr().err
     assert f"note: {images / 'c.jpg'}: no mask in {masks} (looked for c.* and c_mask*.*): skipped (add one" in err
     assert "error:" not in err and "lama: 2 inpainted, 1 skipped (no mask) in" in err.splitlines()[-1]
-    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b.png"]
+    assert sorted(p.name for p in out.iterdir()) == ["a.png", "b.png", RUN_SETTINGS]  # and the run's settings
     hole = mask >= 127
     for stem in ("a", "b"):
         got = np.asarray(Image.open(out / f"{stem}.png"))

@@ -167,9 +167,9 @@ def test_segment_outputs_need_overwrite(work, capsys, small_mobilesam):
 
 def test_inpaint_keeps_existing_outputs_without_overwrite(work, capsys):
     inputs = file_tree(work)
-    (work / "out").mkdir()
-    (work / "out" / "r2.png").write_bytes(b"an earlier result")  # JPEG inputs are written as PNG in a folder
     args = ["lama", "r2.jpg", "real.jpg", "--mask", "mask.png", "--out", "out", *SYNTHETIC]
+    assert main([*args[:2], *args[3:]]) == 0  # an earlier run of the same options (its settings in out): r2 alone
+    (work / "out" / "r2.png").write_bytes(b"an earlier result")  # JPEG inputs are written as PNG in a folder
     assert main(args) == 0
     assert (work / "out" / "r2.png").read_bytes() == b"an earlier result" and (work / "out" / "real.png").exists()
     assert main([*args, "--overwrite"]) == 0
@@ -486,7 +486,7 @@ def test_overwrite_of_other_settings_does_not_vouch_for_the_outputs_it_leaves(wo
     assert main(["yolov8n", "imgs/a.jpg", "--out", "res", "--imgsz", "64", "--conf", "0.5", "--overwrite",
                  *SYNTHETIC]) == 0
     assert ("note: b.png in res stays, made with other options than this run's: its settings file mlx_zoo_run.json is "
-            "removed, so --resume will not take it for this run's output") in capsys.readouterr().err
+            "removed, so no later run takes it for this run's output") in capsys.readouterr().err
     assert not settings.exists()
     refused([*base, "--conf", "0.5", "--resume"], work, capsys, "--resume: res/mlx_zoo_run.json is not there")
     assert main([*base, "--conf", "0.5", "--overwrite"]) == 0  # every output made again: the settings are this run's

@@ -21,6 +21,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Callable
 
 from tqdm import tqdm
 
@@ -144,7 +145,13 @@ def check_arguments(args):
             check_new_file(path, "output", args.overwrite)
         for extra in extras:
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
-    args.save_settings = check_settings(settings, args, {name for _, _, name, _, _ in outputs})
+    names = {name for _, _, name, _, _ in outputs}
+    records = args.jsonl and Path(args.jsonl).exists()  # its header says which options made the outputs skipped
+    args.save_settings = check_settings(
+        settings, args.header, lambda: other_outputs(out, names, {settings, *(Path(p) for p in (args.jsonl,) if p)}),
+        args.overwrite, args.resume, 0 if records else len(args.skip),
+        "pass another --out DIR" if args.resume else "pass another --out DIR, or --overwrite to replace its outputs",
+        "--resume: ")
     if args.save_json:
         check_new_file(refuse_inputs(out / PREDICTIONS, inputs, "output"), "output", args.overwrite or args.resume)
         numbered = [name for _, _, name, _, _ in outputs if name not in args.image_ids.ids]
@@ -200,27 +207,47 @@ def classes_setting(classes: str | None, ids: list[int] | None) -> str | None:
     return ",".join(map(str, ids))
 
 
-def check_settings(path: Path, args, names: set[str]) -> str | None:
-    """--out's settings file (RUN_SETTINGS), there from an earlier run: its settings checked against this run's
-    (--resume always; a new run into the folder unless --overwrite replaces it). -> what this run does with it:
-    "write" it, "remove" it (--overwrite of other settings leaving outputs of the earlier ones: the folder's
+def check_settings(path: Path, header: dict, others: Callable[[], str | None], overwrite: bool, resume: bool,
+                   skipped: int, fix: str, unknown: str) -> str | None:
+    """An output folder's settings file (RUN_SETTINGS), there from an earlier run: its settings checked against
+    this run's ``header`` (a run that continues the folder's, ``resume``, always; a new run into it unless
+    ``overwrite`` replaces its outputs); ``fix``: what else to do. Without the file, ``skipped`` outputs this run
+    would take as done are refused (``unknown``: how that line starts). ``others()``: a file in the folder this run
+    does not make, named, or None. -> what this run does with the file (apply_settings, before its first output):
+    "write" it, "remove" it (``overwrite`` of other settings leaving outputs of the earlier ones: the folder's
     settings are then unknown), or None (kept as it is, or not written where the folder holds outputs of
     unknown settings: it would vouch for them)."""
-    if path.exists() and (args.resume or not args.overwrite):
-        check_header_file(path, args.header, "pass another --out DIR" if args.resume else
-                          "pass another --out DIR, or --overwrite to replace its outputs")
+    if path.exists() and (resume or not overwrite):
+        check_header_file(path, header, fix)
         return None
-    if args.resume and args.skip and not (args.jsonl and Path(args.jsonl).exists()):
-        # a folder of an earlier version: which options made its outputs is not known (--jsonl's header says)
-        raise UsageError(f"--resume: {path} is not there, so the {len(args.skip)} output(s) in {path.parent} may be of "
-                         f"other options than these: run again with --overwrite (all made again) or into a new --out")
-    others = other_outputs(path.parent, names, {path, *(Path(p) for p in (args.jsonl,) if p)})
-    if others is None:
+    if resume and skipped:
+        # a folder of an earlier version (or another program's): which options made its outputs is not known
+        raise UsageError(f"{unknown}{path} is not there, so the {skipped} output(s) in {path.parent} may be of other "
+                         "options than these: run again with --overwrite (all made again) or into a new --out")
+    other = others()
+    if other is None:
         return "write"
     if path.exists():  # --overwrite of other settings
-        print(f"note: {others} in {path.parent} stays, made with other options than this run's: its settings file "
-              f"{path.name} is removed, so --resume will not take it for this run's output", file=sys.stderr)
+        print(f"note: {other} in {path.parent} stays, made with other options than this run's: its settings file "
+              f"{path.name} is removed, so no later run takes it for this run's output", file=sys.stderr)
         return "remove"
+    return None
+
+
+def apply_settings(path: Path, header: dict, action: str | None, replace: bool) -> None:
+    """check_settings' ``action`` on the folder's settings file, before the run's first output (a killed run's
+    folder says which options made it; a run that writes no output leaves none)."""
+    if action == "write":
+        write_text(path, json_text(header) + "\n", replace=replace)
+    elif action == "remove":
+        path.unlink(missing_ok=True)
+
+
+def other_file(folder: Path, own: Callable[[Path], bool]) -> str | None:
+    """A file under ``folder`` that ``own`` does not take for this run's, named relative to it; None if none."""
+    for file in (p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else ():
+        if not own(file):
+            return str(file.relative_to(folder))
     return None
 
 
@@ -229,11 +256,12 @@ def other_outputs(out: Path, names: set[str], own: set[Path]) -> str | None:
     is none. This run's: ``<name>.*``, ``labels/<name>.txt``, crops of ``<name>`` (video frames: ``<name>_<n>``),
     predictions.json and ``own``."""
     own = {p.resolve() for p in (*own, out / PREDICTIONS)}
-    for file in (p for p in out.rglob("*") if p.is_file() and p.resolve() not in own) if out.is_dir() else ():
+
+    def ours(file: Path) -> bool:
         stem = file.stem.rstrip("0123456789") if file.parent.parent.name == "crops" else file.stem
-        if stem not in names and stem.rpartition("_")[0] not in names:
-            return str(file.relative_to(out))
-    return None
+        return file.resolve() in own or stem in names or stem.rpartition("_")[0] in names
+
+    return other_file(out, ours)
 
 
 def latest_run(base: str) -> Path:
@@ -308,11 +336,7 @@ def run(args, model) -> int:
 
     def process(batch):
         nonlocal save_settings
-        if save_settings == "write":  # before the first output (a killed run's folder says which options made it);
-            # a run that writes none leaves none (nor, all its inputs failed, an --out folder)
-            write_text(out / RUN_SETTINGS, json_text(args.header) + "\n", replace=args.overwrite)
-        elif save_settings == "remove":
-            (out / RUN_SETTINGS).unlink(missing_ok=True)
+        apply_settings(out / RUN_SETTINGS, args.header, save_settings, replace=args.overwrite)
         save_settings = None
         results = predict_batch(model, [ready.data for ready in batch], [ready.item for ready in batch], **options)
         if coco is not None:

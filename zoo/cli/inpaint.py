@@ -27,12 +27,13 @@ import numpy as np
 from PIL import ExifTags, Image
 from tqdm import tqdm
 
-from zoo import pipeline
+from zoo import pipeline, registry
+from zoo.cli.detect import apply_settings, check_settings, other_file
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, image_format, lock_output_folder, make_output_folder, refuse_inputs,
-                       write_atomic)
+                       writable_format, write_atomic)
 from zoo.images import image_files, image_size, open_image, reading_errors
-from zoo.sources import Item, is_video
+from zoo.sources import RUN_SETTINGS, Item, is_video, records_header
 
 # PNG and the other lossless formats keep the pixels outside the hole exact; GIF quantises to 256 colours.
 LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp", ".gif")
@@ -144,6 +145,7 @@ def check_arguments(args) -> int | None:
                        f"image (a.jpg <- a.png or a{MASK_MARK}.png), or pass one mask file for every image")
     outputs = output_paths(args, [image for image, _ in pairs])
     inputs = Inputs([*args.images, mask_arg, *images, *masks, args.weights])
+    check_folder_settings(args, outputs, inputs)
     args.jobs, skipped, writers = [], [], {}
     for (image, mask), out in zip(pairs, outputs):
         key = out.resolve()
@@ -178,6 +180,33 @@ def check_arguments(args) -> int | None:
     for folder in dict.fromkeys(job.out.parent for job in args.jobs):
         make_output_folder(folder, "--out" if args.out else "output folder")
     return None
+
+
+def check_folder_settings(args, outputs: list[Path], inputs: Inputs) -> None:
+    """A run into an --out folder keeps its settings there (RUN_SETTINGS, as detect's --out): the outputs it
+    skips as already written must be of the same options (a re-run with another --mask-threshold kept the
+    older outputs beside the new ones without a word). Sets ``args.settings`` (the file, None for a run
+    that names its output file), ``args.header`` and ``args.save_settings`` (detect.check_settings)."""
+    folder = Path(args.out) if args.out and outputs[0] != Path(args.out) else None
+    args.settings = args.save_settings = None
+    if folder is None:
+        return
+    args.settings = refuse_inputs(folder / RUN_SETTINGS, inputs, "output")
+    lossy = any(writable_format(out) in QUALITY_FORMATS for out in outputs)
+    # the options that change the outputs' pixels, those of another --hd-strategy left out (they do not apply)
+    args.header = records_header(args.spec.task, args.spec.name, {
+        "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype,
+        "--mask-threshold": args.mask_threshold, "--dilate": args.dilate, "--hd-strategy": args.hd_strategy,
+        "--resize-limit": args.resize_limit if args.hd_strategy == "resize" else None,
+        "--crop-margin": args.crop_margin if args.hd_strategy == "crop" else None,
+        "--crop-trigger-size": args.crop_trigger_size if args.hd_strategy == "crop" else None,
+        "--quality": args.quality if lossy else None})
+    own = {out.resolve() for out in (*outputs, args.settings)}
+    # without --overwrite the outputs there are skipped: taken as done, as detect's --resume takes them
+    args.save_settings = check_settings(
+        args.settings, args.header, lambda: other_file(folder, lambda file: file.resolve() in own), args.overwrite,
+        not args.overwrite, 0 if args.overwrite else sum(out.is_file() for out in outputs),
+        "pass another --out DIR, or --overwrite to replace its outputs", "outputs exist, but ")
 
 
 # IOPaint's InpaintRequest keys that LaMa reads (iopaint/schema.py) -> this command's options
@@ -338,6 +367,9 @@ def run(args, model) -> int:
                             resume="the same command without --overwrite continues: it skips the outputs that exist")
 
     def process(batch):
+        if args.settings is not None:
+            apply_settings(args.settings, args.header, args.save_settings, replace=args.overwrite)
+            args.save_settings = None
         for ready in batch:
             inpaint_job(jobs[id(ready.item)], ready.data, args, model, verbose=single)
 
