@@ -422,6 +422,27 @@ def test_resume_takes_imgsz_omitted_as_the_size_the_model_runs_at(work, capsys):
                        f"--imgsz {size} {size}, not --imgsz 128 128: give the options that made them") == 2
 
 
+def test_nan_written_as_null_is_one_note_for_the_run(work, capsys):
+    """A model whose outputs are NaN (broken weights, a float16 overflow) got null in its records without a word
+    (zoo.files.json_text keeps the JSON valid): now one note at the end of the run, not one a record, names how
+    many values and in which files; the next run, without them, has none."""
+    from safetensors.numpy import load_file, save_file
+    from conftest import synthetic_checkpoint
+
+    weights = synthetic_checkpoint("resnet18", work / "nan.safetensors")
+    state = load_file(weights)
+    state["fc.bias"][:] = np.nan  # every logit NaN: every probability too
+    save_file(state, str(weights))
+    argv = ["resnet18", "imgs", "--top-k", "3", "--device", "cpu"]
+    assert main([*argv, "--jsonl", "r.jsonl", "--json", "r.json", "--weights", str(weights)]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "written as null" in line]
+    assert notes == ["note: 12 NaN or infinite value(s) written as null (JSON has no NaN; a float16 overflow or "
+                     "broken weights make them): 6 in r.jsonl, 6 in r.json"]
+    assert all(t["probability"] is None for record in read_jsonl(work / "r.jsonl") for t in record["top"])
+    assert main([*argv, "--jsonl", "s.jsonl", "--weights", "synthetic:0"]) == 0
+    assert "written as null" not in capsys.readouterr().err
+
+
 def test_resume_takes_a_top_k_beyond_the_classes_as_all_of_them(work, capsys):
     """classify with --num-classes 3: --top-k 5 and 10 both list the 3 classes, so either continues the other."""
     base = ["resnet18", "imgs", "--jsonl", "r.jsonl", "--num-classes", "3", *SYNTHETIC]

@@ -19,6 +19,7 @@ import secrets
 import stat
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
 
@@ -27,26 +28,50 @@ from PIL import Image
 from .errors import UsageError, ZooError, option
 
 
-def json_text(value, **options) -> str:
+# the non-finite values json_text wrote as null, by the file they went to: a command line names them in one note
+# at its end (note_nulled, from zoo.cli.guarded), not one a record
+NULLED: Counter[str] = Counter()
+
+
+def json_text(value, where: str | Path | None = None, **options) -> str:
     """``json.dumps(value, **options)`` that is always valid JSON: NaN and infinities, which json.dumps writes as
     ``NaN`` and ``Infinity`` (no JSON reader but Python's takes them: jq, browsers and pandas' strict readers
-    refuse the file), are written as ``null``. Values without them (every record a model of sound weights
-    makes) are dumped once, unchanged."""
+    refuse the file), are written as ``null`` and counted in NULLED under ``where``, the file the text goes to.
+    Values without them (every record a model of sound weights makes) are dumped once, unchanged."""
     try:
         return json.dumps(value, allow_nan=False, **options)
     except ValueError:  # a non-finite float somewhere (or a circular reference, which the second call raises)
-        return json.dumps(finite_or_none(value), allow_nan=False, **options)
+        nulled = []
+        text = json.dumps(finite_or_none(value, nulled), allow_nan=False, **options)
+        if where is not None:
+            NULLED[str(where)] += len(nulled)
+        return text
 
 
-def finite_or_none(value):
-    """``value`` with each non-finite float in its dicts, lists and tuples made None."""
+def finite_or_none(value, nulled: list):
+    """``value`` with each non-finite float in its dicts, lists and tuples made None (and appended to ``nulled``)."""
     if isinstance(value, float):
-        return value if math.isfinite(value) else None
+        if math.isfinite(value):
+            return value
+        nulled.append(value)
+        return None
     if isinstance(value, dict):
-        return {key: finite_or_none(item) for key, item in value.items()}
+        return {key: finite_or_none(item, nulled) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [finite_or_none(item) for item in value]
+        return [finite_or_none(item, nulled) for item in value]
     return value
+
+
+def note_nulled() -> None:
+    """One ``note:`` line naming the values json_text wrote as null into files since the last call (a command
+    line's run) and where; then NULLED is empty again."""
+    if not NULLED:
+        return
+    files = [f"{count} in {path}" for path, count in NULLED.items()]
+    shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more files" if len(files) > 3 else "")
+    print(f"note: {sum(NULLED.values())} NaN or infinite value(s) written as null (JSON has no NaN; a float16 "
+          f"overflow or broken weights make them): {shown}", file=sys.stderr)
+    NULLED.clear()
 
 
 def create_exclusive(path: Path, mode: int = 0o666) -> int:

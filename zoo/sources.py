@@ -1171,7 +1171,7 @@ class JsonlWriter:
     def _start(self, records: Iterable[dict]) -> None:
         """The header and ``records`` at the start of the file just opened, on disk before any new one."""
         for record in itertools.chain([self.header] if self.header else [], records):
-            self.file.write(json_text(record) + "\n")
+            self.file.write(json_text(record, self.path) + "\n")
         self._flush()
 
     def _reader(self, file: BinaryIO):
@@ -1270,7 +1270,7 @@ class JsonlWriter:
         return self.kept + self.written
 
     def write(self, record: dict) -> None:
-        self.file.write(json_text(record) + "\n")
+        self.file.write(json_text(record, self.path) + "\n")
         self.file.flush()
         self.written += 1
 
@@ -1408,7 +1408,7 @@ class JsonListWriter(JsonlWriter):
 
     def _record(self, record: dict, n: int) -> None:
         """The list's ``n``-th record (from 0)."""
-        self.file.write(("\n  " if n == 0 else ",\n  ") + json_text(record))
+        self.file.write(("\n  " if n == 0 else ",\n  ") + json_text(record, self.path))
 
     def write(self, record: dict) -> None:
         try:

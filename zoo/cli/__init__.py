@@ -14,7 +14,7 @@ from zoo.errors import UsageError, ZooError, command_line, interrupted, interrup
 
 with interrupted_exits():  # Ctrl-C while MLX loads (zoo-validate imports this package first): exit 130, no traceback
     from zoo.devices import DTYPES
-    from zoo.files import release_output_folders, remove_created_folders
+    from zoo.files import note_nulled, release_output_folders, remove_created_folders
 
 # exit codes: a command line that cannot work as written, as argparse; a problem met while running
 EXIT_USAGE, EXIT_RUNTIME = 2, 1
@@ -105,7 +105,7 @@ def general_help(prog: str) -> str:
 def guarded(main):
     """Run a CLI entry point: an error is one ``error:`` line and exit 2 (usage) or 1 (runtime), no
     traceback unless --debug; a failed run leaves no empty output folder behind; the output folders the run
-    locked (zoo.files.lock_output_folder) are released."""
+    locked (zoo.files.lock_output_folder) are released; NaN written as null is one note (zoo.files.note_nulled)."""
     def wrapper(argv=None):
         argv = sys.argv[1:] if argv is None else argv
         debug = "--debug" in argv
@@ -128,6 +128,7 @@ def guarded(main):
             code = EXIT_RUNTIME
         finally:
             release_output_folders()  # the run is over (a process's end releases them too, killed or not)
+            note_nulled()  # what its files hold as null for NaN: one line for the run, whatever its end
         if code:
             remove_created_folders()  # a failed run leaves no empty output folder behind
         return code

@@ -157,6 +157,7 @@ class StreamedFile:
     """A text file written as results come into an OutputFile, renamed by close()."""
 
     def __init__(self, path: str | Path, replace: bool, newline: str | None = None):
+        self.path = Path(path)
         self.output = OutputFile(path, replace, text=True, newline=newline)
         self.file = self.output.file
         self.count = 0
@@ -175,7 +176,7 @@ class JsonObjectWriter(StreamedFile):
     probability, a model of broken weights', as null: valid JSON, zoo.files.json_text)."""
 
     def write(self, key: str, value) -> None:
-        entry = json_text({key: value}, indent=2)[2:-2]  # the entry's lines inside the braces
+        entry = json_text({key: value}, self.path, indent=2)[2:-2]  # the entry's lines inside the braces
         self.file.write(("{\n" if self.count == 0 else ",\n") + entry)
         self.count += 1
 

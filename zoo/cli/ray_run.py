@@ -11,6 +11,7 @@ line and one row with its ``error``; the exit code is 1 when any image failed.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -198,7 +199,7 @@ def run_dataset(ray, spec, args, inputs, weights, options: dict, path: Path) -> 
                           num_gpus=args.actor_gpus, **options)
     counts = {"rows": 0, "failed": 0}
     schema = schema_for(spec.task)
-    write = write_parquet if args.format == "parquet" else write_jsonl
+    write = write_parquet if args.format == "parquet" else functools.partial(write_jsonl, where=path)
     try:
         write_atomic(path, lambda file: write(file, tables(dataset, schema, counts), schema), replace=args.overwrite)
     except ray.exceptions.RayError as e:  # e.g. an actor that could not build its model
@@ -246,11 +247,11 @@ def write_parquet(file, tables, schema) -> None:
             writer.write_table(table)
 
 
-def write_jsonl(file, tables, schema) -> None:
-    """One record a line: the path and its results, or the path and its error."""
+def write_jsonl(file, tables, schema, where: Path) -> None:
+    """One record a line: the path and its results, or the path and its error; ``where``: the file's path."""
     results = [name for name in schema.names if name not in ("path", "error")]
     for table in tables:
         for row in table.to_pylist():
             keep = ("path", "error") if row["error"] else ("path", *results)
-            file.write((json_text({k: row[k] for k in keep}) + "\n").encode("utf-8"))
+            file.write((json_text({k: row[k] for k in keep}, where) + "\n").encode("utf-8"))
         file.flush()  # a batch at a time: the temporary file shows the progress

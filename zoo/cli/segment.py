@@ -240,7 +240,7 @@ def segment_prompts(model, rgb: np.ndarray, item, prompts: list[dict], multimask
     summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "objects": records}
     json_path = out / f"{stem}_masks.json"
-    write_text(json_path, json_text(summary, indent=2))
+    write_text(json_path, json_text(summary, json_path, indent=2))
     # after the JSON, not before the run: until the new JSON is in place, the old one's files all exist
     remove_stale_masks(out, stem, earlier, {entry["file"] for record in records for entry in record["masks"]})
 
@@ -287,7 +287,7 @@ def segment_everything(generator, rgb: np.ndarray, item, params: dict, out: Path
     summary = {"image": str(item.path), "width": width, "height": height, "overlay": overlay_path.name,
                "mode": "everything", "parameters": params, "masks": entries}
     json_path = out / f"{item.name}_masks.json"
-    write_text(json_path, json_text(summary, indent=2))
+    write_text(json_path, json_text(summary, json_path, indent=2))
     remove_stale_masks(out, item.name, earlier, {entry["file"] for entry in entries})
     # no masks: the thresholds that dropped them, not a file pattern that matches nothing
     found = (f"{len(entries)} masks -> {out / (item.name + '_everything*.png')}" if entries else

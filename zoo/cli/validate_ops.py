@@ -101,7 +101,7 @@ def main(argv: list[str]) -> int:
           + (f"; failing ops: {', '.join(failed)}" if failed else ""))
     if args.json:
         report = opcheck.report_dict(env, rows)
-        write_text(args.json, json_text(report, indent=1))
+        write_text(args.json, json_text(report, args.json, indent=1))
     return 1 if failed else 0
 
 
