@@ -187,7 +187,7 @@ def check_folder_settings(args, outputs: list[Path], inputs: Inputs) -> None:
     skips as already written must be of the same options (a re-run with another --mask-threshold kept the
     older outputs beside the new ones without a word). Sets ``args.settings`` (the file, None for a run
     that names its output file), ``args.header`` and ``args.save_settings`` (detect.check_settings)."""
-    folder = Path(args.out) if args.out and outputs[0] != Path(args.out) else None
+    folder = Path(args.out) if args.out and outputs and outputs[0] != Path(args.out) else None
     args.settings = args.save_settings = None
     if folder is None:
         return
