@@ -280,6 +280,9 @@ def test_a_folder_run_over_outputs_of_other_settings_is_refused(tmp_path, capsys
     # the options of a strategy that is not used are no settings
     assert main([*base, "--out", str(tmp_path / "whole"), "--hd-strategy", "original", "--crop-margin", "16"]) == 0
     assert main([*base, "--out", str(tmp_path / "whole"), "--hd-strategy", "original"]) == 0
+    # --overwrite of one image with the same options: the settings file stays
+    assert main(["lama", str(images / "a.png"), "--mask", str(masks), "--out", str(out), "--overwrite", *WEIGHTS]) == 0
+    assert "stays" not in capsys.readouterr().err and settings.exists()
     # --overwrite of one image with other options: the other's output stays, so the settings file goes
     assert main(["lama", str(images / "a.png"), "--mask", str(masks), "--out", str(out), "--mask-threshold", "1",
                  "--overwrite", *WEIGHTS]) == 0

@@ -227,11 +227,20 @@ def check_settings(path: Path, header: dict, others: Callable[[], str | None], o
     other = others()
     if other is None:
         return "write"
-    if path.exists():  # --overwrite of other settings
+    if path.exists() and not holds_settings(path, header):  # --overwrite of other settings
         print(f"note: {other} in {path.parent} stays, made with other options than this run's: its settings file "
               f"{path.name} is removed, so no later run takes it for this run's output", file=sys.stderr)
         return "remove"
     return None
+
+
+def holds_settings(path: Path, header: dict) -> bool:
+    """Whether the settings file at ``path`` holds ``header``'s settings (a damaged or foreign one does not)."""
+    try:
+        check_header_file(path, header, "")
+    except ZooError:
+        return False
+    return True
 
 
 def apply_settings(path: Path, header: dict, action: str | None, replace: bool) -> None:
