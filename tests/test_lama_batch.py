@@ -263,9 +263,9 @@ def test_a_folder_run_over_outputs_of_other_settings_is_refused(tmp_path, capsys
                          (["--dilate", "8"], "--dilate 0, not --dilate 8"),
                          (["--weights", "synthetic:1"], "--weights synthetic:0, not --weights synthetic:1"),
                          (["--dtype", "bfloat16"], "--dtype float32, not --dtype bfloat16"),
-                         (["--hd-strategy", "resize"], "--hd-strategy crop --resize-limit (not given) --crop-margin 128 "
-                          "--crop-trigger-size 800, not --hd-strategy resize --resize-limit 1280 --crop-margin (not "
-                          "given) --crop-trigger-size (not given)")):
+                         (["--hd-strategy", "resize"], "--hd-strategy crop --resize-limit (not given) "
+                          "--crop-margin 128 --crop-trigger-size 800, not --hd-strategy resize --resize-limit 1280 "
+                          "--crop-margin (not given) --crop-trigger-size (not given)")):
         before = file_tree(tmp_path)
         assert main([*base, *other]) == 2
         assert capsys.readouterr().err.splitlines()[-1] == (
@@ -276,7 +276,7 @@ def test_a_folder_run_over_outputs_of_other_settings_is_refused(tmp_path, capsys
     config.write_text('{"hd_strategy": "Crop", "hd_strategy_crop_margin": 128}')
     for same in (["--config", str(config)], ["--crop-trigger-size", "800"], ["--quality", "50"]):  # PNG: no quality
         assert main([*base, *same]) == 0
-        assert f"0 inpainted, 2 skipped (already written)" in capsys.readouterr().err
+        assert "0 inpainted, 2 skipped (already written)" in capsys.readouterr().err
     # the options of a strategy that is not used are no settings
     assert main([*base, "--out", str(tmp_path / "whole"), "--hd-strategy", "original", "--crop-margin", "16"]) == 0
     assert main([*base, "--out", str(tmp_path / "whole"), "--hd-strategy", "original"]) == 0
