@@ -422,6 +422,27 @@ def test_resume_takes_imgsz_omitted_as_the_size_the_model_runs_at(work, capsys):
                        f"--imgsz {size} {size}, not --imgsz 128 128: give the options that made them") == 2
 
 
+def test_resume_takes_an_earlier_versions_imgsz_null_as_the_checkpoints_size(work, capsys):
+    """Record files and settings files of earlier versions hold "--imgsz": null where it was omitted (the
+    checkpoint's size then too): resumed by a run at that size (omitted, 640 or 640 640) they were refused with no
+    option that could match; another size is still refused."""
+    base = ["yolov8n", "imgs/a.jpg", "--out", "res", "--jsonl", "d.jsonl", *SYNTHETIC]
+    assert main(base) == 0
+    for written in (work / "d.jsonl", work / "res" / "mlx_zoo_run.json"):  # as an earlier version wrote them
+        lines = written.read_text().splitlines(keepends=True)
+        header = json.loads(lines[0])
+        header["settings"]["--imgsz"] = None
+        written.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    for spelling in ([], ["640"], ["640", "640"]):
+        for resume in (base, [arg for arg in base if arg not in ("--jsonl", "d.jsonl")]):
+            capsys.readouterr()
+            assert main([*resume, *(["--imgsz", *spelling] if spelling else []), "--resume"]) == 0, \
+                capsys.readouterr().err
+            assert "1 skipped (done before)" in capsys.readouterr().err
+    assert refused([*base, "--imgsz", "128", "--resume"], work, capsys, "d.jsonl holds results of "
+                   "--imgsz (not given), not --imgsz 128 128: give the options that made them") == 2
+
+
 def test_nan_written_as_null_is_one_note_for_the_run(work, capsys):
     """A model whose outputs are NaN (broken weights, a float16 overflow) got null in its records without a word
     (zoo.files.json_text keeps the JSON valid): now one note at the end of the run, not one a record, names how

@@ -964,11 +964,21 @@ def capped_lines(file: BinaryIO, path: Path, fix: str) -> Iterator[tuple[int, by
         yield n, line
 
 
-def records_header(task: str, model: str, settings: dict | None = None) -> dict:
+class Header(dict):
+    """A run's header line (records_header) and ``given_as_unset``: options whose value this run gives is what a
+    file of an earlier version recorded as not given (null), so such a file matches (not written to the file)."""
+    given_as_unset: frozenset = frozenset()
+
+
+def records_header(task: str, model: str, settings: dict | None = None, given_as_unset=()) -> Header:
     """The header line of a run's records: which task and model wrote them, and ``settings``, the options
-    that change the results ({"--top-k": 5, ...}): --resume checks them, so one file never mixes two runs'."""
+    that change the results ({"--top-k": 5, ...}): --resume checks them, so one file never mixes two runs'.
+    ``given_as_unset``: Header's."""
     settings = json.loads(json.dumps(settings)) if settings else None  # as the file gives them back: tuples as lists
-    return {HEADER_KEY: RECORDS_VERSION, "task": task, "model": model, **({"settings": settings} if settings else {})}
+    header = Header({HEADER_KEY: RECORDS_VERSION, "task": task, "model": model,
+                     **({"settings": settings} if settings else {})})
+    header.given_as_unset = frozenset(given_as_unset)
+    return header
 
 
 def shown_settings(settings: dict, keys: Iterable[str], exact: bool = False) -> str:
@@ -1049,7 +1059,9 @@ class RecordReader:
         # a file written before headers held settings has none to compare: taken as it is
         if isinstance(found.get("settings"), dict) and "settings" in expected:
             was, now = found["settings"], expected["settings"]
-            differ = [key for key in {**was, **now} if was.get(key) != now.get(key)]
+            unset = getattr(expected, "given_as_unset", ())
+            differ = [key for key in {**was, **now}
+                      if was.get(key) != now.get(key) and not (key in unset and was.get(key) is None)]
             if differ:
                 # values a command line shows alike ([5] and 5, "5" and 5: an edited file) are shown as JSON
                 exact = shown_settings(was, differ) == shown_settings(now, differ)

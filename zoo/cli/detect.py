@@ -86,6 +86,8 @@ def check_arguments(args):
     # is fitted to the weights file's header), so --imgsz omitted, 640 and 640 640 are one setting for a 640 model
     args.imgsz = check_imgsz(default_imgsz(args.spec) if args.imgsz is None else
                              args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
+    # settings of earlier versions hold --imgsz null where it was omitted: the checkpoint's size
+    args.imgsz_is_default = args.imgsz == check_imgsz(default_imgsz(args.spec))
     if args.save_conf and not args.save_txt:
         raise UsageError("--save-conf adds the score to the --save-txt labels: pass --save-txt too")
     if args.spec.task == "instance-segment" and (args.save_txt or args.jsonl):
@@ -116,7 +118,8 @@ def check_arguments(args):
         "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype, "--conf": args.conf,
         "--iou": args.iou, "--classes": classes_setting(args.classes, class_ids), "--agnostic-nms": args.agnostic_nms,
         "--max-det": args.max_det, "--imgsz": args.imgsz, "--retina-masks": args.retina_masks,
-        "--batch": args.batch})  # a batch letterboxes images of different sizes to one square: other boxes
+        "--batch": args.batch},  # a batch letterboxes images of different sizes to one square: other boxes
+        given_as_unset={"--imgsz"} if args.imgsz_is_default else ())
     recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
     if args.resume and args.jsonl and Path(args.jsonl).exists():
         # a damaged or foreign record file: refused before the model loads
