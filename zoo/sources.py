@@ -88,7 +88,7 @@ from PIL import Image
 from .errors import UsageError, ZooError, option
 from .extras import install_hint, require
 from .files import (ClosedOnExit, OutputFile, being_written, cannot_write, create_exclusive, create_temporary,
-                    file_identity, is_special, json_text, lock_exclusive, not_a_file, place, remove_own)
+                    file_identity, is_special, json_text, lock_exclusive, not_a_file, place, remove_own, write_text)
 from .images import IMAGE_SUFFIXES, load_image, max_image_pixels, too_many_pixels
 
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v", ".mpg", ".mpeg", ".wmv", ".asf", ".flv", ".ts")
@@ -255,9 +255,10 @@ def media_files(paths: Iterable[Path]) -> list[Path]:
             and not p.name.startswith(".") and p.is_file()]
 
 
-# the settings file a detect run keeps in its --out (records_header's line; zoo/cli/detect.py): --resume without
-# --jsonl checks them, so one folder never holds two runs' outputs (annotated images and labels say nothing of the
-# options that made them), and it marks a folder of this program's outputs for a walk of inputs
+# the settings file a detect or LaMa run keeps in its --out (records_header's line; check_settings): a run that
+# continues the folder's outputs (--resume, LaMa's skip of outputs that exist) checks them, so one folder never holds
+# two runs' outputs (images and labels say nothing of the options that made them), and it marks a folder of this
+# program's outputs for a walk of inputs
 RUN_SETTINGS = "mlx_zoo_run.json"
 
 
@@ -1094,6 +1095,59 @@ def check_header_file(path: str | Path, header: dict, fix: str) -> None:
         break  # a record: not a header file
     if reader is None or reader.header is None or reader.seen_record:
         raise ZooError(f"{path} is not a settings file this program wrote (one header line): {fix}")
+
+
+def check_settings(path: Path, header: dict, others: Callable[[], str | None], overwrite: bool, resume: bool,
+                   skipped: int, fix: str, unknown: str) -> str | None:
+    """An output folder's settings file (RUN_SETTINGS), there from an earlier run: its settings checked against
+    this run's ``header`` (a run that continues the folder's, ``resume``, always; a new run into it unless
+    ``overwrite`` replaces its outputs); ``fix``: what else to do. Without the file, ``skipped`` outputs this run
+    would take as done are refused (``unknown``: how that line starts). ``others()``: a file in the folder this run
+    does not make, named, or None. -> what this run does with the file (apply_settings, before its first output):
+    "write" it, "remove" it (``overwrite`` of other settings leaving outputs of the earlier ones: the folder's
+    settings are then unknown), or None (kept as it is, or not written where the folder holds outputs of
+    unknown settings: it would vouch for them)."""
+    if path.exists() and (resume or not overwrite):
+        check_header_file(path, header, fix)
+        return None
+    if resume and skipped:
+        # a folder of an earlier version (or another program's): which options made its outputs is not known
+        raise UsageError(f"{unknown}{path} is not there, so the {skipped} output(s) in {path.parent} may be of other "
+                         "options than these: run again with --overwrite (all made again) or into a new --out")
+    other = others()
+    if other is None:
+        return "write"
+    if path.exists() and not holds_settings(path, header):  # --overwrite of other settings
+        print(f"note: {other} in {path.parent} stays, made with other options than this run's: its settings file "
+              f"{path.name} is removed, so no later run takes it for this run's output", file=sys.stderr)
+        return "remove"
+    return None
+
+
+def holds_settings(path: Path, header: dict) -> bool:
+    """Whether the settings file at ``path`` holds ``header``'s settings (a damaged or foreign one does not)."""
+    try:
+        check_header_file(path, header, "")
+    except ZooError:
+        return False
+    return True
+
+
+def apply_settings(path: Path, header: dict, action: str | None, replace: bool) -> None:
+    """check_settings' ``action`` on the folder's settings file, before the run's first output (a killed run's
+    folder says which options made it; a run that writes no output leaves none)."""
+    if action == "write":
+        write_text(path, json_text(header) + "\n", replace=replace)
+    elif action == "remove":
+        path.unlink(missing_ok=True)
+
+
+def other_file(folder: Path, own: Callable[[Path], bool]) -> str | None:
+    """A file under ``folder`` that ``own`` does not take for this run's, named relative to it; None if none."""
+    for file in (p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else ():
+        if not own(file):
+            return str(file.relative_to(folder))
+    return None
 
 
 def streamed(path: Path, reader: Callable[[BinaryIO, Path], Iterable[dict]], fix: str) -> Iterator[dict]:

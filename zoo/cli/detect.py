@@ -21,7 +21,6 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Callable
 
 from tqdm import tqdm
 
@@ -29,11 +28,12 @@ from zoo import pipeline, registry
 from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
 from zoo.extras import require
-from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, json_text, lock_output_folder,
-                       make_output_folder, refuse_inputs, write_text)
+from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, lock_output_folder,
+                       make_output_folder, refuse_inputs)
 from zoo.results import ResultFiles, output_name
-from zoo.sources import (RUN_SETTINGS, Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, input_paths,
-                         open_source, check_header_file, read_json_list, read_records, records_header)
+from zoo.sources import (RUN_SETTINGS, Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, apply_settings,
+                         check_settings, input_paths, open_source, other_file, read_json_list, read_records,
+                         records_header)
 from zoo.weights.synthetic import parse_synthetic
 
 PREDICTIONS = "predictions.json"  # --save-json's file in --out, ultralytics' name
@@ -208,59 +208,6 @@ def classes_setting(classes: str | None, ids: list[int] | None) -> str | None:
         given = {int(c) if c.isdigit() else c.lower() for c in (c.strip() for c in classes.split(","))}
         ids = sorted(given, key=lambda c: (isinstance(c, str), c))
     return ",".join(map(str, ids))
-
-
-def check_settings(path: Path, header: dict, others: Callable[[], str | None], overwrite: bool, resume: bool,
-                   skipped: int, fix: str, unknown: str) -> str | None:
-    """An output folder's settings file (RUN_SETTINGS), there from an earlier run: its settings checked against
-    this run's ``header`` (a run that continues the folder's, ``resume``, always; a new run into it unless
-    ``overwrite`` replaces its outputs); ``fix``: what else to do. Without the file, ``skipped`` outputs this run
-    would take as done are refused (``unknown``: how that line starts). ``others()``: a file in the folder this run
-    does not make, named, or None. -> what this run does with the file (apply_settings, before its first output):
-    "write" it, "remove" it (``overwrite`` of other settings leaving outputs of the earlier ones: the folder's
-    settings are then unknown), or None (kept as it is, or not written where the folder holds outputs of
-    unknown settings: it would vouch for them)."""
-    if path.exists() and (resume or not overwrite):
-        check_header_file(path, header, fix)
-        return None
-    if resume and skipped:
-        # a folder of an earlier version (or another program's): which options made its outputs is not known
-        raise UsageError(f"{unknown}{path} is not there, so the {skipped} output(s) in {path.parent} may be of other "
-                         "options than these: run again with --overwrite (all made again) or into a new --out")
-    other = others()
-    if other is None:
-        return "write"
-    if path.exists() and not holds_settings(path, header):  # --overwrite of other settings
-        print(f"note: {other} in {path.parent} stays, made with other options than this run's: its settings file "
-              f"{path.name} is removed, so no later run takes it for this run's output", file=sys.stderr)
-        return "remove"
-    return None
-
-
-def holds_settings(path: Path, header: dict) -> bool:
-    """Whether the settings file at ``path`` holds ``header``'s settings (a damaged or foreign one does not)."""
-    try:
-        check_header_file(path, header, "")
-    except ZooError:
-        return False
-    return True
-
-
-def apply_settings(path: Path, header: dict, action: str | None, replace: bool) -> None:
-    """check_settings' ``action`` on the folder's settings file, before the run's first output (a killed run's
-    folder says which options made it; a run that writes no output leaves none)."""
-    if action == "write":
-        write_text(path, json_text(header) + "\n", replace=replace)
-    elif action == "remove":
-        path.unlink(missing_ok=True)
-
-
-def other_file(folder: Path, own: Callable[[Path], bool]) -> str | None:
-    """A file under ``folder`` that ``own`` does not take for this run's, named relative to it; None if none."""
-    for file in (p for p in folder.rglob("*") if p.is_file()) if folder.is_dir() else ():
-        if not own(file):
-            return str(file.relative_to(folder))
-    return None
 
 
 def other_outputs(out: Path, names: set[str], own: set[Path]) -> str | None:

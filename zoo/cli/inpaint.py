@@ -28,12 +28,11 @@ from PIL import ExifTags, Image
 from tqdm import tqdm
 
 from zoo import pipeline, registry
-from zoo.cli.detect import apply_settings, check_settings, other_file
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, image_format, lock_output_folder, make_output_folder, refuse_inputs,
                        writable_format, write_atomic)
 from zoo.images import image_files, image_size, open_image, reading_errors
-from zoo.sources import RUN_SETTINGS, Item, is_video, records_header
+from zoo.sources import RUN_SETTINGS, Item, apply_settings, check_settings, is_video, other_file, records_header
 
 # PNG and the other lossless formats keep the pixels outside the hole exact; GIF quantises to 256 colours.
 LOSSY_SUFFIXES = (".jpg", ".jpeg", ".webp", ".gif")
@@ -186,7 +185,7 @@ def check_folder_settings(args, outputs: list[Path], inputs: Inputs) -> None:
     """A run into an --out folder keeps its settings there (RUN_SETTINGS, as detect's --out): the outputs it
     skips as already written must be of the same options (a re-run with another --mask-threshold kept the
     older outputs beside the new ones without a word). Sets ``args.settings`` (the file, None for a run
-    that names its output file), ``args.header`` and ``args.save_settings`` (detect.check_settings)."""
+    that names its output file), ``args.header`` and ``args.save_settings`` (sources.check_settings)."""
     folder = Path(args.out) if args.out and outputs and outputs[0] != Path(args.out) else None
     args.settings = args.save_settings = None
     if folder is None:
