@@ -589,6 +589,24 @@ def test_a_shared_run_folder_replaces_only_the_models_own_outputs(yolov8n, tmp_p
     assert (run / "clip.mp4").read_bytes() == b"the user's"
 
 
+def test_a_folder_source_holding_the_run_folder_is_predicted_again(yolov8n, tmp_path, monkeypatch):
+    """predict('.', save=True) twice from a folder of photos: the second call writes over the first's outputs in
+    runs/detect/predict (no input: a folder is read without its subfolders), as ultralytics' does; it was refused
+    as 'a file of the input folder .'. The run folder's files a call reads are still never replaced."""
+    monkeypatch.chdir(tmp_path)
+    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("a.png")
+    options = {"conf": 0.05, "imgsz": 64, "save": True}
+    for _ in range(2):
+        [r] = yolov8n.predict(".", **options)
+        assert r.save_dir == str(tmp_path / "runs/detect/predict")
+    before = Path("runs/detect/predict/a.png").read_bytes()
+    with pytest.raises(ZooError, match=r"output runs/detect/predict/a.png is the input file"):
+        yolov8n.predict("runs/detect/predict", **options)
+    with pytest.raises(ZooError, match=r"output runs/detect/predict/a.png is the input file"):
+        yolov8n.predict("**/*.png", **options)
+    assert Path("runs/detect/predict/a.png").read_bytes() == before
+
+
 def test_deprecated_ultralytics_predict_keywords_mean_what_they_mean_there(yolov8n, tmp_path, monkeypatch, capsys):
     """ultralytics' predict docs of YOLOv8 pass hide_labels=, hide_conf=, boxes=, line_thickness=; ultralytics takes
     them as show_labels/show_conf (negated), show_boxes and line_width with a deprecation warning: so here, a note

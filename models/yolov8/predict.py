@@ -89,8 +89,10 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
                             overwrite=exist_ok, vid_stride=vid_stride, written=run.written,
                             plot_options={"line_width": line_width, "labels": show_labels, "conf": show_conf,
                                           "boxes": show_boxes},
+                            # the run folder's own files are no inputs (every file read is listed): a folder
+                            # source holding runs/ (predict('.') twice) writes over its earlier outputs there
                             inputs=Inputs([*(source if isinstance(source, (list, tuple)) else [source]),
-                                           *input_paths(opened)]))
+                                           *input_paths(opened)], outputs=[out]))
     # a list's paths as given, by the path its items carry (Path("./a.jpg") and "a.jpg" are both a.jpg)
     as_given = {str(Path(s)): os.fspath(s) for s in source if isinstance(s, (str, Path))} if listed else {}
     results = predictions(model, opened, size, options, files, verbose, vid_stride, str(out.resolve()), as_given)
