@@ -607,6 +607,31 @@ def test_a_folder_source_holding_the_run_folder_is_predicted_again(yolov8n, tmp_
     assert Path("runs/detect/predict/a.png").read_bytes() == before
 
 
+def test_a_dangling_link_in_the_run_folder_is_a_file_there(yolov8n, tmp_path, monkeypatch):
+    """A link to nothing where an output goes is an existing file that no earlier call wrote (the error that names
+    exist_ok, not 'it appeared while this run was writing it ... overwrite=True', a keyword predict has not); with
+    exist_ok=True the link itself is replaced (nothing made where it points); a crop numbers on past it."""
+    monkeypatch.chdir(tmp_path)
+    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("b.png")
+    options = {"conf": 0.05, "imgsz": 64}
+    [r] = yolov8n.predict("b.png", save_crop=True, **options)
+    run = Path(r.save_dir)
+    crops = next(run.glob("crops/*"))
+    made = len(list(crops.iterdir()))  # b.jpg, b2.jpg ...: the link takes the next name
+    (run / "labels").mkdir()
+    for link in (run / "b.png", run / "labels/b.txt", crops / f"b{made + 1}.jpg"):
+        link.symlink_to(tmp_path / "nowhere")
+    for saved in ({"save": True}, {"save_txt": True}):
+        with pytest.raises(ZooError, match=r"exists and is no output of this model's earlier predict calls: pass "
+                                           r"exist_ok=True to replace it"):
+            yolov8n.predict("b.png", **saved, **options)
+    yolov8n.predict("b.png", save_crop=True, **options)
+    assert len([p for p in crops.iterdir() if p.is_file()]) == 2 * made and (crops / f"b{made + 1}.jpg").is_symlink()
+    [r] = yolov8n.predict("b.png", save=True, save_txt=True, exist_ok=True, **options)
+    assert not (run / "b.png").is_symlink() and len((run / "labels/b.txt").read_text().splitlines()) == len(r)
+    assert not Path("nowhere").exists()
+
+
 def test_deprecated_ultralytics_predict_keywords_mean_what_they_mean_there(yolov8n, tmp_path, monkeypatch, capsys):
     """ultralytics' predict docs of YOLOv8 pass hide_labels=, hide_conf=, boxes=, line_thickness=; ultralytics takes
     them as show_labels/show_conf (negated), show_boxes and line_width with a deprecation warning: so here, a note

@@ -21,6 +21,7 @@ import colorsys
 import csv
 import io
 import math
+import os
 from collections import Counter
 from functools import cached_property
 from pathlib import Path
@@ -746,8 +747,8 @@ class Results:
         lines = self.label_lines(save_conf)
         if lines:
             check_new(path, overwrite is not False, self.path)
-            appended = overwrite is None and path.exists()
-            before = path.read_text(encoding="utf-8") if appended else ""
+            appended = overwrite is None and os.path.lexists(path)  # a dangling link: replaced, nothing to read
+            before = path.read_text(encoding="utf-8") if appended and path.exists() else ""
             # the file read is replaced by itself and the new lines; one that appeared since is kept
             write_text(path, before + "".join(f"{s}\n" for s in lines), replace=bool(overwrite) or appended)
         return str(path)
@@ -777,7 +778,7 @@ class Results:
             path, n = Path(save_dir) / self.names[int(cls)] / name, 1
             if not path.parent.is_dir():  # a file in the way, an unwritable folder: one line, not a traceback
                 make_output_folder(path.parent, f"crop {path}: its folder")
-            while path.exists():
+            while os.path.lexists(path):  # a dangling link's name is taken too
                 n += 1
                 path = path.with_name(f"{name.stem}{n}.jpg")
             image = Image.fromarray(np.ascontiguousarray(crop[..., 2::-1]))
@@ -857,7 +858,8 @@ class ResultFiles:
         """``path``, neither an input nor (in a run folder earlier predict calls wrote into) an existing file they
         did not write."""
         self.inputs.refuse(path, "output")
-        if self.written is not None and path.exists() and not self.replaces(path):
+        # lexists: a dangling link is a file there too (not one that 'appeared while this run was writing it')
+        if self.written is not None and os.path.lexists(path) and not self.replaces(path):
             raise ZooError(f"output {path} exists and is no output of this model's earlier predict calls: pass "
                            "exist_ok=True to replace it, or project=/name= for another run folder")
         return path
