@@ -176,6 +176,10 @@ def test_glob_txt_and_csv_lists(tmp_path):
     with pytest.raises(ZooError, match=r"header.csv: its first row \(image_path, score\) is neither a header naming "
                                        r"the path column \(path, filename, file, image, img\) nor a file that exists"):
         open_source(tmp_path / "header.csv")
+    # a first row naming an image that is not there is a path (skipped as a .txt list's), not an unknown header
+    (tmp_path / "gone.csv").write_text("imgs/missing.png,1\nimgs/c.png,2\n")
+    assert loaded(open_source(tmp_path / "gone.csv")) == [
+        ("missing", f"error: not found: {tmp_path / 'imgs/missing.png'}"), ("c", (12, 16, 3))]
     (tmp_path / "empty.txt").write_text("# nothing\n")
     with pytest.raises(ZooError, match="names no files"):
         open_source(tmp_path / "empty.txt")

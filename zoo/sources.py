@@ -359,11 +359,17 @@ def csv_paths(text: str, listfile: Path) -> list[str]:
         rows = rows[1:]
     elif len(rows) == 1:
         return [cell.strip() for cell in rows[0] if cell.strip()]
-    elif not (listfile.parent / Path(rows[0][0].strip()).expanduser()).exists():  # an absolute path joins as itself
+    elif not names_media(listfile.parent / Path(rows[0][0].strip()).expanduser()):  # an absolute path joins as itself
         raise ZooError(f"{listfile}: its first row ({', '.join(rows[0])}) is neither a header naming the path column "
                        f"({', '.join(CSV_PATH_COLUMNS)}) nor a file that exists: head the path column with one of "
                        "those names, or start the list with an existing file")
     return [row[column or 0].strip() for row in rows if len(row) > (column or 0) and row[column or 0].strip()]
+
+
+def names_media(path: Path) -> bool:
+    """Whether a CSV's first cell is a path, no header: a file there, or an image's or video's name (a missing one
+    is skipped as a .txt list's, not taken for an unknown header)."""
+    return path.exists() or path.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES
 
 
 # -- in-memory objects ----------------------------------------------------------------------------
