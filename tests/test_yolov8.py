@@ -535,7 +535,7 @@ def test_predict_calls_of_a_model_share_its_run_folder_as_ultralytics(yolov8n, t
     [a] = yolov8n.predict("a.png", **options)
     [b] = yolov8n.predict("b.png", save_txt=True, save_crop=True, **options)
     run = tmp_path / "runs/detect/predict"
-    assert a.save_dir == b.save_dir == str(run) and yolov8n.predictor.save_dir == Path("runs/detect/predict")
+    assert a.save_dir == b.save_dir == str(run) and yolov8n.predictor.save_dir == run
     assert (run / "a.png").is_file() and (run / "b.png").is_file() and sorted(Path("runs/detect").iterdir()) == [
         Path("runs/detect/predict")]
     labels = (run / "labels/b.txt").read_text()
@@ -553,6 +553,22 @@ def test_predict_calls_of_a_model_share_its_run_folder_as_ultralytics(yolov8n, t
     assert r.save_dir == str(tmp_path / "runs/detect/predict2")
 
 
+def test_the_run_folder_stays_after_a_change_of_folder(yolov8n, tmp_path, monkeypatch):
+    """The model's run folder is where its first call put it (absolute, as ultralytics' runs_dir): a call after
+    os.chdir wrote into the new folder's runs/detect/predict, among another session's outputs there."""
+    for folder in ("first", "second/runs/detect/predict"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "second/runs/detect/predict/earlier.jpg").write_bytes(b"another session's")
+    monkeypatch.chdir(tmp_path / "first")
+    image = np.zeros((48, 64, 3), np.uint8)
+    [r] = yolov8n.predict(image, imgsz=64, save=True)
+    monkeypatch.chdir(tmp_path / "second")
+    [again] = yolov8n.predict(image, imgsz=64, save=True)
+    assert again.save_dir == r.save_dir == str(tmp_path / "first/runs/detect/predict")
+    assert yolov8n.predictor.save_dir == tmp_path / "first/runs/detect/predict"
+    assert sorted(p.name for p in Path("runs/detect/predict").iterdir()) == ["earlier.jpg"]
+
+
 def test_a_shared_run_folder_replaces_only_the_models_own_outputs(yolov8n, tmp_path, monkeypatch):
     """Within the model's run folder a later call may write over what its earlier calls wrote, never a file they
     did not write (put there since, or one of theirs changed since) nor an input: one error, the file untouched."""
@@ -563,7 +579,7 @@ def test_a_shared_run_folder_replaces_only_the_models_own_outputs(yolov8n, tmp_p
     run = Path(r.save_dir)
     run.mkdir(parents=True)
     (run / "a.png").write_bytes(b"the user's")
-    with pytest.raises(ZooError, match=r"output runs/detect/predict/a.png exists and is no output of this model's "
+    with pytest.raises(ZooError, match=rf"output {re.escape(str(run))}/a.png exists and is no output of this model's "
                                        r"earlier predict calls: pass exist_ok=True to replace it, or project=/name="):
         yolov8n.predict("a.png", save=True, save_txt=True, **options)
     assert (run / "a.png").read_bytes() == b"the user's" and not (run / "labels").exists()
@@ -573,7 +589,7 @@ def test_a_shared_run_folder_replaces_only_the_models_own_outputs(yolov8n, tmp_p
     with pytest.raises(ZooError, match=r"labels/a.txt exists and is no output of this model's"):
         yolov8n.predict("a.png", save_txt=True, **options)
     assert (run / "labels/a.txt").read_text() == "edited\n"
-    with pytest.raises(ZooError, match=r"output runs/detect/predict/a.png is the input file"):
+    with pytest.raises(ZooError, match=rf"output {re.escape(str(run))}/a.png is the input file"):
         yolov8n.predict(run / "a.png", save=True, **options)
     [r] = yolov8n.predict("a.png", save_txt=True, exist_ok=True, **options)  # asked for: appended as ultralytics
     assert (run / "labels/a.txt").read_text().startswith("edited\n") and r.save_dir == str(tmp_path / run)
@@ -600,9 +616,9 @@ def test_a_folder_source_holding_the_run_folder_is_predicted_again(yolov8n, tmp_
         [r] = yolov8n.predict(".", **options)
         assert r.save_dir == str(tmp_path / "runs/detect/predict")
     before = Path("runs/detect/predict/a.png").read_bytes()
-    with pytest.raises(ZooError, match=r"output runs/detect/predict/a.png is the input file"):
+    with pytest.raises(ZooError, match=rf"output {re.escape(str(tmp_path))}/runs/detect/predict/a.png is the input file"):
         yolov8n.predict("runs/detect/predict", **options)
-    with pytest.raises(ZooError, match=r"output runs/detect/predict/a.png is the input file"):
+    with pytest.raises(ZooError, match=rf"output {re.escape(str(tmp_path))}/runs/detect/predict/a.png is the input file"):
         yolov8n.predict("**/*.png", **options)
     assert Path("runs/detect/predict/a.png").read_bytes() == before
 

@@ -122,7 +122,9 @@ def run_folder(model, project, name, exist_ok: bool, device) -> Predictor:
     if predictor is not None and (device is None or device == predictor.device) and project is None and name is None:
         return predictor
     save_dir = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
-    return Predictor(save_dir, predictor.device if device is None and predictor is not None else device)
+    # absolute, as ultralytics' (its runs_dir is): a later call after os.chdir saves into this folder, not into a
+    # runs/detect/predict of the new current folder (another session's, whose outputs it mixed with its own)
+    return Predictor(save_dir.absolute(), predictor.device if device is None and predictor is not None else device)
 
 
 def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool,
