@@ -238,6 +238,22 @@ def test_lama_layout_images_and_masks_in_one_folder(tmp_path, capsys):
     assert capsys.readouterr().err.count(f"is the input folder {folder}: pass another output path") == 1
 
 
+def test_outputs_of_both_formats_share_a_folder(tmp_path, capsys):
+    """--ext jpg and then PNG outputs into one --out (or the reverse): --quality was recorded for JPEG outputs
+    alone, so the second run was refused as other settings with no option that could match."""
+    images, masks = tmp_path / "images", tmp_path / "masks"
+    for folder in (images, masks):
+        folder.mkdir()
+    Image.fromarray(np.full((H, W, 3), 90, np.uint8)).save(images / "a.png")
+    save_mask(masks / "a.png", 1)
+    for first, second in ((["--ext", "jpg"], []), ([], ["--ext", "jpg"])):
+        out = tmp_path / f"out{len(first)}"
+        base = ["lama", str(images), "--mask", str(masks), "--out", str(out), *WEIGHTS]
+        assert main([*base, *first]) == 0
+        assert main([*base, *second]) == 0, capsys.readouterr().err
+        assert sorted(p.name for p in out.iterdir()) == ["a.jpg", "a.png", RUN_SETTINGS]
+
+
 def test_a_folder_run_over_outputs_of_other_settings_is_refused(tmp_path, capsys):
     """A re-run into an --out with another --mask-threshold skipped the outputs there, made at the earlier
     threshold, and wrote the new ones beside them without a word. The folder keeps the run's settings
@@ -258,7 +274,7 @@ def test_a_folder_run_over_outputs_of_other_settings_is_refused(tmp_path, capsys
     assert json.loads(settings.read_text())["settings"] == {
         "--weights": "synthetic:0", "--dtype": "float32", "--mask-threshold": 127, "--dilate": 0,
         "--hd-strategy": "crop", "--resize-limit": None, "--crop-margin": 128, "--crop-trigger-size": 800,
-        "--quality": None}
+        "--quality": 95}
     for other, shown in ((["--mask-threshold", "1"], "--mask-threshold 127, not --mask-threshold 1"),
                          (["--dilate", "8"], "--dilate 0, not --dilate 8"),
                          (["--weights", "synthetic:1"], "--weights synthetic:0, not --weights synthetic:1"),
@@ -274,7 +290,7 @@ def test_a_folder_run_over_outputs_of_other_settings_is_refused(tmp_path, capsys
         assert file_tree(tmp_path) == before
     config = tmp_path / "cfg.json"
     config.write_text('{"hd_strategy": "Crop", "hd_strategy_crop_margin": 128}')
-    for same in (["--config", str(config)], ["--crop-trigger-size", "800"], ["--quality", "50"]):  # PNG: no quality
+    for same in (["--config", str(config)], ["--crop-trigger-size", "800"]):
         assert main([*base, *same]) == 0
         assert "0 inpainted, 2 skipped (already written)" in capsys.readouterr().err
     # the options of a strategy that is not used are no settings

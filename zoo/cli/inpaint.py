@@ -30,7 +30,7 @@ from tqdm import tqdm
 from zoo import pipeline, registry
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, image_format, lock_output_folder, make_output_folder, refuse_inputs,
-                       writable_format, write_atomic)
+                       write_atomic)
 from zoo.images import image_files, image_size, open_image, reading_errors
 from zoo.sources import RUN_SETTINGS, Item, apply_settings, check_settings, is_video, other_file, records_header
 
@@ -191,15 +191,15 @@ def check_folder_settings(args, outputs: list[Path], inputs: Inputs) -> None:
     if folder is None:
         return
     args.settings = refuse_inputs(folder / RUN_SETTINGS, inputs, "output")
-    lossy = any(writable_format(out) in QUALITY_FORMATS for out in outputs)
-    # the options that change the outputs' pixels, those of another --hd-strategy left out (they do not apply)
+    # the options that change the outputs' pixels, those of another --hd-strategy left out (they do not apply);
+    # --quality always, though PNG outputs ignore it: a folder may hold outputs of both, one setting vouches for all
     args.header = records_header(args.spec.task, args.spec.name, {
         "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype,
         "--mask-threshold": args.mask_threshold, "--dilate": args.dilate, "--hd-strategy": args.hd_strategy,
         "--resize-limit": args.resize_limit if args.hd_strategy == "resize" else None,
         "--crop-margin": args.crop_margin if args.hd_strategy == "crop" else None,
         "--crop-trigger-size": args.crop_trigger_size if args.hd_strategy == "crop" else None,
-        "--quality": args.quality if lossy else None})
+        "--quality": args.quality})
     own = {out.resolve() for out in (*outputs, args.settings)}
     # without --overwrite the outputs there are skipped: taken as done, as detect's --resume takes them
     args.save_settings = check_settings(
