@@ -154,15 +154,21 @@ def test_glob_txt_and_csv_lists(tmp_path):
     assert loaded(txt) == [("c", (12, 16, 3)), ("missing", f"error: not found: {tmp_path / 'imgs/missing.png'}"),
                            ("a", (12, 16, 3))]
 
-    # a list written from the current folder into a sub-folder: the line says why its entry is not found
+    # a list written from the current folder into a sub-folder: its entries are read from there, as ultralytics
+    # reads them; a folder named is its images and videos; an entry both beside the list and from the current folder
+    # is the list's, with a note
     (tmp_path / "lists").mkdir()
-    (tmp_path / "lists" / "here.txt").write_text("imgs/c.png\n")
+    (tmp_path / "lists" / "here.txt").write_text("imgs/c.png\nimgs\n")
     with pytest.MonkeyPatch.context() as patch:
         patch.chdir(tmp_path)
-        assert loaded(open_source("lists/here.txt")) == [("c", (
-            "error: not found: lists/imgs/c.png (lists/here.txt names imgs/c.png, which is there from the current "
-            "folder, but a list's relative paths are relative to the list's folder lists: write them from there, "
-            "or absolute)"))]
+        assert [(i.path, i.name) for i in open_source("lists/here.txt")] == [
+            ("imgs/c.png", "c"), ("imgs/a.png", "a"), ("imgs/b.png", "b"), ("imgs/c.png", "c_2")]
+        with pytest.raises(ZooError, match="names no files: its folders hold no images or videos"):
+            (tmp_path / "lists" / "empty").mkdir()
+            (tmp_path / "lists" / "none.txt").write_text("empty\n")
+            open_source("lists/none.txt")
+        save(tmp_path / "lists" / "imgs" / "c.png")  # now beside the list too: the list's
+        assert [i.path for i in open_source("lists/here.txt")][0] == "lists/imgs/c.png"
 
     (tmp_path / "timm.csv").write_text("index_0,filename\n3,imgs/b.png\n4,imgs/a.png\n")  # timm's column name
     assert [i.name for i in open_source(tmp_path / "timm.csv")] == ["b", "a"]

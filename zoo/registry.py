@@ -20,6 +20,7 @@ import functools
 import importlib
 import inspect
 import os
+import re
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -392,6 +393,7 @@ def YOLO(model: str | Path = "yolo11n.pt", task: str | None = None, verbose: boo
     is accepted (nothing is printed); ``options``: load's (``weights``, ``dtype``, ``device``)."""
     if task is not None and task not in YOLO_TASKS:
         raise UsageError(f"YOLO(task={task!r}): the YOLO models here make {', '.join(YOLO_TASKS)}")
+    refuse_unbuilt_yolo(model)
     if not is_weights_file(model) and get_spec(str(model)).family != "yolov8":
         raise UsageError(f"YOLO({str(model)!r}) is not a YOLO model: use zoo.load({str(model)!r})")
     net = load(str(model), **options)  # a checkpoint file is read only where it holds a YOLO model (identify)
@@ -399,6 +401,32 @@ def YOLO(model: str | Path = "yolo11n.pt", task: str | None = None, verbose: boo
         raise UsageError(f"YOLO({str(model)!r}, task={task!r}): the model makes {net.task!r}; "
                          f"pass task={net.task!r} or a {task} model")
     return net
+
+
+# ultralytics' release file names (yolov8n-cls.pt, yolo11s-obb.pt, yolo26n.pt, yolov5nu.pt ...) and model yamls,
+# as its docs pass them to YOLO(): the task suffix, if any, is the last "-" part
+ULTRALYTICS_RELEASE = re.compile(r"(yolo[v]?\d+[a-z]*\d*)(?:-(\w+))?\.(pt|ya?ml)")
+UNBUILT_YOLO_TASKS = {"cls": "ultralytics' classification YOLO models are not available in mlx-zoo: classify images "
+                             "with zoo.load('resnet50') (docs/resnet.md)",
+                      "obb": "ultralytics' oriented-box (OBB) YOLO models are not available in mlx-zoo"}
+
+
+def refuse_unbuilt_yolo(model: str | Path) -> None:
+    """One error for an ultralytics model file name that is not on disk and names a model mlx-zoo does not build
+    (a classification or OBB model, another YOLO generation, a yaml to build an untrained model from), naming the
+    YOLO models it has; a file on disk is read as it is."""
+    name = str(model)
+    release = ULTRALYTICS_RELEASE.fullmatch(name)
+    if release is None or Path(name).exists() or release_file_model(name):
+        return
+    have = ("the YOLO models here are yolov8 and yolo11, scales n s m l x, detect (yolo11n.pt), segment "
+            "(yolo11n-seg.pt) and pose (yolo11n-pose.pt)")
+    if release.group(3) != "pt":
+        raise UsageError(f"YOLO({name!r}) builds an untrained model from ultralytics' yaml, for training, which "
+                         f"mlx-zoo does not do: load trained weights, YOLO('yolo11n.pt') or a best.pt "
+                         f"(weights='synthetic' for random ones); {have}")
+    reason = UNBUILT_YOLO_TASKS.get(release.group(2), f"ultralytics' {name} is not available in mlx-zoo")
+    raise UsageError(f"YOLO({name!r}): {reason}; {have}")
 
 
 def SAM(model: str | Path = "mobile_sam.pt", *args, **options):  # noqa: N802

@@ -253,6 +253,20 @@ def as_tensor(data) -> TensorArray:
     return (data if np.issubdtype(data.dtype, np.floating) else data.astype(np.float32)).view(TensorArray)
 
 
+def attribute_listing(obj) -> str:
+    """ultralytics' ``print(r.boxes)`` (its SimpleClass's ``str``): the object's class and each public value,
+    ``name: repr``, in name order; a Boxes, Masks ... inside it by its class name alone."""
+    lines = []
+    for name in dir(obj):
+        value = None if name.startswith("_") else getattr(obj, name)
+        if name.startswith("_") or callable(value):
+            continue
+        shown = f"{type(value).__module__}.{type(value).__name__} object" \
+            if isinstance(value, (BaseTensor, Results)) else repr(value)
+        lines.append(f"{name}: {shown}")
+    return f"{type(obj).__module__}.{type(obj).__name__} object with attributes:\n\n" + "\n".join(lines)
+
+
 class BaseTensor:
     """ultralytics' BaseTensor: ``data`` (a TensorArray) of one image whose size is ``orig_shape`` (height, width);
     ``len()``, indexing (int, slice, mask, index array: the same class over the rows selected), iteration,
@@ -287,6 +301,9 @@ class BaseTensor:
 
     def to(self, *args, **kwargs):
         return self.__class__(self.data.to(*args, **kwargs), self.orig_shape)
+
+    def __str__(self) -> str:
+        return attribute_listing(self)
 
 
 class Boxes(BaseTensor):
@@ -493,6 +510,9 @@ class Results:
 
     def __repr__(self) -> str:
         return f"Results(path={self.path!r}, {len(self)} objects, orig_shape={self.orig_shape})"
+
+    def __str__(self) -> str:
+        return attribute_listing(self)
 
     def new(self) -> Results:
         """The same image, path, names, speed and frame, without results."""

@@ -313,7 +313,9 @@ class Glob(Files):
 
 
 class PathList(Files):
-    """The files a ``.txt`` (one path a line) or ``.csv`` (a path column) names, relative to the list's folder."""
+    """The files a ``.txt`` (one path a line) or ``.csv`` (a path column) names, relative to the list's folder (a
+    folder's images and videos, sorted); a relative entry that is not there but is from the current folder is read from there, as ultralytics reads it
+    (its LoadImagesAndVideos tries the current folder first, then the list's)."""
 
     kind = "list"
 
@@ -330,19 +332,31 @@ class PathList(Files):
         if not entries:
             raise ZooError(f"the list {listfile} names no files")
         self.listfile = listfile
-        paths = [Path(e).expanduser() for e in entries]
-        # each relative entry as the list wrote it, by the path it names
-        self.entries = {listfile.parent / p: p for p in paths if not p.is_absolute()}
-        super().__init__([p if p.is_absolute() else listfile.parent / p for p in paths], vid_stride)
+        paths = []
+        for path in (self.entry_path(Path(e).expanduser()) for e in entries):
+            if path.is_dir():  # a folder's images and videos, not its sub-folders', as ultralytics reads a list's
+                files = sorted(media_files(path.iterdir()))
+                if not files:
+                    print(f"warning: skipped: {listfile} names the folder {path}, which holds no images or videos",
+                          file=sys.stderr)
+                paths.extend(files)
+            else:
+                paths.append(path)
+        if not paths:
+            raise ZooError(f"the list {listfile} names no files: its folders hold no images or videos")
+        super().__init__(paths, vid_stride)
 
-    def not_found(self, path: Path) -> str:
-        entry = self.entries.get(path)
-        if entry is None or not entry.exists():
-            return super().not_found(path)
-        # there from the current folder: the list was written from here (`ls photos/*.jpg > lists/x.txt`)
-        return (f"not found: {path} ({self.listfile} names {entry}, which is there from the current folder, but a "
-                f"list's relative paths are relative to the list's folder {self.listfile.parent}: write them from "
-                "there, or absolute)")
+    def entry_path(self, entry: Path) -> Path:
+        """The file a list's entry names: beside the list, else from the current folder (a list written there,
+        `ls photos/*.jpg > lists/x.txt`, as ultralytics reads it), else beside the list (not found there)."""
+        beside = self.listfile.parent / entry
+        if entry.is_absolute() or beside.exists() or not entry.exists():
+            if not entry.is_absolute() and beside.exists() and entry.exists() and not beside.samefile(entry):
+                print(f"note: {self.listfile} names {entry}, which is a file beside the list and another from the "
+                      f"current folder: reading {beside} (a list's relative paths are relative to its folder; "
+                      "ultralytics would read the current folder's)", file=sys.stderr)
+            return beside
+        return entry
 
 
 def csv_paths(text: str, listfile: Path) -> list[str]:

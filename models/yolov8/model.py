@@ -743,8 +743,12 @@ class DetectionModel(nn.Module):
         """Class filter from names and/or ids (a list, or one comma-separated string) -> ids."""
         return resolve_classes(classes, self.names)
 
-    def predict(self, source, stream: bool = False, **options):
+    def predict(self, source=None, stream: bool = False, **options):
         """ultralytics' model.predict: one Results per image or frame (predict.py has the options)."""
+        if source is None:  # ultralytics then predicts its bundled sample photos, which mlx-zoo does not ship
+            raise ZooError("predict() needs a source: ultralytics' default, its bundled bus.jpg and zidane.jpg "
+                           "(ultralytics/assets), is not shipped with mlx-zoo; pass an image, a folder, a video or "
+                           "a list of them, e.g. model.predict('bus.jpg')")
         for old, (new, convert) in DEPRECATED_PREDICT_OPTIONS.items():
             if old in options:
                 if new in options:
