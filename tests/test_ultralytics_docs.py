@@ -246,6 +246,40 @@ Thread(target=thread_safe_predict, args=("yolo11n.pt", "image2.jpg")).start()
     assert failures == [] and predicted == [1, 1]
 
 
+def test_one_model_shared_by_threads_gives_each_image_its_own_boxes(docs_folder, monkeypatch):
+    """yolo-thread-safe-inference's "unsafe" example, one model in two threads: here each gets its image's boxes."""
+    failures = []
+    monkeypatch.setattr(threading, "excepthook", failures.append)
+    boxes = {}
+    ns = run('''
+# Unsafe: Sharing a single model instance across threads
+from threading import Thread
+
+from ultralytics import YOLO
+
+# Instantiate the model outside the thread
+shared_model = YOLO("yolo11n.pt")
+
+
+def predict(image_path):
+    """Predicts objects in an image using a preloaded YOLO model, take path string to image as argument."""
+    results = shared_model.predict(image_path)
+    # Process results
+    boxes[image_path] = results[0].boxes.data
+
+
+# Starting threads that share the same model instance
+Thread(target=predict, args=("image1.jpg",)).start()
+Thread(target=predict, args=("image2.jpg",)).start()
+''', boxes=boxes)
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    assert failures == [] and sorted(boxes) == ["image1.jpg", "image2.jpg"]
+    for path, found in boxes.items():
+        np.testing.assert_array_equal(found, ns["shared_model"].predict(path)[0].boxes.data)
+
+
 def test_streaming_source_for_loop(docs_folder, monkeypatch):
     import cv2
 
