@@ -184,7 +184,8 @@ for r in results:
     ("yolo11n-cls.pt", r"classification YOLO models are not available in mlx-zoo: classify images with "
                        r"zoo.load\('resnet50'\)"),
     ("yolo11n-obb.pt", r"oriented-box \(OBB\) YOLO models are not available"),
-    ("yolo11n.yaml", r"builds an untrained model from ultralytics' yaml")])
+    ("yolo11n.yaml", r"builds an untrained model from ultralytics' yaml"),
+    ("yolo26n.pt", r"no file of that name here, nor one of ultralytics' models mlx-zoo builds")])
 def test_models_not_built_here_are_one_error_naming_those_there_are(docs_folder, model, error):
     with pytest.raises(ZooError, match=error + ".*detect \\(yolo11n.pt\\), segment"):
         run(f'from ultralytics import YOLO\nmodel = YOLO("{model}")\nresults = model("bus.jpg")')
