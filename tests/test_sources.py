@@ -6,6 +6,7 @@ import os
 import re
 import struct
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -189,6 +190,26 @@ def test_glob_txt_and_csv_lists(tmp_path):
     (tmp_path / "empty.txt").write_text("# nothing\n")
     with pytest.raises(ZooError, match="names no files"):
         open_source(tmp_path / "empty.txt")
+
+
+def test_a_url_in_a_list_is_named_as_written(tmp_path, monkeypatch):
+    """A URL in a .txt/.csv list was taken for a relative path, its '//' collapsed: 'not found: https:/host/a.jpg',
+    an error line naming no address the user wrote (and a .csv whose first cell was rtsp://cam/live was refused as
+    an unknown header). ultralytics' lists name files too (LoadImagesAndVideos: 'does not exist'): one line now,
+    before any work, naming the URL as written and what to do."""
+    save(tmp_path / "a.png")
+    monkeypatch.chdir(tmp_path)
+    Path("urls.txt").write_text("a.png\nhttps://host/a.jpg\nrtsp://cam/live\n")
+    with pytest.raises(ZooError) as refused:
+        open_source("urls.txt")
+    assert str(refused.value) == (
+        "urls.txt names 2 URLs (https://host/a.jpg, ...): a list names files on this machine (as ultralytics' lists); "
+        "download them and list the files, or pass each URL as an input of its own")
+    Path("cams.csv").write_text("rtsp://cam/live,1\na.png,2\n")
+    with pytest.raises(ZooError, match=r"^cams.csv names 1 URL \(rtsp://cam/live\): a list names files"):
+        open_source("cams.csv")
+    Path("paths.txt").write_text("a.png\n.//a.png\n")  # a path that holds '//' is still a path
+    assert [item.name for item in open_source("paths.txt")] == ["a", "a_2"]
 
 
 def test_list_of_sources_is_one_numbering(tmp_path):

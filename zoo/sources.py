@@ -331,6 +331,11 @@ class PathList(Files):
             line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
         if not entries:
             raise ZooError(f"the list {listfile} names no files")
+        urls = [e for e in entries if is_url(e)]
+        if urls:  # as a path, https://host/a.jpg was 'not found: https:/host/a.jpg' (a path collapses the '//')
+            raise ZooError(f"{listfile} names {len(urls)} URL{'s' * (len(urls) > 1)} ({urls[0]}"
+                           f"{', ...' if len(urls) > 1 else ''}): a list names files on this machine (as ultralytics' "
+                           "lists); download them and list the files, or pass each URL as an input of its own")
         self.listfile = listfile
         paths = []
         for path in (self.entry_path(Path(e).expanduser()) for e in entries):
@@ -373,11 +378,17 @@ def csv_paths(text: str, listfile: Path) -> list[str]:
         rows = rows[1:]
     elif len(rows) == 1:
         return [cell.strip() for cell in rows[0] if cell.strip()]
-    elif not names_media(listfile.parent / Path(rows[0][0].strip()).expanduser()):  # an absolute path joins as itself
+    elif not is_url(rows[0][0].strip()) and not names_media(listfile.parent / Path(rows[0][0].strip()).expanduser()):
+        # (an absolute path joins as itself; a URL is refused by PathList, in its own words)
         raise ZooError(f"{listfile}: its first row ({', '.join(rows[0])}) is neither a header naming the path column "
                        f"({', '.join(CSV_PATH_COLUMNS)}) nor a file that exists: head the path column with one of "
                        "those names, or start the list with an existing file")
     return [row[column or 0].strip() for row in rows if len(row) > (column or 0) and row[column or 0].strip()]
+
+
+def is_url(text: str) -> bool:
+    """Whether a list's entry is an address (``https://host/a.jpg``, ``rtsp://cam/live``), not a path."""
+    return re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) is not None
 
 
 def names_media(path: Path) -> bool:
