@@ -341,3 +341,38 @@ def test_resume_refuses_a_video_not_done_before_inputs_done_with_records(images,
     again = check_coco(tmp_path / "out" / "predictions.json", {1, 2, 3, 4, 5})
     assert [r for r in again if r["file_name"] != "d.mp4"] == first
     assert {r["image_id"] for r in again if r["file_name"] == "d.mp4"} == {3, 4, 5}  # its 3 frames, after c.png's 2
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_a_video_then_images_killed_after_an_image_is_resumed(images, tmp_path, capsys, raw_weights, damaged):
+    """A video's annotated file was finished (renamed into place) only when the next video began or the run ended:
+    killed after an image that follows a video read to its end (or to its damage), the video was not done, and
+    --resume --save-json took it for one added before the images done (whose frames would take their kept ids):
+    refused, with no way to continue into that --out with --save-json (a damaged video never ends otherwise). The
+    video is finished when the next input's first result comes now: --resume skips it, the images' ids are those
+    of the first run, and the records equal an uninterrupted run's."""
+    from zoo.sources import VideoWriter
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    clip = inputs / f"a.{'avi' if damaged else 'mp4'}"  # AVI: its header counts the frames, so a cut one is damaged
+    with VideoWriter(clip, fps=10) as video:
+        for i in range(40 if damaged else 3):
+            video.write(np.full((64, 64, 3), 6 * i, np.uint8))
+    if damaged:
+        clip.write_bytes(clip.read_bytes()[:clip.stat().st_size * 2 // 3])
+    for name, source in (("b", "cat"), ("c", "street")):
+        (inputs / f"{name}.png").write_bytes((images / f"{source}.png").read_bytes())
+    assert main(detect_argv([inputs], tmp_path / "fresh", None, raw_weights)) == int(damaged)
+    fresh = json.loads((tmp_path / "fresh" / "predictions.json").read_text())
+    assert {r["file_name"] for r in fresh} >= {"b.png", "c.png"}
+    out = tmp_path / "out"
+    argv = detect_argv([inputs], out, None, raw_weights)
+    killed_run(argv, "saved:1")  # b.png's annotated image written, c.png not begun
+    assert (out / "a.mp4").exists() and (out / "b.png").exists() and not (out / "c.png").exists()
+    capsys.readouterr()
+    assert main([*argv, "--resume"]) == 0  # the damaged video's bad frame was reported by the first run
+    assert "1 image processed" in capsys.readouterr().err
+    records = check_coco(out / "predictions.json", {r["image_id"] for r in fresh})
+    assert sorted(map(json.dumps, records)) == sorted(map(json.dumps, fresh))
+    assert sorted(outputs(out)) == sorted(outputs(tmp_path / "fresh"))

@@ -854,6 +854,11 @@ class ResultFiles:
         self.item = None  # its last frame: its video's total says whether the video was finished
 
     def write(self, result: Results, item) -> None:
+        if self.writer is not None and (item.frame is None or item.stem != self.item.stem):
+            # the next input's first result: the video's items have all come (its end, or its damage), so it is
+            # finished now, not at the run's end: a run killed meanwhile left it unfinished behind images done,
+            # which --resume --save-json refuses (a video not done gives its frames ids the images' records hold)
+            self.close(complete=True)
         image = self.out / output_name(item.path, item.name)
         if self.save and item.frame is None:
             self.check_output(image)  # before the labels: nothing of this item written when refused
@@ -897,8 +902,6 @@ class ResultFiles:
     def write_frame(self, item, rgb: np.ndarray) -> None:
         from zoo.sources import VideoWriter
 
-        if self.writer is not None and self.item.stem != item.stem:
-            self.close(complete=True)
         if self.writer is None:
             make_output_folder(self.out, "output folder")
             video = self.check_output(self.out / f"{item.stem}.mp4")
