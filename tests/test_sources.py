@@ -765,10 +765,11 @@ def test_record_lines_up_to_the_limit_are_read(tmp_path, monkeypatch):
 
 
 class FakeLiveFeed:
-    """A camera's container and stream (PyAV's shape, as OpenCVCamera's): ``n`` frames, frame k holding k, made
-    as fast as they are read but at most 10 ahead of the last one the reader ``took`` (a camera keeps its pace:
-    it does not wait for a slow model, nor race ahead of a test), each array counted while it lives. ``made``
-    (under ``changed``): the frame being decoded, so every frame before it has been handed on."""
+    """A camera's container and stream (PyAV's shape, as OpenCVCamera's): ``n`` frames, frame k holding k and
+    stamped k / 25 s (25 frames/s), made as fast as they are read but at most 10 ahead of the last one the reader
+    ``took`` (a camera keeps its pace: it does not wait for a slow model, nor race ahead of a test), each array
+    counted while it lives. ``made`` (under ``changed``): the frame being decoded, so every frame before it has
+    been handed on."""
 
     average_rate = guessed_rate = None
 
@@ -778,6 +779,7 @@ class FakeLiveFeed:
 
         def __init__(self, feed, n):
             self.feed, self.n = feed, n
+            self.time = n / 25
 
         def to_ndarray(self, format):
             import weakref
@@ -829,6 +831,24 @@ def fake_camera(feed, stream_buffer=False):
     return FakeCamera(0, stream_buffer=stream_buffer)
 
 
+class FakeClock:
+    """NewestFrame's clock, still unless set: ``now`` seconds. Its wall-clock rules (QUIET_S, BACKLOG_LIMIT_S)
+    are put out of reach, so only the frames' own times say which were sent while the model loaded."""
+
+    def __init__(self, monkeypatch):
+        self.now = 0.0
+        monkeypatch.setattr(sources.NewestFrame, "clock", staticmethod(lambda: self.now))
+        monkeypatch.setattr(sources.NewestFrame, "QUIET_S", 600.0)
+
+
+def loaded_for(seconds, monkeypatch, feed, stream_buffer=False):
+    """``fake_camera(feed)`` opened, then the model loading for ``seconds`` by the camera's clock."""
+    clock = FakeClock(monkeypatch)
+    camera = fake_camera(feed, stream_buffer)
+    clock.now += seconds
+    return camera
+
+
 def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys, monkeypatch):
     """A camera whose frames come faster than the reader takes them (the reader waits for 5 more frames after
     each): the reader gets the newest frame each time (ultralytics' default for streams), never one older
@@ -836,19 +856,18 @@ def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys, monkeypatch)
     the source holds at most one frame besides the reader's and the one being decoded. With
     stream_buffer=True every frame comes, in order (as a video file's; the camera waits for the reader).
     Before, every frame came in order: a model slower than a stream fell ever further behind it."""
-    monkeypatch.setattr(sources.NewestFrame, "CAUGHT_UP_S", 0.3)  # backlog read: wide of a loaded machine's pauses
     feed = FakeLiveFeed(200)
     got = []
-    for item in fake_camera(feed):
+    for item in loaded_for(0.4, monkeypatch, feed):  # 10 frames of 25 frames/s sent while the model loaded
         got.append(int(item.load()[0, 0, 0]))
         assert item.frame == got[-1] and feed.alive <= 3
         feed.took(item.frame)
         feed.wait_for(item.frame + 6)  # frames frame+1 .. frame+5 made: the newest of them is at least frame+5
     assert got[-1] == 199 and all(b >= a + 5 for a, b in itertools.pairwise(got[:-1])) and len(got) <= 40
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
-    # the 11 frames the camera makes before anything is taken are the backlog (skipped before the first frame)
+    # the 10 frames stamped before 0.4 s are the backlog (skipped before the first frame)
     assert got[0] == 10 and notes == [
-        "note: camera0: 10 frames skipped: sent while the model loaded, before the run took its first frame (it "
+        "note: camera0: 10 frames skipped: sent while the model loaded, before the run asked for its first frame (it "
         "starts at the stream's newest)",
         f"note: camera0: {200 - 10 - len(got)} frames dropped: the model was slower than the stream and took the "
         "newest frame each time (stream_buffer=True keeps every frame)"]
@@ -860,7 +879,7 @@ def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys, monkeypatch)
     assert capsys.readouterr().err == ""
 
 
-def test_a_pipeline_over_a_live_source_takes_the_newest_frames():
+def test_a_pipeline_over_a_live_source_takes_the_newest_frames(monkeypatch):
     """The CLIs' loop reads ahead of a live source by one batch only (a file's: a batch and two per decoding
     thread): the model gets frames made while it ran, the others are dropped."""
     from zoo.pipeline import Pipeline
@@ -873,7 +892,7 @@ def test_a_pipeline_over_a_live_source_takes_the_newest_frames():
         feed.took(batch[-1].item.frame)
         feed.wait_for(batch[-1].item.frame + 6)
 
-    pipeline = Pipeline(fake_camera(feed), progress=False)
+    pipeline = Pipeline(loaded_for(0, monkeypatch, feed), progress=False)
     assert pipeline.ahead == 1
     pipeline.run(process)
     assert got == sorted(set(got)) and got[-1] == 199 and len(got) < 100 and pipeline.done == len(got)
@@ -980,7 +999,7 @@ def test_a_stalled_live_source_is_said_once_and_the_run_goes_on(monkeypatch):
                 yield self.Frame(self, 1)
 
         got = []
-        run = pipeline.Pipeline(fake_camera(StallingFeed(2), stream_buffer), progress=False)
+        run = pipeline.Pipeline(loaded_for(0, monkeypatch, StallingFeed(2), stream_buffer), progress=False)
         run.run(lambda batch: got.extend(ready.item.frame for ready in batch))
         assert got == [0, 1] and run.failed == 0
         assert lines == ["note: camera0: the stream sent nothing for 0.2 s; still waiting (Ctrl-C stops; every "
@@ -1004,12 +1023,66 @@ def test_a_live_sources_backlog_is_skipped_not_blamed_on_the_model(capsys, monke
                         assert self.changed.wait_for(lambda k=k: self.taken >= k - 1, timeout=20)
                 yield self.Frame(self, k)
 
-    monkeypatch.setattr(sources.NewestFrame, "CAUGHT_UP_S", 0.3)  # backlog read: wide of a loaded machine's pauses
     feed, got = BackloggedFeed(40), []
-    for item in fake_camera(feed):
+    for item in loaded_for(0.8, monkeypatch, feed):  # 20 frames of 25 frames/s
         got.append(item.frame)
         feed.took(item.frame)
     assert got == list(range(20, 40))
     assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")] == [
-        "note: camera0: 20 frames skipped: sent while the model loaded, before the run took its first frame (it "
+        "note: camera0: 20 frames skipped: sent while the model loaded, before the run asked for its first frame (it "
         "starts at the stream's newest)"]
+
+
+def test_a_loaded_machines_pause_in_the_backlog_is_not_blamed_on_the_model(capsys, monkeypatch):
+    """The backlog was told by the wall clock: the first frame handed on was the one after which the decoding
+    waited 20 ms, so a loaded machine pausing in the middle of the backlog handed on a frame of it, and the rest of
+    the backlog, decoded while the model ran on that frame, was counted dropped 'the model was slower than the
+    stream'. Frames are counted by their own time in the stream now: here the decoding stops after 10 of the 20
+    frames sent while the model loaded until the reader took one (the stream quiet for QUIET_S: that frame was the
+    newest there was), and the other 10 still count as skipped while the model loaded, none as dropped."""
+
+    class PausingFeed(FakeLiveFeed):
+        def decode(self, stream, backlog=20):
+            for k in range(self.n):
+                if k == 10 or k > backlog:  # the pause; after the backlog, one frame each time the reader took one
+                    with self.changed:
+                        assert self.changed.wait_for(lambda k=k: self.taken >= k - 1, timeout=20)
+                with self.changed:
+                    self.made = k
+                    self.changed.notify_all()
+                yield self.Frame(self, k)
+
+    feed, got = PausingFeed(40), []
+    camera = loaded_for(0.8, monkeypatch, feed)  # 20 frames of 25 frames/s
+    monkeypatch.setattr(sources.NewestFrame, "QUIET_S", 0.05)  # the pause is longer: the decoding waits for the reader
+    for item in camera:
+        got.append(item.frame)
+        feed.took(item.frame)
+        if item.frame == 9:
+            feed.wait_for(20)  # the model runs while the rest of the backlog decodes
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    # (the stream may seem quiet before frame 9 too, where the machine pauses longer than QUIET_S: an earlier first)
+    assert got[0] <= 9 and 9 in got and got[-1] == 39 and got == sorted(got) and len(notes) == 1
+    assert notes[0] == (f"note: camera0: {40 - len(got)} frames skipped: sent while the model loaded, before the run "
+                        "asked for its first frame (it starts at the stream's newest)")
+
+
+def test_a_frame_that_comes_while_the_reader_waits_is_kept_for_it(capsys, monkeypatch):
+    """Two frames coming back to back while the reader waited for one: the first was replaced by the second
+    unless the reader's thread woke in between (on a loaded machine, often not), and counted dropped 'the model
+    was slower than the stream' while the model waited. The frame is kept for the reader now: a frame is dropped
+    only when replaced while the reader held the one before it."""
+    FakeClock(monkeypatch)
+    live = None
+
+    def frames():
+        for k in range(0, 20, 2):
+            with live.changed:  # the reader asks, its slot empty: two frames come at once
+                while not (live.asking and live.newest is None):
+                    live.changed.wait(timeout=0.01)
+            for n in (k, k + 1):
+                yield sources.Item("camera0", n, f"camera0_{n}", "camera0", n, live=True, stream_time=n / 25)
+
+    live = sources.NewestFrame(frames(), "camera0", opened_at=0.0)
+    assert [item.frame for item in live] == list(range(20))
+    assert capsys.readouterr().err == ""

@@ -116,6 +116,9 @@ class Item:
     _load: Callable[[], np.ndarray] | None = field(default=None, repr=False)
     is_file: bool = False  # ``path`` names a local file (an image or a video), not a stream, camera or object
     live: bool = False  # a frame of a camera or live stream (Source.live): its video ends where the run stops
+    # a video frame's time in its stream, seconds (its timestamp, else frame / fps; None where neither is known):
+    # a live source's frames sent before the run asked for its first one are told apart by it (NewestFrame)
+    stream_time: float | None = None
 
     def load(self) -> np.ndarray:
         """The pixels as an (H, W, 3) uint8 RGB array; a ZooError naming the item when it cannot be read."""
@@ -487,6 +490,7 @@ class FrameSource(Source):
         # a stream's or camera's (container, stream) opened to check it, decoded from: opened again, a server or
         # camera that takes one client refuses, and the frames in between are lost (a file is opened again)
         self.held = None
+        self.opened_at: float | None = None  # when ``held`` was opened (NewestFrame.clock): its frames wait since
 
     @abstractmethod
     def open(self):
@@ -502,7 +506,14 @@ class FrameSource(Source):
 
     def items(self, start: int, names: UniqueNames) -> Iterator[Item]:
         frames = self.decoded(start, names)
-        return iter(NewestFrame(frames, self.path, self.fps)) if self.live and not self.stream_buffer else frames
+        if not self.live or self.stream_buffer:
+            return frames
+        return iter(NewestFrame(frames, self.path, self.opened_at if self.held else None))
+
+    def hold(self) -> None:
+        """Open the source now and keep it for the decoding (``held``), noting when its frames began to wait."""
+        self.opened_at = NewestFrame.clock()
+        self.held = self.open()
 
     def decoded(self, start: int, names: UniqueNames) -> Iterator[Item]:
         """Every kept frame, in order, as it is decoded."""
@@ -532,8 +543,9 @@ class FrameSource(Source):
                 if (n + 1) % self.vid_stride:
                     continue
                 rgb = upright(frame.to_ndarray(format="rgb24"), getattr(frame, "rotation", 0))
+                at = getattr(frame, "time", None)  # PyAV's pts in seconds; OpenCV's frames have none
                 yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames, lambda rgb=rgb: rgb,
-                           self.is_file, self.live)
+                           self.is_file, self.live, at if at is not None else n / self.fps if self.fps else None)
                 index += 1
         finally:
             container.close()
@@ -558,7 +570,10 @@ class Video(FrameSource):
         if self.is_file:
             if not Path(path).exists():
                 raise ZooError(f"video not found: {path}")
-        container, stream = self.open()
+            container, stream = self.open()
+        else:
+            self.hold()
+            container, stream = self.held
         try:
             rate = stream.average_rate or stream.guessed_rate
             self.fps = float(rate) if rate else None
@@ -570,8 +585,6 @@ class Video(FrameSource):
             raise
         if self.is_file:
             container.close()
-        else:
-            self.held = container, stream
 
     def open(self):
         av = import_av()
@@ -604,8 +617,8 @@ class Camera(FrameSource):
     def __init__(self, index: int, vid_stride: int = 1, stream_buffer: bool = False):
         super().__init__(f"camera{index}", f"camera {index}", vid_stride, stream_buffer)
         self.index = index
-        self.held = container, stream = self.open()
-        rate = stream.average_rate or stream.guessed_rate
+        self.hold()
+        rate = self.held[1].average_rate or self.held[1].guessed_rate
         self.fps = float(rate) if rate else None
 
     def open(self):
@@ -634,63 +647,94 @@ class Camera(FrameSource):
 
 class NewestFrame:
     """A live source's frames, read on a thread of their own as they come, of which the reader gets the newest
-    each time it asks: one frame is held, never more; a frame replaced before it was asked for is dropped
+    each time it asks: one frame is held, never more; a frame replaced before it was asked for is not handed on
     (counted, and said in one note when the iteration ends). Errors of the source reach the reader after the
     frames before them.
 
-    The stream was opened (to check it) before the model loaded: what it sent meanwhile waits in the
-    connection's buffer and decodes at once. The first frame handed on is the newest once that backlog is
-    read (the reader has waited CAUGHT_UP_S, or half a frame, for the next one; BACKLOG_LIMIT_S at most), and
-    the frames before it are counted apart: skipped while the model loaded, not dropped for its speed."""
+    The stream was opened (to check it) ``opened_at`` (``clock``), before the model loaded: what it sent meanwhile
+    waits in the connection's buffer and decodes at once. Those frames are told by their own time in the stream
+    (``Item.stream_time``), not by how fast they decode: a frame less than the wait (the clock's time from the
+    opening to the iteration's start) after the stream's first one was sent before the run asked for any, and
+    one not handed on is counted skipped while the model loaded; any later one is counted dropped for the
+    model's speed, and only when it was replaced while the reader held the frame before it (a frame that comes
+    while the reader waits is kept for it, however late the reader's thread wakes on a loaded machine). The
+    first frame handed on is the first one past the wait, or the newest once the stream has sent nothing for
+    QUIET_S or the reader has waited BACKLOG_LIMIT_S: these choose which frame comes first, never the counts."""
 
-    CAUGHT_UP_S = 0.02  # a read that waits this long waited for the stream, not for the buffer
-    BACKLOG_LIMIT_S = 2.0  # the first frame is not held back longer than this (a stream faster than the check)
+    QUIET_S = 0.25  # the stream sent nothing for this long: the frame held is the newest there is
+    BACKLOG_LIMIT_S = 2.0  # the first frame is not held back longer than this (a backlog decoded slower than it came)
+    clock = staticmethod(time.monotonic)  # the wait's clock (tests give their own)
 
-    def __init__(self, frames: Iterator[Item], path: str, fps: float | None = None):
-        self.frames, self.path = frames, path
-        self.caught_up_s = min(self.CAUGHT_UP_S, 0.5 / fps) if fps else self.CAUGHT_UP_S
+    def __init__(self, frames: Iterator[Item], path: str, opened_at: float | None = None):
+        self.frames, self.path, self.opened_at = frames, path, opened_at
+        self.waited_s = 0.0  # from the opening to the iteration's start: the stream time of the frames waiting
+        self.first: float | None = None  # the stream time of the source's first frame
+        self.passed = False  # a frame sent after the wait came: every later one was too (whatever its timestamp)
         self.newest: Item | None = None
+        self.newest_waited = False  # ``newest`` was sent before the run asked for its first frame
         self.error: BaseException | None = None
         self.dropped, self.skipped, self.ended, self.stopping = 0, 0, False, False
-        self.read_at = time.monotonic()  # when the reader last handed on a frame (and began waiting for the next)
+        self.started = False  # a frame past the wait came (or the reader stopped waiting for one)
+        self.asking = False  # the reader waits for a frame
         self.changed = threading.Condition()
+
+    def waiting(self, item: Item) -> bool:
+        """Whether ``item`` was sent before the run asked for its first frame: its time in the stream is less
+        than the wait after the first frame's, and no frame before it was past the wait (a frame of no known
+        time is past it)."""
+        if self.passed or item.stream_time is None:
+            self.passed = True
+        else:
+            if self.first is None:
+                self.first = item.stream_time
+            self.passed = item.stream_time - self.first >= self.waited_s
+        return not self.passed
 
     def read(self) -> None:
         """The decoding thread: every frame into the one slot, as fast as they come."""
         try:
             for item in self.frames:
+                sent_before = self.waiting(item)
                 with self.changed:
+                    # the reader asked and was handed a frame it has not taken yet: kept for it, not replaced
+                    self.changed.wait_for(lambda: self.stopping or not (self.started and self.asking
+                                                                        and self.newest is not None))
                     if self.stopping:
                         break
-                    self.dropped += self.newest is not None
-                    self.newest = item
-                    self.read_at = time.monotonic()
-                    self.changed.notify()
+                    if self.newest is not None:
+                        self.skipped += self.newest_waited
+                        self.dropped += not self.newest_waited
+                    self.newest, self.newest_waited = item, sent_before
+                    self.started = self.started or self.passed
+                    self.changed.notify_all()
         except BaseException as e:  # carried to the reader, raised there
             self.error = e
         finally:
             self.frames.close()  # a generator is closed by the thread that runs it: the container with it
             with self.changed:
                 self.ended = True
-                self.changed.notify()
+                self.changed.notify_all()
 
-    def backlog_read(self) -> bool:
-        """Under ``changed``: the buffered frames are decoded, the newest is in the slot (or the source ended)."""
-        return self.ended or (self.newest is not None and time.monotonic() - self.read_at >= self.caught_up_s)
+    def first_frame(self) -> None:
+        """Under ``changed``: until the first frame to hand on is in the slot (or the source ended); at once after."""
+        give_up = self.clock() + self.BACKLOG_LIMIT_S
+        while not (self.started or self.ended):
+            quiet = not self.changed.wait(timeout=self.QUIET_S)  # no frame came meanwhile
+            if self.newest is not None and (quiet or self.clock() >= give_up):
+                self.started = True
 
     def __iter__(self) -> Iterator[Item]:
+        self.waited_s = max(0.0, self.clock() - self.opened_at) if self.opened_at is not None else 0.0
         reader = threading.Thread(target=self.read, name="zoo-live", daemon=True)
         reader.start()
         try:
-            with self.changed:
-                give_up = time.monotonic() + self.BACKLOG_LIMIT_S
-                while not self.backlog_read() and not (self.newest is not None and time.monotonic() >= give_up):
-                    self.changed.wait(timeout=self.caught_up_s)
-                self.skipped, self.dropped = self.dropped, 0
             while True:
                 with self.changed:
+                    self.asking = True  # from here the frame handed on is kept for the reader (read)
+                    self.first_frame()
                     self.changed.wait_for(lambda: self.newest is not None or self.ended)
-                    item, self.newest = self.newest, None
+                    item, self.newest, self.asking = self.newest, None, False
+                    self.changed.notify_all()
                 if item is None:
                     if self.error is not None:
                         raise self.error
@@ -699,10 +743,11 @@ class NewestFrame:
         finally:
             with self.changed:
                 self.stopping = True
+                self.changed.notify_all()
             reader.join(timeout=5)  # a stream that stalls ends with the process (a daemon thread)
             if self.skipped:
                 print(f"note: {self.path}: {self.skipped} frame{'s' * (self.skipped != 1)} skipped: sent while the "
-                      "model loaded, before the run took its first frame (it starts at the stream's newest)",
+                      "model loaded, before the run asked for its first frame (it starts at the stream's newest)",
                       file=sys.stderr)
             if self.dropped:
                 print(f"note: {self.path}: {self.dropped} frame{'s' * (self.dropped != 1)} dropped: the model was "
