@@ -616,10 +616,10 @@ def test_a_folder_source_holding_the_run_folder_is_predicted_again(yolov8n, tmp_
         [r] = yolov8n.predict(".", **options)
         assert r.save_dir == str(tmp_path / "runs/detect/predict")
     before = Path("runs/detect/predict/a.png").read_bytes()
-    with pytest.raises(ZooError, match=rf"output {re.escape(str(tmp_path))}/runs/detect/predict/a.png is the input file"):
-        yolov8n.predict("runs/detect/predict", **options)
-    with pytest.raises(ZooError, match=rf"output {re.escape(str(tmp_path))}/runs/detect/predict/a.png is the input file"):
-        yolov8n.predict("**/*.png", **options)
+    refusal = rf"output {re.escape(str(tmp_path))}/runs/detect/predict/a.png is the input file"
+    for source in ("runs/detect/predict", "**/*.png"):
+        with pytest.raises(ZooError, match=refusal):
+            yolov8n.predict(source, **options)
     assert Path("runs/detect/predict/a.png").read_bytes() == before
 
 

@@ -425,7 +425,7 @@ def refuse_unbuilt_yolo(model: str | Path) -> None:
         raise UsageError(f"YOLO({name!r}) builds an untrained model from ultralytics' yaml, for training, which "
                          f"mlx-zoo does not do: load trained weights, YOLO('yolo11n.pt') or a best.pt "
                          f"(weights='synthetic' for random ones); {have}")
-    reason = UNBUILT_YOLO_TASKS.get(release.group(2), f"no file of that name here, nor one of ultralytics' models "
+    reason = UNBUILT_YOLO_TASKS.get(release.group(2), "no file of that name here, nor one of ultralytics' models "
                                                       "mlx-zoo builds")
     raise UsageError(f"YOLO({name!r}): {reason}; {have}")
 

@@ -317,8 +317,8 @@ class Glob(Files):
 
 class PathList(Files):
     """The files a ``.txt`` (one path a line) or ``.csv`` (a path column) names, relative to the list's folder (a
-    folder's images and videos, sorted); a relative entry that is not there but is from the current folder is read from there, as ultralytics reads it
-    (its LoadImagesAndVideos tries the current folder first, then the list's)."""
+    folder's images and videos, sorted); a relative entry that is not there but is from the current folder is read
+    from there, as ultralytics reads it (its LoadImagesAndVideos tries the current folder first, then the list's)."""
 
     kind = "list"
 
