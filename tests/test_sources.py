@@ -212,6 +212,31 @@ def test_a_url_in_a_list_is_named_as_written(tmp_path, monkeypatch):
     assert [item.name for item in open_source("paths.txt")] == ["a", "a_2"]
 
 
+def test_a_path_the_system_refuses_is_one_error(tmp_path, monkeypatch, capsys):
+    """A name longer than the file system takes (os.stat: 'File name too long') or a ~user that is no user here
+    (pathlib's expanduser: RuntimeError) ended the run in 'internal error', as an input or a list's entry (a list
+    now stats each entry as it is read, to find it beside the list or from the current folder): one error naming
+    the path, and the list it is in."""
+    from conftest import cli_error
+
+    save(tmp_path / "a.png")
+    monkeypatch.chdir(tmp_path)
+    long = "a" * 300 + ".jpg"
+    for listed in ("paths.txt", "paths.csv"):
+        Path(listed).write_text(f"{long}\na.png\n")
+        with pytest.raises(ZooError, match=rf"^{listed} names a{{300}}\.jpg, which cannot be read: File name too long; "
+                                           "correct the list$"):
+            open_source(listed)
+    Path("home.txt").write_text("a.png\n~no_such_user_here/a.png\n")
+    for source, named in ((long, f"cannot read {long}: File name too long; check the path"),
+                          ("~no_such_user_here/a.png", "~no_such_user_here/a.png: its ~ names no home folder here"),
+                          ("home.txt", "~no_such_user_here/a.png: its ~ names no home folder here")):
+        with pytest.raises(ZooError, match=f"^{re.escape(named)}"):
+            open_source(source)
+    assert cli_error(["yolov8n", long, "--weights", "synthetic:0", "--device", "cpu", "--out", "o"], capsys) == \
+        f"error: cannot read {long}: File name too long; check the path"
+
+
 def test_list_of_sources_is_one_numbering(tmp_path):
     save(tmp_path / "one" / "x.png")
     save(tmp_path / "two" / "x.png")

@@ -341,9 +341,14 @@ class PathList(Files):
                            "lists); download them and list the files, or pass each URL as an input of its own")
         self.listfile = listfile
         paths = []
-        for path in (self.entry_path(Path(e).expanduser()) for e in entries):
-            if path.is_dir():  # a folder's images and videos, not its sub-folders', as ultralytics reads a list's
-                files = sorted(media_files(path.iterdir()))
+        for entry in entries:
+            try:
+                path = self.entry_path(user_path(entry))
+                files = sorted(media_files(path.iterdir())) if path.is_dir() else None
+            except OSError as e:  # a name the system refuses (too long ...): pathlib's checks raise it, not False
+                raise ZooError(f"{listfile} names {entry}, which cannot be read: {e.strerror or e}; correct the "
+                               "list") from None
+            if files is not None:  # a folder's images and videos, not its sub-folders', as ultralytics reads a list's
                 if not files:
                     print(f"warning: skipped: {listfile} names the folder {path}, which holds no images or videos",
                           file=sys.stderr)
@@ -381,12 +386,21 @@ def csv_paths(text: str, listfile: Path) -> list[str]:
         rows = rows[1:]
     elif len(rows) == 1:
         return [cell.strip() for cell in rows[0] if cell.strip()]
-    elif not is_url(rows[0][0].strip()) and not names_media(listfile.parent / Path(rows[0][0].strip()).expanduser()):
+    elif not is_url(rows[0][0].strip()) and not names_media(listfile.parent / user_path(rows[0][0].strip())):
         # (an absolute path joins as itself; a URL is refused by PathList, in its own words)
         raise ZooError(f"{listfile}: its first row ({', '.join(rows[0])}) is neither a header naming the path column "
                        f"({', '.join(CSV_PATH_COLUMNS)}) nor a file that exists: head the path column with one of "
                        "those names, or start the list with an existing file")
     return [row[column or 0].strip() for row in rows if len(row) > (column or 0) and row[column or 0].strip()]
+
+
+def user_path(text: str) -> Path:
+    """A path as written, ``~`` and ``~user`` expanded; pathlib raises a RuntimeError for a user not here."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        raise ZooError(f"{text}: its ~ names no home folder here (no such user, or HOME unset): write the path "
+                       "in full") from None
 
 
 def is_url(text: str) -> bool:
@@ -397,7 +411,7 @@ def is_url(text: str) -> bool:
 def names_media(path: Path) -> bool:
     """Whether a CSV's first cell is a path, no header: a file there, or an image's or video's name (a missing one
     is skipped as a .txt list's, not taken for an unknown header)."""
-    return path.exists() or path.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES
+    return path.suffix.lower() in IMAGE_SUFFIXES + VIDEO_SUFFIXES or path.exists()  # (a name too long to stat)
 
 
 # -- in-memory objects ----------------------------------------------------------------------------
@@ -902,7 +916,14 @@ def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool =
         return Video(text, vid_stride, stream_buffer)
     if text.isdigit() and not Path(text).exists():
         return Camera(int(text), vid_stride, stream_buffer)
-    path = Path(text).expanduser()
+    try:
+        return open_local(text, user_path(text), recursive, vid_stride, outputs)
+    except OSError as e:  # a name the system refuses (too long ...): pathlib's checks raise it, not False
+        raise ZooError(f"cannot read {text}: {e.strerror or e}; check the path") from None
+
+
+def open_local(text: str, path: Path, recursive: bool, vid_stride: int, outputs: Iterable[str | Path]) -> Source:
+    """The Source for a path on this machine (``text`` as the user wrote it, ``path`` with ``~`` expanded)."""
     if path.is_dir():
         return Folder(path, recursive, vid_stride, outputs)
     if path.suffix.lower() == ".streams":  # ultralytics' LoadStreams: a file of stream addresses read side by side
