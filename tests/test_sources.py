@@ -1092,6 +1092,28 @@ def test_a_loaded_machines_pause_in_the_backlog_is_not_blamed_on_the_model(capsy
                         "asked for its first frame (it starts at the stream's newest)")
 
 
+def test_a_stream_whose_time_jumps_back_is_not_held_nor_counted_skipped(capsys, monkeypatch):
+    """A stream's time that jumps back in its first seconds (an RTSP stream re-synced by its first sender report, an
+    encoder restarted, a wrapped timestamp) put every later frame before the first one's time, so inside the wait
+    for good: the first frame was held back until BACKLOG_LIMIT_S (the whole stream, where shorter) and every frame
+    the model missed was counted 'skipped: sent while the model loaded'. A jump ends the wait now: the frames after
+    it are the model's to drop, as those of a stream without timestamps."""
+
+    class JumpingFeed(FakeLiveFeed):
+        class Frame(FakeLiveFeed.Frame):
+            def __init__(self, feed, n):
+                super().__init__(feed, n)
+                self.time = n / 25 - (10 if n >= 5 else 0)  # frame 5 stamped 10 s back
+
+    feed, got = JumpingFeed(40), []
+    for item in loaded_for(0.8, monkeypatch, feed):  # 20 frames of 25 frames/s waiting, by their times
+        got.append(item.frame)
+        feed.took(item.frame)
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    skipped = [int(re.match(r"note: camera0: (\d+) frames? skipped", n)[1]) for n in notes if "skipped" in n]
+    assert got[-1] == 39 and got == sorted(got) and sum(skipped) <= 5  # only frames 0-4, stamped before the jump
+
+
 def test_a_frame_that_comes_while_the_reader_waits_is_kept_for_it(capsys, monkeypatch):
     """Two frames coming back to back while the reader waited for one: the first was replaced by the second
     unless the reader's thread woke in between (on a loaded machine, often not), and counted dropped 'the model

@@ -695,13 +695,14 @@ class NewestFrame:
     def waiting(self, item: Item) -> bool:
         """Whether ``item`` was sent before the run asked for its first frame: its time in the stream is less
         than the wait after the first frame's, and no frame before it was past the wait (a frame of no known
-        time is past it)."""
+        time is past it, and one before the first frame's: the stream's time jumped back, a re-sync or a restarted
+        encoder, so its times no longer tell the wait)."""
         if self.passed or item.stream_time is None:
             self.passed = True
         else:
             if self.first is None:
                 self.first = item.stream_time
-            self.passed = item.stream_time - self.first >= self.waited_s
+            self.passed = not 0 <= item.stream_time - self.first < self.waited_s
         return not self.passed
 
     def read(self) -> None:
