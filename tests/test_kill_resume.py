@@ -376,3 +376,26 @@ def test_a_video_then_images_killed_after_an_image_is_resumed(images, tmp_path, 
     records = check_coco(out / "predictions.json", {r["image_id"] for r in fresh})
     assert sorted(map(json.dumps, records)) == sorted(map(json.dumps, fresh))
     assert sorted(outputs(out)) == sorted(outputs(tmp_path / "fresh"))
+
+
+def test_resume_refuses_an_input_done_before_that_is_not_there(images, tmp_path, monkeypatch, capsys, raw_weights):
+    """A .txt list's entry is read from the current folder where it is not beside the list (ultralytics' order), so
+    --resume run from another folder (or after a file moved) found an input done before nowhere: with --jsonl it was
+    done again (its records name another path), failed 'not found', and its records were dropped from --jsonl and
+    predictions.json while its annotated image stayed. One error now, before any work; the records are kept."""
+    work = tmp_path / "work"
+    (work / "imgs").mkdir(parents=True)
+    for name in ("cat", "dog"):
+        (work / "imgs" / f"{name}.png").write_bytes((images / f"{name}.png").read_bytes())
+    (tmp_path / "lists").mkdir()
+    (tmp_path / "lists" / "x.txt").write_text("imgs/cat.png\nimgs/dog.png\n")  # written from work/
+    argv = detect_argv([tmp_path / "lists" / "x.txt"], tmp_path / "out", tmp_path / "r.jsonl", raw_weights)
+    monkeypatch.chdir(work)
+    assert main(argv) == 0
+    records = {p: p.read_bytes() for p in (tmp_path / "r.jsonl", tmp_path / "out" / "predictions.json")}
+    monkeypatch.chdir(tmp_path)  # the entries are not there from here, nor beside the list
+    assert cli_error([*argv, "--resume"], capsys).startswith(
+        f"error: --resume: {tmp_path / 'lists' / 'imgs' / 'cat.png'} is not there, but its output ")
+    assert {p: p.read_bytes() for p in records} == records
+    monkeypatch.chdir(work)
+    assert main([*argv, "--resume"]) == 0 and "2 skipped" in capsys.readouterr().err

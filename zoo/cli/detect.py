@@ -143,6 +143,11 @@ def check_arguments(args):
                 args.done.add(pipeline.input_identity(given))
                 args.done_files.add(Path(given).name)
                 continue
+            if not Path(given).exists():  # done again it fails: the records of the run continued would be dropped
+                raise UsageError(
+                    f"--resume: {given} is not there, but its output {path} is (the run being continued read it "
+                    "from elsewhere: a list's entry there from the current folder is read from there, a moved file); "
+                    "run from the folder that run was started in, or put the file back; else run into a new --out")
             # written, but the run was killed before its record: done again, its own outputs replaced
         else:
             check_new_file(path, "output", args.overwrite)
