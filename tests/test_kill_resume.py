@@ -110,6 +110,13 @@ def raw_weights(tmp_path_factory) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def in_root(monkeypatch):
+    """Run here in ROOT, the children's folder (they import zoo from it): a run resumed here continues theirs
+    (records keep the folder a run started in, and --resume from another folder is refused)."""
+    monkeypatch.chdir(ROOT)
+
+
 def detect_argv(inputs: list[Path], out: Path, jsonl: Path | None, weights: Path) -> list[str]:
     return ["yolov8n", *map(str, inputs), "--weights", str(weights), "--device", "cpu", "--imgsz", "64", "--conf", "0.59",
             "--classes", "refrigerator", "--batch", "1", "--save-json", "--save-txt", "--out", str(out),
@@ -380,9 +387,10 @@ def test_a_video_then_images_killed_after_an_image_is_resumed(images, tmp_path, 
 
 def test_resume_refuses_an_input_done_before_that_is_not_there(images, tmp_path, monkeypatch, capsys, raw_weights):
     """A .txt list's entry is read from the current folder where it is not beside the list (ultralytics' order), so
-    --resume run from another folder (or after a file moved) found an input done before nowhere: with --jsonl it was
-    done again (its records name another path), failed 'not found', and its records were dropped from --jsonl and
-    predictions.json while its annotated image stayed. One error now, before any work; the records are kept."""
+    --resume after that file moved found an input done before nowhere: with --jsonl it was done again (its records
+    name another path), failed 'not found', and its records were dropped from --jsonl and predictions.json while
+    its annotated image stayed. One error now, before any work; the records are kept. (Resumed from another folder
+    it is refused before that: test_outputs.py::test_resume_from_another_folder_is_refused.)"""
     work = tmp_path / "work"
     (work / "imgs").mkdir(parents=True)
     for name in ("cat", "dog"):
@@ -393,9 +401,9 @@ def test_resume_refuses_an_input_done_before_that_is_not_there(images, tmp_path,
     monkeypatch.chdir(work)
     assert main(argv) == 0
     records = {p: p.read_bytes() for p in (tmp_path / "r.jsonl", tmp_path / "out" / "predictions.json")}
-    monkeypatch.chdir(tmp_path)  # the entries are not there from here, nor beside the list
+    (work / "imgs" / "cat.png").rename(tmp_path / "cat.png")  # not there now, nor beside the list
     assert cli_error([*argv, "--resume"], capsys).startswith(
         f"error: --resume: {tmp_path / 'lists' / 'imgs' / 'cat.png'} is not there, but its output ")
     assert {p: p.read_bytes() for p in records} == records
-    monkeypatch.chdir(work)
+    (tmp_path / "cat.png").rename(work / "imgs" / "cat.png")
     assert main([*argv, "--resume"]) == 0 and "2 skipped" in capsys.readouterr().err

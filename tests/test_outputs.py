@@ -349,9 +349,41 @@ def test_resume_keys_inputs_by_resolved_path(work, capsys):
         assert main(["resnet18", spelling, "--jsonl", "r.jsonl", "--resume", *SYNTHETIC]) == 0
         assert "0 images classified, 2 skipped (done before)" in capsys.readouterr().err
     records = records_of(work / "r.jsonl")
-    assert records[0] == {"mlx_zoo": 1, "task": "classify", "model": "resnet18", "settings": {
+    assert records[0] == {"mlx_zoo": 1, "task": "classify", "model": "resnet18", "folder": str(work), "settings": {
         "--weights": "synthetic:0", "--dtype": "float32", "--top-k": 5, "--num-classes": None}}
     assert sorted(r["path"] for r in records[1:]) == ["imgs/a.jpg", "imgs/b.png"]
+
+
+def test_resume_from_another_folder_is_refused(work, capsys, monkeypatch):
+    """Records name inputs as given: resumed from another folder, imgs/a.jpg there (another file) was skipped as
+    done, the results being the first file's. The header keeps the folder the run started in (--jsonl, and detect's
+    --out settings file): another folder is one error naming it. A file of an earlier version (no folder) is
+    taken as before, unchecked."""
+    runs = {"classify": ["resnet18", "imgs/a.jpg", "--jsonl", f"{work}/c.jsonl", *SYNTHETIC],
+            "detect --jsonl": ["yolov8n", "imgs/a.jpg", "--imgsz", "64", "--out", f"{work}/d", "--jsonl",
+                               f"{work}/d.jsonl", *SYNTHETIC],
+            "detect --out": ["yolov8n", "imgs/a.jpg", "--imgsz", "64", "--out", f"{work}/o", *SYNTHETIC]}
+    for argv in runs.values():
+        assert main(argv) == 0
+    elsewhere = work / "elsewhere"
+    save_image(elsewhere / "imgs" / "a.jpg", 4)  # another file at the same relative path
+    monkeypatch.chdir(elsewhere)
+    for what, argv in runs.items():
+        refused([*argv, "--resume"], work, capsys, f"holds results of a run started in the folder {work}: its "
+                "relative input paths name other files from here; run from that folder (cd there), or pass another")
+    monkeypatch.chdir(work)  # from the folder itself: taken
+    for argv in runs.values():
+        assert main([*argv, "--resume"]) == 0 and "1 skipped" in capsys.readouterr().err
+    for record_file in (work / "c.jsonl", work / "o" / "mlx_zoo_run.json"):  # an earlier version's: no folder
+        lines = record_file.read_text().splitlines()
+        header = json.loads(lines[0])
+        del header["folder"]
+        record_file.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+    monkeypatch.chdir(elsewhere)
+    for argv in (runs["classify"], runs["detect --out"]):
+        assert main([*argv, "--resume"]) == 0 and "1 skipped" in capsys.readouterr().err
+    # a new run (not resumed) adds to a detect --out from any folder
+    assert main(["yolov8n", f"{work}/imgs/b.png", "--imgsz", "64", "--out", f"{work}/d", *SYNTHETIC]) == 0
 
 
 def test_resume_refuses_records_of_other_settings(work, capsys):
@@ -490,7 +522,7 @@ def test_resume_without_jsonl_refuses_an_out_of_other_settings(work, capsys):
     base = ["yolov8n", "imgs/a.jpg", "--out", "res", "--imgsz", "64", *SYNTHETIC]
     assert main(base) == 0
     settings = work / "res" / "mlx_zoo_run.json"
-    assert records_of(settings) == [{"mlx_zoo": 1, "task": "detect", "model": "yolov8n", "settings": {
+    assert records_of(settings) == [{"mlx_zoo": 1, "task": "detect", "model": "yolov8n", "folder": str(work), "settings": {
         "--weights": "synthetic:0", "--dtype": "float32", "--conf": 0.25, "--iou": 0.7, "--classes": None,
         "--agnostic-nms": False, "--max-det": 300, "--imgsz": [64, 64], "--retina-masks": False, "--batch": 1}}]
     refused([*base, "--conf", "0.5", "--resume"], work, capsys,

@@ -1068,14 +1068,23 @@ class Header(dict):
     file of an earlier version recorded as not given (null), so such a file matches (not written to the file)."""
     given_as_unset: frozenset = frozenset()
 
+    def without_folder(self) -> Header:
+        """The header without its "folder": for a run that adds to a folder of outputs, not continuing its inputs."""
+        header = Header({key: value for key, value in self.items() if key != "folder"})
+        header.given_as_unset = self.given_as_unset
+        return header
 
-def records_header(task: str, model: str, settings: dict | None = None, given_as_unset=()) -> Header:
+
+def records_header(task: str, model: str, settings: dict | None = None, given_as_unset=(),
+                   folder: bool = False) -> Header:
     """The header line of a run's records: which task and model wrote them, and ``settings``, the options
     that change the results ({"--top-k": 5, ...}): --resume checks them, so one file never mixes two runs'.
+    ``folder``: the folder the run starts in too, for records that name inputs as given (relative paths are
+    relative to it): --resume from another folder is refused, as those paths name other files there.
     ``given_as_unset``: Header's."""
     settings = json.loads(json.dumps(settings)) if settings else None  # as the file gives them back: tuples as lists
     header = Header({HEADER_KEY: RECORDS_VERSION, "task": task, "model": model,
-                     **({"settings": settings} if settings else {})})
+                     **({"folder": os.getcwd()} if folder else {}), **({"settings": settings} if settings else {})})
     header.given_as_unset = frozenset(given_as_unset)
     return header
 
@@ -1155,6 +1164,12 @@ class RecordReader:
             # the command line's model against its own file's, as other settings (--weights) below: exit 2
             raise UsageError(f"{self.path} holds {theirs[1]} ({theirs[0]}) records, not {expected['model']} "
                            f"({expected['task']}): {self.fix}")
+        # a file of an earlier version holds no folder: its relative paths are read from this one, unchecked
+        if "folder" in found and "folder" in expected and not same_folder(found["folder"], expected["folder"]):
+            # (exit 2: the command line's folder against the one its relative inputs were read from)
+            raise UsageError(f"{self.path} holds results of a run started in the folder {found['folder']}: its "
+                             "relative input paths name other files from here; run from that folder (cd there), "
+                             f"or {self.fix}")
         # a file written before headers held settings has none to compare: taken as it is
         if isinstance(found.get("settings"), dict) and "settings" in expected:
             was, now = found["settings"], expected["settings"]
@@ -1168,6 +1183,11 @@ class RecordReader:
                 raise UsageError(f"{self.path} holds results of {shown_settings(was, differ, exact)}, not "
                                  f"{shown_settings(now, differ, exact)}: give the options that made them, "
                                  f"or {self.fix}")
+
+
+def same_folder(recorded, here: str) -> bool:
+    """Whether a header's "folder" (a string, if the file is ours) is the folder ``here``, however reached."""
+    return isinstance(recorded, str) and os.path.realpath(recorded) == os.path.realpath(here)
 
 
 def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]:
@@ -1206,7 +1226,8 @@ def check_settings(path: Path, header: dict, others: Callable[[], str | None], o
     settings are then unknown), or None (kept as it is, or not written where the folder holds outputs of
     unknown settings: it would vouch for them)."""
     if path.exists() and (resume or not overwrite):
-        check_header_file(path, header, fix)
+        # a new run adds outputs of its own inputs, from any folder; a resumed one takes the folder's as done
+        check_header_file(path, header if resume else header.without_folder(), fix)
         return None
     if resume and skipped:
         # a folder of an earlier version (or another program's): which options made its outputs is not known
@@ -1215,7 +1236,7 @@ def check_settings(path: Path, header: dict, others: Callable[[], str | None], o
     other = others()
     if other is None:
         return "write"
-    if path.exists() and not holds_settings(path, header):  # --overwrite of other settings
+    if path.exists() and not holds_settings(path, header.without_folder()):  # --overwrite of other settings
         print(f"note: {other} in {path.parent} stays, made with other options than this run's: its settings file "
               f"{path.name} is removed, so no later run takes it for this run's output", file=sys.stderr)
         return "remove"

@@ -59,7 +59,7 @@ def check_arguments(args):
     args.header = records_header(args.spec.task, args.spec.name, {
         "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype,
         "--top-k": min(args.top_k, args.num_classes or args.top_k),  # a head of 3 classes: top-5 and top-10 are top-3
-        "--num-classes": args.num_classes})
+        "--num-classes": args.num_classes}, folder=True)  # its records name the inputs as given
     args.done = set()  # --resume: the items the record file holds results for, streamed (a damaged or foreign
     if args.resume and Path(args.jsonl).exists():  # file is refused here, before the model loads)
         args.done = pipeline.resume_keys(read_records(args.jsonl, args.header))

@@ -119,7 +119,7 @@ def check_arguments(args):
         "--iou": args.iou, "--classes": classes_setting(args.classes, class_ids), "--agnostic-nms": args.agnostic_nms,
         "--max-det": args.max_det, "--imgsz": args.imgsz, "--retina-masks": args.retina_masks,
         "--batch": args.batch},  # a batch letterboxes images of different sizes to one square: other boxes
-        given_as_unset={"--imgsz"} if args.imgsz_is_default else ())
+        given_as_unset={"--imgsz"} if args.imgsz_is_default else (), folder=True)  # records name inputs as given
     recorded = None  # --resume with --jsonl: the inputs it holds results for (resolved paths)
     if args.resume and args.jsonl and Path(args.jsonl).exists():
         # a damaged or foreign record file: refused before the model loads
