@@ -212,6 +212,51 @@ def test_a_url_in_a_list_is_named_as_written(tmp_path, monkeypatch):
     assert [item.name for item in open_source("paths.txt")] == ["a", "a_2"]
 
 
+def test_a_file_url_in_a_list_is_the_file_it_names(tmp_path, monkeypatch):
+    """A file:// URL names a file on this machine: it was refused as a URL, with advice to download it. It is read
+    as the path it names (percent-decoded, file://localhost/ too); one of another host, or naming no file, is one
+    error saying so. A Windows drive's path (C:/x.jpg, C://x.jpg) is a path, never a URL."""
+    save(tmp_path / "a b.png")
+    monkeypatch.chdir(tmp_path)
+    Path("files.txt").write_text(f"file://{tmp_path}/a%20b.png\nFILE://localhost{tmp_path}/a b.png\n")
+    assert [(item.path, item.name) for item in open_source("files.txt")] == [
+        (f"{tmp_path}/a b.png", "a b"), (f"{tmp_path}/a b.png", "a b_2")]
+    Path("files.csv").write_text(f"path\nfile://{tmp_path}/a%20b.png\n")
+    assert [item.path for item in open_source("files.csv")] == [f"{tmp_path}/a b.png"]
+    for entry, error in ((f"file://host{tmp_path}/a.png", f"a file URL of the machine host (this machine's are "
+                                                         "file:///abs/a.jpg): list the file's path here"),
+                         ("file://", "which names no file"), (f"file://{tmp_path}/a.png#1", "which names no file")):
+        Path("other.txt").write_text(f"{entry}\n")
+        with pytest.raises(ZooError) as refused:
+            open_source("other.txt")
+        assert str(refused.value).startswith(f"other.txt names {entry}, ") and error in str(refused.value)
+    Path("drives.txt").write_text("C:/x.jpg\nC://y.jpg\n")  # paths (missing here), not URLs
+    assert [item.name for item in open_source("drives.txt")] == ["x", "y"]
+
+
+def test_a_list_naming_another_list_or_a_folder_says_so(tmp_path, monkeypatch, capsys):
+    """A list naming another list failed 'cannot read other.txt: not an image file Pillow recognises'; lists do not
+    nest (nor do ultralytics'): one error before any work saying so and what to do. An entry that is a folder beside
+    the list and another from the current folder ('.') was called 'a file' in the note."""
+    save(tmp_path / "lists" / "a.png")
+    save(tmp_path / "b.png")
+    monkeypatch.chdir(tmp_path)
+    Path("lists/other.txt").write_text("a.png\n")
+    Path("lists/outer.txt").write_text("a.png\nother.txt\n")
+    with pytest.raises(ZooError) as refused:
+        open_source("lists/outer.txt")
+    assert str(refused.value) == (
+        "lists/outer.txt names other.txt, a list of paths itself: a list names images, videos and folders, not other "
+        "lists (as ultralytics' lists); pass each list as an input of its own (several inputs may be given), or name "
+        "its files in this one")
+    Path("lists/here.txt").write_text(".\n")
+    assert [item.name for item in open_source("lists/here.txt")] == ["a"]
+    assert capsys.readouterr().err == (
+        "note: lists/here.txt names ., which is a folder beside the list and another folder from the current folder: "
+        "reading lists (a list's relative paths are relative to its folder; ultralytics would read the current "
+        f"folder's: to read that one, write its full path, {tmp_path})\n")
+
+
 def test_a_path_the_system_refuses_is_one_error(tmp_path, monkeypatch, capsys):
     """A name longer than the file system takes (os.stat: 'File name too long') or a ~user that is no user here
     (pathlib's expanduser: RuntimeError) ended the run in 'internal error', as an input or a list's entry (a list

@@ -80,7 +80,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable, Iterator
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
 from PIL import Image
@@ -334,6 +334,7 @@ class PathList(Files):
             line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
         if not entries:
             raise ZooError(f"the list {listfile} names no files")
+        entries = [file_url_path(entry, listfile) for entry in entries]
         urls = [e for e in entries if is_url(e)]
         if urls:  # as a path, https://host/a.jpg was 'not found: https:/host/a.jpg' (a path collapses the '//')
             raise ZooError(f"{listfile} names {len(urls)} URL{'s' * (len(urls) > 1)} ({urls[0]}"
@@ -348,6 +349,10 @@ class PathList(Files):
             except OSError as e:  # a name the system refuses (too long ...): pathlib's checks raise it, not False
                 raise ZooError(f"{listfile} names {entry}, which cannot be read: {e.strerror or e}; correct the "
                                "list") from None
+            if path.suffix.lower() in LIST_SUFFIXES and path.is_file():  # else 'not an image file Pillow recognises'
+                raise ZooError(f"{listfile} names {entry}, a list of paths itself: a list names images, videos and "
+                               "folders, not other lists (as ultralytics' lists); pass each list as an input of its "
+                               "own (several inputs may be given), or name its files in this one")
             if files is not None:  # a folder's images and videos, not its sub-folders', as ultralytics reads a list's
                 if not files:
                     print(f"warning: skipped: {listfile} names the folder {path}, which holds no images or videos",
@@ -365,9 +370,12 @@ class PathList(Files):
         beside = self.listfile.parent / entry
         if entry.is_absolute() or beside.exists() or not entry.exists():
             if not entry.is_absolute() and beside.exists() and entry.exists() and not beside.samefile(entry):
-                print(f"note: {self.listfile} names {entry}, which is a file beside the list and another from the "
-                      f"current folder: reading {beside} (a list's relative paths are relative to its folder; "
-                      "ultralytics would read the current folder's)", file=sys.stderr)
+                kind = "folder" if beside.is_dir() else "file"
+                other = "folder" if entry.is_dir() else "file"
+                print(f"note: {self.listfile} names {entry}, which is a {kind} beside the list and "
+                      f"{'another' if other == kind else 'a'} {other} from the current folder: reading {beside} (a "
+                      "list's relative paths are relative to its folder; ultralytics would read the current folder's: "
+                      f"to read that one, write its full path, {os.path.abspath(entry)})", file=sys.stderr)
             return beside
         return entry
 
@@ -404,8 +412,25 @@ def user_path(text: str) -> Path:
 
 
 def is_url(text: str) -> bool:
-    """Whether a list's entry is an address (``https://host/a.jpg``, ``rtsp://cam/live``), not a path."""
-    return re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", text) is not None
+    """Whether a list's entry is an address (``https://host/a.jpg``, ``rtsp://cam/live``), not a path: a scheme of
+    two letters or more (``C://x.jpg``, ``C:/x.jpg`` are a Windows drive's paths)."""
+    return re.match(r"[A-Za-z][A-Za-z0-9+.-]+://", text) is not None
+
+
+def file_url_path(entry: str, listfile: Path) -> str:
+    """A list's entry, a ``file://`` URL made the path on this machine it names, percent-decoded
+    (``file:///abs/a%20b.jpg``, ``file://localhost/abs/a b.jpg``: ``/abs/a b.jpg``); other entries as they are.
+    One of another machine, or that names no file (no path; a query or fragment), is one ZooError."""
+    if entry[:7].lower() != "file://":
+        return entry
+    parts = urlsplit(entry)
+    if parts.netloc.lower() not in ("", "localhost"):
+        raise ZooError(f"{listfile} names {entry}, a file URL of the machine {parts.netloc} (this machine's are "
+                       "file:///abs/a.jpg): list the file's path here (its folder mounted here)")
+    if not parts.path.startswith("/") or parts.query or parts.fragment:
+        raise ZooError(f"{listfile} names {entry}, which names no file (a file URL is file:///abs/a.jpg: a '?' or "
+                       "'#' of a file name is %3F or %23 in it): correct the list, or list the file's path")
+    return unquote(parts.path)
 
 
 def names_media(path: Path) -> bool:
