@@ -6,6 +6,7 @@ a row added without a working command fails here, and a message changed in the c
 docs fails too.
 """
 import io
+import os
 import re
 import shlex
 import shutil
@@ -72,6 +73,13 @@ def files(tmp_path_factory) -> Path:
                  str(root / "detect.jsonl"), "--weights", "synthetic"]) == 0
     assert main(["lama", str(root / "imgs"), "--mask", str(root / "mask.png"), "--out", str(root / "lama_run"),
                  "--weights", "synthetic"]) == 0  # a LaMa folder run's --out (E80)
+    started = os.getcwd()
+    try:  # classify records of a run started in another folder, /, its input named in full (E81)
+        os.chdir("/")
+        assert main(["resnet18", str(root / "ok.jpg"), "--jsonl", str(root / "elsewhere.jsonl"),
+                     "--weights", "synthetic"]) == 0
+    finally:
+        os.chdir(started)
     shutil.copytree(root / "run", root / "old_run")
     (root / "old_run" / "mlx_zoo_run.json").unlink()
     return root

@@ -368,7 +368,7 @@ def test_resume_from_another_folder_is_refused(work, capsys, monkeypatch):
     elsewhere = work / "elsewhere"
     save_image(elsewhere / "imgs" / "a.jpg", 4)  # another file at the same relative path
     monkeypatch.chdir(elsewhere)
-    for what, argv in runs.items():
+    for argv in runs.values():
         refused([*argv, "--resume"], work, capsys, f"holds results of a run started in the folder {work}: its "
                 "relative input paths name other files from here; run from that folder (cd there), or pass another")
     monkeypatch.chdir(work)  # from the folder itself: taken

@@ -223,7 +223,7 @@ def test_a_file_url_in_a_list_is_the_file_it_names(tmp_path, monkeypatch):
         (f"{tmp_path}/a b.png", "a b"), (f"{tmp_path}/a b.png", "a b_2")]
     Path("files.csv").write_text(f"path\nfile://{tmp_path}/a%20b.png\n")
     assert [item.path for item in open_source("files.csv")] == [f"{tmp_path}/a b.png"]
-    for entry, error in ((f"file://host{tmp_path}/a.png", f"a file URL of the machine host (this machine's are "
+    for entry, error in ((f"file://host{tmp_path}/a.png", "a file URL of the machine host (this machine's are "
                                                          "file:///abs/a.jpg): list the file's path here"),
                          ("file://", "which names no file"), (f"file://{tmp_path}/a.png#1", "which names no file")):
         Path("other.txt").write_text(f"{entry}\n")
@@ -247,8 +247,8 @@ def test_a_list_naming_another_list_or_a_folder_says_so(tmp_path, monkeypatch, c
         open_source("lists/outer.txt")
     assert str(refused.value) == (
         "lists/outer.txt names other.txt, a list of paths itself: a list names images, videos and folders, not other "
-        "lists (as ultralytics' lists); pass each list as an input of its own (several inputs may be given), or name "
-        "its files in this one")
+        "lists (as ultralytics' lists); pass lists/other.txt as an input of its own (several inputs may be given), or "
+        "name its files in lists/outer.txt")
     Path("lists/here.txt").write_text(".\n")
     assert [item.name for item in open_source("lists/here.txt")] == ["a"]
     assert capsys.readouterr().err == (

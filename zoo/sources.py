@@ -351,8 +351,8 @@ class PathList(Files):
                                "list") from None
             if path.suffix.lower() in LIST_SUFFIXES and path.is_file():  # else 'not an image file Pillow recognises'
                 raise ZooError(f"{listfile} names {entry}, a list of paths itself: a list names images, videos and "
-                               "folders, not other lists (as ultralytics' lists); pass each list as an input of its "
-                               "own (several inputs may be given), or name its files in this one")
+                               f"folders, not other lists (as ultralytics' lists); pass {path} as an input of its own "
+                               f"(several inputs may be given), or name its files in {listfile}")
             if files is not None:  # a folder's images and videos, not its sub-folders', as ultralytics reads a list's
                 if not files:
                     print(f"warning: skipped: {listfile} names the folder {path}, which holds no images or videos",
@@ -1189,12 +1189,6 @@ class RecordReader:
             # the command line's model against its own file's, as other settings (--weights) below: exit 2
             raise UsageError(f"{self.path} holds {theirs[1]} ({theirs[0]}) records, not {expected['model']} "
                            f"({expected['task']}): {self.fix}")
-        # a file of an earlier version holds no folder: its relative paths are read from this one, unchecked
-        if "folder" in found and "folder" in expected and not same_folder(found["folder"], expected["folder"]):
-            # (exit 2: the command line's folder against the one its relative inputs were read from)
-            raise UsageError(f"{self.path} holds results of a run started in the folder {found['folder']}: its "
-                             "relative input paths name other files from here; run from that folder (cd there), "
-                             f"or {self.fix}")
         # a file written before headers held settings has none to compare: taken as it is
         if isinstance(found.get("settings"), dict) and "settings" in expected:
             was, now = found["settings"], expected["settings"]
@@ -1208,6 +1202,12 @@ class RecordReader:
                 raise UsageError(f"{self.path} holds results of {shown_settings(was, differ, exact)}, not "
                                  f"{shown_settings(now, differ, exact)}: give the options that made them, "
                                  f"or {self.fix}")
+        # a file of an earlier version holds no folder: its relative paths are read from this one, unchecked
+        if "folder" in found and "folder" in expected and not same_folder(found["folder"], expected["folder"]):
+            # (exit 2: the command line's folder against the one its relative inputs were read from)
+            raise UsageError(f"{self.path} holds results of a run started in the folder {found['folder']}: its "
+                             "relative input paths name other files from here; run from that folder (cd there), "
+                             f"or {self.fix}")
 
 
 def same_folder(recorded, here: str) -> bool:
