@@ -522,7 +522,8 @@ def test_resume_without_jsonl_refuses_an_out_of_other_settings(work, capsys):
     base = ["yolov8n", "imgs/a.jpg", "--out", "res", "--imgsz", "64", *SYNTHETIC]
     assert main(base) == 0
     settings = work / "res" / "mlx_zoo_run.json"
-    assert records_of(settings) == [{"mlx_zoo": 1, "task": "detect", "model": "yolov8n", "folder": str(work), "settings": {
+    assert records_of(settings) == [{"mlx_zoo": 1, "task": "detect", "model": "yolov8n", "folder": str(work),
+                                     "settings": {
         "--weights": "synthetic:0", "--dtype": "float32", "--conf": 0.25, "--iou": 0.7, "--classes": None,
         "--agnostic-nms": False, "--max-det": 300, "--imgsz": [64, 64], "--retina-masks": False, "--batch": 1}}]
     refused([*base, "--conf", "0.5", "--resume"], work, capsys,
