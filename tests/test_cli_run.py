@@ -210,6 +210,28 @@ def test_an_empty_argument_is_refused(argv, message, tmp_path, monkeypatch, caps
     assert file_tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("argv", [["yolov8n", "PHOTO", "--imgsz", "64"], ["resnet18", "PHOTO", "--jsonl", "r.jsonl"],
+                                  ["yolov8n", "PHOTO", "--imgsz", "64", "--out", "OUT", "--jsonl", "JSONL"]])
+def test_a_removed_current_folder_is_one_error(tmp_path, argv):
+    """A command run from a folder removed while the shell was in it ended in 'internal error (FileNotFoundError)'
+    (relative paths and the records' folder cannot be resolved): one error line now, exit 1, nothing written."""
+    from pathlib import Path
+
+    photo = tmp_path / "a.png"
+    Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(photo)
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    words = [{"PHOTO": str(photo), "OUT": str(tmp_path / "out"), "JSONL": str(tmp_path / "r.jsonl")}.get(w, w)
+             for w in argv]
+    script = f"import os, sys; os.chdir({str(gone)!r}); os.rmdir({str(gone)!r}); from zoo.run import main; " \
+             f"sys.exit(main({[*words, '--weights', 'synthetic']!r}))"
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (proc.returncode, proc.stderr.splitlines()[-1]) == (1, "error: the current folder no longer exists (removed "
+                                                               "while this shell was in it): cd to an existing folder "
+                                                               "and run again"), proc.stderr
+    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["a.png"]
+
+
 # a site hook that presses Ctrl-C (a real SIGINT, once) as the process starts to import INTERRUPT_AT: at that point
 # of its start-up every time, not at a delay's luck (MLX loads for seconds on a Mac)
 INTERRUPTING_SITE = """

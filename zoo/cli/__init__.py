@@ -6,6 +6,7 @@ Each task (classify, detect, segment, inpaint) has a module here with
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from contextlib import contextmanager
 from typing import Callable
@@ -111,6 +112,7 @@ def guarded(main):
         debug = "--debug" in argv
         try:
             with command_line():
+                refuse_removed_current_folder()
                 refuse_empty_arguments(argv)
                 code = main(argv)
         except ZooError as e:
@@ -134,6 +136,16 @@ def guarded(main):
         return code
 
     return wrapper
+
+
+def refuse_removed_current_folder() -> None:
+    """ZooError where the current folder was removed (a shell still in it): relative paths and the records' folder
+    cannot be resolved, and every run ended in an internal FileNotFoundError."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise ZooError("the current folder no longer exists (removed while this shell was in it): cd to an existing "
+                       "folder and run again") from None
 
 
 def refuse_empty_arguments(argv: list[str]) -> None:
