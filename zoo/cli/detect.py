@@ -84,10 +84,11 @@ def check_arguments(args):
         raise UsageError(f"--imgsz takes one or two values (height width), got {len(args.imgsz)}")
     # the size the model runs at (run passes it on), as the settings hold it: omitted, the checkpoint's (args.spec
     # is fitted to the weights file's header), so --imgsz omitted, 640 and 640 640 are one setting for a 640 model
-    args.imgsz = check_imgsz(default_imgsz(args.spec) if args.imgsz is None else
-                             args.imgsz[0] if len(args.imgsz) == 1 else tuple(args.imgsz))
+    default = check_imgsz(default_imgsz(args.spec))
+    args.imgsz = default if args.imgsz is None else check_imgsz(args.imgsz[0] if len(args.imgsz) == 1 else
+                                                                tuple(args.imgsz))
     # settings of earlier versions hold --imgsz null where it was omitted: the checkpoint's size
-    args.imgsz_is_default = args.imgsz == check_imgsz(default_imgsz(args.spec))
+    args.imgsz_is_default = args.imgsz == default
     if args.save_conf and not args.save_txt:
         raise UsageError("--save-conf adds the score to the --save-txt labels: pass --save-txt too")
     if args.spec.task == "instance-segment" and (args.save_txt or args.jsonl):
