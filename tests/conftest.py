@@ -23,6 +23,20 @@ def synthetic_checkpoint(variant: str, path: Path, seed: int = 0) -> Path:
     return path
 
 
+def write_video(path: Path, frames: int = 3) -> Path:
+    """A 96 x 64 MPEG-4 video at 10 frames/s, frame i grey 60 * i (PyAV)."""
+    import av
+
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        for i in range(frames):
+            rgb = np.full((64, 96, 3), 60 * i, np.uint8)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+        container.mux(stream.encode())
+    return path
+
+
 # Python source for a child process to report its peak RSS in KB as peak_rss_kb(): its own high-water
 # mark (Linux's VmHWM). ru_maxrss would also count the parent's RSS when it spawned the child: the
 # pytest process's, which by then may hold models of earlier tests.

@@ -12,12 +12,11 @@ import shutil
 import threading
 from pathlib import Path
 
-import av
 import numpy as np
 import pytest
 from PIL import Image, ImageShow
 
-from conftest import FIXTURES, synthetic_checkpoint
+from conftest import FIXTURES, synthetic_checkpoint, write_video
 from zoo.errors import ZooError
 
 IMPORT = ("from ultralytics import YOLO", "from zoo import YOLO")
@@ -33,16 +32,6 @@ def run(example: str, **names) -> dict:
     return namespace
 
 
-def _video(path: Path, frames: int = 3) -> None:
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=10)
-        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
-        for i in range(frames):
-            rgb = np.full((64, 96, 3), 60 * i, np.uint8)
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
-        container.mux(stream.encode())
-
-
 @pytest.fixture
 def docs_folder(tmp_path, monkeypatch):
     """The files the examples name, small, in the working folder; synthetic weights; viewers recorded."""
@@ -55,7 +44,7 @@ def docs_folder(tmp_path, monkeypatch):
         Path(name).parent.mkdir(parents=True, exist_ok=True)
         Image.fromarray(rng.integers(0, 255, (48, 64, 3), np.uint8)).save(name)
     Image.fromarray(rng.integers(0, 255, (40, 56, 3), np.uint8)).save("path/to/dir/b.jpg")
-    _video(Path("path/to/video.mp4"))
+    write_video(Path("path/to/video.mp4"))
     Path("path/to/your/video").mkdir(parents=True)
     shutil.copy("path/to/video.mp4", "path/to/your/video/file.mp4")
     shutil.copy(FIXTURES / "yolov8" / "custom_best.pt", "path/to/best.pt")  # a `yolo train` best.pt, 3 classes
