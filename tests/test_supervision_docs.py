@@ -1,6 +1,7 @@
 """supervision's documentation run on mlx-zoo, example by example: the Ultralytics tab of each how-to page that runs a
-model (detect_and_annotate, detect_small_objects, track_objects, save_detections, filter_detections), as supervision's
-repository holds them at 0.27.0 (the newest snapshot here; the 0.31.2 wheel carries no docs), and the examples of
+model (detect_and_annotate, detect_small_objects, track_objects, save_detections, filter_detections,
+benchmark_a_model) and the annotators page's Trace and HeatMap tabs, as supervision's repository holds them at 0.27.0
+(the newest snapshot here; the 0.31.2 wheel carries no docs), and the examples of
 supervision 0.31.2's own API pages (its docstrings: KeyPoints.from_ultralytics, the keypoint annotators, the
 Detections item setter, InferenceSlicer, PolygonZone, LineZone, VideoInfo, VideoSink, Detections.from_sam), with
 ``from zoo import YOLO`` for ``from ultralytics import YOLO`` and segment-anything's names from
@@ -640,6 +641,71 @@ def test_track_objects(docs, heading):
     if "tracker" in ns:  # every detection of every frame got an id; a box that stays keeps its id
         assert [len(ids) for ids in ns["tracked"]] == [len(r) for r in results]
         assert set(ns["tracked"][0]) & set(ns["tracked"][1])
+
+
+# detection/annotators.md, its two tabs that run a model (Trace, HeatMap): VideoInfo, get_video_frames_generator and
+# VideoSink around it; the tabs' '...' paths are the source video and the annotated one
+VIDEO_ANNOTATORS = {
+    "Trace": '''
+import supervision as sv
+from ultralytics import YOLO
+
+model = YOLO('yolov8x.pt')
+
+trace_annotator = sv.TraceAnnotator()
+
+video_info = sv.VideoInfo.from_video_path(video_path='...')
+frames_generator = sv.get_video_frames_generator(source_path='...')
+tracker = sv.ByteTrack()
+
+with sv.VideoSink(target_path='...', video_info=video_info) as sink:
+    for frame in frames_generator:
+        result = model(frame)[0]
+        detections = sv.Detections.from_ultralytics(result)
+        detections = tracker.update_with_detections(detections)
+        annotated_frame = trace_annotator.annotate(
+            scene=frame.copy(),
+            detections=detections)
+        sink.write_frame(frame=annotated_frame)
+''',
+    "HeatMap": '''
+import supervision as sv
+from ultralytics import YOLO
+
+model = YOLO('yolov8x.pt')
+
+heat_map_annotator = sv.HeatMapAnnotator()
+
+video_info = sv.VideoInfo.from_video_path(video_path='...')
+frames_generator = sv.get_video_frames_generator(source_path='...')
+
+with sv.VideoSink(target_path='...', video_info=video_info) as sink:
+    for frame in frames_generator:
+        result = model(frame)[0]
+        detections = sv.Detections.from_ultralytics(result)
+        annotated_frame = heat_map_annotator.annotate(
+            scene=frame.copy(),
+            detections=detections)
+        sink.write_frame(frame=annotated_frame)
+''',
+}
+
+
+@pytest.mark.parametrize("tab", VIDEO_ANNOTATORS)
+def test_video_annotators(docs, tab):
+    example = VIDEO_ANNOTATORS[tab]
+    for argument, path in (("video_path", "people-walking.mp4"), ("source_path", "people-walking.mp4"),
+                           ("target_path", "annotated.mp4")):
+        example = example.replace(f"{argument}='...'", f"{argument}={path!r}")
+    ns = docs.run(example)
+    assert ns["video_info"] == sv.VideoInfo(width=96, height=64, fps=10, total_frames=FRAMES)
+    assert sv.VideoInfo.from_video_path("annotated.mp4") == ns["video_info"]
+    frames = list(sv.get_video_frames_generator("people-walking.mp4"))
+    assert len(ns["written"]) == FRAMES and len(ns["read"]) == FRAMES and all(len(r) for r in ns["read"])
+    # a trace is drawn from a track's second frame on, the heat from the first
+    assert all(drawn(a, f).any() for a, f in zip(ns["written"][tab == "Trace":], frames[tab == "Trace":]))
+    if tab == "Trace":
+        assert [len(ids) for ids in ns["tracked"]] == [len(r) for r in ns["read"]]
 
 
 # how_to/save_detections.md, Ultralytics tabs
