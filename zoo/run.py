@@ -9,12 +9,13 @@ from zoo.errors import interrupted_exits
 
 with interrupted_exits():  # Ctrl-C while MLX loads: 'interrupted', exit 130
     from zoo import devices, registry
-    from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, ray_run,
-                         refuse_second_checkpoint, task_module)
+    from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, model_option_as_name,
+                         ray_run, refuse_second_checkpoint, task_module)
 
 
 @guarded
 def main(argv: list[str]) -> int:
+    argv = model_option_as_name(argv, "python -m zoo.run")
     name = model_name_from(argv, "python -m zoo.run")
     if name == "annotate":  # detect-then-segment: a workflow over two models, not a model name
         return importlib.import_module("zoo.cli.annotate").main(argv)

@@ -75,6 +75,38 @@ def model_name_from(argv: list[str], prog: str, help_text: Callable[[], str] | N
     raise UsageError(f"no model given: usage {prog} MODEL ... (see {prog} --help)")
 
 
+def model_option_as_name(argv: list[str], prog: str) -> list[str]:
+    """IOPaint's ``--model=lama`` (its README: ``iopaint run --model=lama --device=cpu --image=DIR ...``) names the
+    model as the MODEL positional does: ``argv`` with it as MODEL. Given both, they must be the same model."""
+    from zoo import registry
+
+    peek = ArgumentParser(prog=prog, add_help=False, allow_abbrev=False)
+    add_model_arguments(peek, dtypes=None)
+    peek.add_argument("--model")
+    peek.add_argument("positional", nargs="?")
+    known, _ = peek.parse_known_args(argv)
+    if known.model is None:
+        return argv
+    def canonical(name: str) -> str:
+        base = name.partition(".")[0]
+        return registry.ALIASES.get(base, base)
+
+    rest, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--model":
+            skip = True  # its value follows
+        elif not arg.startswith("--model="):
+            rest.append(arg)
+    given = known.positional
+    if given is None or not (registry.is_model(given) or registry.is_weights_file(given)):
+        return [known.model, *rest]
+    if registry.is_model(given) and registry.is_model(known.model) and canonical(given) == canonical(known.model):
+        return rest
+    raise UsageError(f"--model {known.model} and MODEL {given} name two models: give one of them")
+
+
 def general_help(prog: str) -> str:
     """``--help`` without a model: the models with their aliases, the common options, each task's options."""
     from zoo.registry import ALIASES, REGISTRY
