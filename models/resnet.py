@@ -204,8 +204,12 @@ class ResNet(nn.Module):
         if not features_only:
             self.reset_classifier(IMAGENET_CLASSES if num_classes is None else num_classes)
         self.preprocess = preprocess  # the registry's: resize, crop, mean, std
+        self.compiled = self.compiled_forward()
+
+    def compiled_forward(self) -> CompiledForward:
+        """``forward`` compiled, with the BatchNorms of the blocks the model has folded into their convolutions."""
         blocks = [m for m in self.modules() if isinstance(m, (BasicBlock, Bottleneck))]
-        self.compiled = CompiledForward(self.forward, self, folds=[(self.conv1, self.bn1)] + [
+        return CompiledForward(self.forward, self, folds=[(self.conv1, self.bn1)] + [
             pair for block in blocks for pair in block.conv_bn_pairs()])
 
     @property
@@ -253,6 +257,27 @@ class ResNet(nn.Module):
         self.num_classes = num_classes
         if getattr(self, "compiled", None) is not None:
             self.compiled.clear()  # the traces hold the old head and pooling
+
+    def prune_intermediate_layers(self, indices=1, prune_norm: bool = False, prune_head: bool = True) -> list[int]:
+        """timm's: the stages after the last feature map ``indices`` picks become empty (the maps of their
+        indices are then the last kept one's, as timm's), with the head and pooling (``prune_head``, or when a
+        stage went: the head no longer fits); returns the indices picked, absolute. ``prune_norm`` does nothing:
+        a ResNet has no final norm."""
+        if self.features_only:
+            raise UsageError("a features_only model keeps only the stages of its out_indices: load it with the "
+                             "out_indices you need")
+        taken = take_indices(indices, "indices")
+        last = max(taken)
+        for i in range(last + 1, STAGES):
+            self[f"layer{i}"] = Sequential()  # empty: its input passes, as timm's empty nn.Sequential
+        if last == 0:
+            self.maxpool = nn.Identity()  # the stem's map is the last kept one
+        if last < STAGES - 1:
+            self.num_features = self.feature_info[last]["num_chs"]
+        if prune_head or last < STAGES - 1:
+            self.reset_classifier(0, "")
+        self.compiled = self.compiled_forward()  # without the folds of the blocks removed
+        return taken
 
     def stem(self, x: mx.array) -> mx.array:
         x = as_model_input(x, self.dtype, channels=self.conv1.weight.shape[-1])

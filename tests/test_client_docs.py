@@ -16,10 +16,12 @@ from pathlib import Path
 
 import cv2
 import matplotlib
+import mlx.core as mx
 import numpy as np
 import pytest
 from PIL import Image
 
+import zoo
 from conftest import synthetic_checkpoint
 
 matplotlib.use("Agg")  # the notebooks' figures, drawn and never shown
@@ -75,8 +77,10 @@ def show_mask(mask, ax, random_color=False):
 def show_points(coords, labels, ax, marker_size=375):
     pos_points = coords[labels==1]
     neg_points = coords[labels==0]
-    ax.scatter(pos_points[:, 0], pos_points[:, 1], color='green', marker='*', s=marker_size, edgecolor='white', linewidth=1.25)
-    ax.scatter(neg_points[:, 0], neg_points[:, 1], color='red', marker='*', s=marker_size, edgecolor='white', linewidth=1.25)
+    ax.scatter(pos_points[:, 0], pos_points[:, 1], color='green', marker='*', s=marker_size, \
+edgecolor='white', linewidth=1.25)
+    ax.scatter(neg_points[:, 0], neg_points[:, 1], color='red', marker='*', s=marker_size, \
+edgecolor='white', linewidth=1.25)
 
 def show_box(box, ax):
     x0, y0 = box[0], box[1]
@@ -350,7 +354,8 @@ def test_sam_predictor_notebook_end_to_end_batched_inference(notebook_folder):
     ns = predictor_notebook(END_TO_END, replacements=(
         ("from segment_anything.utils.transforms import", "from zoo.models.mobilesam.predictor import"),
         TORCH_BOXES,  # torch's as_tensor(...).permute(2, 0, 1).contiguous() in numpy:
-        ("torch.as_tensor(image, device=device.device)", "image"), (".permute(2, 0, 1).contiguous()", ".transpose(2, 0, 1)")))
+        ("torch.as_tensor(image, device=device.device)", "image"),
+        (".permute(2, 0, 1).contiguous()", ".transpose(2, 0, 1)")))
     out = ns["batched_output"]
     assert [sorted(o) for o in out] == [["iou_predictions", "low_res_logits", "masks"]] * 2
     predictor = ns["predictor"]
@@ -547,3 +552,263 @@ def test_the_model_option_and_the_model_name_must_agree(capsys):
 
     assert "--model lama and MODEL yolov8 name two models: give one of them" in cli_error(
         ["yolov8", "--model=lama", "--image=x", "--mask=y"], capsys)
+
+
+# ---------------------------------------------------------------- timm
+
+TIMM = [("import timm", "import zoo as timm"),  # zoo's create_model and list_models are timm's calls
+        ("import torch", "import mlx.core as mx")]  # torch.randn(N, 3, H, W) -> mx.random.normal((N, H, W, 3))
+
+
+def randn(size: str) -> tuple[str, str]:
+    n, _, h, w = (d.strip() for d in size.split(","))
+    return f"torch.randn({size})", f"mx.random.normal(({n}, {h}, {w}, 3))"
+
+
+def nhwc(printed: str) -> str:
+    """timm's printed torch.Size([N, C, H, W]) as our NHWC shape tuple prints; torch.Size([N, C]) as (N, C)."""
+    import re
+
+    def tuple_of(match):
+        dims = [int(d) for d in match.group(1).split(", ")]
+        return str(tuple(dims if len(dims) == 2 else [dims[0], *dims[2:], dims[1]]))
+
+    return re.sub(r"torch\.Size\(\[([\d, ]+)\]\)", tuple_of, printed)
+
+
+# feature_extraction.mdx: each example with resnet50 for the page's model, and the lines timm 1.0.31 prints for
+# resnet50 (run 2026-11-30 in /work/venv-torch-cpu-speed); the page's own outputs where its model gives resnet50's
+FEATURE_EXTRACTION = {
+    "forward_features()": ('''
+>>> import torch
+>>> import timm
+>>> m = timm.create_model('xception41', pretrained=True)
+>>> o = m(torch.randn(2, 3, 299, 299))
+>>> print(f'Original shape: {o.shape}')
+>>> o = m.forward_features(torch.randn(2, 3, 299, 299))
+>>> print(f'Unpooled shape: {o.shape}')
+''', "xception41", "2, 3, 299, 299",
+        "Original shape: torch.Size([2, 1000])\nUnpooled shape: torch.Size([2, 2048, 10, 10])"),
+    "Create with no classifier and pooling": ('''
+>>> import torch
+>>> import timm
+>>> m = timm.create_model('resnet50', pretrained=True, num_classes=0, global_pool='')
+>>> o = m(torch.randn(2, 3, 224, 224))
+>>> print(f'Unpooled shape: {o.shape}')
+''', "resnet50", "2, 3, 224, 224", "Unpooled shape: torch.Size([2, 2048, 7, 7])"),
+    "Remove it later (unpooled)": ('''
+>>> import torch
+>>> import timm
+>>> m = timm.create_model('densenet121', pretrained=True)
+>>> o = m(torch.randn(2, 3, 224, 224))
+>>> print(f'Original shape: {o.shape}')
+>>> m.reset_classifier(0, '')
+>>> o = m(torch.randn(2, 3, 224, 224))
+>>> print(f'Unpooled shape: {o.shape}')
+''', "densenet121", "2, 3, 224, 224",
+        "Original shape: torch.Size([2, 1000])\nUnpooled shape: torch.Size([2, 2048, 7, 7])"),
+    "Chaining unpooled output to classifier": ('''
+>>> model = timm.create_model('vit_medium_patch16_reg1_gap_256', pretrained=True)
+>>> output = model.forward_features(torch.randn(2,3,256,256))
+>>> print('Unpooled output shape:', output.shape)
+>>> classified = model.forward_head(output)
+>>> print('Classification output shape:', classified.shape)
+''', "vit_medium_patch16_reg1_gap_256", "2,3,256,256",
+        "Unpooled output shape: torch.Size([2, 2048, 8, 8])\nClassification output shape: torch.Size([2, 1000])"),
+    "Create with no classifier": ('''
+>>> import torch
+>>> import timm
+>>> m = timm.create_model('resnet50', pretrained=True, num_classes=0)
+>>> o = m(torch.randn(2, 3, 224, 224))
+>>> print(f'Pooled shape: {o.shape}')
+''', "resnet50", "2, 3, 224, 224", "Pooled shape: torch.Size([2, 2048])"),
+    "Remove it later (pooled)": ('''
+>>> import torch
+>>> import timm
+>>> m = timm.create_model('ese_vovnet19b_dw', pretrained=True)
+>>> o = m(torch.randn(2, 3, 224, 224))
+>>> print(f'Original shape: {o.shape}')
+>>> m.reset_classifier(0)
+>>> o = m(torch.randn(2, 3, 224, 224))
+>>> print(f'Pooled shape: {o.shape}')
+''', "ese_vovnet19b_dw", "2, 3, 224, 224",
+        "Original shape: torch.Size([2, 1000])\nPooled shape: torch.Size([2, 2048])"),
+    "Create a feature map extraction model": ('''
+>>> import torch
+>>> import timm
+>>> m = timm.create_model('resnest26d', features_only=True, pretrained=True)
+>>> o = m(torch.randn(2, 3, 224, 224))
+>>> for x in o:
+...     print(x.shape)
+''', "resnest26d", "2, 3, 224, 224", "torch.Size([2, 64, 112, 112])\ntorch.Size([2, 256, 56, 56])\n"
+        "torch.Size([2, 512, 28, 28])\ntorch.Size([2, 1024, 14, 14])\ntorch.Size([2, 2048, 7, 7])"),  # the page's
+    "Query the feature information": ('''
+>>> import torch
+>>> import timm
+>>> m = timm.create_model('regnety_032', features_only=True, pretrained=True)
+>>> print(f'Feature channels: {m.feature_info.channels()}')
+>>> o = m(torch.randn(2, 3, 224, 224))
+>>> for x in o:
+...     print(x.shape)
+''', "regnety_032", "2, 3, 224, 224", "Feature channels: [64, 256, 512, 1024, 2048]\ntorch.Size([2, 64, 112, 112])\n"
+        "torch.Size([2, 256, 56, 56])\ntorch.Size([2, 512, 28, 28])\ntorch.Size([2, 1024, 14, 14])\n"
+        "torch.Size([2, 2048, 7, 7])"),
+    "Flexible intermediate feature map extraction": ('''
+model = timm.create_model('vit_medium_patch16_reg1_gap_256', pretrained=True)
+output, intermediates = model.forward_intermediates(torch.randn(2,3,256,256))
+for i, o in enumerate(intermediates):
+    print(f'Feat index: {i}, shape: {o.shape}')
+''', "vit_medium_patch16_reg1_gap_256", "2,3,256,256", "Feat index: 0, shape: torch.Size([2, 64, 128, 128])\n"
+        "Feat index: 1, shape: torch.Size([2, 256, 64, 64])\nFeat index: 2, shape: torch.Size([2, 512, 32, 32])\n"
+        "Feat index: 3, shape: torch.Size([2, 1024, 16, 16])\nFeat index: 4, shape: torch.Size([2, 2048, 8, 8])"),
+}
+
+
+def doctest_source(example: str) -> str:
+    """The page's >>> / ... lines as a script (the examples without prompts pass unchanged)."""
+    lines = [line[4:] for line in example.splitlines() if line.startswith((">>> ", "... "))]
+    return "\n".join(lines) if lines else example
+
+
+@pytest.fixture
+def synthetic_weights(monkeypatch):
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")  # pretrained=True: the Hub's weights, synthetic ones here
+
+
+@pytest.mark.parametrize("section", FEATURE_EXTRACTION)
+def test_timm_feature_extraction_page(synthetic_weights, capsys, section):
+    example, model, size, printed = FEATURE_EXTRACTION[section]
+    source = doctest_source(example)  # the page's later examples use the imports of its first ones
+    run(source, *(TIMM if "import timm" in source else ()), (f"'{model}'", "'resnet50'"), randn(size),
+        timm=zoo, mx=mx)
+    assert capsys.readouterr().out.strip() == nhwc(printed)
+
+
+def test_timm_prune_intermediate_layers(synthetic_weights, capsys):
+    """feature_extraction.mdx's prune_intermediate_layers example; it was an AttributeError. The parameters are
+    counted with MLX's tree_flatten (timm: p.numel() of torch's parameters()); ours count BatchNorm's running
+    statistics too (MLX keeps them as arrays of the module): timm 1.0.31 gives resnet50 25557032 -> 8543296."""
+    from mlx.utils import tree_flatten
+
+    run(doctest_source('''
+model = timm.create_model('vit_medium_patch16_reg1_gap_256', pretrained=True)
+print('Original params:', sum([p.numel() for p in model.parameters()]))
+
+indices = model.prune_intermediate_layers(indices=(-2,), prune_head=True, prune_norm=True)  \
+# prune head, norm, last block
+print('Pruned params:', sum([p.numel() for p in model.parameters()]))
+
+intermediates = model.forward_intermediates(torch.randn(2,3,256,256), indices=indices, intermediates_only=True)  \
+# return penultimate intermediate
+for o in intermediates:
+    print(f'Feat shape: {o.shape}')
+'''), ("'vit_medium_patch16_reg1_gap_256'", "'resnet50'"), randn("2,3,256,256"),
+        ("[p.numel() for p in model.parameters()]", "[p.size for _, p in tree_flatten(model.parameters())]"),
+        timm=zoo, mx=mx, tree_flatten=tree_flatten)
+    original, pruned, feature = capsys.readouterr().out.strip().splitlines()
+    assert original == "Original params: 25610152" and pruned == "Pruned params: 8573888"  # 53120, 30592 BN stats
+    assert feature == nhwc("Feat shape: torch.Size([2, 1024, 16, 16])")  # timm 1.0.31's for resnet50
+
+
+def test_timm_quickstart(synthetic_weights, capsys):
+    """quickstart.mdx: "Load a Pretrained Model", "List Models with Pretrained Weights", "Fine-Tune a Pretrained
+    Model", "Use a Pretrained Model for Feature Extraction" (resnet50 for mobilenetv3_large_100)."""
+    ns = run(doctest_source('''
+>>> import timm
+>>> m = timm.create_model('mobilenetv3_large_100', pretrained=True)
+>>> m.eval()
+>>> from pprint import pprint
+>>> model_names = timm.list_models(pretrained=True)
+>>> pprint(model_names)
+>>> model_names = timm.list_models('*resne*t*')
+>>> pprint(model_names)
+>>> model = timm.create_model('mobilenetv3_large_100', pretrained=True, num_classes=NUM_FINETUNE_CLASSES)
+>>> import torch
+>>> x = torch.randn(1, 3, 224, 224)
+>>> model = timm.create_model('mobilenetv3_large_100', pretrained=True)
+>>> features = model.forward_features(x)
+>>> print(features.shape)
+'''), *TIMM, ("'mobilenetv3_large_100'", "'resnet50'"), randn("1, 3, 224, 224"), NUM_FINETUNE_CLASSES=10)
+    assert ns["m"].eval() is ns["m"] and not ns["m"].training  # timm's eval(): the model, for chaining
+    resnets = [f"resnet{d}" for d in (18, 34, 50, 101, 152)]
+    assert ns["model_names"] == resnets and [f"{r}.tv_in1k" for r in resnets] <= zoo.list_models(pretrained=True)
+    assert capsys.readouterr().out.strip().splitlines()[-1] == nhwc("torch.Size([1, 2048, 7, 7])")  # timm's resnet50
+
+
+# timm.data.resolve_data_config({}, model=m) and resolve_model_data_config(m) of zoo.create_model("resnet18"):
+# what timm 1.0.31 returned (2026-11-30, /work/venv-torch-cpu-speed); create_transform(**it) gave
+# m.preprocess_image's values exactly (channels first)
+TIMM_DATA_CONFIG = {"input_size": (3, 224, 224), "interpolation": "bilinear", "mean": (0.485, 0.456, 0.406),
+                    "std": (0.229, 0.224, 0.225), "crop_pct": 0.875, "crop_mode": "center"}
+
+
+def timm_transform(image: Image.Image, config: dict) -> np.ndarray:
+    """timm's create_transform(**config) for eval, on a PIL image, as torchvision computes it: the shorter side to
+    input_size / crop_pct (the longer one truncated), Pillow's filter, the centre crop (offset rounded), /255,
+    normalised; HWC."""
+    _, size, _ = config["input_size"]
+    scale = int(size / config["crop_pct"])
+    w, h = image.size
+    new = (scale, int(scale * h / w)) if w <= h else (int(scale * w / h), scale)
+    resized = image.resize(new, Image.BILINEAR)
+    left, top = int(round((new[0] - size) / 2)), int(round((new[1] - size) / 2))
+    x = np.asarray(resized.crop((left, top, left + size, top + size)), np.float32) / 255
+    return (x - np.array(config["mean"], np.float32)) / np.array(config["std"], np.float32)
+
+
+def test_timm_resnet_page_top5(synthetic_weights, tmp_path, monkeypatch, capsys):
+    """models/resnet.mdx, "How do I use this model on an image?": its data config is what the weights were
+    trained with, and the top 5 printed are predict's. Lines that need torch or timm.data are MLX's (each
+    replacement below), the downloads are local files."""
+    monkeypatch.chdir(tmp_path)
+    Image.fromarray(np.random.default_rng(5).integers(0, 256, (300, 260, 3), np.uint8)).save("dog.jpg")
+    from zoo import models
+
+    Path("imagenet_classes.txt").write_bytes((Path(models.__file__).parent / "data/imagenet_classes.txt").read_bytes())
+    ns = run(doctest_source('''
+>>> import timm
+>>> model = timm.create_model('resnet18', pretrained=True)
+>>> model.eval()
+>>> import urllib
+>>> from PIL import Image
+>>> from timm.data import resolve_data_config
+>>> from timm.data.transforms_factory import create_transform
+>>> config = resolve_data_config({}, model=model)
+>>> transform = create_transform(**config)
+>>> url, filename = ("https://github.com/pytorch/hub/raw/master/images/dog.jpg", "dog.jpg")
+>>> urllib.request.urlretrieve(url, filename)
+>>> img = Image.open(filename).convert('RGB')
+>>> tensor = transform(img).unsqueeze(0) # transform and add batch dimension
+>>> import torch
+>>> with torch.inference_mode():
+...     out = model(tensor)
+>>> probabilities = torch.nn.functional.softmax(out[0], dim=0)
+>>> print(probabilities.shape)
+>>> url, filename = ("https://raw.githubusercontent.com/pytorch/hub/master/imagenet_classes.txt", \
+"imagenet_classes.txt")
+>>> urllib.request.urlretrieve(url, filename) 
+>>> with open("imagenet_classes.txt", "r") as f:
+...     categories = [s.strip() for s in f.readlines()]
+>>> top5_prob, top5_catid = torch.topk(probabilities, 5)
+>>> for i in range(top5_prob.size(0)):
+...     print(categories[top5_catid[i]], top5_prob[i].item())
+'''), *TIMM,
+        ("from timm.data import resolve_data_config\n", ""),
+        ("from timm.data.transforms_factory import create_transform\n", ""),
+        ("config = resolve_data_config({}, model=model)", "config = model.pretrained_cfg"),  # what timm's reads
+        ("transform = create_transform(**config)", "transform = model.preprocess_image"),
+        ("transform(img).unsqueeze(0)", "mx.array(transform(img))[None]"),  # NHWC
+        ("urllib.request.urlretrieve(url, filename)", "pass"),
+        ("with torch.inference_mode():\n    out = model(tensor)", "out = model(tensor)"),
+        ("torch.nn.functional.softmax(out[0], dim=0)", "mx.softmax(out[0], axis=0)"),
+        ("torch.topk(probabilities, 5)", "[probabilities[top5 := mx.argsort(-probabilities)[:5]], top5]"),
+        ("top5_prob.size(0)", "top5_prob.size"), ("categories[top5_catid[i]]", "categories[top5_catid[i].item()]"),
+        mx=mx)
+    assert {key: ns["config"][key] for key in TIMM_DATA_CONFIG} == TIMM_DATA_CONFIG
+    image = Image.open("dog.jpg").convert("RGB")
+    assert np.abs(ns["tensor"][0] - timm_transform(image, TIMM_DATA_CONFIG)).max() < 1e-6
+    printed = capsys.readouterr().out.strip().splitlines()
+    assert printed[0] == "(1000,)"  # torch.Size([1000])
+    expected = ns["model"].predict("dog.jpg", top_k=5)
+    assert [line.rsplit(" ", 1)[0] for line in printed[1:]] == [label for _, label, _ in expected]
+    assert [float(line.rsplit(" ", 1)[1]) for line in printed[1:]] == pytest.approx([p for *_, p in expected], rel=1e-5)
