@@ -708,6 +708,9 @@ for o in intermediates:
     original, pruned, feature = capsys.readouterr().out.strip().splitlines()
     assert original == "Original params: 25610152" and pruned == "Pruned params: 8573888"  # 53120, 30592 BN stats
     assert feature == nhwc("Feat shape: torch.Size([2, 1024, 16, 16])")  # timm 1.0.31's for resnet50
+    backbone = zoo.create_model("resnet18", features_only=True, out_indices=(1, 2))
+    with pytest.raises(zoo.ZooError, match="a features_only model keeps only the stages of its out_indices"):
+        backbone.prune_intermediate_layers(indices=(-2,))
 
 
 def test_timm_quickstart(synthetic_weights, capsys):
