@@ -42,7 +42,7 @@ def run(example: str, *replacements: tuple[str, str], **names) -> dict:
 SAM_IMPORT = ("from segment_anything import", "from zoo.models.mobilesam import")
 SAM_MODEL = ('sam_checkpoint = "sam_vit_h_4b8939.pth"\nmodel_type = "vit_h"',  # MobileSAM's README: vit_t
              'sam_checkpoint = "mobile_sam.safetensors"\nmodel_type = "vit_t"')
-TRUCK, GROCERIES = (1200, 1800), (770, 1024)  # the notebooks' photos, (height, width)
+TRUCK, GROCERIES = (1200, 1800), (534, 800)  # the notebooks' photos, (height, width)
 LOW_RES = 128 // 4  # the low-resolution logits of the 128 px encoder input (upstream's 1024: 256)
 
 
