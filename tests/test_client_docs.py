@@ -815,3 +815,24 @@ def test_timm_resnet_page_top5(synthetic_weights, tmp_path, monkeypatch, capsys)
     expected = ns["model"].predict("dog.jpg", top_k=5)
     assert [line.rsplit(" ", 1)[0] for line in printed[1:]] == [label for _, label, _ in expected]
     assert [float(line.rsplit(" ", 1)[1]) for line in printed[1:]] == pytest.approx([p for *_, p in expected], rel=1e-5)
+
+
+def test_iopaint_concat(iopaint_folders, capsys):
+    """`iopaint run ... --concat` ("Concat original image, mask and output images into one image", its cli.py) was
+    'unrecognized arguments': each output is the image, the hole in white and the result side by side, the result
+    the one of the run without it; a folder of such strips is not taken for one of plain outputs."""
+    from conftest import cli_error
+    from zoo.run import main
+
+    images, _, hole = iopaint_folders
+    assert main(iopaint_argv(IOPAINT_RUN.replace("output_dir", "plain"))) == 0
+    assert main(iopaint_argv(IOPAINT_RUN + " --concat")) == 0
+    capsys.readouterr()
+    for stem in ("a", "b"):
+        strip = np.asarray(Image.open(f"output_dir/{stem}.png"))
+        image, mask, result = np.split(strip, 3, axis=1)
+        assert np.array_equal(image, np.asarray(Image.open(images / f"{stem}.jpg").convert("RGB")))
+        assert np.array_equal(mask, np.repeat(hole[..., None] * np.uint8(255), 3, axis=2))
+        assert np.array_equal(result, np.asarray(Image.open(f"plain/{stem}.png")))
+    assert "holds results of --concat, not --concat (not given)" in cli_error(
+        iopaint_argv(IOPAINT_RUN), capsys)

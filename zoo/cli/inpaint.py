@@ -91,6 +91,9 @@ def add_arguments(parser):
                         help=f"crop: context around each hole (default {CROP_MARGIN})")
     parser.add_argument("--crop-trigger-size", type=int, metavar="PIXELS",
                         help=f"crop: only crop when the longer side exceeds this (default {CROP_TRIGGER_SIZE})")
+    parser.add_argument("--concat", action="store_true",
+                        help="IOPaint's --concat: each output is the image, its hole (white) and the result side by "
+                             "side")
     parser.add_argument("--max-megapixels", type=float, metavar="MP",
                         help="refuse a pass larger than this (default: what keeps the command under 2 GB on the CPU, "
                              "80%% of the device's memory on a GPU)")
@@ -199,7 +202,7 @@ def check_folder_settings(args, outputs: list[Path], inputs: Inputs) -> None:
         "--resize-limit": args.resize_limit if args.hd_strategy == "resize" else None,
         "--crop-margin": args.crop_margin if args.hd_strategy == "crop" else None,
         "--crop-trigger-size": args.crop_trigger_size if args.hd_strategy == "crop" else None,
-        "--quality": args.quality})
+        "--quality": args.quality, **({"--concat": True} if args.concat else {})})  # earlier folders: not given
     own = {out.resolve() for out in (*outputs, args.settings)}
     # without --overwrite the outputs there are skipped: taken as done, as detect's --resume takes them
     args.save_settings = check_settings(
@@ -454,10 +457,21 @@ def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
                     f"the whole image: {args.hd_strategy} only above {above} px")
         say(f"{job.image.name}: {image.width}x{image.height}, hole {hole.mean():.1%} of the image, {how} "
             f"({strategy}), {time.perf_counter() - start:.1f} s")
+    if args.concat:
+        result = side_by_side(image, hole, result)
     if result.mode == "RGBA" and job.format == "JPEG":
         raise ZooError(f"{job.image} has transparency, which {job.out.suffix} cannot store: pass --ext png")
     write_atomic(job.out, lambda file: result.save(file, format=job.format, **read.options),
                  replace=args.overwrite)
+
+
+def side_by_side(image: Image.Image, hole: np.ndarray, result: Image.Image) -> Image.Image:
+    """IOPaint's --concat strip: the image, its hole (255, as the pixels inpainted), the result, in the result's mode."""
+    strip = Image.new(result.mode, (3 * image.width, image.height))
+    mask = Image.fromarray(hole.astype(np.uint8) * 255)
+    for i, part in enumerate((image, mask, result)):
+        strip.paste(part.convert(result.mode), (i * image.width, 0))
+    return strip
 
 
 def deep_pixels(path: Path) -> bool:
