@@ -208,6 +208,20 @@ def test_conv2d_applies_bias_and_activation(kernel, stride, padding, size, activ
     assert mx.abs(got - want).max().item() <= 2e-6 * mx.abs(want).max().item()
 
 
+@pytest.mark.parametrize("activation", list(cpu.ACTIVATIONS))
+@pytest.mark.parametrize("kernel,stride,padding,channels", [(7, 2, 3, 3), (3, 1, 1, 16), (1, 1, 0, 16)])
+def test_conv2d_keeps_nan_where_mlx_does(kernel, stride, padding, channels, activation):
+    """A NaN (broken weights, an overflow) stays NaN through the C activation, as through MLX's and
+    torch's: the C ReLU made it 0, and a ResNet with a NaN stem weight gave plausible classes on the CPU."""
+    x = mx.random.normal((1, 12, 12, channels), key=mx.random.key(21))
+    w = np.array(mx.random.normal((8, kernel, kernel, channels), key=mx.random.key(22)))
+    w[0] = np.nan
+    got = cpu.conv2d(x, mx.array(w), None, stride, padding, activation=activation)
+    want = MLX_ACTIVATIONS[activation](mx.conv2d(x, mx.array(w), stride=stride, padding=padding))
+    assert np.isnan(np.array(want)[..., 0]).all()
+    np.testing.assert_array_equal(np.isnan(np.array(got)), np.isnan(np.array(want)))
+
+
 @pytest.mark.parametrize("shared", [True, False])
 def test_batched_matmul_matches_mlx(shared):
     """One left matrix for every product (LaMa's DFT over W) or one per product; above and below the

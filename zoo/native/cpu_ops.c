@@ -327,8 +327,8 @@ static inline float normal_cdf(float x) {
 enum { ACT_NONE = 0, ACT_RELU = 1, ACT_SILU = 2, ACT_GELU = 3, ACT_SIGMOID = 4 };
 
 ZOO_CLONES static void activate(const float *x, float *y, ptrdiff_t n, int act) {
-  if (act == ACT_RELU) {
-    for (ptrdiff_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  if (act == ACT_RELU) { /* NaN stays NaN, as in MLX's and torch's relu: broken weights must not look fine */
+    for (ptrdiff_t i = 0; i < n; ++i) y[i] = x[i] < 0.0f ? 0.0f : x[i];
   } else if (act == ACT_SILU) {
     for (ptrdiff_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid1(x[i]);
   } else if (act == ACT_GELU) {
