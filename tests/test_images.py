@@ -72,6 +72,19 @@ def test_arrays():
         load_image(np.zeros((2, 2, 5), np.uint8))
 
 
+@pytest.mark.parametrize("value,kind", [(np.nan, "NaN"), (np.inf, "infinite"), (-np.inf, "infinite")])
+def test_floats_that_are_not_numbers_are_refused(tmp_path, value, kind):
+    """A float image with a NaN (a depth map's no-data, a division by zero) was cast to arbitrary pixels and
+    classified without a word: NaN passed the [0, 1] check. An array or a float TIFF (mode F) is refused."""
+    a = np.full((4, 5), 0.5, np.float32)
+    a[1, 2] = value
+    with pytest.raises(ZooError, match=f"^image holds {kind} values: replace them"):
+        load_image(np.repeat(a[:, :, None], 3, axis=2))
+    Image.fromarray(a, "F").save(tmp_path / "depth.tif")
+    with pytest.raises(ZooError, match=f"depth.tif holds {kind} values"):
+        load_image(tmp_path / "depth.tif")
+
+
 def test_resize_and_crop_follow_torchvision():
     img = np.zeros((300, 451, 3), np.uint8)
     resized = resize_shorter_side(img, 256)

@@ -117,12 +117,13 @@ def image_size(path: str | Path) -> tuple[int, int]:
         return (w, h) if img.getexif().get(ExifTags.Base.Orientation) in (5, 6, 7, 8) else (h, w)
 
 
-def _to_rgb(img: Image.Image) -> Image.Image:
+def _to_rgb(img: Image.Image, what: str) -> Image.Image:
     if img.mode == "RGB":
         return img
     if img.mode in ("I;16", "I;16B", "I;16L", "I", "F"):
         # 16-bit and float images: scale the full range to 8 bits instead of clipping.
         a = np.asarray(img, dtype=np.float64)
+        refuse_non_finite(a, what)
         top = 65535.0 if img.mode.startswith("I;16") or a.max() > 255 else 255.0
         if img.mode == "F":
             top = max(float(a.max()), 1e-12)
@@ -147,7 +148,17 @@ def load_image(source, what: str = "image") -> np.ndarray:
         raise ZooError(f"{what} must be a path, a PIL image or a numpy array, got {type(source).__name__}")
     if img.width == 0 or img.height == 0:
         raise ZooError(f"{what} is empty (0 pixels)")
-    return np.asarray(_to_rgb(img), dtype=np.uint8)
+    return np.asarray(_to_rgb(img, str(source) if isinstance(source, (str, Path)) else what), dtype=np.uint8)
+
+
+def refuse_non_finite(a: np.ndarray, what: str) -> None:
+    """ZooError for floats holding NaN or infinity: cast to 8 bits they became arbitrary pixels (NaN passed
+    the [0, 1] range check, its comparisons all false) and the model answered for an image nobody gave."""
+    low, high = a.min(), a.max()  # NaN anywhere makes both NaN
+    if not (np.isfinite(low) and np.isfinite(high)):
+        kind = "NaN" if np.isnan(low) else "infinite"
+        raise ZooError(f"{what} holds {kind} values: replace them (e.g. numpy.nan_to_num) and pass uint8 0-255 "
+                       "or floats in [0, 1]")
 
 
 def _array_to_rgb(a: np.ndarray, what: str) -> np.ndarray:
@@ -164,6 +175,7 @@ def _array_to_rgb(a: np.ndarray, what: str) -> np.ndarray:
     if a.dtype == np.uint8:
         return np.ascontiguousarray(a)
     if a.dtype.kind == "f":
+        refuse_non_finite(a, what)
         if a.min() < 0 or a.max() > 1:
             raise ZooError(f"{what} is a float array outside [0, 1]: pass uint8 0-255 or floats in [0, 1]")
         return np.rint(a * 255.0).astype(np.uint8)
