@@ -64,6 +64,16 @@ def test_compare_metrics():
     assert engine.compare("x", ref, ref[:1], tol=1).failed
 
 
+def test_nan_and_inf_are_flagged_where_the_reference_has_none():
+    """A NaN or an infinity on the MLX side fails its layer wherever the reference element is not the same: with a
+    NaN elsewhere in the reference (or an inf of the other sign) the layer passed, the element left out unflagged."""
+    ref = np.array([np.nan, 1.0, 2.0, -np.inf])
+    assert engine.compare("x", ref, ref.copy(), tol=1e-4).status == "pass"
+    assert engine.compare("x", ref, np.array([1.0, np.nan, 2.0, -np.inf]), tol=1e-4).flags == ["NaN"]
+    assert engine.compare("x", ref, np.array([np.nan, 1.0, 2.0, np.inf]), tol=1e-4).flags == ["Inf"]
+    assert engine.compare("x", ref, np.array([np.inf, 1.0, 2.0, -np.inf]), tol=1e-4).flags == ["Inf"]
+
+
 def test_a_reference_beyond_the_dtypes_range_is_named_as_such():
     """A value float16 cannot hold is the weights' or the input's doing, not a wrong op: the row says so."""
     import mlx.core as mx
