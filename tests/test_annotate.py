@@ -367,6 +367,9 @@ def test_kept_masks_beyond_the_bound_are_refused_before_allocating(photos, tmp_p
     (["--det", DETECTOR, "--classes", "zebra"], 2, "unknown classes 'zebra'"),
     (["--det", DETECTOR, "--out", "{photos}"], 2, "is the input folder"),
     (["--det", DETECTOR, "--weights", "x.pt"], 2, "unrecognized arguments: --weights"),
+    # the Hub's fix in annotate's flags (it said --weights, which annotate refuses)
+    (["--det", "yolov8n"], 1, "yolov8n.pt is not in the Hub cache and HF_HUB_OFFLINE is set: pass --det-weights PATH "
+                              "to a local checkpoint (or --det-weights synthetic for random test weights"),
 ])
 def test_cli_bad_inputs_are_one_line_and_write_nothing(photos, tmp_path, capsys, args, code, message):
     from safetensors.numpy import save_file
@@ -382,6 +385,15 @@ def test_cli_bad_inputs_are_one_line_and_write_nothing(photos, tmp_path, capsys,
     err = capsys.readouterr().err.strip().splitlines()
     assert len([line for line in err if line.startswith("error:")]) == 1 and message in err[-1], err
     assert not (tmp_path / "labels").exists() and sorted(p.name for p in photos.iterdir()) == before
+
+
+def test_weights_not_at_hand_are_asked_for_by_the_option_of_their_model(photos, tmp_path):
+    """auto_annotate has no weights=: a segmenter not in the Hub cache is asked for as sam_weights=, and nothing
+    is written."""
+    with pytest.raises(ZooError, match=r"HF_HUB_OFFLINE is set: pass sam_weights=PATH to a local checkpoint \(or "
+                                       r"sam_weights='synthetic' for random"):
+        zoo.auto_annotate(photos, det_model=DETECTOR, sam_model="mobilesam", output_dir=tmp_path / "labels", **OPTIONS)
+    assert not (tmp_path / "labels").exists()
 
 
 def test_import_zoo_does_not_import_mlx():

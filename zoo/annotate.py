@@ -35,7 +35,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
-from .errors import UsageError, ZooError, option
+from .errors import UsageError, ZooError, option, options_named
 from .extras import require
 from .files import (Inputs, check_new_file, check_output_folder, make_output_folder, refuse_empty, refuse_inputs,
                     save_mask, save_png, write_text)
@@ -269,11 +269,12 @@ def default_output_dir(data) -> Path:
     return data.parent / f"{data.stem}_auto_annotate_labels"
 
 
-def load_model(given, weights, dtype: str, role: str, family: str, label: str, model_class, names: str, files: str):
+def load_model(given, weights, dtype: str, role: str, family: str, label: str, model_class, names: str, files: str,
+               weights_option: str):
     """The model for ``role`` (detector, segmenter): ``given`` is a loaded ``model_class``, a registered
     name of ``family`` or a checkpoint path (read as ``family``, refused when the family's ``holds``
     says it is none of its). ``label`` names the family, ``names`` and ``files`` say what to pass
-    instead, in the one-line errors."""
+    instead, in the one-line errors; ``weights_option`` is the option of ``weights`` (det_weights)."""
     from zoo import registry
 
     if isinstance(given, model_class):
@@ -288,7 +289,8 @@ def load_model(given, weights, dtype: str, role: str, family: str, label: str, m
     holds = getattr(registry.family(spec), "holds", None)  # other tasks' YOLOv8 heads are refused when built
     if holds is not None and registry.is_weights_file(weights) and not holds(*registry.named_header(spec, weights)):
         raise UsageError(f"{role} {weights} holds no {label} model: pass {files}")  # told before a tensor is read
-    read = registry.read_weights(spec, weights)
+    with options_named(weights=weights_option):  # the Hub's 'pass --weights PATH': annotate has --det-weights
+        read = registry.read_weights(spec, weights)
     fitted = registry.fitted_spec(spec, read)
     if fitted.task != spec.task:  # e.g. a YOLO segmentation or pose checkpoint where a detector goes
         raise ZooError(f"{role} {weights or given} holds a YOLO {fitted.task} model ({fitted.variant}): pass {files}")
@@ -303,7 +305,7 @@ def load_detector(det_model, weights=None, dtype: str = "float32"):
 
     return load_model(det_model, weights, dtype, "detector", "yolov8", "YOLO", DetectionModel,
                       f"a YOLO detector ({', '.join(registry.list_models(task='detect'))})",
-                      "a YOLO detection checkpoint (yolo11n.pt, yolov8n.pt, a trained best.pt)")
+                      "a YOLO detection checkpoint (yolo11n.pt, yolov8n.pt, a trained best.pt)", "det_weights")
 
 
 def load_sam(sam_model, weights=None, dtype: str = "float32"):
@@ -311,7 +313,7 @@ def load_sam(sam_model, weights=None, dtype: str = "float32"):
     from zoo.models.mobilesam import Sam
 
     return load_model(sam_model, weights, dtype, "segmenter", "mobilesam", "MobileSAM", Sam, "mobilesam",
-                      "a MobileSAM checkpoint")
+                      "a MobileSAM checkpoint", "sam_weights")
 
 
 def auto_annotate(data, det_model="yolov8n", sam_model="mobilesam", device: str | None = None, conf: float = 0.25,

@@ -36,10 +36,28 @@ def command_line():
         _in_command_line = outer
 
 
+# options that a caller names otherwise (auto_annotate's det_weights for the detector's weights), by option() name
+_renamed: dict[str, str] = {}
+
+
+@contextmanager
+def options_named(**names: str):
+    """Errors raised inside name option ``key`` as its value: a shared loader's ``weights`` is annotate's
+    ``det_weights`` (``--det-weights``) while it loads the detector."""
+    outer = dict(_renamed)
+    _renamed.update(names)
+    try:
+        yield
+    finally:
+        _renamed.clear()
+        _renamed.update(outer)
+
+
 def option(name: str, value: object = True) -> str:
     """How the reader of an error sets option ``name`` (the keyword argument's name) to ``value``: ``--name
     VALUE`` (``--name`` for True, ``no --name`` for False) inside a command line, ``name=VALUE`` from Python
     (``name='text'`` for text, ``name=PATH`` for a placeholder)."""
+    name = _renamed.get(name, name)
     if _in_command_line:
         flag = f"--{name.replace('_', '-')}"
         if value is False:
