@@ -17,7 +17,7 @@ from mlx.utils import tree_flatten
 from zoo.compiled import CompiledForward
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input
-from zoo.errors import UsageError, ZooError
+from zoo.errors import UsageError, ZooError, in_command_line, option
 from zoo.images import center_crop, load_image, resize_shorter_side
 from zoo.kernels import cpu as cpu_ops
 from zoo.models.layers import BatchNorm, Conv2d, GlobalAvgPool, Linear, MaxPool2d, Sequential, conv_bn, fuses_on_cpu
@@ -439,10 +439,12 @@ def fit_checkpoint(model: ResNet, state_dict: dict[str, np.ndarray]) -> tuple[di
     if not model.num_classes_given:
         pool = model.global_pool.pool_type
         where = f"the model has {describe_head(wanted)}" + ("" if pool == "avg" else f" (global_pool={pool!r})")
-        use = (f"num_classes={found[0]} to use it (python -m zoo.run: --num-classes {found[0]}), or "
-               if found is not None and found[1] == model.head_hidden_size else "")
-        raise ZooError(f"the checkpoint has {describe_head(found)} (fc) where {where}: pass {use}"
-                       "num_classes=N for a new zero-initialised N-class head (0: none)")
+        fixes = [f"{option('num_classes', found[0])} to use it"] \
+            if found is not None and found[1] == model.head_hidden_size else []
+        if not (fixes and in_command_line()):  # a new head of zeros: a Python caller's start for fine-tuning
+            fixes.append(f"{option('num_classes', 'N')} for a new zero-initialised N-class head"
+                         + ("" if in_command_line() else " (0: none)"))  # the command line takes no headless model
+        raise ZooError(f"the checkpoint has {describe_head(found)} (fc) where {where}: pass {', or '.join(fixes)}")
     weights = {k: v for k, v in weights.items() if not k.startswith("fc.")}
     ours = f"a new zero-initialised {model.num_classes}-class head" if model.num_classes else "no head"
     theirs = " has no head (fc)" if found is None else f"'s {found[0]}-class head (fc) is not loaded"

@@ -305,13 +305,17 @@ def test_pretrained_cfg_as_timm_reports():
             "first_conv": "conv1", "classifier": "fc", "license": "bsd-3-clause"}
 
 
-def test_tagged_names_pretrained_and_is_model():
+def test_tagged_names_pretrained_and_is_model(capsys):
     model = zoo.load("resnet18.tv_in1k", pretrained=False, device="cpu")  # timm's random init: synthetic:0
     assert model.default_cfg is model.pretrained_cfg and model.pretrained_cfg["tag"] == "tv_in1k"
     same = registry.build(registry.get_spec("resnet18"), registry.read_weights(registry.get_spec("resnet18"), "synthetic:0"))
     assert all(mx.array_equal(a, b) for (_, a), (_, b) in zip(tree_flatten(model.parameters()), tree_flatten(same.parameters())))
-    with pytest.raises(UsageError, match="resnet50.a1_in1k: mlx-zoo has the tv_in1k weights of resnet50 only"):
+    with pytest.raises(UsageError, match="resnet50.a1_in1k: mlx-zoo has the tv_in1k weights of resnet50 only: use "
+                                         r"resnet50.tv_in1k \(or resnet50\), or pass weights=PATH with the checkpoint"):
         zoo.load("resnet50.a1_in1k", weights="synthetic")
+    from zoo.run import main
+    assert main(["resnet50.a1_in1k", "a.jpg"]) == 2  # the command line's words: it has no weights= (it said so)
+    assert capsys.readouterr().err.strip().endswith("or pass --weights PATH with the checkpoint you want")
     assert zoo.list_models("resnet*", pretrained=True) == [f"resnet{d}.tv_in1k" for d in (18, 34, 50, 101, 152)]
     assert zoo.list_models("resnet50", pretrained=True) == ["resnet50.tv_in1k"] == zoo.list_models("*.tv_in1k", pretrained=True)[2:3]
     assert zoo.list_models(["yolov8n", "lama"], pretrained=True) == ["yolov8n", "lama"]  # no tag: their plain names
@@ -348,7 +352,13 @@ def test_a_head_that_contradicts_the_model_is_an_error(tmp_path, capsys):
     from PIL import Image
     Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(image)
     assert main(["resnet18", str(image), "--weights", str(path), "--device", "cpu"]) == 1
-    assert "--num-classes 10" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[-1].endswith(": pass --num-classes 10 to use it")  # no API words
+    headless_file = tmp_path / "headless.safetensors"
+    save_file(headless, str(headless_file))
+    assert main(["resnet18", str(image), "--weights", str(headless_file), "--device", "cpu"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1].endswith("has no head (fc) where the model has a 1000-class head "
+                                                            "on 512 features: pass --num-classes N for a new "
+                                                            "zero-initialised N-class head")
     assert main(["resnet18", str(image), "--weights", str(path), "--device", "cpu", "--num-classes", "10",
                  "--top-k", "2", "--json", str(tmp_path / "top.json")]) == 0
     import json

@@ -36,6 +36,11 @@ def command_line():
         _in_command_line = outer
 
 
+def in_command_line() -> bool:
+    """Whether a command line runs (zoo.cli.guarded): an error may offer what only the Python API can do."""
+    return _in_command_line
+
+
 # options that a caller names otherwise (auto_annotate's det_weights for the detector's weights), by option() name
 _renamed: dict[str, str] = {}
 

@@ -121,7 +121,8 @@ def without_tag(name: str) -> str:
     if tag != spec.tag:
         have, use = (f"the {spec.tag} weights of {base} only", f"{base}.{spec.tag} (or {base})") if spec.tag \
             else (f"no tagged weights of {base}", base)
-        raise UsageError(f"{name}: mlx-zoo has {have}: use {use}, or pass weights=PATH with the checkpoint you want")
+        raise UsageError(f"{name}: mlx-zoo has {have}: use {use}, or pass {option('weights', 'PATH')} with the "
+                         "checkpoint you want")
     return base
 
 
