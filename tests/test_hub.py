@@ -101,6 +101,29 @@ def test_a_damaged_cached_file_is_fetched_again(hub, tmp_path, capsys):
     assert "was damaged" in capsys.readouterr().err
 
 
+def test_a_damaged_file_in_a_read_only_cache_is_named_not_said_removed(hub, tmp_path, monkeypatch, capsys):
+    """A damaged blob that cannot be removed (a read-only cache; root writes anywhere, so the removal is made to
+    fail) was reported 'removed, downloading it again', then 'was removed: run again', and the client handed the
+    same file back on every run. It is one error naming the file and the fix, before any download."""
+    from zoo.weights import hub as weights_hub
+
+    blob = Path(os.path.realpath(weights_hub.download(REPO, FILE)))
+    blob.write_bytes(CONTENT[:1000])
+    unlink = Path.unlink
+
+    def read_only(path, missing_ok=False):
+        if path == blob:
+            raise PermissionError(13, "Permission denied", str(path))
+        unlink(path, missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    with pytest.raises(ZooError, match=rf"^the cached {REPO}/{FILE} is damaged \(1000 bytes whose sha256 is not "
+                                       rf"{SHA256[:12]}\.\.\., the Hub's\) and cannot be removed \(Permission denied\): "
+                                       rf"delete {blob} as the cache's owner, or set HF_HUB_CACHE to a folder you can write$"):
+        weights_hub.download(REPO, FILE)
+    assert hub.gets == 1 and "removed" not in capsys.readouterr().err
+
+
 def test_a_truncated_download_is_never_used(hub, tmp_path):
     from zoo.weights import hub as weights_hub
 

@@ -66,7 +66,7 @@ def download(repo_id: str, filename: str, licence: str | None = None) -> Path:
         problem = verify(cached)
         if problem is None:
             return cached
-        remove_damaged(cached)
+        remove_damaged(cached, f"the cached {repo_id}/{filename} is damaged ({problem})")
         print(f"warning: the cached {repo_id}/{filename} was damaged ({problem}): removed, downloading it again",
               file=sys.stderr)
     # huggingface_hub reads HF_HUB_OFFLINE once at import; honour a later setting too
@@ -85,7 +85,7 @@ def download(repo_id: str, filename: str, licence: str | None = None) -> Path:
         hf_logging.set_verbosity(verbosity)
     problem = verify(path)
     if problem is not None:
-        remove_damaged(path)
+        remove_damaged(path, f"the download of {repo_id}/{filename} is damaged ({problem})")
         raise ZooError(f"the download of {repo_id}/{filename} is damaged ({problem}) and was removed: "
                        f"run again to download it, or {fix}")
     if licence:
@@ -131,11 +131,15 @@ def verify(path: Path) -> str | None:
     return None
 
 
-def remove_damaged(path: Path) -> None:
-    """Remove a damaged blob, its stamp and the snapshot link to it, so the next call downloads it."""
+def remove_damaged(path: Path, problem: str) -> None:
+    """Remove a damaged blob, its stamp and the snapshot link to it, so the next call downloads it; ZooError
+    (``problem``, then why) where the blob stays (a read-only cache: the Hub's client would hand the same file
+    back, and 'removed, run again' would never be true)."""
     blob = Path(os.path.realpath(path))
     for damaged in (blob, blob.with_name(blob.name + ".zoo-verified"), Path(path)):
         try:
             damaged.unlink(missing_ok=True)
-        except OSError:
-            pass
+        except OSError as error:
+            if damaged == blob:
+                raise ZooError(f"{problem} and cannot be removed ({error.strerror or error}): delete {blob} as the "
+                               "cache's owner, or set HF_HUB_CACHE to a folder you can write") from None
