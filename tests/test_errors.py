@@ -66,6 +66,7 @@ def files(tmp_path_factory) -> Path:
     with open(root / "sparse.safetensors", "r+b") as sparse:  # 3 GiB of holes: nothing on disk
         sparse.truncate(sparse.seek(0, 2) + (3 << 30))
     Image.new("RGB", (5000, 1), (120, 30, 200)).save(root / "strip.png")
+    Image.fromarray(np.array([[0.5, np.nan], [0.25, 1.0]], np.float32), "F").save(root / "nan.tif")  # E83
     from zoo.run import main
 
     # a detect run's --out and records, and an --out as an earlier version left it: no settings file (E74, E75, E79)
