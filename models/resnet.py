@@ -6,6 +6,7 @@ torchvision's v1.5 (the stride sits on the 3x3 conv of a Bottleneck).
 """
 from __future__ import annotations
 
+import numbers
 import sys
 from pathlib import Path
 
@@ -241,8 +242,8 @@ class ResNet(nn.Module):
         ``global_pool`` (timm's): the pooling before it, None keeps the current one."""
         if self.features_only:
             raise UsageError("a features_only model has no classifier: load it without features_only")
-        if num_classes < 0:
-            raise UsageError(f"num_classes={num_classes}: use 0 (no head) or a positive number of classes")
+        if isinstance(num_classes, bool) or not isinstance(num_classes, numbers.Integral) or num_classes < 0:
+            raise UsageError(f"num_classes={num_classes!r}: use 0 (no head) or a positive number of classes")
         pool = self.avgpool if global_pool is None else GlobalPool(global_pool)
         if num_classes and not pool.pool_type:
             raise UsageError(f"global_pool='' keeps the (N, h, w, {self.num_features}) map, which no {num_classes}-class "
@@ -379,6 +380,9 @@ class ResNet(nn.Module):
         pipeline calls, its decoding and pre-processing done on other threads."""
         if not self.num_classes:
             raise ZooError("this model has no classifier head: load it with num_classes > 0 to predict classes")
+        if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 1:  # [:-1]: 999 classes
+            raise UsageError(f"top_k={top_k!r}: use a whole number >= 1 (more than the {self.num_classes} classes "
+                             "gives them all)")
         probs = np.array(mx.softmax(self(batch).astype(mx.float32), axis=-1))
         labels = class_names()
         if len(labels) != self.num_classes:

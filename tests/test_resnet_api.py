@@ -1,6 +1,8 @@
 """ResNet's timm-style interface: forward_features / forward_head, features_only stage maps,
 a new head (num_classes, reset_classifier), list_models wildcards; every tensor against the
 numpy reference's module outputs (stem relu, layer1..layer4, avgpool, fc)."""
+import re
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -109,6 +111,22 @@ def test_num_classes_via_zoo_load(capsys):
     assert "the model has no head" in capsys.readouterr().err
     same = zoo.load("resnet18", weights="synthetic:0", device="cpu", num_classes=1000)
     assert "is not loaded" not in capsys.readouterr().err and mx.any(same.fc.weight).item()
+
+
+@pytest.mark.parametrize("top_k", [-1, 0, 2.5, "5", True])
+def test_a_top_k_that_is_no_count_is_refused(top_k):
+    """top_k=-1 gave 999 of the 1000 classes (a slice [:-1]), 0 none, 2.5 and '5' a TypeError: one UsageError."""
+    model = zoo.load("resnet18", weights="synthetic:0", device="cpu")
+    with pytest.raises(UsageError, match=rf"^top_k={re.escape(repr(top_k))}: use a whole number >= 1"):
+        model.predict(np.zeros((40, 40, 3), np.uint8), top_k=top_k)
+    assert len(model.predict(np.zeros((40, 40, 3), np.uint8), top_k=np.int64(2))) == 2
+
+
+@pytest.mark.parametrize("num_classes", ["10", 10.5, True])
+def test_a_num_classes_that_is_no_count_is_refused(num_classes):
+    """num_classes='10' and 10.5 raised TypeErrors from inside, True made a '1-class' head named 'True-class'."""
+    with pytest.raises(UsageError, match=rf"^num_classes={re.escape(repr(num_classes))}: use 0 \(no head\)"):
+        zoo.load("resnet18", weights="synthetic:0", device="cpu", num_classes=num_classes)
 
 
 def test_calling_the_network_on_an_image_names_predict(tmp_path):
