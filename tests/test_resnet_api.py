@@ -129,6 +129,15 @@ def test_a_num_classes_that_is_no_count_is_refused(num_classes):
         zoo.load("resnet18", weights="synthetic:0", device="cpu", num_classes=num_classes)
 
 
+@pytest.mark.parametrize("weights, problem", [("", "is empty (an unset variable?)"), (123, "is not a path"),
+                                              (b"best.pt", "is not a path")])
+def test_weights_that_name_no_file_are_refused(weights, problem):
+    """weights='' (an unset variable) was the current folder ('. is a folder'), 123 and b'best.pt' TypeErrors."""
+    with pytest.raises(UsageError, match=rf"^weights={re.escape(repr(weights))} {re.escape(problem)}: pass a "
+                                         r"checkpoint's path, 'synthetic\[:SEED\]', or None"):
+        zoo.load("resnet18", weights=weights, device="cpu")
+
+
 def test_calling_the_network_on_an_image_names_predict(tmp_path):
     model = zoo.load("resnet18", weights="synthetic:0", device="cpu")
     image = tmp_path / "cat.png"

@@ -200,6 +200,11 @@ def read_weights(spec: ModelSpec, weights: str | Path | None = None, offline_fal
     from zoo.weights import hub, synthetic
     from zoo.weights.checkpoint import read_checkpoint_with_meta
 
+    if weights is not None and (weights == "" or not isinstance(weights, (str, os.PathLike))):
+        # '' was read as the current folder ('. is a folder'), 123 or b'best.pt' raised TypeErrors from inside
+        problem = "is empty (an unset variable?)" if weights == "" else "is not a path"
+        raise UsageError(f"{option('weights', weights)} {problem}: pass a checkpoint's path, 'synthetic[:SEED]', or "
+                         "None for the model's default weights")
     from_variable = weights is None and bool(os.environ.get(WEIGHTS_VARIABLE))
     if weights is None:
         weights = default_weights(spec)
