@@ -2,6 +2,7 @@
 a new head (num_classes, reset_classifier), list_models wildcards; every tensor against the
 numpy reference's module outputs (stem relu, layer1..layer4, avgpool, fc)."""
 import re
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
@@ -136,6 +137,14 @@ def test_weights_that_name_no_file_are_refused(weights, problem):
     with pytest.raises(UsageError, match=rf"^weights={re.escape(repr(weights))} {re.escape(problem)}: pass a "
                                          r"checkpoint's path, 'synthetic\[:SEED\]', or None"):
         zoo.load("resnet18", weights=weights, device="cpu")
+
+
+def test_a_model_is_named_by_text_or_a_path(tmp_path):
+    """zoo.load(None) and zoo.load(123) raised AttributeErrors from inside; Path('resnet18') one too."""
+    for name in (None, 123):
+        with pytest.raises(UsageError, match=rf"^model {name!r}: pass a model's name \(zoo.list_models\(\)"):
+            zoo.load(name, weights="synthetic:0")
+    assert zoo.load(Path("resnet18"), weights="synthetic:0", device="cpu").num_classes == 1000
 
 
 def test_calling_the_network_on_an_image_names_predict(tmp_path):

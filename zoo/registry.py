@@ -374,6 +374,10 @@ def load(name: str, weights: str | Path | None = None, dtype: str = "float32", d
     ``features_only`` and ``out_indices`` (timm's). ``name`` may carry the default weights' tag
     (``resnet50.tv_in1k``).
     """
+    if not isinstance(name, (str, os.PathLike)):  # None or 123 raised AttributeErrors from inside
+        raise UsageError(f"model {name!r}: pass a model's name (zoo.list_models(): resnet50, yolov8n ...) or a "
+                         "checkpoint's path")
+    name = os.fspath(name)  # Path('best.pt') as 'best.pt'
     devices.use(device)
     devices.parse_dtype(dtype)  # fail on a bad dtype before any download
     if weights is None and is_weights_file(name):
