@@ -287,6 +287,8 @@ def test_imgsz_rounds_up_to_multiples_of_32_with_a_warning(capsys):
         yolov8.check_imgsz(0)
     with pytest.raises(ZooError, match="bad imgsz"):
         yolov8.check_imgsz([320, 320, 3])
+    with pytest.raises(ZooError, match=r"^bad imgsz 640\.0: give one integer"):  # a TypeError (not iterable)
+        yolov8.check_imgsz(640.0)
 
 
 # ---- post-processing ----------------------------------------------------------------------

@@ -23,7 +23,10 @@ MAX_IMGSZ = 8192  # a letterboxed 8192x8192 batch of one is already 800 MB in fl
 def check_imgsz(imgsz) -> tuple[int, int]:
     """(height, width) from an int, a pair or a list of one (square, as ultralytics' ``imgsz=[640]``), each
     rounded up to a multiple of 32 (with a warning), like ultralytics."""
-    sides = (imgsz, imgsz) if isinstance(imgsz, (int, np.integer)) else tuple(imgsz)
+    if isinstance(imgsz, (int, np.integer)):
+        sides = (imgsz, imgsz)
+    else:  # a float or a string raised TypeError (not iterable) or took each character as a side
+        sides = tuple(imgsz) if isinstance(imgsz, (list, tuple, np.ndarray)) else ()
     sides = sides * 2 if len(sides) == 1 else sides
     if len(sides) != 2 or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in sides):
         raise UsageError(f"bad imgsz {imgsz!r}: give one integer (square) or two (height, width)")
