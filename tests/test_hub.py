@@ -118,8 +118,9 @@ def test_a_damaged_file_in_a_read_only_cache_is_named_not_said_removed(hub, tmp_
 
     monkeypatch.setattr(Path, "unlink", read_only)
     with pytest.raises(ZooError, match=rf"^the cached {REPO}/{FILE} is damaged \(1000 bytes whose sha256 is not "
-                                       rf"{SHA256[:12]}\.\.\., the Hub's\) and cannot be removed \(Permission denied\): "
-                                       rf"delete {blob} as the cache's owner, or set HF_HUB_CACHE to a folder you can write$"):
+                                       rf"{SHA256[:12]}\.\.\., the Hub's\) and cannot be removed \(Permission "
+                                       rf"denied\): delete {blob} as the cache's owner, or set HF_HUB_CACHE to a "
+                                       "folder you can write$"):
         weights_hub.download(REPO, FILE)
     assert hub.gets == 1 and "removed" not in capsys.readouterr().err
 

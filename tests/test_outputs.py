@@ -136,6 +136,24 @@ def test_classify_json_and_csv(work, capsys):
     assert {k: v for k, v in file_tree(work).items() if k in inputs} == inputs
 
 
+def test_a_file_name_that_is_not_utf8_is_written_and_printed_as_on_disk(work, capsys, monkeypatch):
+    """An old archive's Latin-1 name (caf\\xe9.jpg) ended the run in an internal error: --csv and stdout (strict
+    UTF-8 outside the C locale) could not encode it. Both hold the name's bytes, as ls prints it; records and JSON
+    escape it."""
+    import io
+    import sys
+
+    name = os.fsdecode(b"caf\xe9.jpg")
+    save_image(work / "latin" / name)
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="strict")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert main(["resnet18", "latin", "--csv", "r.csv", "--json", "r.json", "--top-k", "1", *SYNTHETIC]) == 0
+    stdout.flush()
+    assert b"latin/caf\xe9.jpg:" in stdout.buffer.getvalue() and stdout.errors == "strict"
+    assert (work / "r.csv").read_bytes().splitlines()[1].startswith(b"latin/caf\xe9.jpg,")
+    assert list(json.loads((work / "r.json").read_text())) == [f"latin/{name}"]
+
+
 def test_detect_run_folders_increment_and_outputs_need_exist_ok(work, capsys):
     inputs = file_tree(work)
     args = ["yolov8n", "real.jpg", "imgs/", "--imgsz", "64", *SYNTHETIC]

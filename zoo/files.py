@@ -208,7 +208,10 @@ class OutputFile(ClosedOnExit):
         except OSError as e:
             raise cannot_write(self.path, e) from None
         self.identity = file_identity(fd)
-        self.file = os.fdopen(fd, "w", encoding="utf-8", newline=newline) if text else os.fdopen(fd, "wb")
+        # a file name that is not UTF-8 (an old archive's Latin-1 caf\xe9.png) is written as its bytes on disk, as
+        # Python reads it (surrogateescape): strict UTF-8 ended a --csv run in an internal error
+        self.file = (os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape", newline=newline) if text
+                     else os.fdopen(fd, "wb"))
 
     def close(self) -> Path:
         try:

@@ -143,7 +143,7 @@ def guarded(main):
         argv = sys.argv[1:] if argv is None else argv
         debug = "--debug" in argv
         try:
-            with command_line():
+            with command_line(), file_names_printed_as_on_disk():
                 refuse_removed_current_folder()
                 refuse_empty_arguments(argv)
                 code = main(argv)
@@ -168,6 +168,23 @@ def guarded(main):
         return code
 
     return wrapper
+
+
+@contextmanager
+def file_names_printed_as_on_disk():
+    """While a command runs, a file name that is not UTF-8 (an old archive's Latin-1 caf\\xe9.png, which Python reads
+    as 'caf\\udce9.png') prints as its bytes, as ls prints it: stdout's strict errors (a UTF-8 locale other than C's)
+    ended the run in an internal error at the first such name. stdout's errors are put back after."""
+    stdout = sys.stdout
+    errors = getattr(stdout, "errors", None)
+    if errors is None or not hasattr(stdout, "reconfigure"):  # a stream of the caller's own: left as it is
+        yield
+        return
+    stdout.reconfigure(errors="surrogateescape")
+    try:
+        yield
+    finally:
+        stdout.reconfigure(errors=errors)
 
 
 def refuse_removed_current_folder() -> None:
