@@ -2,11 +2,13 @@
 (tests/any_models.py). The GPU half, the custom kernel's GPU-only fault, is tests/gpu/ (run by hand
 on a GPU machine: docs/validate-any-model.md)."""
 import json
+import subprocess
 import sys
 
 import mlx.core as mx
 import numpy as np
 import pytest
+from PIL import Image
 
 import any_models
 import zoo.validate
@@ -315,6 +317,31 @@ def test_a_model_file_is_imported_as_python_runs_it(tmp_path, monkeypatch, capsy
         "reads a command line of its own when imported; move that under `if __name__ == '__main__':`")
     for name in ("net", "sibling_blocks", "strict"):
         sys.modules.pop(name, None)
+
+
+def test_a_users_json_py_or_copy_py_never_takes_the_standard_librarys_place(tmp_path):
+    """python -m puts the current folder first on sys.path, and --module FILE.py its folder: a json.py there was the
+    json module of every import after (python -m zoo.run and zoo.validate: 'internal error (AttributeError: module
+    'json' has no attribute 'dumps')', the report lost), and a model file named copy.py replaced the copy module."""
+    net = "import mlx.nn as nn\n\ndef build():\n    return nn.Linear(8, 4)\n"
+    (tmp_path / "copy.py").write_text(net)
+    (tmp_path / "json.py").write_text("# a user's own script\n")
+    (tmp_path / "program").mkdir()
+    (tmp_path / "program" / "check.py").write_text(  # a user's program: its copy module stays the standard library's
+        "import sys\nfrom zoo.cli.validate import main\n"
+        "code = main(['--module', 'copy.py:build', '--input', '1,8', '--device', 'cpu', '--mode', 'isolated', "
+        "'--json', 'report.json'])\nimport copy\nsys.exit(code or copy.deepcopy(0))\n")
+    Image.fromarray(np.zeros((40, 40, 3), np.uint8)).save(tmp_path / "a.png")
+    for command in (["-m", "zoo.validate", "--module", "copy.py:build", "--input", "1,8", "--device", "cpu",
+                     "--mode", "isolated", "--json", "report.json"],
+                    ["-m", "zoo.run", "resnet18", "a.png", "--weights", "synthetic", "--json", "top.json"]):
+        done = subprocess.run([sys.executable, *command], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0 and "error:" not in done.stderr, done.stderr
+    assert json.loads((tmp_path / "report.json").read_text())["passed"]
+    assert json.loads((tmp_path / "top.json").read_text())
+    (tmp_path / "report.json").unlink()
+    done = subprocess.run([sys.executable, "program/check.py"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and (tmp_path / "report.json").exists(), done.stderr
 
 
 def test_a_report_never_replaces_the_models_source(tmp_path, monkeypatch, capsys):

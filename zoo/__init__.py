@@ -5,6 +5,9 @@ try:
     import os
     import sys
 
+    from .searchpath import demote_current_folder
+
+    demote_current_folder()  # before any other import: a json.py in the current folder is not the json module
     from . import blas
     from .errors import ZooError
 

@@ -16,6 +16,7 @@ with interrupted_exits():  # Ctrl-C while MLX loads: 'interrupted', exit 130
     from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint
     from zoo.cli.validate_ops import main as ops_main
     from zoo.files import check_output_file, write_text
+    from zoo.searchpath import after_standard_library
     from zoo.validate import engine
     from zoo.validate.report import coverage_counts, format_error
 
@@ -270,12 +271,13 @@ def load_model(spec: str):
         if where.endswith(".py"):
             if not Path(where).is_file():
                 raise UsageError(f"--module {spec}: no file {where}: pass an existing .py file or a module name")
-            folder = str(Path(where).resolve().parent)
-            if folder not in sys.path:
-                sys.path.insert(0, folder)
-            source = sys.modules.get(Path(where).stem)
+            after_standard_library(str(Path(where).resolve().parent))  # a copy.py beside it is not the copy module
+            name = Path(where).stem
+            source = sys.modules.get(name)
             if Path(getattr(source, "__file__", None) or "").resolve() != Path(where).resolve():  # not imported yet
-                loaded = importlib.util.spec_from_file_location(Path(where).stem, where)
+                # a name another module holds (copy.py: the standard library's copy) is not taken from it
+                loaded = importlib.util.spec_from_file_location(name if source is None else f"_validated_{name}",
+                                                                where)
                 source = importlib.util.module_from_spec(loaded)
                 sys.modules[loaded.name] = source  # dataclasses look their module up by name
                 loaded.loader.exec_module(source)
