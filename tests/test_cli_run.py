@@ -191,6 +191,22 @@ def test_every_entry_point_helps_with_its_own_options(entry, argv, own, capsys):
         assert "--save-json" not in out and "--top-k" not in out  # not zoo.run's options
 
 
+def test_help_piped_to_a_reader_that_left_ends_quietly():
+    """``python -m zoo.run --help | head -1`` printed 'error: internal error (BrokenPipeError ...)' after the line
+    head showed: the reader left, which is no error of the command. Now no line, and the exit code of a writer
+    stopped by SIGPIPE (141), as other commands piped to head end."""
+    import os
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader left before the command writes
+    try:
+        proc = subprocess.run([sys.executable, "-m", "zoo.run", "--help"], stdout=write_end, stderr=subprocess.PIPE,
+                              text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (proc.returncode, proc.stderr) == (141, "")
+
+
 @pytest.mark.parametrize("argv, message", [
     (["yolov8n", "imgs", "--out", "", "--imgsz", "64"], "an empty argument after --out"),
     (["resnet18", "imgs", "--jsonl="], "--jsonl= is empty"),

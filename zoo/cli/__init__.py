@@ -19,6 +19,8 @@ with interrupted_exits():  # Ctrl-C while MLX loads (zoo-validate imports this p
 
 # exit codes: a command line that cannot work as written, as argparse; a problem met while running
 EXIT_USAGE, EXIT_RUNTIME = 2, 1
+# the reader of stdout left (``--help | head``): a shell's code for a writer stopped by SIGPIPE (128 + 13)
+EXIT_READER_GONE = 141
 # tasks whose command line is another task's: YOLO segmentation and pose models run as detectors do
 # (their Results add masks / keypoints to what is drawn and written)
 TASK_COMMANDS = {"instance-segment": "detect", "pose": "detect"}
@@ -155,11 +157,14 @@ def guarded(main):
         except KeyboardInterrupt:
             code = interrupted()
         except Exception as e:  # a bug, not a bad input: still one line, the traceback on request
-            if debug:
+            if isinstance(e, BrokenPipeError) and stdout_reader_gone():
+                code = EXIT_READER_GONE  # it read what it wanted: no line, as a command piped to head ends
+            elif debug:
                 raise
-            print(f"error: internal error ({type(e).__name__}: {one_line(e)}): rerun with --debug for the traceback "
-                  "and report it", file=sys.stderr)
-            code = EXIT_RUNTIME
+            else:
+                print(f"error: internal error ({type(e).__name__}: {one_line(e)}): rerun with --debug for the "
+                      "traceback and report it", file=sys.stderr)
+                code = EXIT_RUNTIME
         finally:
             release_output_folders()  # the run is over (a process's end releases them too, killed or not)
             note_nulled()  # what its files hold as null for NaN: one line for the run, whatever its end
@@ -185,6 +190,22 @@ def file_names_printed_as_on_disk():
         yield
     finally:
         stdout.reconfigure(errors=errors)
+
+
+def stdout_reader_gone() -> bool:
+    """Whether stdout is a pipe whose reader has left (``python -m zoo.run --help | head``); if so, stdout is
+    pointed at /dev/null, so that Python's own flush at exit does not fail on it again."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        gone = any(events & select.POLLERR for _, events in poller.poll(0))  # a pipe's writer end: no reader
+    except (AttributeError, ValueError, OSError):  # no poll, or stdout is no file
+        return False
+    if gone:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return gone
 
 
 def refuse_removed_current_folder() -> None:
