@@ -39,7 +39,7 @@ from zoo.compiled import (CompiledForward, batch_norm_affine, fold_batch_norm, f
                           recording_layers, with_winograd)
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input, host_memory
-from zoo.errors import ZooError, option
+from zoo.errors import ZooError, keyword, option
 from zoo.images import load_image, open_image
 from zoo.kernels import cpu as cpu_ops
 from zoo.kernels import few_outputs, implicit_gemm
@@ -833,9 +833,9 @@ def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin:
     if strategy not in HD_STRATEGIES:
         raise ZooError(f"unknown hd strategy {strategy!r}: use one of {', '.join(HD_STRATEGIES)}")
     if resize_limit < MIN_MODEL_SIDE:
-        raise ZooError(f"resize limit {resize_limit} is too small: use at least {MIN_MODEL_SIDE} pixels")
+        raise ZooError(f"{keyword('resize_limit')} {resize_limit} is too small: use at least {MIN_MODEL_SIDE} pixels")
     if crop_margin < 0:
-        raise ZooError(f"crop margin {crop_margin} is negative: use 0 or more pixels")
+        raise ZooError(f"{keyword('crop_margin')} {crop_margin} is negative: use 0 or more pixels")
     if strategy == "resize" and max(h, w) > resize_limit:
         return resize_limit / max(h, w), []
     if strategy == "crop" and max(h, w) > crop_trigger_size:

@@ -363,7 +363,7 @@ def test_kept_masks_beyond_the_bound_are_refused_before_allocating(photos, tmp_p
     (["--det", "resnet18"], 2, "detector resnet18 is a classify model: pass a YOLO detector"),
     (["--det", "{seg}"], 1, "holds a YOLO instance-segment model"),
     (["--det", "{resnet}"], 2, "holds no YOLO model: pass a YOLO detection checkpoint"),
-    (["--det", DETECTOR, "--conf", "1.5"], 2, "conf 1.5 is outside [0, 1]"),
+    (["--det", DETECTOR, "--conf", "1.5"], 2, "--conf 1.5 is outside [0, 1]"),
     (["--det", DETECTOR, "--classes", "zebra"], 2, "unknown classes 'zebra'"),
     (["--det", DETECTOR, "--out", "{photos}"], 2, "is the input folder"),
     (["--det", DETECTOR, "--weights", "x.pt"], 2, "unrecognized arguments: --weights"),

@@ -142,9 +142,9 @@ def test_strategies_plan_their_passes():
     assert plan_passes(hole, "resize", 300, 8, 50) == (1.0, [(0, 0, 100, 300)])  # not above the limit
     assert plan_passes(hole, "crop", 64, 8, 50) == (1.0, [(32, 2, 58, 28)])
     assert plan_passes(hole, "crop", 64, 8, 300) == (1.0, [(0, 0, 100, 300)])  # not above the trigger
-    with pytest.raises(ZooError, match="crop margin -1 is negative"):
+    with pytest.raises(ZooError, match="crop_margin -1 is negative"):
         plan_passes(hole, "crop", 64, -1, 50)
-    with pytest.raises(ZooError, match="resize limit 8 is too small"):
+    with pytest.raises(ZooError, match="resize_limit 8 is too small"):
         plan_passes(hole, "resize", 8, 8, 50)
 
 
@@ -229,6 +229,11 @@ def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):
     assert "--quality 0: use 1 to 100" in cli_error([*base, *mask, "--quality", "0"], capsys)
     assert "--mask-threshold 256: use 1 to 255" in cli_error([*base, *mask, "--mask-threshold", "256"], capsys)
     assert "--dilate -1: use 0 to 10000" in cli_error([*base, *mask, "--dilate", "-1"], capsys)
+    # exit 1 and the API's words, 'resize limit 0 is too small', before
+    assert main([*base, *mask, "--hd-strategy", "resize", "--resize-limit", "0"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "error: --resize-limit 0 is too small: use at least 16 pixels"
+    assert main([*base, *mask, "--crop-margin", "-1"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == "error: --crop-margin -1 is negative: use 0 or more pixels"
     assert "invalid choice: 'tiles'" in cli_error(  # argparse names the choices
         ["lama", str(folder / "photo.png"), "--hd-strategy", "tiles", *mask], capsys)
     # a video: it said 'output clip.mp4: unknown image suffix: cannot write .mp4; use .png'

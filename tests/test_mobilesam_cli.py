@@ -272,11 +272,13 @@ def test_generator_progress_counts_batches_and_crops(photo):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--everything", "--points-per-side", "0"], "points_per_side must be an integer >= 1, got 0"),
-    (["--everything", "--pred-iou-thresh", "1.5"], "pred_iou_thresh must be a number in [0, 1], got 1.5"),
-    (["--everything", "--stability-score-thresh", "-0.1"], "stability_score_thresh must be a number in [0, 1]"),
-    (["--everything", "--box-nms-thresh", "2"], "box_nms_thresh must be a number in [0, 1]"),
-    (["--everything", "--points-per-batch", "0"], "points_per_batch must be an integer >= 1"),
+    # the command line's words (they named the keyword arguments): test_mobilesam_amg.py checks the API's
+    (["--everything", "--points-per-side", "0"], "--points-per-side must be an integer >= 1, got 0"),
+    (["--everything", "--pred-iou-thresh", "1.5"], "--pred-iou-thresh must be a number in [0, 1], got 1.5"),
+    (["--everything", "--stability-score-thresh", "-0.1"], "--stability-score-thresh must be a number in [0, 1]"),
+    (["--everything", "--box-nms-thresh", "2"], "--box-nms-thresh must be a number in [0, 1]"),
+    (["--everything", "--points-per-batch", "0"], "--points-per-batch must be an integer >= 1"),
+    (["--everything", "--points-per-side", "1025"], "--points-per-side 1025 makes 1,050,625 prompts"),
     (["--everything", "--point", "5,5"], "--everything takes no prompts"),
     (["--point", "5,5", "--points-per-side", "8"], "--points-per-side go with --everything"),
     (["--everything", "--points-per-side", "many"], "argument --points-per-side: invalid int value: 'many'"),
@@ -290,6 +292,16 @@ def test_everything_bad_values_fail_before_the_model_loads(photo, tmp_path, caps
     lines = captured.err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert not (tmp_path / "out").exists()
+
+
+def test_too_many_crop_layers_for_an_image_name_the_flag(tmp_path, capsys):
+    """The image's own check, met while the command runs: it named the keyword argument (crop_n_layers 3 ...)."""
+    strip = tmp_path / "strip.png"
+    Image.fromarray(np.zeros((1, 40, 3), np.uint8)).save(strip)
+    code, captured = run_cli(strip, tmp_path / "out", "--everything", "--points-per-side", "1", "--crop-n-layers", "3",
+                             capsys=capsys)
+    assert code == 1 and "error: --crop-n-layers 3 cuts the 40x1 image into 64 crops, more than its 40 pixels: give " \
+        "at most 2" in captured.err
 
 
 def test_a_folder_and_same_stems_get_unique_outputs(tmp_path, capsys):

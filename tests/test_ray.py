@@ -133,8 +133,8 @@ def test_cli_refuses_before_starting_ray(tmp_path, capsys):
                                          "--out", str(out)], capsys)
     assert "runs on Ray through zoo.ray.Segmenter" in cli_error(["mobilesam", str(images), "--ray"], capsys)
     assert "HF_HUB_OFFLINE" in cli_error(["resnet18", str(images), "--ray", "--out", str(out)], capsys)
-    assert "outside [0, 1]" in cli_error(["yolov8n", str(images), "--ray", "--conf", "2", "--weights", "synthetic:0",
-                                          "--out", str(out)], capsys)
+    assert "--conf 2.0 is outside [0, 1]" in cli_error(["yolov8n", str(images), "--ray", "--conf", "2", "--weights",
+                                                        "synthetic:0", "--out", str(out)], capsys)
     assert not out.exists()
 
 

@@ -384,9 +384,9 @@ def test_predict_over_a_folder_skips_a_bad_file_with_a_warning(yolov8n, tmp_path
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"conf": 1.5}, r"conf 1.5 is outside \[0, 1\]"),
-    ({"iou": -0.1}, r"iou -0.1 is outside \[0, 1\]"),
-    ({"max_det": 0}, "max_det 0 must be a positive integer"),
+    ({"conf": 1.5}, r"^conf 1.5 is outside \[0, 1\]"),
+    ({"iou": -0.1}, r"^iou -0.1 is outside \[0, 1\]"),
+    ({"max_det": 0}, "^max_det 0 must be a positive integer"),
     ({"classes": "person,unicorn"}, "unknown classes 'unicorn': use names or ids 0-79 of person, bicycle"),
 ])
 def test_predict_rejects_bad_options(yolov8n, kwargs, message):

@@ -84,9 +84,11 @@ def test_imgsz_not_a_multiple_of_32_is_rounded_up_with_a_warning(images, tmp_pat
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--conf", "1.5"], r"conf 1.5 is outside [0, 1]"),
-    (["--iou", "-0.2"], r"iou -0.2 is outside [0, 1]"),
-    (["--max-det", "0"], "max_det 0 must be a positive integer"),
+    # the command line's words (they named the keyword arguments, conf 1.5): test_yolov8.py checks the API's
+    (["--conf", "1.5"], r"error: --conf 1.5 is outside [0, 1]"),
+    (["--iou", "-0.2"], r"error: --iou -0.2 is outside [0, 1]"),
+    (["--max-det", "0"], "error: --max-det 0 must be a positive integer"),
+    (["--imgsz", "0"], "error: --imgsz 0 must be from 1 to"),
     (["--classes", "person,unicorn"], "unknown classes 'unicorn': use names or ids 0-79 of person, bicycle, car"),
     (["--imgsz", "320", "320", "320"], "--imgsz takes one or two values"),
 ])

@@ -58,16 +58,23 @@ def options_named(**names: str):
         _renamed.update(outer)
 
 
+def keyword(name: str) -> str:
+    """How the reader of an error names option ``name`` (the keyword argument's name): ``--name`` inside a command
+    line, ``name`` from Python."""
+    name = _renamed.get(name, name)
+    return f"--{name.replace('_', '-')}" if _in_command_line else name
+
+
 def option(name: str, value: object = True) -> str:
     """How the reader of an error sets option ``name`` (the keyword argument's name) to ``value``: ``--name
     VALUE`` (``--name`` for True, ``no --name`` for False) inside a command line, ``name=VALUE`` from Python
     (``name='text'`` for text, ``name=PATH`` for a placeholder)."""
-    name = _renamed.get(name, name)
     if _in_command_line:
-        flag = f"--{name.replace('_', '-')}"
+        flag = keyword(name)
         if value is False:
             return f"no {flag}"
         return flag if value is True else f"{flag} {' '.join(map(str, value)) if isinstance(value, list) else value}"
+    name = keyword(name)
     return f"{name}={value if isinstance(value, str) and value.isupper() else repr(value)}"  # PATH, N: placeholders
 
 

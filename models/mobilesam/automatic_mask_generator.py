@@ -31,7 +31,7 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
-from zoo.errors import ZooError
+from zoo.errors import ZooError, keyword
 from zoo.images import load_image
 from zoo.kernels.nms import nms
 
@@ -53,14 +53,14 @@ Progress = Callable[[int, int, int, int], None]  # (batches done, batches in all
 
 def _check_int(name: str, value, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ZooError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ZooError(f"{keyword(name)} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
 
 def _check_fraction(name: str, value, upper_open: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
             or not (0 <= value < 1 if upper_open else 0 <= value <= 1):
-        raise ZooError(f"{name} must be a number in [0, 1{')' if upper_open else ']'}, got {value!r}")
+        raise ZooError(f"{keyword(name)} must be a number in [0, 1{')' if upper_open else ']'}, got {value!r}")
     return float(value)
 
 
@@ -91,14 +91,16 @@ class SamAutomaticMaskGenerator:
         if points_per_side is not None:
             _check_int("points_per_side", points_per_side, 1)
             if points_per_side > MAX_POINTS_PER_SIDE:
-                raise ZooError(f"points_per_side {points_per_side} makes {points_per_side ** 2:,} prompts: give at "
+                raise ZooError(f"{keyword('points_per_side')} {points_per_side} makes {points_per_side ** 2:,} "
+                               f"prompts: give at "
                                f"most {MAX_POINTS_PER_SIDE}, a point for each pixel of SAM's {MAX_POINTS_PER_SIDE}x"
                                f"{MAX_POINTS_PER_SIDE} input (upstream's default is 32)")
             for layer in range(self.crop_n_layers + 1):
                 if int(points_per_side / self.crop_n_points_downscale_factor ** layer) < 1:
-                    raise ZooError(f"crop layer {layer} gets no points: points_per_side {points_per_side} / "
-                                   f"crop_n_points_downscale_factor**{layer} < 1; raise points_per_side or lower "
-                                   "crop_n_layers / the factor")
+                    raise ZooError(f"crop layer {layer} gets no points: {keyword('points_per_side')} "
+                                   f"{points_per_side} / {keyword('crop_n_points_downscale_factor')}**{layer} < 1; "
+                                   f"raise {keyword('points_per_side')} or lower {keyword('crop_n_layers')} / the "
+                                   "factor")
             self.point_grids = amg.build_all_layer_point_grids(
                 points_per_side, self.crop_n_layers, self.crop_n_points_downscale_factor)
         else:
@@ -113,7 +115,8 @@ class SamAutomaticMaskGenerator:
         self.crop_overlap_ratio = _check_fraction("crop_overlap_ratio", crop_overlap_ratio, upper_open=True)
         if isinstance(stability_score_offset, bool) or not isinstance(stability_score_offset, numbers.Real) \
                 or not math.isfinite(stability_score_offset) or stability_score_offset < 0:
-            raise ZooError(f"stability_score_offset must be a number >= 0 (logit units), got {stability_score_offset!r}")
+            raise ZooError(f"{keyword('stability_score_offset')} must be a number >= 0 (logit units), got "
+                           f"{stability_score_offset!r}")
         self.stability_score_offset = float(stability_score_offset)
         self.min_mask_region_area = _check_int("min_mask_region_area", min_mask_region_area, 0)
         if output_mode not in OUTPUT_MODES:
@@ -151,8 +154,9 @@ class SamAutomaticMaskGenerator:
         pixels = orig_size[0] * orig_size[1]
         if 4 ** self.crop_n_layers > pixels:  # checked before the boxes are listed: 20 layers are 4**20 boxes
             most = max(layer for layer in range(self.crop_n_layers) if 4 ** layer <= pixels)
-            raise ZooError(f"crop_n_layers {self.crop_n_layers} cuts the {orig_size[1]}x{orig_size[0]} image into "
-                           f"{4 ** self.crop_n_layers:,} crops, more than its {pixels:,} pixels: give at most {most}")
+            raise ZooError(f"{keyword('crop_n_layers')} {self.crop_n_layers} cuts the {orig_size[1]}x{orig_size[0]} "
+                           f"image into {4 ** self.crop_n_layers:,} crops, more than its {pixels:,} pixels: give at "
+                           f"most {most}")
         crop_boxes, layers = amg.generate_crop_boxes(orig_size, self.crop_n_layers, self.crop_overlap_ratio)
         # an image thinner than a layer's number of crops across (1 px tall) gets empty crops there, which upstream
         # fails on: there is nothing in them to segment

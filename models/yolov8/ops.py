@@ -9,7 +9,7 @@ import sys
 import mlx.core as mx
 import numpy as np
 
-from zoo.errors import UsageError
+from zoo.errors import UsageError, keyword
 from zoo.kernels import nms
 from zoo.kernels.nms import MAX_BOXES as MAX_NMS
 
@@ -29,22 +29,22 @@ def check_imgsz(imgsz) -> tuple[int, int]:
         sides = tuple(imgsz) if isinstance(imgsz, (list, tuple, np.ndarray)) else ()
     sides = sides * 2 if len(sides) == 1 else sides
     if len(sides) != 2 or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) for s in sides):
-        raise UsageError(f"bad imgsz {imgsz!r}: give one integer (square) or two (height, width)")
+        raise UsageError(f"bad {keyword('imgsz')} {imgsz!r}: give one integer (square) or two (height, width)")
     if min(sides) < 1 or max(sides) > MAX_IMGSZ:
-        raise UsageError(f"imgsz {imgsz!r} must be from 1 to {MAX_IMGSZ}: use e.g. 640")
+        raise UsageError(f"{keyword('imgsz')} {imgsz!r} must be from 1 to {MAX_IMGSZ}: use e.g. 640")
     rounded = tuple(int(math.ceil(s / STRIDE) * STRIDE) for s in sides)
     if rounded != tuple(int(s) for s in sides):
         shown = rounded[0] if isinstance(imgsz, (int, np.integer)) else list(rounded)
-        print(f"WARNING: imgsz {imgsz} is not a multiple of {STRIDE}; using {shown}", file=sys.stderr)
+        print(f"WARNING: {keyword('imgsz')} {imgsz} is not a multiple of {STRIDE}; using {shown}", file=sys.stderr)
     return rounded
 
 
 def check_thresholds(conf: float, iou: float, max_det: int) -> None:
     for name, value in (("conf", conf), ("iou", iou)):
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
-            raise UsageError(f"{name} {value!r} is outside [0, 1]: pass a value from 0 to 1")
+            raise UsageError(f"{keyword(name)} {value!r} is outside [0, 1]: pass a value from 0 to 1")
     if isinstance(max_det, bool) or not isinstance(max_det, (int, np.integer)) or max_det < 1:
-        raise UsageError(f"max_det {max_det!r} must be a positive integer: use e.g. 300")
+        raise UsageError(f"{keyword('max_det')} {max_det!r} must be a positive integer: use e.g. 300")
 
 
 def letterbox_batch(images: list[np.ndarray], shape: tuple[int, int], same: bool | None = None) -> np.ndarray:

@@ -28,6 +28,7 @@ from PIL import ExifTags, Image
 from tqdm import tqdm
 
 from zoo import pipeline, registry
+from zoo.cli import usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import (Inputs, image_format, lock_output_folder, make_output_folder, refuse_inputs,
                        write_atomic)
@@ -272,7 +273,9 @@ def check_options(args) -> None:
         raise UsageError(f"--crop-trigger-size {args.crop_trigger_size}: use a positive number of pixels")
     if args.max_megapixels is not None and args.max_megapixels <= 0:
         raise UsageError(f"--max-megapixels {args.max_megapixels:g}: use a positive number")
-    plan_passes(np.zeros((1, 1), bool), args.hd_strategy, args.resize_limit, args.crop_margin, args.crop_trigger_size)
+    with usage_errors():  # the model's own checks of the strategy's sizes: a command line that cannot work
+        plan_passes(np.zeros((1, 1), bool), args.hd_strategy, args.resize_limit, args.crop_margin,
+                    args.crop_trigger_size)
 
 
 def output_paths(args, images: list[Path]) -> list[Path]:
