@@ -189,6 +189,8 @@ def test_every_entry_point_helps_with_its_own_options(entry, argv, own, capsys):
     assert out.startswith(f"usage: {prog}") and own in out
     if entry == "zoo.cli.validate":
         assert "--save-json" not in out and "--top-k" not in out  # not zoo.run's options
+    if entry == "zoo.run" and argv == ["yolov8n"]:  # its MODEL: the detectors, not every task's models
+        assert "yolo11s," in out and "resnet18" not in out and "mobilesam" not in out
 
 
 def test_help_piped_to_a_reader_that_left_ends_quietly():

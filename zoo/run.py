@@ -29,7 +29,8 @@ def main(argv: list[str]) -> int:
     task = task_module(spec.task)
     parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}",
                             epilog=ray_run.RAY_NOTE if spec.task in ray_run.TASKS else None)
-    parser.add_argument("model", help=", ".join(registry.list_models()))
+    # this task's models (every model's help listed classifiers under lama's); python -m zoo.run --help lists all
+    parser.add_argument("model", help=", ".join(registry.list_models(task=spec.task)))
     add_model_arguments(parser)
     task.add_arguments(parser)
     args = parser.parse_intermixed_args(argv)  # inputs after options too: lama --device cpu photo.jpg --mask m.png
