@@ -193,6 +193,18 @@ def test_every_entry_point_helps_with_its_own_options(entry, argv, own, capsys):
         assert "yolo11s," in out and "resnet18" not in out and "mobilesam" not in out
 
 
+@pytest.mark.parametrize("argv, help_command", [
+    (["resnet50", "PHOTO", "--out", "x"], "python -m zoo.run resnet50"),
+    (["yolov8n", "PHOTO", "--conf", "high"], "python -m zoo.run yolov8n"),
+    (["resnet18", "PHOTO", "--ray", "--frobnicate"], "python -m zoo.run resnet18 --ray"),
+])
+def test_an_unknown_option_names_the_help_that_lists_the_tasks_options(photo, argv, help_command, capsys):
+    """resnet50 --out said '(see python -m zoo.run --help)', whose general help has none of a task's option texts:
+    the task's own help, which lists what it takes."""
+    argv = [str(photo) if word == "PHOTO" else word for word in argv]
+    assert cli_error([*argv, "--weights", "synthetic"], capsys).endswith(f"(see {help_command} --help)")
+
+
 def test_help_piped_to_a_reader_that_left_ends_quietly():
     """``python -m zoo.run --help | head -1`` printed 'error: internal error (BrokenPipeError ...)' after the line
     head showed: the reader left, which is no error of the command. Now no line, and the exit code of a writer

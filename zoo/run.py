@@ -28,7 +28,8 @@ def main(argv: list[str]) -> int:
         return ray_run.main(spec, argv)
     task = task_module(spec.task)
     parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task}",
-                            epilog=ray_run.RAY_NOTE if spec.task in ray_run.TASKS else None)
+                            epilog=ray_run.RAY_NOTE if spec.task in ray_run.TASKS else None,
+                            help_command=f"python -m zoo.run {name}")  # its options: the general help has no --out
     # this task's models (every model's help listed classifiers under lama's); python -m zoo.run --help lists all
     parser.add_argument("model", help=", ".join(registry.list_models(task=spec.task)))
     add_model_arguments(parser)

@@ -41,10 +41,15 @@ def task_module(task: str):
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse whose mistakes are one ``error:`` line (exit 2), not a usage block and a second line."""
+    """argparse whose mistakes are one ``error:`` line (exit 2), not a usage block and a second line, naming the
+    ``help_command`` that lists the options (default: ``prog``; a task's: ``python -m zoo.run resnet50``)."""
+
+    def __init__(self, *args, help_command: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help_command = help_command or self.prog
 
     def error(self, message: str):
-        raise UsageError(f"{message} (see {self.prog} --help)")
+        raise UsageError(f"{message} (see {self.help_command} --help)")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...] | None = tuple(DTYPES),

@@ -35,7 +35,8 @@ RAY_NOTE = ('--ray: run on Ray Data instead, on this machine or a cluster (pip i
 
 
 def parser_for(spec) -> ArgumentParser:
-    parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task} with Ray Data")
+    parser = ArgumentParser(prog="python -m zoo.run", description=f"{spec.name}: {spec.task} with Ray Data",
+                            help_command=f"python -m zoo.run {spec.name} --ray")
     parser.add_argument("model")
     add_model_arguments(parser)
     parser.add_argument("images", nargs="+", help="image files, folders, globs, .txt/.csv lists, or one URI "
