@@ -189,6 +189,8 @@ def test_every_entry_point_helps_with_its_own_options(entry, argv, own, capsys):
     assert out.startswith(f"usage: {prog}") and own in out
     if entry == "zoo.cli.validate":
         assert "--save-json" not in out and "--top-k" not in out  # not zoo.run's options
+    if entry == "zoo.cli.validate" and argv != ["ops"]:  # it said the Hub weights, where it falls back offline
+        assert "else synthetic:0" in " ".join(out.split()) and 'mlx-zoo[validate]' in out
     if entry == "zoo.run" and argv == ["yolov8n"]:  # its MODEL: the detectors, not every task's models
         assert "yolo11s," in out and "resnet18" not in out and "mobilesam" not in out
 

@@ -53,9 +53,11 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...] | None = tuple(DTYPES),
-                        dtype_help: str | None = None) -> None:
-    """The options every model command takes; ``dtypes``: the --dtype values (None: any, checked later)."""
-    parser.add_argument("--weights", help="checkpoint (.safetensors/.pt/.pth/.ckpt/.bin) or synthetic[:SEED]; default: the model's Hub weights")
+                        dtype_help: str | None = None, weights_default: str = "the model's Hub weights") -> None:
+    """The options every model command takes; ``dtypes``: the --dtype values (None: any, checked later);
+    ``weights_default``: what --weights left out reads."""
+    parser.add_argument("--weights", help="checkpoint (.safetensors/.pt/.pth/.ckpt/.bin) or synthetic[:SEED]; "
+                        f"default: {weights_default}")
     parser.add_argument("--device", choices=("gpu", "cpu"), help="default: the GPU when MLX has one")
     parser.add_argument("--dtype", choices=dtypes, default="float32", help=dtype_help)
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")

@@ -72,7 +72,8 @@ def add_report_arguments(parser) -> None:
     parser.add_argument("--coverage", action="store_true",
                         help="print which implementation (custom kernel, CPU form, MLX op) each layer ran")
     parser.add_argument("--json", metavar="PATH", help="write the full report as JSON")
-    parser.add_argument("--report", metavar="PATH", help="write the report as one self-contained HTML file")
+    parser.add_argument("--report", metavar="PATH", help="write the report as one self-contained HTML file (its "
+                        'plots: pip install "mlx-zoo[validate]")')
     parser.add_argument("--overwrite", action="store_true", help="replace the --json/--report file if it exists")
 
 
@@ -90,7 +91,9 @@ def validate_parser(case=None) -> ArgumentParser:
                                                     f"{PROG} --module PKG.MOD:FACTORY --input SHAPE [options]")
     parser.add_argument("model", help=", ".join(registry.list_models()) + " (a family name, e.g. yolov8, takes "
                         "the variant of --weights), or a checkpoint file (best.pt) that says which model it holds")
-    add_model_arguments(parser, (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report")
+    add_model_arguments(parser, (*validate.DTYPES, "all"), "all: float32, float16 and bfloat16 in one report",
+                        "the model's Hub weights when cached, else synthetic:0 (parity does not depend on trained "
+                        "weights; said in a note)")
     add_report_arguments(parser)
     parser.add_argument("--calibrate-bn", action="store_true",
                         help="first set every BatchNorm's running mean and variance to its input's statistics on "
