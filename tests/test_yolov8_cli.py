@@ -178,3 +178,17 @@ def test_resume_does_only_the_images_not_annotated_yet(images, tmp_path, capsys)
     assert detect([*argv[1:], "--resume", f"{images}/../{images.name}/"], tmp_path) == 0
     assert "1 image processed, 1 skipped (done before)" in capsys.readouterr().err
     assert sorted(Path(r["path"]).resolve() for r in read_jsonl(jsonl)) == [images / "street.png", images / "tall.jpg"]
+
+
+def test_a_resume_with_everything_done_gives_no_detections_or_times(images, tmp_path, capsys):
+    """A --resume with every image done before said 'Detections: no detections' and 'Speed: 0.0ms preprocess ...
+    per image' of the images it skipped (their detections are in the first run's outputs): those lines are left
+    out when the run processed nothing."""
+    argv = [str(images), "--conf", "0.05", "--jsonl", str(tmp_path / "d.jsonl")]
+    assert detect(argv, tmp_path) == 0
+    assert "Detections: " in capsys.readouterr().err
+    assert detect([*argv, "--resume"], tmp_path) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert any("0 images processed, 2 skipped (done before)" in line for line in lines), lines
+    assert not [line for line in lines if line.startswith(("Detections:", "Speed:"))], lines
+    assert f"Results saved to {tmp_path / 'out'}" in lines

@@ -376,13 +376,13 @@ class CocoImageIds:
 
 def run_summary(run, counts: Counter, speed: Counter, out: Path, args) -> str:
     """ultralytics' end of a run: what was done, detections per class, speed per image, where the results are."""
-    n = max(run.done, 1)
     found = ", ".join(f"{c} {name}" for name, c in counts.most_common()) or "no detections"
-    lines = [f"{args.model}: {run.summary('processed')}",
-             f"Detections: {found}",
-             "Speed: " + ", ".join(f"{speed[k] / n:.1f}ms {k}" for k in ("preprocess", "inference", "postprocess"))
-             + " per image",
-             f"Results saved to {out}"]
+    lines = [f"{args.model}: {run.summary('processed')}"]
+    if run.done:  # a --resume with every input done before ran nothing: no detections nor times of its own to give
+        lines += [f"Detections: {found}",
+                  "Speed: " + ", ".join(f"{speed[k] / run.done:.1f}ms {k}" for k in ("preprocess", "inference",
+                                                                                      "postprocess")) + " per image"]
+    lines.append(f"Results saved to {out}")
     if args.save_txt:
         lines.append(f"Labels saved to {out / 'labels'}")
     return "\n".join(lines)
