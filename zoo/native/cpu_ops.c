@@ -682,10 +682,12 @@ static pthread_mutex_t blas_threads_lock = PTHREAD_MUTEX_INITIALIZER; /* callers
                                                                       at a time reads and puts back the count */
 
 static void parallel_products(range_fn fn, const void *args, ptrdiff_t n, int threads) {
-  if (threads < 2 || blas_get_threads == NULL || blas_set_threads == NULL) {
+  if (blas_get_threads == NULL || blas_set_threads == NULL) {
     fn(args, 0, n);
     return;
   }
+  /* on one thread of ours too: OpenBLAS's threaded sgemm rounds otherwise than its one-thread form (seen with
+   * its Haswell kernels on an AVX2 host), and a result must not depend on how many threads we run */
   pthread_mutex_lock(&blas_threads_lock);
   const int before = blas_get_threads();
   blas_set_threads(1);
