@@ -221,6 +221,11 @@ def test_cli_bad_inputs_fail_before_the_weights(files, tmp_path, capsys):
     assert "cannot write .xyz; use .png" in cli_error([*base, *mask, "--out", str(tmp_path / "r.xyz")], capsys)
     assert "its output " + str(folder / "photo.png") + " is the input file" in cli_error(
         [*base, *mask, "--out", str(folder / "photo.png")], capsys)
+    # --out the image's folder: it said 'outputs exist, but mlx_zoo_run.json is not there ...: run again with
+    # --overwrite', which then refused the input as the output
+    assert cli_error([*base, *mask, "--out", str(folder)], capsys) == (
+        f"error: {folder / 'photo.png'}: its output {folder / 'photo.png'} is the input file {folder / 'photo.png'}: "
+        "pass another output path")
     assert "mask not found: nope.png" in cli_error(["lama", "nope.png", "--mask", "nope.png", "--weights", "synthetic"], capsys)
     assert "image not found: nope.png" in cli_error(["lama", "nope.png", *mask, "--weights", "synthetic"], capsys)
     (tmp_path / "notes.png").write_text("not a picture")

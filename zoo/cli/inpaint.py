@@ -148,6 +148,8 @@ def check_arguments(args) -> int | None:
                        f"image (a.jpg <- a.png or a{MASK_MARK}.png), or pass one mask file for every image")
     outputs = output_paths(args, [image for image, _ in pairs])
     inputs = Inputs([*args.images, mask_arg, *images, *masks, args.weights])
+    if args.single:  # its output the input ('--out .'): that error, not the folder's 'outputs exist ... --overwrite'
+        refuse_inputs(outputs[0], inputs, f"{pairs[0][0]}: its output")
     check_folder_settings(args, outputs, inputs)
     args.jobs, skipped, writers = [], [], {}
     for (image, mask), out in zip(pairs, outputs):
