@@ -31,6 +31,11 @@ def generator_input(model, h: int, w: int, seed: int = 1) -> mx.array:
 
 @pytest.mark.parametrize("h, w", [(48, 40), (16, 72)])
 def test_banded_tail_equals_the_whole_map(model, monkeypatch, h, w):
+    """Compared before the sigmoid, relative to the largest value: the synthetic weights' logits reach ~6e3, and
+    a band's products have other row counts than the whole map's, which OpenBLAS may sum in another order (its
+    Haswell kernels, on an AVX2 host: 4.5e-07 of the largest logit, 2.7e-04 after the sigmoid). A wrong halo row
+    is off by the values themselves."""
+    monkeypatch.setattr(lama.Sigmoid, "__call__", lambda self, x: x)
     x = generator_input(model, h, w)
     assert lama.band_rows(w) >= h
     whole = model.generator(x)  # the CPU's path, one band: the whole map
@@ -38,7 +43,7 @@ def test_banded_tail_equals_the_whole_map(model, monkeypatch, h, w):
     assert -(-h // lama.band_rows(w)) == h // 8
     banded = model.generator(x)  # the CPU's path: banded
     assert banded.shape == whole.shape
-    assert mx.abs(banded - whole).max().item() < 1e-5
+    assert mx.abs(banded - whole).max().item() <= 4e-6 * mx.abs(whole).max().item()
 
 
 def test_bands_lower_the_tails_peak(model, monkeypatch):
