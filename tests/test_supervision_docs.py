@@ -9,10 +9,10 @@ Detections item setter, InferenceSlicer, PolygonZone, LineZone, VideoInfo, Video
 checkpoint written here), small local files for the pages' placeholders, n models for the x and m ones (the same code
 at a fraction of the work on 2 cores), and a stand-in for ``sv.ByteTrack`` (``IouTracker``).
 
-Each example runs twice: on our Results, then on ultralytics-shaped results built from the same numbers (plain numpy
-arrays, as ultralytics' ``Results.numpy()`` holds them: ``ultralytics_shaped``). What supervision makes of the two
-(detections, key points, annotated images, the frames of the videos written, CSV and JSON files, zone counts) must be
-equal; each test also checks what its page promises.
+Each YOLO example runs twice: on our Results, then on ultralytics-shaped results built from the same numbers (plain
+numpy arrays, as ultralytics' ``Results.numpy()`` holds them: ``ultralytics_shaped``). What supervision makes of the
+two (detections, key points, annotated images, the frames of the videos written, CSV and JSON files, zone counts,
+metrics) must be equal; each test also checks what its page promises.
 """
 from __future__ import annotations
 
@@ -630,7 +630,7 @@ sv.process_video(
 
 @pytest.mark.parametrize("heading", TRACK)
 def test_track_objects(docs, heading):
-    ns = docs.run(TRACK[heading], outputs=())
+    ns = docs.run(TRACK[heading])
     source = "skiing.mp4" if "skiing" in TRACK[heading] else "people-walking.mp4"
     assert sv.VideoInfo.from_video_path("result.mp4") == sv.VideoInfo.from_video_path(source)
     frames = list(sv.get_video_frames_generator(source))
