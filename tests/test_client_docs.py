@@ -9,7 +9,6 @@ sizes, MobileSAM's encoder input is 128 px (conftest's small_mobilesam), torch's
 line says so). What the pages print or promise is asserted, with the clients' values where they give them."""
 from __future__ import annotations
 
-import csv
 import json
 import shlex
 from pathlib import Path

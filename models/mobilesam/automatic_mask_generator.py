@@ -92,9 +92,8 @@ class SamAutomaticMaskGenerator:
             _check_int("points_per_side", points_per_side, 1)
             if points_per_side > MAX_POINTS_PER_SIDE:
                 raise ZooError(f"{keyword('points_per_side')} {points_per_side} makes {points_per_side ** 2:,} "
-                               f"prompts: give at "
-                               f"most {MAX_POINTS_PER_SIDE}, a point for each pixel of SAM's {MAX_POINTS_PER_SIDE}x"
-                               f"{MAX_POINTS_PER_SIDE} input (upstream's default is 32)")
+                               f"prompts: give at most {MAX_POINTS_PER_SIDE}, a point for each pixel of SAM's "
+                               f"{MAX_POINTS_PER_SIDE}x{MAX_POINTS_PER_SIDE} input (upstream's default is 32)")
             for layer in range(self.crop_n_layers + 1):
                 if int(points_per_side / self.crop_n_points_downscale_factor ** layer) < 1:
                     raise ZooError(f"crop layer {layer} gets no points: {keyword('points_per_side')} "

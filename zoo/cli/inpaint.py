@@ -471,7 +471,7 @@ def inpaint_job(job: Job, read: Read, args, model, verbose: bool) -> None:
 
 
 def side_by_side(image: Image.Image, hole: np.ndarray, result: Image.Image) -> Image.Image:
-    """IOPaint's --concat strip: the image, its hole (255, as the pixels inpainted), the result, in the result's mode."""
+    """IOPaint's --concat strip: the image, its hole (255: the pixels inpainted), the result, in the result's mode."""
     strip = Image.new(result.mode, (3 * image.width, image.height))
     mask = Image.fromarray(hole.astype(np.uint8) * 255)
     for i, part in enumerate((image, mask, result)):
