@@ -79,6 +79,8 @@ def test_recursive_folder_and_empty_folder(tmp_path):
         Folder(tmp_path / "empty")
     with pytest.raises(ZooError, match="^not found: "):
         open_source(tmp_path / "nope")
+    with pytest.raises(ZooError, match="^an empty list of inputs: pass image or video paths, or numpy arrays"):
+        open_source([])  # predict([]): said what to pass, where 'no inputs given' left it to guess
 
 
 def test_ultralytics_special_sources_are_one_error_saying_what_to_do(tmp_path, monkeypatch):

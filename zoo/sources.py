@@ -880,7 +880,7 @@ def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool 
         return open_path(str(source), recursive, vid_stride, stream_buffer, outputs)
     if isinstance(source, (list, tuple)):
         if not source:
-            raise ZooError("no inputs given")
+            raise ZooError("an empty list of inputs: pass image or video paths, or numpy arrays / PIL images, in it")
         if all(isinstance(s, (np.ndarray, Image.Image)) for s in source):
             return Arrays(source, bgr)
         if all(isinstance(s, (str, Path)) for s in source):
