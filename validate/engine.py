@@ -139,7 +139,6 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.D
         result.flags.append("NaN")
     if inf_got.any() and (got[inf_got] != ref[inf_got]).any():
         result.flags.append("Inf")
-    del nan_got, inf_got
     if got.size and not got.any() and ref.any():
         result.flags.append("all-zero")
     finite_ref = ref[~bad_ref] if bad_ref.any() else ref

@@ -96,10 +96,6 @@ def model_option_as_name(argv: list[str], prog: str) -> list[str]:
     known, _ = peek.parse_known_args(argv)
     if known.model is None:
         return argv
-    def canonical(name: str) -> str:
-        base = name.partition(".")[0]
-        return registry.ALIASES.get(base, base)
-
     rest, skip = [], False
     for arg in argv:
         if skip:
@@ -111,7 +107,8 @@ def model_option_as_name(argv: list[str], prog: str) -> list[str]:
     given = known.positional
     if given is None or not (registry.is_model(given) or registry.is_weights_file(given)):
         return [known.model, *rest]
-    if registry.is_model(given) and registry.is_model(known.model) and canonical(given) == canonical(known.model):
+    if registry.is_model(given) and registry.is_model(known.model) \
+            and registry.get_spec(given).name == registry.get_spec(known.model).name:  # aliases, tags: the registry's
         return rest
     raise UsageError(f"--model {known.model} and MODEL {given} name two models: give one of them")
 
