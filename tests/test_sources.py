@@ -1025,6 +1025,30 @@ def test_a_live_stream_is_named_by_its_whole_address(tmp_path):
     assert [out.name for _, out, *_ in fixed_outputs(Chain(streams), tmp_path)] == [f"{stem}.mp4" for stem in stems]
 
 
+def test_an_rtsp_stream_is_run_to_its_end(tmp_path, monkeypatch, capsys):
+    """A live RTSP stream as a camera or mediamtx serves it (H.264 over RTP in the RTSP connection; FFmpeg asks for
+    UDP first, then TCP), run by detect's CLI as docs/yolov8.md writes it: its every --vid-stride-th frame is
+    each detected, or said skipped (sent while the model loaded) or dropped (the model slower than the stream),
+    none lost without a word; the run ends with the stream (the server's RTCP BYE), exit 0, its records and
+    annotated video written."""
+    from rtsp_server import RTSPServer
+    from zoo.run import main
+
+    monkeypatch.chdir(tmp_path)
+    with RTSPServer(frames=100, fps=20) as server:
+        assert main(["yolov8n", server.url, "--vid-stride", "5", "--weights", "synthetic:0", "--conf", "0.9",
+                     "--jsonl", "preds.jsonl"]) == 0
+        assert server.played == 1
+    err = capsys.readouterr().err
+    records = [json.loads(line) for line in Path("preds.jsonl").read_text().splitlines()]
+    frames = [record["frame"] for record in records if "frame" in record]
+    counted = {kind: int(n) for n, kind in re.findall(r"(\d+) frames? (skipped|dropped)", err)}
+    assert frames and frames == sorted(set(frames)) and all(frame % 5 == 4 for frame in frames), frames
+    assert len(frames) + counted.get("skipped", 0) + counted.get("dropped", 0) == 100 // 5, (frames, err)
+    stem = f"rtsp___127.0.0.1_{server.server_address[1]}_live"
+    assert {path.name for path in Path("runs/detect/predict").iterdir()} >= {f"{stem}.mp4"}
+
+
 def test_a_url_that_does_not_open_names_the_address_not_the_video(monkeypatch):
     """A stream or image URL this machine cannot reach: the line names the address and the network; it said
     'pass a video FFmpeg can decode' of an image's URL."""

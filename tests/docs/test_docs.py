@@ -36,6 +36,7 @@ import subprocess
 import sys
 import zipfile
 from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,7 @@ import pytest
 from PIL import Image
 
 from conftest import FIXTURES, MANIFESTS
+from rtsp_server import RTSPServer
 from torch_writer import module_tree, tensor, write_torch_zip
 from zoo.errors import ZooError
 
@@ -190,6 +192,7 @@ def _untrained_head(source: Path, target: Path) -> None:
 
 
 SMALL = (64, 48)
+STREAM_URL = "rtsp://localhost:8554/live"
 # The photo and the folder of photos, as small as each page's commands allow (their cost grows with
 # the pixels: LaMa's pass, segment everything's masks): a page's prompts must lie in them.
 PHOTO_SIZES = {"photo": (640, 480), "photos": SMALL}  # --box 320,40,600,400 (mobilesam.md, ray.md)
@@ -292,9 +295,9 @@ def samples(tmp_path_factory) -> Path:
 
 
 @pytest.fixture
-def page_folder(samples, tmp_path, monkeypatch, request) -> Path:
+def page_folder(samples, tmp_path, monkeypatch, request) -> Iterator[Path]:
     """A fresh folder with the samples (hard links: no command writes into an input) and the page's
-    photo sizes, the page's cwd."""
+    photo sizes, the page's cwd; an RTSP server of a short stream at STREAM_URL for a page that names it."""
     folder = tmp_path / "page"
     shutil.copytree(samples, folder, copy_function=os.link)
     sizes = PAGE_PHOTO_SIZES.get(request.node.callspec.params["page"].name)
@@ -308,7 +311,11 @@ def page_folder(samples, tmp_path, monkeypatch, request) -> Path:
         (folder.parent / "shared").symlink_to(ROOT.parent / "shared", target_is_directory=True)
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
-    return folder
+    if STREAM_URL in request.node.callspec.params["page"].read_text():  # the stream a page's command reads
+        with RTSPServer("localhost", 8554, "/live", frames=40, fps=20):
+            yield folder
+    else:
+        yield folder
 
 
 # --- running them --------------------------------------------------------------------------------------------
