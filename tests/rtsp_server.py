@@ -3,7 +3,7 @@
 RTP packets (RFC 6184: one NAL unit a packet, FU-A fragments for larger ones) go interleaved in the RTSP
 connection itself (RFC 2326 10.12). FFmpeg's client asks for UDP first and takes TCP after a 461 answer. The
 frames are sent in real time from PLAY on; after the last one an RTCP BYE ends the stream, which FFmpeg reads as
-the end of the input (a client that has not said TEARDOWN 10 s later is disconnected). Each connection gets the
+the end of the input (a client that has not said TEARDOWN 30 s later is disconnected). Each connection gets the
 whole stream from its first frame.
 """
 from __future__ import annotations
@@ -146,7 +146,7 @@ class Session(socketserver.StreamRequestHandler):
                     sequence += 1
             # BYE (RFC 3550 6.6) after an empty receiver report: FFmpeg reads no RTCP packet under 12 bytes
             self.send(interleaved(1, struct.pack("!BBHIBBHI", 0x80, 201, 1, SSRC, 0x81, 203, 1, SSRC)))
-            if self.torn_down.wait(timeout=10):
+            if self.torn_down.wait(timeout=30):
                 self.server.played += 1  # every frame sent, and the client left at the end
             else:  # a client that missed the end is not left waiting for ever
                 self.request.shutdown(socket.SHUT_RDWR)
