@@ -939,6 +939,7 @@ def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys, monkeypatch)
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     # the 10 frames stamped before 0.4 s are the backlog (skipped before the first frame)
     assert got[0] == 10 and notes == [
+        "note: camera0: the camera ended after 200 frames (it was disconnected or stopped sending)",
         "note: camera0: 10 frames skipped: sent while the model loaded, before the run asked for its first frame (it "
         "starts at the stream's newest)",
         f"note: camera0: {200 - 10 - len(got)} frames dropped: the model was slower than the stream and took the "
@@ -948,7 +949,8 @@ def test_a_live_source_gives_its_newest_frame_and_keeps_one(capsys, monkeypatch)
         got.append(item.frame)
         feed.took(item.frame)
     assert got == list(range(40))
-    assert capsys.readouterr().err == ""
+    assert capsys.readouterr().err == "note: camera0: the camera ended after 40 frames (it was disconnected or " \
+                                      "stopped sending)\n"
 
 
 def test_a_pipeline_over_a_live_source_takes_the_newest_frames(monkeypatch):
@@ -1030,7 +1032,8 @@ def test_an_rtsp_stream_is_run_to_its_end(tmp_path, monkeypatch, capsys):
     UDP first, then TCP), run by detect's CLI as docs/yolov8.md writes it: its every --vid-stride-th frame is
     each detected, or said skipped (sent while the model loaded) or dropped (the model slower than the stream),
     none lost without a word; the run ends with the stream (the server's RTCP BYE), exit 0, its records and
-    annotated video written."""
+    annotated video written, and says the stream ended (FFmpeg ends one whose connection was lost alike: it ended
+    without a word)."""
     from rtsp_server import RTSPServer
     from zoo.run import main
 
@@ -1045,6 +1048,8 @@ def test_an_rtsp_stream_is_run_to_its_end(tmp_path, monkeypatch, capsys):
     counted = {kind: int(n) for n, kind in re.findall(r"(\d+) frames? (skipped|dropped)", err)}
     assert frames and frames == sorted(set(frames)) and all(frame % 5 == 4 for frame in frames), frames
     assert len(frames) + counted.get("skipped", 0) + counted.get("dropped", 0) == 100 // 5, (frames, err)
+    assert f"note: {server.url}: the stream ended after 100 frames (its server ended it, or the connection was " \
+           "lost)" in err
     stem = f"rtsp___127.0.0.1_{server.server_address[1]}_live"
     assert {path.name for path in Path("runs/detect/predict").iterdir()} >= {f"{stem}.mp4"}
 
@@ -1125,6 +1130,7 @@ def test_a_live_sources_backlog_is_skipped_not_blamed_on_the_model(capsys, monke
         feed.took(item.frame)
     assert got == list(range(20, 40))
     assert [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")] == [
+        "note: camera0: the camera ended after 40 frames (it was disconnected or stopped sending)",
         "note: camera0: 20 frames skipped: sent while the model loaded, before the run asked for its first frame (it "
         "starts at the stream's newest)"]
 
@@ -1158,8 +1164,9 @@ def test_a_loaded_machines_pause_in_the_backlog_is_not_blamed_on_the_model(capsy
             feed.wait_for(20)  # the model runs while the rest of the backlog decodes
     notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
     # (the stream may seem quiet before frame 9 too, where the machine pauses longer than QUIET_S: an earlier first)
-    assert got[0] <= 9 and 9 in got and got[-1] == 39 and got == sorted(got) and len(notes) == 1
-    assert notes[0] == (f"note: camera0: {40 - len(got)} frames skipped: sent while the model loaded, before the run "
+    assert got[0] <= 9 and 9 in got and got[-1] == 39 and got == sorted(got) and len(notes) == 2
+    assert notes[0] == "note: camera0: the camera ended after 40 frames (it was disconnected or stopped sending)"
+    assert notes[1] == (f"note: camera0: {40 - len(got)} frames skipped: sent while the model loaded, before the run "
                         "asked for its first frame (it starts at the stream's newest)")
 
 
