@@ -74,11 +74,12 @@ def interleaved(channel: int, packet: bytes) -> bytes:
 
 class Session(socketserver.StreamRequestHandler):
     server: "RTSPServer"
+    timeout = 60  # a client silent this long is left
 
     def setup(self):
         super().setup()
         self.sending = threading.Lock()  # answers and RTP packets share the socket
-        self.torn_down = threading.Event()
+        self.torn_down, self.sent_all = threading.Event(), False
 
     def send(self, data: bytes) -> None:
         with self.sending:
@@ -92,6 +93,12 @@ class Session(socketserver.StreamRequestHandler):
         self.send(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
 
     def handle(self):
+        try:
+            self.answer_requests()
+        except OSError:  # the client left, or was left
+            pass
+
+    def answer_requests(self):
         base = f"rtsp://{self.server.host}:{self.server.server_address[1]}{self.server.path}"
         sdp = ("v=0\r\no=- 0 0 IN IP4 127.0.0.1\r\ns=zoo test stream\r\nc=IN IP4 0.0.0.0\r\nt=0 0\r\n"
                f"m=video 0 RTP/AVP {PAYLOAD_TYPE}\r\na=rtpmap:{PAYLOAD_TYPE} H264/{CLOCK_HZ}\r\n"
@@ -127,6 +134,7 @@ class Session(socketserver.StreamRequestHandler):
             elif method in ("TEARDOWN", "GET_PARAMETER"):
                 self.answer(cseq, headers={"Session": "1"})
                 if method == "TEARDOWN":
+                    self.server.played += self.sent_all  # every frame sent, and the client left at the end
                     self.torn_down.set()
                     return
             else:
@@ -146,9 +154,8 @@ class Session(socketserver.StreamRequestHandler):
                     sequence += 1
             # BYE (RFC 3550 6.6) after an empty receiver report: FFmpeg reads no RTCP packet under 12 bytes
             self.send(interleaved(1, struct.pack("!BBHIBBHI", 0x80, 201, 1, SSRC, 0x81, 203, 1, SSRC)))
-            if self.torn_down.wait(timeout=30):
-                self.server.played += 1  # every frame sent, and the client left at the end
-            else:  # a client that missed the end is not left waiting for ever
+            self.sent_all = True
+            if not self.torn_down.wait(timeout=30):  # a client that missed the end is not left waiting for ever
                 self.request.shutdown(socket.SHUT_RDWR)
         except OSError:  # the client left first
             pass
@@ -156,9 +163,10 @@ class Session(socketserver.StreamRequestHandler):
 
 class RTSPServer(socketserver.ThreadingTCPServer):
     """``rtsp://HOST:PORT/PATH`` serving ``frames`` frames of ``size`` at ``fps``, on a thread of its own; ``played``
-    counts the clients that took the whole stream and left at its end."""
+    counts the clients that took the whole stream and left at its end (final once the with block is left)."""
 
-    daemon_threads = allow_reuse_address = True
+    allow_reuse_address = True
+    daemon_threads = False  # server_close (on leaving the with block) waits for every client's session
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, path: str = "/live", frames: int = 20,
                  size: tuple[int, int] = (96, 64), fps: int = 10):

@@ -1041,7 +1041,7 @@ def test_an_rtsp_stream_is_run_to_its_end(tmp_path, monkeypatch, capsys):
     with RTSPServer(frames=100, fps=20) as server:
         assert main(["yolov8n", server.url, "--vid-stride", "5", "--weights", "synthetic:0", "--conf", "0.9",
                      "--jsonl", "preds.jsonl"]) == 0
-        assert server.played == 1
+    assert server.played == 1
     err = capsys.readouterr().err
     records = [json.loads(line) for line in Path("preds.jsonl").read_text().splitlines()]
     frames = [record["frame"] for record in records if "frame" in record]
@@ -1052,6 +1052,22 @@ def test_an_rtsp_stream_is_run_to_its_end(tmp_path, monkeypatch, capsys):
            "lost)" in err
     stem = f"rtsp___127.0.0.1_{server.server_address[1]}_live"
     assert {path.name for path in Path("runs/detect/predict").iterdir()} >= {f"{stem}.mp4"}
+
+
+def test_an_rtsp_stream_read_with_stream_buffer_gives_every_frame(capsys):
+    """The Python API on a live RTSP stream with ``stream_buffer=True`` (ultralytics' keyword): every
+    ``vid_stride``-th frame, in order, none skipped or dropped, each result naming the stream and its frame."""
+    import zoo
+    from rtsp_server import RTSPServer
+
+    model = zoo.load("yolov8n", weights="synthetic:0")
+    with RTSPServer(frames=30, fps=30) as server:
+        results = model.predict(server.url, stream=True, stream_buffer=True, vid_stride=3, imgsz=160, conf=0.9)
+        assert [(r.path, r.frame) for r in results] == [(server.url, frame) for frame in range(2, 30, 3)]
+    assert server.played == 1
+    notes = [line for line in capsys.readouterr().err.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {server.url}: the stream ended after 30 frames (its server ended it, or the connection "
+                     "was lost)"]
 
 
 def test_a_url_that_does_not_open_names_the_address_not_the_video(monkeypatch):
