@@ -174,6 +174,7 @@ def test_no_readable_image_fails_and_writes_nothing(tmp_path, capsys):
     ("zoo.run", ["yolov8n"], "--save-json"),
     ("zoo.run", ["annotate"], "--det DET"),
     ("zoo.run", ["resnet50", "--ray"], "--ray-address"),
+    ("zoo.run", ["predict"], "model=MODEL source=SOURCE [key=value ...]"),  # ultralytics' form
     ("zoo.cli.validate", [], "--inject NAME=KIND"),
     ("zoo.cli.validate", ["lama"], "--calibrate-bn"),
     ("zoo.cli.validate", ["ops"], "--inject-op"),

@@ -192,3 +192,52 @@ def test_a_resume_with_everything_done_gives_no_detections_or_times(images, tmp_
     assert any("0 images processed, 2 skipped (done before)" in line for line in lines), lines
     assert not [line for line in lines if line.startswith(("Detections:", "Speed:"))], lines
     assert f"Results saved to {tmp_path / 'out'}" in lines
+
+
+def test_ultralytics_command_line_runs_as_its_yolo_command(images, tmp_path, monkeypatch, capsys):
+    """ultralytics' `yolo predict model=... source=... key=value` (its CLI docs, its tutorials) with only `yolo`
+    changed: it was 'unknown model predict'. As ultralytics' entry point, it is YOLO(model).predict(**overrides)
+    saving and printing each image: the run folder, labels and images equal the Python call's; ultralytics' value
+    syntax (a bool key alone, lists, true/none) and leading dashes are read as ultralytics reads them."""
+    import zoo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    argv = ["detect", "predict", "model=yolov8n.pt", f"source={images}", "conf=0.05", "imgsz=64", "save_txt",
+            "--save_conf=True", "classes=[0, 2]", "device=cpu", "project=cli", "name=run", "verbose=none"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "Results saved to cli/run\n" in err and re.search(r"\n\d labels? saved to cli/run/labels\n", err)
+    zoo.load("yolov8n.pt").predict(str(images), conf=0.05, imgsz=64, save=True, save_txt=True, save_conf=True,
+                                   classes=[0, 2], project="api", name="run")
+    listed = sorted(p.relative_to("cli/run").as_posix() for p in Path("cli/run").rglob("*") if p.is_file())
+    assert listed == sorted(p.relative_to("api/run").as_posix() for p in Path("api/run").rglob("*") if p.is_file())
+    assert "street.png" in listed and all(Path("cli/run", name).read_bytes() == Path("api/run", name).read_bytes()
+                                          for name in listed if name.endswith(".txt"))
+    assert main(argv) == 0 and Path("cli/run2/street.png").is_file()  # a taken name: run2, as ultralytics
+    assert main([*argv, "exist_ok"]) == 0 and not Path("cli/run3").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["train", "model=yolov8n.pt", "data=coco8.yaml"], r"yolo train is not available in mlx-zoo: it runs inference "
+                                                       r"only: train with ultralytics"),
+    (["val", "model=yolov8n.pt"], r"yolo val is not available in mlx-zoo: write the predictions with .* --save-json"),
+    (["predict", "model=yolov8n.pt"], r"no source=: pass source=IMAGE, FOLDER, VIDEO, GLOB or URL"),
+    (["segment", "predict", "model=yolov8n.pt", "source=x.png"], r"YOLO\('yolov8n.pt', task='segment'\): the model "
+                                                                r"makes 'detect'"),
+    (["classify", "predict", "model=yolov8n.pt", "source=x.png"], r"task='classify': the YOLO models here make detect"),
+    (["predict", "model=yolov8n.pt", "source=x.png", "sav_txt=True"], r"sav_txt"),
+    (["predict", "model=yolov8n.pt", "source=x.png", "show"], r"show"),
+    (["predict", "model=yolov8n.pt", "source=x.png", "conf"], r"'conf' is not an ultralytics argument predict takes: "
+                                                             r"pass key=value, e.g. conf=0.5"),
+    (["predict", "model=yolov8n.pt", "source=x.png", "conf="], r"'conf=': pass key=value, e.g. conf=0.5"),
+    (["predict", "model=yolov8n.pt", "source=x.png", "device=0,1"], r"device=\(0, 1\): MLX runs on one device"),
+])
+def test_ultralytics_command_line_errors_are_one_line(argv, message, images, tmp_path, monkeypatch, capsys):
+    """Modes not built, a missing source, a task word the model does not make, keys predict does not take: one
+    error line each, before the model loads (but for the task word, which the checkpoint decides), nothing written."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    Image.open(images / "street.png").save("x.png")
+    assert re.search(message, error := cli_error(argv, capsys)), error
+    assert sorted(os.listdir()) == ["x.png"]

@@ -1,5 +1,7 @@
 """python -m zoo.run MODEL INPUT... [options]: run a model on images. MODEL may be a checkpoint file
-(``python -m zoo.run best.pt images/``): the file says which model and task it holds."""
+(``python -m zoo.run best.pt images/``): the file says which model and task it holds. ultralytics' form,
+``python -m zoo.run predict model=yolo11n.pt source=bus.jpg``, runs as its ``yolo`` command
+(zoo/cli/yolo_command.py)."""
 from __future__ import annotations
 
 import importlib
@@ -10,11 +12,13 @@ from zoo.errors import interrupted_exits
 with interrupted_exits():  # Ctrl-C while MLX loads: 'interrupted', exit 130
     from zoo import devices, registry
     from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, model_option_as_name,
-                         ray_run, refuse_second_checkpoint, task_module)
+                         ray_run, refuse_second_checkpoint, task_module, yolo_command)
 
 
 @guarded
 def main(argv: list[str]) -> int:
+    if yolo_command.is_yolo_command(argv):  # ultralytics' `yolo predict model=... source=...`
+        return yolo_command.main(argv)
     argv = model_option_as_name(argv, "python -m zoo.run")
     name = model_name_from(argv, "python -m zoo.run")
     if name == "annotate":  # detect-then-segment: a workflow over two models, not a model name

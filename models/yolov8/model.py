@@ -749,28 +749,7 @@ class DetectionModel(nn.Module):
             raise ZooError("predict() needs a source: ultralytics' default, its bundled bus.jpg and zidane.jpg "
                            "(ultralytics/assets), is not shipped with mlx-zoo; pass an image, a folder, a video or "
                            "a list of them, e.g. model.predict('bus.jpg')")
-        for old, (new, convert) in DEPRECATED_PREDICT_OPTIONS.items():
-            if old in options:
-                if new in options:
-                    raise ZooError(f"predict({old}=..., {new}=...): {old} is ultralytics' old name of {new}; "
-                                   f"pass {new} alone")
-                options[new] = convert(options.pop(old))
-                print(f"note: predict({old}=...) is deprecated in ultralytics: it means {new}={options[new]!r}, "
-                      f"pass that", file=sys.stderr)
-        for key, default in UNBUILT_PREDICT_OPTIONS.items():
-            if key in options and options[key] is default:
-                del options[key]  # ultralytics' default: what predict does here anyway
-        unknown = [key for key in options if key not in PREDICT_OPTIONS]
-        if unknown:
-            key = unknown[0]
-            hint = "call r.show() on each result to view it; " if key == "show" else ""
-            if key in UNBUILT_PREDICT_OPTIONS:
-                raise ZooError(f"predict({key}={options[key]!r}) is not available in mlx-zoo (only ultralytics' "
-                               f"default {key}={UNBUILT_PREDICT_OPTIONS[key]!r}): {hint}it takes "
-                               f"{', '.join(PREDICT_OPTIONS)}")
-            raise ZooError(f"predict() got an unknown keyword argument {key}=: {hint}it takes "
-                           f"{', '.join(PREDICT_OPTIONS)}")
-        return predict(self, source, stream=stream, **options)
+        return predict(self, source, stream=stream, **predict_options(options))
 
     def info(self, detailed: bool = False, verbose: bool = True, imgsz=640):
         """ultralytics' model.info(): prints ``YOLOv8n summary: 3,157,200 parameters, 0 gradients`` (the
@@ -809,23 +788,20 @@ class DetectionModel(nn.Module):
         """MLX's ``train(mode=True)``; ultralytics' ``model.train(data=..., ...)`` is not built: one error."""
         mode = [*args, *options.values()]  # MLX's one argument, train(False) or train(mode=False)
         if set(options) - {"mode"} or len(mode) > 1 or (mode and not isinstance(mode[0], bool)):
-            raise not_built("train", TRAIN_INSTEAD)
+            raise not_built("train")
         return super().train(*mode)
 
     def tune(self, *args, **options):
-        raise not_built("tune", TRAIN_INSTEAD)
+        raise not_built("tune")
 
     def val(self, *args, **options):
-        raise not_built("val", "write the predictions with python -m zoo.run MODEL IMAGES --conf 0.001 --save-json "
-                               "and score its predictions.json with pycocotools' COCOeval (docs/yolov8.md, "
-                               "COCO evaluation)")
+        raise not_built("val")
 
     def export(self, *args, **options):
-        raise not_built("export", "the model runs on MLX from its .pt or .safetensors checkpoint as it is; "
-                                  "export ONNX, TensorRT or CoreML files with ultralytics")
+        raise not_built("export")
 
     def benchmark(self, *args, **options):
-        raise not_built("benchmark", "python -m zoo.bench times it against PyTorch (docs/speed-cpu.md)")
+        raise not_built("benchmark")
 
     def embed(self, *args, **options):
         raise not_built("embed", "model.layers(0, k, x)[0] is layer k-1's output for a letterboxed "
@@ -843,10 +819,7 @@ class DetectionModel(nn.Module):
                                 "zoo.load(name, weights=PATH)")
 
     def track(self, source=None, **options):
-        raise not_built("track", "run predict(source, stream=True) and give each frame's "
-                                 "sv.Detections.from_ultralytics(r) to a tracker (e.g. pip install trackers: "
-                                 "ByteTrack); r.update(boxes=...) takes tracked (N, 7) rows x1, y1, x2, y2, id, "
-                                 "conf, cls")
+        raise not_built("track")
 
 
 # ultralytics' predict arguments for what mlx-zoo does not build, with their defaults, which scripts pass
@@ -864,8 +837,47 @@ DEPRECATED_PREDICT_OPTIONS = {"boxes": ("show_boxes", lambda v: v),
 
 TRAIN_INSTEAD = ("it runs inference only: train with ultralytics (yolo train ...) and load its best.pt here, "
                  "YOLO('runs/detect/train/weights/best.pt')")
+# ultralytics' modes (its model methods, and `yolo MODE` on its command line) mlx-zoo does not build: what instead
+UNBUILT_MODES = {
+    "train": TRAIN_INSTEAD, "tune": TRAIN_INSTEAD,
+    "val": "write the predictions with python -m zoo.run MODEL IMAGES --conf 0.001 --save-json and score its "
+           "predictions.json with pycocotools' COCOeval (docs/yolov8.md, COCO evaluation)",
+    "export": "the model runs on MLX from its .pt or .safetensors checkpoint as it is; export ONNX, TensorRT or "
+              "CoreML files with ultralytics",
+    "benchmark": "python -m zoo.bench times it against PyTorch (docs/speed-cpu.md)",
+    "track": "run predict(source, stream=True) and give each frame's sv.Detections.from_ultralytics(r) to a tracker "
+             "(e.g. pip install trackers: ByteTrack); r.update(boxes=...) takes tracked (N, 7) rows x1, y1, x2, y2, "
+             "id, conf, cls"}
 
 
-def not_built(call: str, instead: str) -> ZooError:
+def predict_options(options: dict) -> dict:
+    """ultralytics' predict keywords as predict takes them: deprecated names under their new ones (said in one line),
+    the defaults of options not built here dropped; one error for any other value of those, or an unknown key."""
+    options = dict(options)
+    for old, (new, convert) in DEPRECATED_PREDICT_OPTIONS.items():
+        if old in options:
+            if new in options:
+                raise ZooError(f"predict({old}=..., {new}=...): {old} is ultralytics' old name of {new}; "
+                               f"pass {new} alone")
+            options[new] = convert(options.pop(old))
+            print(f"note: predict({old}=...) is deprecated in ultralytics: it means {new}={options[new]!r}, "
+                  f"pass that", file=sys.stderr)
+    for key, default in UNBUILT_PREDICT_OPTIONS.items():
+        if key in options and options[key] is default:
+            del options[key]  # ultralytics' default: what predict does here anyway
+    unknown = [key for key in options if key not in PREDICT_OPTIONS]
+    if unknown:
+        key = unknown[0]
+        hint = "call r.show() on each result to view it; " if key == "show" else ""
+        if key in UNBUILT_PREDICT_OPTIONS:
+            raise ZooError(f"predict({key}={options[key]!r}) is not available in mlx-zoo (only ultralytics' "
+                           f"default {key}={UNBUILT_PREDICT_OPTIONS[key]!r}): {hint}it takes "
+                           f"{', '.join(PREDICT_OPTIONS)}")
+        raise ZooError(f"predict() got an unknown keyword argument {key}=: {hint}it takes "
+                       f"{', '.join(PREDICT_OPTIONS)}")
+    return options
+
+
+def not_built(call: str, instead: str | None = None) -> ZooError:
     """An ultralytics model method mlx-zoo does not build: one error naming what to use instead."""
-    return ZooError(f"{call}() is not available in mlx-zoo: {instead}")
+    return ZooError(f"{call}() is not available in mlx-zoo: {instead or UNBUILT_MODES[call]}")

@@ -118,7 +118,9 @@ def general_help(prog: str) -> str:
     from zoo.registry import ALIASES, REGISTRY
 
     parser = ArgumentParser(prog=prog, usage=f"{prog} MODEL INPUT... [options]",
-                            description="Run a model; MODEL --help shows one task's options in full.")
+                            description="Run a model; MODEL --help shows one task's options in full. "
+                                        "ultralytics' command line runs too: python -m zoo.run predict "
+                                        "model=yolo11n.pt source=bus.jpg (python -m zoo.run predict --help)")
     aliases = {}
     for alias, name in ALIASES.items():
         aliases.setdefault(name, []).append(alias)

@@ -1,0 +1,120 @@
+"""ultralytics' command line, ``yolo [TASK] MODE key=value ...``, as ``python -m zoo.run [TASK] MODE key=value ...``:
+a tutorial's ``yolo predict model=yolo11n.pt source=bus.jpg conf=0.5`` runs with only ``yolo`` changed.
+
+As ultralytics' own entry point does, it makes the model (``YOLO(model)``) and calls ``model.predict(**overrides)``,
+saving and printing a line per image as its command line does by default: every key has the meaning of predict's
+keyword (docs/yolov8.md). Values are read as ultralytics reads them (``none``, ``true``, ``false``, Python literals,
+else text), never evaluated as code. What differs, each one error before the model loads: modes other than predict
+(not built here), a task word that is not the model's (ultralytics takes the model's with a warning), no ``source=``
+(ultralytics falls back to sample images it ships)."""
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import sys
+
+from zoo.errors import UsageError, ZooError
+
+TASKS = ("detect", "segment", "pose", "classify", "obb")
+MODES = ("predict", "track", "val", "train", "export", "benchmark", "tune")
+DEFAULT_MODEL = "yolo11n.pt"  # ultralytics' when model= is left out
+HELP = """usage: python -m zoo.run [TASK] predict model=MODEL source=SOURCE [key=value ...]
+
+ultralytics' command line (yolo [TASK] MODE key=value ...) with yolo replaced by python -m zoo.run: it makes
+YOLO(model) and calls model.predict(source, **overrides), saving the annotated images and printing a line per
+image (save=False, verbose=False turn them off). Every key is predict's keyword: {keys}.
+A bool key alone is key=True. TASK: detect, segment or pose (must be the model's); modes other than predict are
+not built here.
+
+  python -m zoo.run predict model=yolo11n.pt source=bus.jpg conf=0.5
+  python -m zoo.run segment predict model=best.pt source=images/ save_txt project=runs name=seg
+
+docs/yolov8.md, ultralytics' command line; python -m zoo.run --help: mlx-zoo's own form."""
+
+
+def is_yolo_command(argv: list[str]) -> bool:
+    """Whether ``argv`` is in ultralytics' form: a task or mode word first, or a ``key=value`` naming one."""
+    if not argv:
+        return False
+    first = argv[0]  # with dashes it is ours: --model=lama is IOPaint's (model_option_as_name)
+    return first in TASKS + MODES or first.partition("=")[0] in ("model", "source", "mode", "task") and "=" in first
+
+
+def read_value(text: str):
+    """A value as ultralytics' command line reads it: none/true/false in any case, a Python literal, else the text."""
+    lowered = text.lower()
+    if lowered in ("none", "true", "false"):
+        return {"none": None, "true": True, "false": False}[lowered]
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return text
+
+
+def parse(argv: list[str], flags: dict[str, bool]) -> tuple[str | None, str, dict]:
+    """(task word or None, mode, overrides) of an ultralytics command line; ``flags``: the keys that stand alone
+    for ``key=True`` (predict's keywords whose default is a bool)."""
+    task = mode = None
+    overrides = {}
+    for word in argv:
+        word = word.removeprefix("--").removesuffix(",")  # ultralytics drops both, with a warning
+        key, equals, text = (part.strip() for part in word.partition("="))
+        if equals:
+            if not key or not text:
+                raise UsageError(f"{word!r}: pass key=value, e.g. conf=0.5 (ultralytics' arguments)")
+            overrides[key] = read_value(text)
+        elif word in TASKS:
+            task = word
+        elif word in MODES:
+            mode = word
+        elif word in flags:
+            overrides[word] = True  # ultralytics: a bool key alone is key=True
+        else:
+            raise UsageError(f"{word!r} is not an ultralytics argument predict takes: pass key=value, e.g. conf=0.5, "
+                             f"a task ({', '.join(TASKS)}) or a mode ({', '.join(MODES)})")
+    task = overrides.pop("task", task)
+    return task, overrides.pop("mode", mode) or "predict", overrides
+
+
+def main(argv: list[str]) -> int:
+    from zoo.models.yolov8.model import UNBUILT_MODES, UNBUILT_PREDICT_OPTIONS, predict_options
+    from zoo.models.yolov8.predict import PREDICT_OPTIONS, check_device, predict
+    from zoo.registry import YOLO, YOLO_TASKS
+
+    if {"-h", "--help", "help"} & set(argv):
+        print(HELP.format(keys=" ".join(key for key in PREDICT_OPTIONS if key != "stream")))
+        sys.exit(0)
+    keywords = inspect.signature(predict).parameters
+    flags = {k for k, p in keywords.items() if isinstance(p.default, bool)}
+    flags |= {k for k, default in UNBUILT_PREDICT_OPTIONS.items() if isinstance(default, bool)}
+    task, mode, overrides = parse(argv, flags)
+    if mode not in MODES:
+        raise UsageError(f"mode={mode!r}: ultralytics' modes are {', '.join(MODES)}; mlx-zoo runs predict")
+    if mode != "predict":
+        raise UsageError(f"yolo {mode} is not available in mlx-zoo: {UNBUILT_MODES[mode]}")
+    if task is not None and task not in YOLO_TASKS:
+        raise UsageError(f"task={task!r}: the YOLO models here make {', '.join(YOLO_TASKS)}")
+    if "source" not in overrides:
+        raise UsageError("no source=: pass source=IMAGE, FOLDER, VIDEO, GLOB or URL (ultralytics falls back to "
+                         "sample images it ships; mlx-zoo ships none)")
+    source, model_name = overrides.pop("source"), overrides.pop("model", None)
+    overrides.pop("stream", None)  # the command line always streams
+    try:  # the keys and the device, before the model loads
+        overrides = predict_options({"save": True, "verbose": True, **overrides})  # as ultralytics' command line
+        check_device(overrides.get("device"))
+    except ZooError as e:
+        raise UsageError(str(e)) from None
+    if model_name is None:
+        model_name = DEFAULT_MODEL
+        print(f"note: no model=: {DEFAULT_MODEL}, as ultralytics", file=sys.stderr)
+    model = YOLO(str(model_name), task=task, dtype="float16" if overrides.get("half") is True else "float32")
+    results = model.predict(source, stream=True, **overrides)
+    labelled = sum(bool(r.boxes is not None and len(r.boxes)) for r in results)
+    save_dir = os.path.relpath(model.predictor.save_dir)  # as ultralytics prints it: runs/detect/predict
+    if overrides["save"] or overrides.get("save_crop"):
+        print(f"Results saved to {save_dir}", file=sys.stderr)
+    if overrides.get("save_txt"):
+        print(f"{labelled} label{'s' * (labelled != 1)} saved to {os.path.join(save_dir, 'labels')}",
+              file=sys.stderr)
+    return 0
