@@ -216,6 +216,7 @@ def test_ultralytics_command_line_runs_as_its_yolo_command(images, tmp_path, mon
                                           for name in listed if name.endswith(".txt"))
     assert main(argv) == 0 and Path("cli/run2/street.png").is_file()  # a taken name: run2, as ultralytics
     assert main([*argv, "exist_ok"]) == 0 and not Path("cli/run3").exists()
+    assert main([*argv, "name=2024"]) == 0 and Path("cli/2024/street.png").is_file()  # a name, not the number 2024
 
 
 @pytest.mark.parametrize("argv, message", [

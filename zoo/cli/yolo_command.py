@@ -19,6 +19,7 @@ from zoo.errors import UsageError, ZooError
 TASKS = ("detect", "segment", "pose", "classify", "obb")
 MODES = ("predict", "track", "val", "train", "export", "benchmark", "tune")
 DEFAULT_MODEL = "yolo11n.pt"  # ultralytics' when model= is left out
+NAMES = ("model", "project", "name")  # keys whose value is a name, whatever it looks like
 HELP = """usage: python -m zoo.run [TASK] predict model=MODEL source=SOURCE [key=value ...]
 
 ultralytics' command line (yolo [TASK] MODE key=value ...) with yolo replaced by python -m zoo.run: it makes
@@ -52,7 +53,7 @@ def read_value(text: str):
         return text
 
 
-def parse(argv: list[str], flags: dict[str, bool]) -> tuple[str | None, str, dict]:
+def parse(argv: list[str], flags: set[str]) -> tuple[str | None, str, dict]:
     """(task word or None, mode, overrides) of an ultralytics command line; ``flags``: the keys that stand alone
     for ``key=True`` (predict's keywords whose default is a bool)."""
     task = mode = None
@@ -63,7 +64,8 @@ def parse(argv: list[str], flags: dict[str, bool]) -> tuple[str | None, str, dic
         if equals:
             if not key or not text:
                 raise UsageError(f"{word!r}: pass key=value, e.g. conf=0.5 (ultralytics' arguments)")
-            overrides[key] = read_value(text)
+            value = read_value(text)
+            overrides[key] = text if key in NAMES and value is not None else value  # name=2024 is a folder's name
         elif word in TASKS:
             task = word
         elif word in MODES:
