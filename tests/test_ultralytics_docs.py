@@ -454,3 +454,50 @@ model = YOLO("yolo11n.pt")
 results = model.predict(source="path/to/test_images", save=True)
 ''')  # model-testing
     assert Path(ns["results"][0].save_dir, "t.jpg").is_file()
+
+
+# The CLI tabs of ultralytics' tasks/detect.md, segment.md and pose.md (8.x), and a tutorial's key=value form
+CLI_EXAMPLES = [
+    "yolo detect predict model=yolov8n.pt source='https://ultralytics.com/images/bus.jpg'  # predict with official model",
+    "yolo detect predict model=path/to/best.pt source='https://ultralytics.com/images/bus.jpg'  # predict with custom "
+    "model",
+    "yolo segment predict model=yolov8n-seg.pt source='https://ultralytics.com/images/bus.jpg'  # predict with official "
+    "model",
+    "yolo pose predict model=yolov8n-pose.pt source='https://ultralytics.com/images/bus.jpg'  # predict with official "
+    "model",
+    "yolo predict model=yolov8n.pt source='https://ultralytics.com/images/bus.jpg' imgsz=320 conf=0.5 save_txt=True",
+    'yolo task=detect mode=predict model="path/to/best.pt" source="image.jpg"',
+]
+
+
+@pytest.mark.parametrize("example", CLI_EXAMPLES)
+def test_cli_tabs_run_with_yolo_replaced(example, docs_folder, capsys):
+    """ultralytics' documented command lines, `yolo` replaced by `python -m zoo.run` (zoo/cli/yolo_command.py): each
+    saves its annotated image into runs/<task>/predict and says so, as `yolo predict` does."""
+    import shlex
+
+    from zoo.run import main
+
+    words = shlex.split(example.replace(*URLS), comments=True)
+    assert words[0] == "yolo" and main(words[1:]) == 0
+    task = next((word for word in words if word in ("segment", "pose")), "detect")
+    source = next(word.partition("=")[2] for word in words if word.startswith("source="))
+    assert Path(f"runs/{task}/predict/{source}").is_file()
+    assert f"Results saved to runs/{task}/predict\n" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("example, error", [
+    ("yolo detect train data=coco8.yaml model=yolov8n.pt epochs=100 imgsz=640", "yolo train is not available"),
+    ("yolo detect val model=yolov8n.pt", "yolo val is not available"),
+    ("yolo export model=yolov8n.pt format=onnx", "yolo export is not available"),
+    ("yolo classify predict model=yolov8n-cls.pt source='https://ultralytics.com/images/bus.jpg'",
+     "task='classify': the YOLO models here make detect, segment, pose"),
+])
+def test_cli_tabs_not_built_are_one_error(example, error, docs_folder, capsys):
+    import shlex
+
+    from zoo.run import main
+
+    assert main(shlex.split(example.replace(*URLS))[1:]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {error}") and err.count("\n") == 1 and not Path("runs").exists()
