@@ -458,13 +458,14 @@ results = model.predict(source="path/to/test_images", save=True)
 
 # The CLI tabs of ultralytics' tasks/detect.md, segment.md and pose.md (8.x), and a tutorial's key=value form
 CLI_EXAMPLES = [
-    "yolo detect predict model=yolov8n.pt source='https://ultralytics.com/images/bus.jpg'  # predict with official model",
-    "yolo detect predict model=path/to/best.pt source='https://ultralytics.com/images/bus.jpg'  # predict with custom "
-    "model",
-    "yolo segment predict model=yolov8n-seg.pt source='https://ultralytics.com/images/bus.jpg'  # predict with official "
-    "model",
-    "yolo pose predict model=yolov8n-pose.pt source='https://ultralytics.com/images/bus.jpg'  # predict with official "
-    "model",
+    "yolo detect predict model=yolov8n.pt source='https://ultralytics.com/images/bus.jpg'  "
+    "# predict with official model",
+    "yolo detect predict model=path/to/best.pt source='https://ultralytics.com/images/bus.jpg'  "
+    "# predict with custom model",
+    "yolo segment predict model=yolov8n-seg.pt source='https://ultralytics.com/images/bus.jpg'  "
+    "# predict with official model",
+    "yolo pose predict model=yolov8n-pose.pt source='https://ultralytics.com/images/bus.jpg'  "
+    "# predict with official model",
     "yolo predict model=yolov8n.pt source='https://ultralytics.com/images/bus.jpg' imgsz=320 conf=0.5 save_txt=True",
     'yolo task=detect mode=predict model="path/to/best.pt" source="image.jpg"',
 ]
