@@ -201,6 +201,26 @@ def test_cli_default_output_and_empty_mask(files, tmp_path, capsys):
 
 
 
+def test_a_single_image_run_over_its_output_with_other_settings_is_refused(files, tmp_path, capsys):
+    """A single image's output keeps no record of its options: a second run with another --dilate kept the first
+    run's output without a word ('skipping photo_inpainted.png: already written'); it is refused (exit 2) unless
+    --overwrite replaces it, as any other command's existing output."""
+    folder, image, _ = files
+    Image.fromarray(image).save(tmp_path / "photo.png")
+    run = ["lama", str(tmp_path / "photo.png"), "--mask", str(folder / "mask.png"), "--weights", "synthetic:0",
+           "--device", "cpu", "--hd-strategy", "original"]
+    out = tmp_path / "photo_inpainted.png"
+    assert main(run) == 0
+    first = out.read_bytes()
+    assert main([*run, "--dilate", "4"]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: {out} exists and may be of other options than these (a single output keeps no record of them): "
+        "pass --overwrite to replace it, or another --out PATH")
+    assert out.read_bytes() == first
+    assert main([*run, "--dilate", "4", "--overwrite"]) == 0
+    assert out.read_bytes() != first
+
+
 def test_cli_takes_the_image_after_options(files, tmp_path, capsys):
     """`lama --device cpu photo.png --mask m.png` (IOPaint's order: options first) was 'unrecognized
     arguments: photo.png': the optional IMAGES positional had matched nothing right after the model name."""

@@ -101,7 +101,8 @@ def add_arguments(parser):
 
 
 def check_arguments(args) -> int | None:
-    """Pair images and masks, name the outputs, skip those that exist: all before the weights are read.
+    """Pair images and masks, name the outputs, skip those that exist in a folder of the same settings (a single
+    output file that exists is refused without --overwrite): all before the weights are read.
 
     Returns an exit code when nothing is left to inpaint (the model is then never loaded).
     """
@@ -163,6 +164,9 @@ def check_arguments(args) -> int | None:
             if out.is_dir():
                 raise ZooError(f"{image}: its output {out} is a folder: remove it or pass another --out")
             if out.exists() and not args.overwrite:
+                if args.settings is None:  # an output file of its own: no settings file vouches for it
+                    raise UsageError(f"{out} exists and may be of other options than these (a single output "
+                                     "keeps no record of them): pass --overwrite to replace it, or another --out PATH")
                 skipped.append(out)
                 continue
             check_files(image, mask, args)
