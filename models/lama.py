@@ -29,6 +29,7 @@ import functools
 import sys
 import warnings
 from pathlib import Path
+from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -825,6 +826,15 @@ def check_memory(size: tuple[int, int], max_megapixels: float | None, dtype: mx.
         f"{option('max_megapixels', 'N')} if the machine has the memory")
 
 
+def check_pass_options(resize_limit: int, crop_margin: int, named: Callable[[str], str] = keyword) -> None:
+    """ZooError for a strategy's size that cannot work; ``named(option)``: how the error names it (the caller's
+    words: a keyword argument, a flag, the key of IOPaint's config file)."""
+    if resize_limit < MIN_MODEL_SIDE:
+        raise ZooError(f"{named('resize_limit')} {resize_limit} is too small: use at least {MIN_MODEL_SIDE} pixels")
+    if crop_margin < 0:
+        raise ZooError(f"{named('crop_margin')} {crop_margin} is negative: use 0 or more pixels")
+
+
 def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin: int,
                 crop_trigger_size: int) -> tuple[float, list[tuple[int, int, int, int]]]:
     """How to cover an image: (scale, boxes). A scale below 1 is one pass over a
@@ -832,10 +842,7 @@ def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin:
     h, w = hole.shape
     if strategy not in HD_STRATEGIES:
         raise ZooError(f"unknown hd strategy {strategy!r}: use one of {', '.join(HD_STRATEGIES)}")
-    if resize_limit < MIN_MODEL_SIDE:
-        raise ZooError(f"{keyword('resize_limit')} {resize_limit} is too small: use at least {MIN_MODEL_SIDE} pixels")
-    if crop_margin < 0:
-        raise ZooError(f"{keyword('crop_margin')} {crop_margin} is negative: use 0 or more pixels")
+    check_pass_options(resize_limit, crop_margin)
     if strategy == "resize" and max(h, w) > resize_limit:
         return resize_limit / max(h, w), []
     if strategy == "crop" and max(h, w) > crop_trigger_size:

@@ -51,6 +51,7 @@ def files(tmp_path_factory) -> Path:
     (root / "empty").mkdir()
     (root / "dangling").symlink_to("gone/target")  # E76
     (root / "notes.mp4").write_text("not a video\n")
+    (root / "iopaint.json").write_text('{"hd_strategy": "Resize", "hd_strategy_resize_limit": 8}')  # E85
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a YOLOv8 oriented-box head
                "model.22.cv4.0.2.weight": np.zeros((1, 1, 1, 1), np.float32)}, str(root / "obb.safetensors"))
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a pose head of 5 x 2 keypoints

@@ -314,6 +314,13 @@ def test_cli_reads_iopaints_config_file(model, files, tmp_path, capsys):
     assert np.array_equal(np.asarray(Image.open(tmp_path / "out" / "photo.png")), expected)
     assert cli_error([*base, "--resize-limit", "64", "--output", str(tmp_path / "o2")], capsys) == \
         "error: --resize-limit 64 and --config's hd_strategy_resize_limit 40 disagree: give one of them"
+    # a size the file sets is named by its key and the file: it was '--resize-limit 8 is too small', a flag not given
+    for key, value, problem in (("hd_strategy_resize_limit", 8, "is too small: use at least 16 pixels"),
+                                ("hd_strategy_crop_margin", -1, "is negative: use 0 or more pixels"),
+                                ("hd_strategy_crop_trigger_size", 0, ": use a positive number of pixels")):
+        config.write_text(json.dumps({"hd_strategy": "Resize", key: value}))
+        assert cli_error([*base, "--output", str(tmp_path / "o3")], capsys) == \
+            f"error: --config {config}: {key} {value}{' ' * (problem[0] != ':')}{problem}"
     config.write_text(json.dumps({"hd_strategy": "Tile"}))
     assert cli_error([*base, "--output", str(tmp_path / "o3")], capsys) == \
         f"error: --config {config}: hd_strategy 'Tile': use Original, Resize or Crop"

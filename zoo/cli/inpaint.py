@@ -231,6 +231,7 @@ def apply_config(args) -> None:
     from zoo.models.lama import CROP_MARGIN, CROP_TRIGGER_SIZE, HD_STRATEGIES, RESIZE_LIMIT
 
     config = {}
+    args.config_keys = {}  # option -> the config file's key that set it: its errors name the key
     if args.config:
         import json
 
@@ -263,25 +264,31 @@ def apply_config(args) -> None:
             if given is not None and given != value:
                 raise UsageError(f"{flag} {given} and --config's {key} {config[key]!r} disagree: give one of them")
             setattr(args, option, value)
+            args.config_keys[option] = key
         elif getattr(args, option) is None:
             setattr(args, option, defaults[option])
 
 
 def check_options(args) -> None:
-    from zoo.models.lama import plan_passes
+    from zoo.models.lama import check_pass_options
 
     apply_config(args)
     for option, low, high in (("quality", 1, 100), ("mask_threshold", 1, 255), ("dilate", 0, 10_000)):
         value = getattr(args, option)
         if not low <= value <= high:
             raise UsageError(f"--{option.replace('_', '-')} {value}: use {low} to {high}")
+
+    def named(option: str) -> str:
+        """The words of the user who set ``option``: the config file's key, or the flag."""
+        key = args.config_keys.get(option)
+        return f"--config {args.config}: {key}" if key else f"--{option.replace('_', '-')}"
+
     if args.crop_trigger_size < 1:
-        raise UsageError(f"--crop-trigger-size {args.crop_trigger_size}: use a positive number of pixels")
+        raise UsageError(f"{named('crop_trigger_size')} {args.crop_trigger_size}: use a positive number of pixels")
     if args.max_megapixels is not None and args.max_megapixels <= 0:
         raise UsageError(f"--max-megapixels {args.max_megapixels:g}: use a positive number")
     with usage_errors():  # the model's own checks of the strategy's sizes: a command line that cannot work
-        plan_passes(np.zeros((1, 1), bool), args.hd_strategy, args.resize_limit, args.crop_margin,
-                    args.crop_trigger_size)
+        check_pass_options(args.resize_limit, args.crop_margin, named)
 
 
 def output_paths(args, images: list[Path]) -> list[Path]:
