@@ -609,7 +609,7 @@ class LaMa(nn.Module):
 
         Pixels outside the hole are returned unchanged. A mask with no hole
         returns a copy of the image (with a warning) without running the model.
-        ``hd_strategy`` (IOPaint's): "original" runs the whole image; "resize",
+        ``hd_strategy`` (IOPaint's, in any case: its "Crop" too): "original" runs the whole image; "resize",
         when the longer side exceeds ``resize_limit``, runs a copy scaled down to
         it and pastes back only the hole, scaled up; "crop", when the longer side
         exceeds ``crop_trigger_size``, runs crops around the holes with
@@ -838,8 +838,10 @@ def check_pass_options(resize_limit: int, crop_margin: int, named: Callable[[str
 def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin: int,
                 crop_trigger_size: int) -> tuple[float, list[tuple[int, int, int, int]]]:
     """How to cover an image: (scale, boxes). A scale below 1 is one pass over a
-    scaled-down copy; otherwise one full-resolution pass per (top, left, bottom, right) box."""
+    scaled-down copy; otherwise one full-resolution pass per (top, left, bottom, right) box. ``strategy`` in any
+    case: IOPaint's HDStrategy values are "Original", "Resize", "Crop"."""
     h, w = hole.shape
+    strategy = strategy.lower() if isinstance(strategy, str) else strategy
     if strategy not in HD_STRATEGIES:
         raise ZooError(f"unknown hd strategy {strategy!r}: use one of {', '.join(HD_STRATEGIES)}")
     check_pass_options(resize_limit, crop_margin)

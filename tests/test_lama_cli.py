@@ -133,6 +133,21 @@ def test_crop_boxes_cover_each_hole_with_its_margin():
     assert crop_boxes(hole, margin=200) == [(0, 0, 300, 400)]
 
 
+def test_iopaints_crop_strategy_by_its_name_is_the_model_on_each_crop(model, files):
+    """hd_strategy="Crop" (IOPaint's HDStrategy value, as its InpaintRequest holds it) was 'unknown hd strategy'.
+    Each crop is its hole's bounding box grown by crop_margin; the result there is the model run on that crop by
+    hand, and every pixel outside the crops is the input's."""
+    _, image, hole = files
+    got = model.inpaint(image, hole, hd_strategy="Crop", crop_margin=4, crop_trigger_size=40)
+    crops = [(slice(5 - 4, 14 + 4), slice(6 - 4, 20 + 4)), (slice(30 - 4, 40 + 4), slice(48 - 4, 57 + 4))]
+    outside = np.ones(hole.shape, bool)
+    for crop in crops:
+        assert np.array_equal(got[crop], model.inpaint(image[crop], hole[crop], hd_strategy="original"))
+        outside[crop] = False
+    assert np.array_equal(got[outside], image[outside])
+    assert not np.array_equal(got, model.inpaint(image, hole, hd_strategy="original"))  # the crops' own context
+
+
 def test_strategies_plan_their_passes():
     hole = np.zeros((100, 300), bool)
     hole[40:50, 10:20] = True
