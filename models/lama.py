@@ -39,7 +39,7 @@ from PIL import Image
 from zoo.compiled import (CompiledForward, batch_norm_affine, fold_batch_norm, folded, folding, kept,
                           recording_layers, with_winograd)
 from zoo.concurrency import serialized
-from zoo.devices import as_model_input, host_memory
+from zoo.devices import MEMORY_SHARE, as_model_input, device_memory
 from zoo.errors import ZooError, keyword, option
 from zoo.images import load_image, open_image
 from zoo.kernels import cpu as cpu_ops
@@ -79,7 +79,6 @@ IMAGE_BYTES_PER_PIXEL = 25
 # The default bound of one command's memory on the CPU: issue 35's 2 GB per single-image command.
 # On a GPU a pass may plan to use MEMORY_SHARE of the device's memory instead.
 PROCESS_BOUND = 2_000_000_000
-MEMORY_SHARE = 0.8
 # A GPU pass's memory per padded pixel in float32 (a CPU measurement before the C forms and bands,
 # mx.get_peak_memory() at 64x64 and 128x128: 14.9 and 14.8 kB; nothing better measured on a GPU)
 GPU_BYTES_PER_PIXEL = 15_000
@@ -778,16 +777,6 @@ def compose(image: np.ndarray, hole: np.ndarray, pred: np.ndarray) -> np.ndarray
     out = image.copy()  # only the hole is computed: pred outside it is never read (it may even be NaN)
     out[hole] = np.clip(pred[hole].astype(np.float32) * np.float32(255), 0, 255).astype(np.uint8)
     return out
-
-
-def device_memory() -> int:
-    """Bytes of memory of the device MLX runs on (unified memory on Apple silicon)."""
-    if mx.default_device().type == mx.gpu:
-        info = mx.device_info()
-        size = info.get("memory_size") or info.get("total_memory")  # Metal's key, CUDA's key
-        if size:
-            return int(size)
-    return host_memory()
 
 
 def pass_memory(size: tuple[int, int], dtype: mx.Dtype, image_pixels: int = 0) -> int:

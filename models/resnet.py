@@ -92,6 +92,10 @@ class Bottleneck(nn.Module):
 
 STAGES = 5  # feature maps: the stem, layer1..layer4
 IMAGENET_CLASSES = 1000
+# Memory of a batch's forward per pixel of the crop, float32 on the CPU: peak RSS (VmHWM) growth per image over a
+# batch of one at 224x224, 123 bytes for ResNet-18, 136 for ResNet-152, 174 for ResNet-50, 2026-11-30 (the
+# smallest: --batch's memory check, zoo.pipeline.check_batch_memory, refuses only what cannot fit)
+BATCH_BYTES_PER_PIXEL = 120
 
 
 def take_indices(indices, option: str = "out_indices") -> list[int]:

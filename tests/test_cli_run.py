@@ -344,3 +344,27 @@ def test_a_command_is_told_from_a_program_importing_zoo(argv, orig_argv, command
     monkeypatch.setattr(sys, "argv", argv)
     monkeypatch.setattr(sys, "orig_argv", orig_argv)
     assert started_as_command() is command
+
+
+def test_a_batch_larger_than_memory_is_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    """--batch 100000 read ahead and stacked as many inputs as the source held until memory ran out; the batch's
+    inputs (at most the source's) times the model's measured memory per input pixel is checked against the
+    device's memory before the weights are read, with a --batch that fits."""
+    import zoo.devices
+
+    for i in range(40):
+        Image.new("RGB", (32, 24), (i, 0, 0)).save(tmp_path / f"{i}.png")
+    missing = str(tmp_path / "missing.safetensors")  # never reached: the check comes first
+    monkeypatch.setattr(zoo.devices, "device_memory", lambda: 10_000_000_000)
+    assert cli_error(["yolov8n", str(tmp_path), "--batch", "100000", "--imgsz", "4096", "--weights", missing,
+                      "--out", str(tmp_path / "out")], capsys) == (
+        "error: --batch 100000 needs at least 37.6 GB of memory for 40 inputs of 4096x4096 pixels (940 MB each), "
+        "more than 80% of the 10 GB here: use --batch 8 or less")
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(zoo.devices, "device_memory", lambda: 100_000_000)
+    assert cli_error(["resnet18", str(tmp_path), "--batch", "100000", "--weights", missing], capsys) == (
+        "error: --batch 100000 needs at least 0.241 GB of memory for 40 inputs of 224x224 pixels (6 MB each), "
+        "more than 80% of the 0.1 GB here: use --batch 13 or less")
+    for batch, dtype in (("13", "float32"), ("26", "float16")):  # half precision: half the memory
+        assert "missing.safetensors" in cli_error(["resnet18", str(tmp_path), "--batch", batch, "--dtype", dtype,
+                                                   "--weights", missing], capsys)

@@ -25,6 +25,21 @@ def host_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+# The share of a GPU's memory (all of unified memory) that one pass or batch may plan to use: what the
+# process holds besides (the weights, MLX's buffers, the decoded images) takes the rest
+MEMORY_SHARE = 0.8
+
+
+def device_memory() -> int:
+    """Bytes of memory of the device MLX runs on (unified memory on Apple silicon)."""
+    if mx.default_device().type == mx.gpu:
+        info = mx.device_info()
+        size = info.get("memory_size") or info.get("total_memory")  # Metal's key, CUDA's key
+        if size:
+            return int(size)
+    return host_memory()
+
+
 def gpu_backend() -> str | None:
     """'metal', 'cuda' or None: which GPU backend this MLX build can use."""
     if mx.metal.is_available():

@@ -14,8 +14,8 @@ from .checkpoint import (CANDLE_PREFIXES, CLASS_NAMES, COCO91_IDS, REGISTRY_TASK
                          split_variant, synthetic_init)
 from .heads import Pose, Proto, Segment, task_architecture
 from .model import ARCHITECTURES, REG_MAX, STRIDES, YOLO11, YOLOV8, Architecture, DetectionModel
-from .ops import (MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thresholds, letterbox, letterbox_batch,
-                  non_max_suppression, resize_linear, resolve_classes, scale_boxes)
+from .ops import (BATCH_BYTES_PER_PIXEL, MAX_IMGSZ, MAX_NMS, PAD_VALUE, STRIDE, check_imgsz, check_thresholds,
+                  letterbox, letterbox_batch, non_max_suppression, resize_linear, resolve_classes, scale_boxes)
 
 
 def default_imgsz(spec) -> int | tuple[int, int]:

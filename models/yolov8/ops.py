@@ -16,6 +16,10 @@ from zoo.kernels.nms import MAX_BOXES as MAX_NMS
 STRIDE = 32  # input sides must be multiples of the largest stride
 PAD_VALUE = 114  # letterbox border grey
 MAX_IMGSZ = 8192  # a letterboxed 8192x8192 batch of one is already 800 MB in float32
+# Memory of a batch's forward per input pixel, float32 on the CPU: peak RSS (VmHWM) growth per image over a batch
+# of one, 56.6 bytes for YOLOv8n at 640x640, 68 at 320 (yolov8x: 183), 2026-11-30. The smallest model's: --batch's
+# memory check (zoo.pipeline.check_batch_memory) refuses only what cannot fit
+BATCH_BYTES_PER_PIXEL = 56
 
 # ---- pre-processing -------------------------------------------------------------------------
 

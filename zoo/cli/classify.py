@@ -39,6 +39,8 @@ def add_arguments(parser):
 
 
 def check_arguments(args):
+    from zoo.models.resnet import BATCH_BYTES_PER_PIXEL
+
     if args.top_k < 1 or args.top_k > 1000:
         raise UsageError(f"--top-k {args.top_k} is out of range: use 1 to 1000")
     model_options(args)
@@ -48,6 +50,8 @@ def check_arguments(args):
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
                               stream_buffer=args.stream_buffer)
     pipeline.check_resumable(args.source, args.resume)
+    crop = args.spec.preprocess["crop"]  # every image is resized and cropped to it
+    pipeline.check_batch_memory(args.batch, args.source.total, (crop, crop), BATCH_BYTES_PER_PIXEL, args.dtype)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights])
     outputs = {f"--{option}": getattr(args, option) for option in ("jsonl", "json", "csv") if getattr(args, option)}
     check_distinct(outputs)

@@ -76,7 +76,8 @@ def add_arguments(parser):
 
 
 def check_arguments(args):
-    from zoo.models.yolov8 import check_imgsz, check_thresholds, class_names, default_imgsz, resolve_classes
+    from zoo.models.yolov8 import (BATCH_BYTES_PER_PIXEL, check_imgsz, check_thresholds, class_names, default_imgsz,
+                                   resolve_classes)
 
     check_thresholds(args.conf, args.iou, args.max_det)
     pipeline.check_arguments(args)
@@ -106,6 +107,7 @@ def check_arguments(args):
     args.source = open_source(args.images, recursive=args.recursive, vid_stride=args.vid_stride,
                               stream_buffer=args.stream_buffer, outputs=[args.out])  # its images are no inputs
     pipeline.check_resumable(args.source, args.resume)
+    pipeline.check_batch_memory(args.batch, args.source.total, args.imgsz, BATCH_BYTES_PER_PIXEL, args.dtype)
     inputs = Inputs([*args.images, *input_paths(args.source), args.weights], outputs=[args.out])
     out = lock_output_folder(args.out, "--out", inputs)
     for wanted, folder in ((args.save_txt, "labels"), (args.save_crop, "crops")):
