@@ -422,6 +422,23 @@ def build(spec, num_classes: int | None = None, features_only: bool = False, out
     return model
 
 
+def holds(state_dict: dict, meta: dict) -> bool:
+    """A ResNet in torchvision's naming (timm's is the same): its stem and its first block."""
+    return "conv1.weight" in state_dict and "layer1.0.conv1.weight" in state_dict
+
+
+def variant_of(state_dict: dict) -> str:
+    """The registered ResNet a checkpoint holds, by its blocks: basic or bottleneck, and how many in each stage."""
+    kind = "bottleneck" if "layer1.0.conv3.weight" in state_dict else "basic"
+    layers = tuple(len({key.split(".")[1] for key in state_dict if key.startswith(f"layer{stage}.")})
+                   for stage in range(1, 5))
+    name = next((name for name, depth in DEPTHS.items() if depth == (kind, layers)), None)
+    if name is None:
+        raise ZooError(f"it holds a ResNet of {kind} blocks {layers} a stage, which is none of "
+                       f"{', '.join(DEPTHS)}: mlx-zoo builds only these")
+    return name
+
+
 def describe_head(shape) -> str:
     return "no head" if shape is None else f"a {shape[0]}-class head on {shape[1]} features"
 

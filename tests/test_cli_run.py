@@ -6,6 +6,7 @@ import sys
 import numpy as np
 import pytest
 from PIL import Image
+from safetensors.numpy import save_file
 
 import zoo
 from conftest import cli_error, synthetic_checkpoint
@@ -86,7 +87,8 @@ def test_api_errors_name_keyword_arguments_and_cli_errors_flags(photo, tmp_path,
     assert "pass --overwrite to replace it" in cli_error(
         ["resnet18", str(photo), "--json", str(tmp_path / "out.json"), "--weights", "synthetic"], capsys)
     # a checkpoint given as the model that no family claims: the command line's form (it named zoo.load)
-    checkpoint = synthetic_checkpoint("resnet18", tmp_path / "finetuned.safetensors")
+    checkpoint = tmp_path / "finetuned.safetensors"
+    save_file({"head.weight": np.zeros((2, 8), np.float32)}, str(checkpoint))  # a ResNet's file is identified
     assert cli_error([str(checkpoint), str(photo)], capsys).endswith(
         f"name the model (e.g. resnet50) and give the file as --weights {checkpoint}")
     with pytest.raises(ZooError, match=f"give the file as weights='{checkpoint}'"):
@@ -368,3 +370,31 @@ def test_a_batch_larger_than_memory_is_refused_before_any_work(tmp_path, monkeyp
     for batch, dtype in (("13", "float32"), ("26", "float16")):  # half precision: half the memory
         assert "missing.safetensors" in cli_error(["resnet18", str(tmp_path), "--batch", batch, "--dtype", dtype,
                                                    "--weights", missing], capsys)
+
+
+@pytest.mark.parametrize("suffix", [".safetensors", ".pt"])
+def test_a_resnet_checkpoint_given_as_the_model_is_identified_by_its_blocks(photo, tmp_path, suffix, capsys):
+    """python -m zoo.run my_resnet.safetensors photos/ said 'cannot tell which model it holds' (as a YOLO file is
+    told): the file's blocks name the ResNet (34: basic blocks, 3-4-6-3), which classifies as resnet34 --weights
+    FILE does; blocks of no registered ResNet are one line."""
+    from safetensors.numpy import load_file
+    from torch_writer import tensor, write_torch_zip
+
+    source = synthetic_checkpoint("resnet34", tmp_path / "source.safetensors")
+    path = tmp_path / f"my_resnet{suffix}"
+    if suffix == ".pt":
+        write_torch_zip(path, {key: tensor(value, value.dtype) for key, value in load_file(source).items()})
+    else:
+        source.rename(path)
+    runs = {}
+    for name, argv in (("file", [str(path)]), ("named", ["resnet34", "--weights", str(path)])):
+        assert main([*argv, str(photo), "--device", "cpu", "--jsonl", str(tmp_path / f"{name}.jsonl")]) == 0
+        header, record = (json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines())
+        runs[name] = header["model"], record["top"]
+    assert runs["file"] == runs["named"] and runs["file"][0] == "resnet34"
+    state = load_file(synthetic_checkpoint("resnet18", tmp_path / "r18.safetensors"))
+    save_file({key: value for key, value in state.items() if not key.startswith("layer4.1.")},
+              str(tmp_path / "odd.safetensors"))
+    assert cli_error([str(tmp_path / "odd.safetensors"), str(photo)], capsys) == (
+        f"error: {tmp_path / 'odd.safetensors'}: it holds a ResNet of basic blocks (2, 2, 2, 1) a stage, which is "
+        "none of resnet18, resnet34, resnet50, resnet101, resnet152: mlx-zoo builds only these")

@@ -335,8 +335,8 @@ def test_from_zoo_import_yolo_as_ultralytics(tmp_path):
     with pytest.raises(ZooError, match=r"not a YOLO model: use zoo.load\('resnet18'\)"):
         YOLO("resnet18")
     resnet = synthetic_checkpoint("resnet18", tmp_path / "r18.safetensors")
-    with pytest.raises(ZooError, match="cannot tell which model it holds"):
-        YOLO(resnet, device="cpu")
+    with pytest.raises(ZooError, match=r"is not a YOLO model \(the file holds a ResNet\): use zoo.load\("):
+        YOLO(resnet, device="cpu")  # a ResNet's file is identified: it was 'cannot tell which model it holds'
 
 
 

@@ -34,7 +34,8 @@ class New:
     state: dict
 
 
-STORAGES = {np.dtype(np.float32): "FloatStorage", np.dtype(np.float16): "HalfStorage"}
+STORAGES = {np.dtype(np.float32): "FloatStorage", np.dtype(np.float16): "HalfStorage",
+            np.dtype(np.int64): "LongStorage"}  # BatchNorm's num_batches_tracked
 
 
 class Writer(pickle._Pickler):

@@ -406,7 +406,12 @@ def YOLO(model: str | Path = "yolo11n.pt", task: str | None = None, verbose: boo
     refuse_unbuilt_yolo(model)
     if not is_weights_file(model) and get_spec(str(model)).family != "yolov8":
         raise UsageError(f"YOLO({str(model)!r}) is not a YOLO model: use zoo.load({str(model)!r})")
-    net = load(str(model), **options)  # a checkpoint file is read only where it holds a YOLO model (identify)
+    from zoo.models.yolov8 import DetectionModel
+
+    net = load(str(model), **options)  # a checkpoint file: the model it holds (identify)
+    if not isinstance(net, DetectionModel):  # e.g. a ResNet's file
+        raise UsageError(f"YOLO({str(model)!r}) is not a YOLO model (the file holds a {type(net).__name__}): use "
+                         f"zoo.load({str(model)!r})")
     if task is not None and net.task != task:
         raise UsageError(f"YOLO({str(model)!r}, task={task!r}): the model makes {net.task!r}; "
                          f"pass task={net.task!r} or a {task} model")
@@ -482,7 +487,11 @@ def identify(path: str | Path) -> tuple[ModelSpec, Weights]:
         if not hasattr(fam, "holds"):
             continue
         sanitized = fam.sanitize(sd, meta) if hasattr(fam, "sanitize") else sd
-        if fam.holds(sanitized, meta):
-            return get_spec(name), Weights(sanitized, str(path), meta)
+        if fam.holds(sanitized, meta):  # a family of several registered models may tell which (ResNet's depth)
+            try:
+                held = fam.variant_of(sanitized) if hasattr(fam, "variant_of") else name
+            except ZooError as e:
+                raise ZooError(f"{path}: {e}") from None
+            return get_spec(held), Weights(sanitized, str(path), meta)
     raise ZooError(f"{path}: cannot tell which model it holds; name the model (e.g. resnet50) and give the file "
                    f"as {option('weights', str(path))}")
