@@ -294,14 +294,23 @@ def test_everything_bad_values_fail_before_the_model_loads(photo, tmp_path, caps
     assert not (tmp_path / "out").exists()
 
 
-def test_too_many_crop_layers_for_an_image_name_the_flag(tmp_path, capsys):
-    """The image's own check, met while the command runs: it named the keyword argument (crop_n_layers 3 ...)."""
-    strip = tmp_path / "strip.png"
-    Image.fromarray(np.zeros((1, 40, 3), np.uint8)).save(strip)
-    code, captured = run_cli(strip, tmp_path / "out", "--everything", "--points-per-side", "1", "--crop-n-layers", "3",
-                             capsys=capsys)
-    assert code == 1 and "error: --crop-n-layers 3 cuts the 40x1 image into 64 crops, more than its 40 pixels: give " \
-        "at most 2" in captured.err
+def test_too_many_crop_layers_for_an_image_are_refused_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """--crop-n-layers against each image's size, from its header, with the other checks (exit 2, the flag's name):
+    it was met only once the model had loaded and the image was decoded (exit 1); in a folder the image is named."""
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(registry, "load", no_load)
+    (tmp_path / "in").mkdir()
+    Image.fromarray(np.zeros((1, 40, 3), np.uint8)).save(tmp_path / "in" / "strip.png")
+    message = "--crop-n-layers 3 cuts the 40x1 image into 64 crops, more than its 40 pixels: give at most 2"
+    code, captured = run_cli(tmp_path / "in" / "strip.png", tmp_path / "out", "--everything", "--points-per-side", "1",
+                             "--crop-n-layers", "3", capsys=capsys)
+    assert (code, captured.err.strip().splitlines()) == (2, [f"error: {message}"])
+    Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(tmp_path / "in" / "photo.png")  # 3 layers fit it
+    code, captured = run_cli(tmp_path / "in", tmp_path / "out", "--everything", "--crop-n-layers", "3", capsys=capsys)
+    assert (code, captured.err.strip().splitlines()) == (2, [f"error: {tmp_path / 'in' / 'strip.png'}: {message}"])
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_folder_and_same_stems_get_unique_outputs(tmp_path, capsys):

@@ -69,6 +69,17 @@ def _check_fraction(name: str, value, upper_open: bool = False) -> float:
 MAX_POINTS_PER_SIDE = 1024
 
 
+def check_crop_layers(crop_n_layers: int, size: tuple[int, int]) -> None:
+    """ZooError where ``crop_n_layers`` cuts an image of ``size`` (height, width) into more crops than it has
+    pixels: checked before the boxes are listed (20 layers are 4**20 boxes), and by the command line from the
+    image's header before the model loads."""
+    pixels = size[0] * size[1]
+    if 4 ** crop_n_layers > pixels:
+        most = max(layer for layer in range(crop_n_layers) if 4 ** layer <= pixels)
+        raise ZooError(f"{keyword('crop_n_layers')} {crop_n_layers} cuts the {size[1]}x{size[0]} image into "
+                       f"{4 ** crop_n_layers:,} crops, more than its {pixels:,} pixels: give at most {most}")
+
+
 class SamAutomaticMaskGenerator:
     def __init__(self, model, points_per_side: int | None = 32, points_per_batch: int = 64,
                  pred_iou_thresh: float = 0.88, stability_score_thresh: float = 0.95,
@@ -150,12 +161,7 @@ class SamAutomaticMaskGenerator:
         (N, 4) XYXY inclusive, "iou_preds", "stability_score", "points" (N, 2), "crop_boxes" (N, 4)."""
         image = load_image(image)
         orig_size = image.shape[:2]
-        pixels = orig_size[0] * orig_size[1]
-        if 4 ** self.crop_n_layers > pixels:  # checked before the boxes are listed: 20 layers are 4**20 boxes
-            most = max(layer for layer in range(self.crop_n_layers) if 4 ** layer <= pixels)
-            raise ZooError(f"{keyword('crop_n_layers')} {self.crop_n_layers} cuts the {orig_size[1]}x{orig_size[0]} "
-                           f"image into {4 ** self.crop_n_layers:,} crops, more than its {pixels:,} pixels: give at "
-                           f"most {most}")
+        check_crop_layers(self.crop_n_layers, orig_size)
         crop_boxes, layers = amg.generate_crop_boxes(orig_size, self.crop_n_layers, self.crop_overlap_ratio)
         # an image thinner than a layer's number of crops across (1 px tall) gets empty crops there, which upstream
         # fails on: there is nothing in them to segment

@@ -36,7 +36,7 @@ from zoo.files import (Inputs, check_new_file, increment_path, json_text, lock_o
                        make_output_folder, refuse_inputs, save_mask, save_png, write_text)
 from zoo.images import IMAGE_SUFFIXES, image_size, load_image
 from zoo.instances import SAM_RUN_BYTES, check_full_size_masks
-from zoo.models.mobilesam.automatic_mask_generator import SamAutomaticMaskGenerator
+from zoo.models.mobilesam.automatic_mask_generator import SamAutomaticMaskGenerator, check_crop_layers
 from zoo.models.mobilesam.predictor import check_prompts, parse_box, parse_point
 from zoo.results import blend_masks, class_colour
 from zoo.sources import Files, open_source, planned_names
@@ -121,14 +121,18 @@ def check_arguments(args):
         args.source = open_source(args.images, recursive=args.recursive, outputs=[args.out])  # its images: no inputs
     names = planned_names(args.source)
     items = list(args.source) if names is not None else []
-    if args.prompts is not None:
-        for item in items:  # prompts against each image's size, from its header
+    if args.prompts is not None or args.params.get("crop_n_layers"):
+        for item in items:  # prompts, or the crop layers, against each image's size, from its header
             try:
                 size = args.rgb.shape[:2] if args.rgb is not None else image_size(item.path)
             except ZooError:
                 continue  # an unreadable image is reported when its turn comes
             try:
-                checked_prompts(size, args.prompts)
+                with usage_errors():
+                    if args.prompts is None:
+                        check_crop_layers(args.params["crop_n_layers"], size)
+                    else:
+                        checked_prompts(size, args.prompts)
             except UsageError as e:
                 raise UsageError(f"{item.path}: {e}" if len(items) > 1 else str(e)) from None
     inputs = Inputs([*args.images, *(item.path for item in items), args.weights], outputs=[args.out])
