@@ -360,12 +360,12 @@ def test_a_batch_larger_than_memory_is_refused_before_any_work(tmp_path, monkeyp
     monkeypatch.setattr(zoo.devices, "device_memory", lambda: 10_000_000_000)
     assert cli_error(["yolov8n", str(tmp_path), "--batch", "100000", "--imgsz", "4096", "--weights", missing,
                       "--out", str(tmp_path / "out")], capsys) == (
-        "error: --batch 100000 needs at least 37.6 GB of memory for 40 inputs of 4096x4096 pixels (940 MB each), "
+        "error: --batch 100000 needs about 37.6 GB of memory for 40 inputs of 4096x4096 pixels (940 MB each), "
         "more than 80% of the 10 GB here: use --batch 8 or less")
     assert not (tmp_path / "out").exists()
     monkeypatch.setattr(zoo.devices, "device_memory", lambda: 100_000_000)
     assert cli_error(["resnet18", str(tmp_path), "--batch", "100000", "--weights", missing], capsys) == (
-        "error: --batch 100000 needs at least 0.241 GB of memory for 40 inputs of 224x224 pixels (6 MB each), "
+        "error: --batch 100000 needs about 0.241 GB of memory for 40 inputs of 224x224 pixels (6 MB each), "
         "more than 80% of the 0.1 GB here: use --batch 13 or less")
     for batch, dtype in (("13", "float32"), ("26", "float16")):  # half precision: half the memory
         assert "missing.safetensors" in cli_error(["resnet18", str(tmp_path), "--batch", batch, "--dtype", dtype,

@@ -25,8 +25,9 @@ def host_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-# The share of a GPU's memory (all of unified memory) that one pass or batch may plan to use: what the
-# process holds besides (the weights, MLX's buffers, the decoded images) takes the rest
+# The share of the device's memory (a GPU's; the host's on the CPU and on Apple silicon's unified memory) that one
+# --batch, or one LaMa pass on a GPU, may plan to use: what the process holds besides (the weights, MLX's buffers,
+# the decoded images) takes the rest
 MEMORY_SHARE = 0.8
 
 

@@ -394,8 +394,9 @@ def check_batch_memory(batch: int, total: int | None, size: tuple[int, int], byt
                        dtype: str) -> None:
     """UsageError, before anything is read, for a --batch whose forward cannot fit in the device's memory (its
     MEMORY_SHARE): ``batch`` model inputs of ``size`` (height, width) at ``bytes_per_pixel`` (the model's memory
-    per input pixel in float32, measured; half precision takes half), at most the source's ``total`` items. The
-    decoded images read ahead are not counted: the estimate is a lower bound."""
+    per input pixel in float32, measured on the smallest model of the family; half precision takes half), at most
+    the source's ``total`` items. An estimate: larger models take more, the decoded images read ahead are not counted,
+    and a letterboxed input may be smaller than ``size``."""
     from zoo.devices import MEMORY_SHARE, device_memory, parse_dtype
 
     item = size[0] * size[1] * bytes_per_pixel * parse_dtype(dtype).size // 4
@@ -404,6 +405,6 @@ def check_batch_memory(batch: int, total: int | None, size: tuple[int, int], byt
     fits = max(1, int(MEMORY_SHARE * memory // item))
     if items > fits:
         each = f"{item / 1e6:,.0f}" if item >= 1e7 else f"{item / 1e6:.2g}"
-        raise UsageError(f"--batch {batch} needs at least {items * item / 1e9:.3g} GB of memory for {items} inputs of "
+        raise UsageError(f"--batch {batch} needs about {items * item / 1e9:.3g} GB of memory for {items} inputs of "
                          f"{size[1]}x{size[0]} pixels ({each} MB each), more than {MEMORY_SHARE:.0%} of the "
                          f"{memory / 1e9:.3g} GB here: use --batch {fits} or less")
