@@ -116,6 +116,19 @@ def test_save_crop_into_a_file_is_one_error(result, tmp_path):
     assert (tmp_path / "notes.jpg").read_bytes() == (tmp_path / "crops" / "cat").read_bytes() == b"mine"
 
 
+def test_save_crop_keeps_class_names_of_a_checkpoint_inside_save_dir(tmp_path):
+    """A checkpoint's class names become crop folders: ``../../x`` wrote crops outside save_dir, ``a/b`` nested
+    folders, ``..`` and an empty name the crops' own parent. Each is now one folder in save_dir."""
+    image = np.zeros((100, 120, 3), np.uint8)
+    names = {0: "../../escaped", 1: "", 2: "..", 3: "cat/dog"}
+    boxes = np.array([[10, 10, 50, 50, 0.9, c] for c in names], np.float32)
+    written = Results(image, "photo.jpg", names, boxes).save_crop(tmp_path / "run" / "crops", file_name="f.jpg")
+    assert sorted(p.split("crops/")[1] for p in written) == [".._.._escaped/f.jpg", "cat_dog/f.jpg",
+                                                             "class1/f.jpg", "class2/f.jpg"]
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*.jpg")) == [
+        f"run/crops/{name}/f.jpg" for name in (".._.._escaped", "cat_dog", "class1", "class2")]
+
+
 def test_summary_and_json_use_ultralytics_keys(result):
     rows = json.loads(result.to_json())
     assert rows[1] == {"name": "traffic cone", "class": 2, "confidence": 0.8,

@@ -787,7 +787,8 @@ class Results:
     def save_crop(self, save_dir: str | Path, file_name: str | Path = "im.jpg") -> list[str]:
         """Each box's crop as ``save_dir/<class name>/<file_name>`` with the suffix .jpg, as ultralytics (a
         ``file_name`` with folders, ``clip/f1``, keeps them: ``crops/person/clip/f1.jpg``); a name already taken
-        gets 2, 3 ... appended (ultralytics' increment_path), so nothing is replaced."""
+        gets 2, 3 ... appended (ultralytics' increment_path), so nothing is replaced. A class name is one folder
+        (class_folder): a checkpoint's names cannot put crops outside ``save_dir``."""
         refuse_empty(save_dir, "save_dir", "pass a folder")
         refuse_empty(file_name, "file_name", "pass a file name")
         written = []
@@ -795,7 +796,7 @@ class Results:
         for crop, cls in zip(self.crops(), self.box_rows.cls.tolist()):
             if crop.size == 0:
                 continue
-            path, n = Path(save_dir) / self.names[int(cls)] / name, 1
+            path, n = Path(save_dir) / class_folder(self.names[int(cls)], int(cls)) / name, 1
             if not path.parent.is_dir():  # a file in the way, an unwritable folder: one line, not a traceback
                 make_output_folder(path.parent, f"crop {path}: its folder")
             while os.path.lexists(path):  # a dangling link's name is taken too
@@ -806,6 +807,13 @@ class Results:
                          replace=False)
             written.append(str(path))
         return written
+
+
+def class_folder(name: str, class_id: int) -> str:
+    """A class name as one folder name: slashes become ``_`` (``../../x``, a checkpoint's metadata, wrote crops
+    outside the crops folder) and a name that is no folder (empty, ``.``, ``..``) is ultralytics' ``class<id>``."""
+    folder = name.replace("/", "_").replace("\\", "_").replace("\0", "_")
+    return f"class{class_id}" if folder in ("", ".", "..") else folder
 
 
 DEFAULT_FPS = 30.0  # a camera or stream that does not say its rate
