@@ -459,6 +459,21 @@ def test_damaged_video_keeps_the_frames_before_the_damage(tmp_path):
     assert error == f"error: video {path} is damaged: it ends after {name.split('_')[1]} of its 40 frames"
 
 
+def test_a_video_that_ends_without_a_frame_kept_is_a_bad_item(tmp_path):
+    """A video of 4 frames with vid_stride 5, and an AVI without frames, gave no item at all: the run said
+    '0 images processed', exit 0, as if the video held nothing to detect. Each is now one bad item naming the fix."""
+    short = grey_video(tmp_path / "short.mp4", 4)
+    with av.open(str(tmp_path / "empty.avi"), "w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 32, 24, "yuv420p"
+        container.start_encoding()
+    assert loaded(Files([short, tmp_path / "empty.avi"], vid_stride=5)) == [
+        ("short_4", f"error: video {short} ends after 4 frame(s): vid_stride 5 keeps one frame in 5, so none; "
+                    "pass vid_stride 4 or less"),
+        ("empty_0", f"error: video {tmp_path / 'empty.avi'} holds no frames: pass a video with frames")]
+    assert [name for name, _ in loaded(Files([short], vid_stride=4))] == ["short_3"]
+
+
 def trimmed(path, frames, fps):
     """The MP4 at ``path`` with its edit list cutting its first ``frames`` frames, as an editor trims without
     re-encoding: the samples stay in the file and in its frame count; players and decoders skip them."""

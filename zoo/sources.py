@@ -85,7 +85,7 @@ from urllib.parse import unquote, urlsplit
 import numpy as np
 from PIL import Image
 
-from .errors import UsageError, ZooError, option
+from .errors import UsageError, ZooError, keyword, option
 from .extras import install_hint, require
 from .files import (ClosedOnExit, OutputFile, being_written, cannot_write, create_exclusive, create_temporary,
                     file_identity, is_special, json_text, lock_exclusive, not_a_file, place, remove_own, write_text)
@@ -566,13 +566,15 @@ class FrameSource(Source):
                 try:
                     frame = next(frames)
                 except StopIteration:
-                    if self.promised is not None and n + 1 < self.promised:
-                        yield self.broken(index, stem, n + 1, f"it ends after {n + 1} of its {self.promised} frames")
-                    elif self.live:  # FFmpeg ends a stream its server closed as one that lost its connection
+                    if self.live:  # FFmpeg ends a stream its server closed as one that lost its connection
                         why = "(its server ended it, or the connection was lost)" if self.kind == "video" else \
                             "(it was disconnected or stopped sending)"
                         print(f"note: {self.path}: the {'stream' if self.kind == 'video' else self.kind} ended after "
                               f"{n + 1} frame{'s' * (n != 0)} {why}", file=sys.stderr)
+                    if self.promised is not None and n + 1 < self.promised:
+                        yield self.broken(index, stem, n + 1, f"it ends after {n + 1} of its {self.promised} frames")
+                    elif index == start:  # an empty result would read as a video without detections
+                        yield self.unusable(index, stem, n + 1)
                     return
                 except (av.error.FFmpegError, OSError) as e:
                     yield self.broken(index, stem, n + 1, f"frame {n + 1} cannot be decoded ({e})")
@@ -596,8 +598,19 @@ class FrameSource(Source):
 
     def broken(self, index: int, stem: str, frame: int, problem: str) -> Item:
         """The bad item of a video that breaks off; the frames before it stand."""
-        return Item(self.path, index, f"{stem}_{frame}", stem, frame, self.fps, self.frames,
-                    failed(f"{self.what} is damaged: {problem}"), self.is_file)
+        return self.failing(index, stem, frame, f"{self.what} is damaged: {problem}")
+
+    def unusable(self, index: int, stem: str, decoded: int) -> Item:
+        """The bad item of a source that ended without a frame kept: none decoded, or fewer than vid_stride."""
+        if not decoded:
+            return self.failing(index, stem, 0, f"{self.what} holds no frames: pass a video with frames")
+        return self.failing(index, stem, decoded, f"{self.what} ends after {decoded} frame(s): "
+                            f"{keyword('vid_stride')} {self.vid_stride} keeps one frame in {self.vid_stride}, so none; "
+                            f"pass {keyword('vid_stride')} {decoded} or less")
+
+    def failing(self, index: int, stem: str, frame: int, message: str) -> Item:
+        return Item(self.path, index, f"{stem}_{frame}", stem, frame, self.fps, self.frames, failed(message),
+                    self.is_file)
 
 
 class Video(FrameSource):

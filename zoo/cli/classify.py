@@ -102,8 +102,7 @@ def run(args, model) -> int:
                 outputs.jsonl.sync()  # the batch's records on disk: a killed run loses at most the next batch
 
         run.run(process)
-    if run.done == 0 and run.failed and not run.skipped:
-        raise ZooError(f"none of the {run.failed} images could be read: pass image files Pillow can open")
+    run.refuse_nothing_read()
     print(f"{args.model}: {run.summary('classified')}", file=sys.stderr)
     return run.exit_code
 

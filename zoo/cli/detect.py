@@ -336,8 +336,7 @@ def run(args, model) -> int:
             files.close(complete=not run.interrupted)
             if jsonl is not None:
                 jsonl.close()
-    if run.done == 0 and run.failed and not run.skipped:
-        raise ZooError(f"none of the {run.failed} images could be read: pass image files Pillow can open")
+    run.refuse_nothing_read()
     print(run_summary(run, counts, speed, out, args), file=sys.stderr)
     return run.exit_code
 
