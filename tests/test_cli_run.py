@@ -167,7 +167,7 @@ def test_no_readable_image_fails_and_writes_nothing(tmp_path, capsys):
         (tmp_path / name).write_bytes(b"not an image")
     out = tmp_path / "out.json"
     err = cli_error(["resnet18", str(tmp_path), "--weights", "synthetic:0", "--device", "cpu", "--json", str(out)], capsys)
-    assert "none of the 2 inputs could be read" in err
+    assert "no input could be read (2 failed, each named above)" in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.png", "b.jpg"]
 
 

@@ -23,7 +23,7 @@ import zoo
 import zoo.annotate  # rows call zoo.annotate.check_kept_masks
 import zoo.instances  # and zoo.instances.check_retina_masks
 import zoo.models.lama
-from conftest import cli_inputs, file_tree, synthetic_checkpoint
+from conftest import cli_inputs, file_tree, synthetic_checkpoint, write_video
 from test_bombs import TIB, forged_png, legacy_file, safetensors_bytes
 from zoo.errors import ZooError
 
@@ -54,6 +54,8 @@ def files(tmp_path_factory) -> Path:
     save_file({"conv1.weight": np.zeros((8, 3, 7, 7), np.float32),  # a ResNet stem and one block (E86)
                "layer1.0.conv1.weight": np.zeros((8, 8, 3, 3), np.float32)}, str(root / "odd_resnet.safetensors"))
     (root / "iopaint.json").write_text('{"hd_strategy": "Resize", "hd_strategy_resize_limit": 8}')  # E85
+    cut = write_video(root / "cut.mp4", 4).read_bytes()  # E84
+    (root / "cut.mp4").write_bytes(cut[: len(cut) // 2])
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a YOLOv8 oriented-box head
                "model.22.cv4.0.2.weight": np.zeros((1, 1, 1, 1), np.float32)}, str(root / "obb.safetensors"))
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a pose head of 5 x 2 keypoints

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import PEAK_RSS_KB
+from conftest import PEAK_RSS_KB, write_video
 from zoo import sources
 from zoo.errors import UsageError, ZooError
 from zoo.sources import (RECORD_LINE_LIMIT, Arrays, Camera, Chain, Files, Folder, Glob, JsonListReader,
@@ -457,6 +457,24 @@ def test_damaged_video_keeps_the_frames_before_the_damage(tmp_path):
     assert all(isinstance(shape, tuple) for _, shape in frames[:-1])
     name, error = frames[-1]
     assert error == f"error: video {path} is damaged: it ends after {name.split('_')[1]} of its 40 frames"
+
+
+def test_a_video_without_a_video_stream_says_what_it_holds(tmp_path):
+    """An MP4 cut in half (a download cut short: its index, at the end, is gone) and an audio-only file were both
+    'has no video stream', without a fix, the first as if it were not a video at all."""
+    cut = write_video(tmp_path / "cut.mp4", 4)  # MPEG-4 in MP4 as PyAV writes it: the index after the frames
+    cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+    with av.open(str(tmp_path / "sound.mp4"), "w") as container:
+        stream = container.add_stream("aac", rate=8000)
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp", layout="mono")
+        frame.sample_rate = 8000
+        container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    fix = "pass a video; a download cut short has none either (an MP4's index comes last): download it again"
+    for path, held in ((cut, "only data"), (tmp_path / "sound.mp4", "only audio")):
+        with pytest.raises(ZooError) as e:
+            open_source(path)
+        assert str(e.value) == f"video {path} has no video stream ({held}): {fix}"
 
 
 def test_a_video_that_ends_without_a_frame_kept_is_a_bad_item(tmp_path):

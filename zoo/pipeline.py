@@ -195,8 +195,8 @@ class Pipeline:
     def refuse_nothing_read(self) -> None:
         """After the run: one more line when every item failed (a video's failure is no image's)."""
         if self.done == 0 and self.failed and not self.skipped:
-            raise ZooError(f"none of the {self.failed} inputs could be read (each one's error is above): pass image "
-                           "files Pillow can open or videos FFmpeg can decode")
+            raise ZooError(f"no input could be read ({self.failed} failed, each named above): pass image files Pillow "
+                           "can open or videos FFmpeg can decode")
 
     @property
     def exit_code(self) -> int:

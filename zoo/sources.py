@@ -654,8 +654,11 @@ class Video(FrameSource):
                                f"{' (or download the image and pass the file)' if image else ''}") from None
             raise ZooError(f"cannot read {self.what}: {e}; pass a video FFmpeg can decode") from None
         if not container.streams.video:
+            kinds = sorted({stream.type for stream in container.streams})
+            held = f"only {' and '.join(kinds)}" if kinds else "no streams"
             container.close()
-            raise ZooError(f"{self.what} has no video stream")
+            raise ZooError(f"{self.what} has no video stream ({held}): pass a video; a download cut short has none "
+                           "either (an MP4's index comes last): download it again")
         stream = container.streams.video[0]
         limit = max_image_pixels()
         if limit is not None and stream.width * stream.height > limit:  # from the header, before any frame
