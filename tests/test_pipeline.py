@@ -293,6 +293,41 @@ def test_detect_video_keeps_count_rate_labels_and_crops(tmp_path, capsys):
     assert "clip.mp4 exists" in capsys.readouterr().err
 
 
+def test_detect_video_whose_frames_change_size_midway(tmp_path, capsys):
+    """An MPEG-TS stream of 64x48 frames then 96x80 ones (two recordings joined): every frame after the change
+    was an error ('frame 3 is 96x80, the video 64x48', exit 1) after its labels were written. Now every frame is
+    a result, its labels in its own size, and the annotated video's frames from the change on are scaled to fit."""
+    import av
+
+    parts = []
+    for size in ((64, 48), (96, 80)):
+        with av.open(str(tmp_path / "part.ts"), "w") as container:
+            stream = container.add_stream("mpeg2video", rate=10)
+            stream.width, stream.height, stream.pix_fmt = *size, "yuv420p"
+            for _ in range(3):
+                container.mux(stream.encode(av.VideoFrame.from_ndarray(np.zeros((size[1], size[0], 3), np.uint8))))
+            container.mux(stream.encode())
+        parts.append((tmp_path / "part.ts").read_bytes())
+    video = tmp_path / "joined.ts"
+    video.write_bytes(b"".join(parts))
+    with av.open(str(video)) as container:  # the first part's last frame is lost in the join
+        sizes = [(f.width, f.height) for f in container.decode(video=0)]
+    assert sizes[0] == (64, 48) and sizes[-1] == (96, 80)
+    out = tmp_path / "out"
+    argv = ["yolov8n", str(video), "--weights", "synthetic:0", "--device", "cpu", "--imgsz", "64", "--conf", "0",
+            "--save-txt", "--jsonl", str(tmp_path / "d.jsonl"), "--out", str(out)]
+    assert main(argv) == 0
+    records = read_jsonl(tmp_path / "d.jsonl")
+    assert [("error" in r, r["frame"]) for r in records] == [(False, n) for n in range(len(sizes))]
+    assert sorted(p.name for p in (out / "labels").iterdir()) == [f"joined_{k}.txt" for k in range(1, len(sizes) + 1)]
+    with av.open(str(out / "joined.mp4")) as container:
+        assert [(f.width, f.height) for f in container.decode(video=0)] == [(64, 48)] * len(sizes)
+    err = capsys.readouterr().err
+    assert "error:" not in err
+    assert err.count(f"note: {out / 'joined.mp4'}: frame {sizes.index((96, 80))} is 96x80, the video 64x48 (its "
+                     "source changed size): such frames are scaled to fit it") == 1
+
+
 RSS_PROBE = PEAK_RSS_KB + """
 import sys
 import numpy as np

@@ -913,7 +913,7 @@ class ResultFiles:
         if self.writer is None:
             make_output_folder(self.out, "output folder")
             video = self.check_output(self.out / f"{item.stem}.mp4")
-            self.writer = VideoWriter(video, item.fps or DEFAULT_FPS, overwrite=self.replaces(video))
+            self.writer = VideoWriter(video, item.fps or DEFAULT_FPS, overwrite=self.replaces(video), fit=True)
         self.writer.write(rgb)
         self.item = item
 

@@ -1004,10 +1004,12 @@ class VideoWriter(ClosedOnExit):
     ``with VideoWriter("out.mp4", fps=source.fps) as video: video.write(rgb)`` -- leaving
     the block by an exception deletes the partial file. Suffixes: .mp4 .m4v .mov .mkv
     (H.264), .avi (MPEG-4 part 2), .webm (VP9). Frames of odd width or height are padded
-    by one edge pixel (4:2:0 video needs even sizes).
+    by one edge pixel (4:2:0 video needs even sizes). A frame of another size than the first
+    is an error; with ``fit=True`` (a stream that changes its size midway) it is scaled to fit
+    the video, its aspect kept, on black, said in one note.
     """
 
-    def __init__(self, path: str | Path, fps: float, overwrite: bool = False, quality: int = 23):
+    def __init__(self, path: str | Path, fps: float, overwrite: bool = False, quality: int = 23, fit: bool = False):
         self.path = Path(path)
         suffix = self.path.suffix.lower()
         if suffix not in VIDEO_FORMATS:
@@ -1019,6 +1021,7 @@ class VideoWriter(ClosedOnExit):
         self.format, self.codec = VIDEO_FORMATS[suffix]
         self.rate = Fraction(fps).limit_denominator(1001)
         self.quality = quality
+        self.fit, self.fitted = fit, 0  # frames scaled to fit
         self.replace = overwrite
         self.output: OutputFile | None = None  # created with the first frame
         self.container = self.stream = None
@@ -1042,13 +1045,30 @@ class VideoWriter(ClosedOnExit):
             if self.codec == "h264":
                 self.stream.options = {"crf": str(self.quality)}
         elif (rgb.shape[1], rgb.shape[0]) != (self.stream.width, self.stream.height):
-            raise ZooError(f"{self.path}: frame {self.count} is {w}x{h}, the video "
-                           f"{self.stream.width}x{self.stream.height}")
+            if not self.fit:
+                raise ZooError(f"{self.path}: frame {self.count} is {w}x{h}, the video "
+                               f"{self.stream.width}x{self.stream.height}")
+            rgb = self.fitted_frame(rgb[:h, :w])
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
         frame.pts = self.count
         frame.time_base = 1 / self.rate
         self.container.mux(self.stream.encode(frame))
         self.count += 1
+
+    def fitted_frame(self, rgb: np.ndarray) -> np.ndarray:
+        """``rgb`` scaled to fit the video's size, its aspect kept, centred on black; a note the first time (the
+        labels and records keep the frame's own size: only the annotated video is scaled)."""
+        (h, w), width, height = rgb.shape[:2], self.stream.width, self.stream.height
+        if not self.fitted:
+            print(f"note: {self.path}: frame {self.count} is {w}x{h}, the video {width}x{height} (its source changed "
+                  "size): such frames are scaled to fit it", file=sys.stderr)
+        self.fitted += 1
+        scale = min(width / w, height / h)
+        size = (min(width, max(1, round(w * scale))), min(height, max(1, round(h * scale))))
+        canvas = np.zeros((height, width, 3), np.uint8)
+        top, left = (height - size[1]) // 2, (width - size[0]) // 2
+        canvas[top:top + size[1], left:left + size[0]] = np.asarray(Image.fromarray(rgb).resize(size, Image.BILINEAR))
+        return canvas
 
     def close(self) -> Path:
         """Finish the video and give it its real name."""
