@@ -435,6 +435,24 @@ def test_video_writer_is_atomic_and_guards_existing(tmp_path):
             video.write(np.zeros((8, 10, 3), np.uint8))
 
 
+def test_video_writer_frames_wider_than_the_encoder_takes(tmp_path, capsys):
+    """A 20000x8 video's annotated frames: libx264 opens with at most 16384 pixels a side; FFmpeg's refusal was an
+    internal error. Strict, one ZooError naming the limit, nothing written; fit=True (detect's annotated video)
+    scales the video down, said in one note."""
+    wide = np.zeros((8, 20000, 3), np.uint8)
+    with pytest.raises(ZooError, match=r"^cannot write video .*wide.mp4: its frames are 20000x8 and h264 takes at "
+                                       r"most 16384 pixels a side: scale them down, or write .webm$"):
+        VideoWriter(tmp_path / "wide.mp4", fps=5).write(wide)
+    assert list(tmp_path.iterdir()) == []
+    with VideoWriter(tmp_path / "wide.mp4", fps=5, fit=True) as video:
+        video.write(wide)
+        video.write(wide)
+    assert capsys.readouterr().err == (f"note: {tmp_path / 'wide.mp4'}: frames of 20000x8 are more than h264 takes "
+                                       "(16384 pixels a side): the video is 16384x6, scaled\n")
+    with av.open(str(tmp_path / "wide.mp4")) as container:
+        assert [(f.width, f.height) for f in container.decode(video=0)] == [(16384, 6)] * 2
+
+
 def test_unreadable_video_and_missing_camera_are_one_line(tmp_path, capfd):
     (tmp_path / "bad.mp4").write_bytes(b"\x00" * 100)
     with pytest.raises(ZooError, match=r"^cannot read video .*bad.mp4: .*; pass a video FFmpeg can decode$"):

@@ -914,8 +914,8 @@ class ResultFiles:
             make_output_folder(self.out, "output folder")
             video = self.check_output(self.out / f"{item.stem}.mp4")
             self.writer = VideoWriter(video, item.fps or DEFAULT_FPS, overwrite=self.replaces(video), fit=True)
+        self.item = item  # before the frame: close() reads it, whether the frame was written or not
         self.writer.write(rgb)
-        self.item = item
 
     def close(self, complete: bool = True) -> None:
         """Finish the video; an interrupted one (frames left unread) is dropped, not left half-written, but for a

@@ -994,6 +994,7 @@ def open_local(text: str, path: Path, recursive: bool, vid_stride: int, outputs:
 
 # -- writers --------------------------------------------------------------------------------------
 
+MAX_VIDEO_SIDE = {"h264": 16384, "mpeg4": 8190}  # the longest side each encoder opens with (FFmpeg 7's)
 VIDEO_FORMATS = {".mp4": ("mp4", "h264"), ".m4v": ("mp4", "h264"), ".mov": ("mov", "h264"),
                  ".mkv": ("matroska", "h264"), ".avi": ("avi", "mpeg4"), ".webm": ("webm", "libvpx-vp9")}
 
@@ -1021,7 +1022,8 @@ class VideoWriter(ClosedOnExit):
         self.format, self.codec = VIDEO_FORMATS[suffix]
         self.rate = Fraction(fps).limit_denominator(1001)
         self.quality = quality
-        self.fit, self.fitted = fit, 0  # frames scaled to fit
+        self.fit, self.changed = fit, False  # changed: a frame of another size than the first was fitted
+        self.first: tuple[int, int] | None = None  # the first frame's (even) width and height
         self.replace = overwrite
         self.output: OutputFile | None = None  # created with the first frame
         self.container = self.stream = None
@@ -1033,6 +1035,7 @@ class VideoWriter(ClosedOnExit):
         h, w = rgb.shape[:2]
         rgb = np.pad(rgb, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge") if h % 2 or w % 2 else rgb
         if self.container is None:
+            width, height = self.video_size(rgb.shape[1], rgb.shape[0])
             self.output = OutputFile(self.path, replace=self.replace)
             try:
                 self.container = av.open(self.output.file, "w", format=self.format)
@@ -1040,29 +1043,49 @@ class VideoWriter(ClosedOnExit):
                 self.abort()
                 raise ZooError(f"cannot write {self.path}: {e}; check the folder exists and is writable") from None
             self.stream = self.container.add_stream(self.codec, rate=self.rate)
-            self.stream.width, self.stream.height = rgb.shape[1], rgb.shape[0]
+            self.stream.width, self.stream.height, self.first = width, height, rgb.shape[1::-1]
             self.stream.pix_fmt = "yuv420p"
             if self.codec == "h264":
                 self.stream.options = {"crf": str(self.quality)}
-        elif (rgb.shape[1], rgb.shape[0]) != (self.stream.width, self.stream.height):
+        elif rgb.shape[1::-1] != self.first:
             if not self.fit:
                 raise ZooError(f"{self.path}: frame {self.count} is {w}x{h}, the video "
                                f"{self.stream.width}x{self.stream.height}")
+            if not self.changed:
+                print(f"note: {self.path}: frame {self.count} is {w}x{h}, the video {self.stream.width}x"
+                      f"{self.stream.height} (its source changed size): such frames are scaled to fit it",
+                      file=sys.stderr)
+            self.changed = True
+        if rgb.shape[1::-1] != (self.stream.width, self.stream.height):
             rgb = self.fitted_frame(rgb[:h, :w])
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
         frame.pts = self.count
         frame.time_base = 1 / self.rate
-        self.container.mux(self.stream.encode(frame))
+        try:
+            self.container.mux(self.stream.encode(frame))
+        except av.error.FFmpegError as e:
+            raise ZooError(f"cannot write video {self.path}: frame {self.count} ({e})") from None
         self.count += 1
 
+    def video_size(self, width: int, height: int) -> tuple[int, int]:
+        """The video's (width, height) for a first frame of this (even) size: its own, or scaled down to the longest
+        side its encoder opens with (``fit``; else an error: FFmpeg's own was an internal error), said in a note."""
+        longest = MAX_VIDEO_SIDE.get(self.codec)
+        if longest is None or max(width, height) <= longest:
+            return width, height
+        if not self.fit:
+            raise ZooError(f"cannot write video {self.path}: its frames are {width}x{height} and {self.codec} takes "
+                           f"at most {longest} pixels a side: scale them down, or write .webm")
+        scale = longest / max(width, height)
+        size = tuple(max(2, 2 * round(side * scale / 2)) for side in (width, height))
+        print(f"note: {self.path}: frames of {width}x{height} are more than {self.codec} takes ({longest} pixels a "
+              f"side): the video is {size[0]}x{size[1]}, scaled", file=sys.stderr)
+        return size
+
     def fitted_frame(self, rgb: np.ndarray) -> np.ndarray:
-        """``rgb`` scaled to fit the video's size, its aspect kept, centred on black; a note the first time (the
-        labels and records keep the frame's own size: only the annotated video is scaled)."""
+        """``rgb`` scaled to fit the video's size, its aspect kept, centred on black (the labels and records keep
+        the frame's own size: only the annotated video is scaled)."""
         (h, w), width, height = rgb.shape[:2], self.stream.width, self.stream.height
-        if not self.fitted:
-            print(f"note: {self.path}: frame {self.count} is {w}x{h}, the video {width}x{height} (its source changed "
-                  "size): such frames are scaled to fit it", file=sys.stderr)
-        self.fitted += 1
         scale = min(width / w, height / h)
         size = (min(width, max(1, round(w * scale))), min(height, max(1, round(h * scale))))
         canvas = np.zeros((height, width, 3), np.uint8)
