@@ -154,6 +154,21 @@ def test_a_file_name_that_is_not_utf8_is_written_and_printed_as_on_disk(work, ca
     assert list(json.loads((work / "r.json").read_text())) == [f"latin/{name}"]
 
 
+def test_output_names_longer_than_the_file_system_takes_are_one_line(work, capsys):
+    """Two inputs of 255-byte names, a.jpg and a.png with a 251-byte stem: the second's outputs, a_2.png and
+    labels/a_2.txt, are 257 bytes; and a --json of 305 bytes: each was an internal error ('File name too long').
+    Each is now one line naming the output and the fix, before any work."""
+    stem = "y" * 251
+    save_image(work / "long" / f"{stem}.jpg")
+    save_image(work / "long" / f"{stem}.png")
+    refused(["yolov8n", "long", "--out", "o", "--save-txt", "--imgsz", "64", *SYNTHETIC], work, capsys,
+            f"error: long/{stem}.png: its output o/{'y' * 20}...{'y' * 14}_2.png is a name of 257 bytes, more than "
+            "this file system takes (255): rename the input shorter")
+    refused(["resnet18", "real.jpg", "--json", "j" * 300 + ".json", *SYNTHETIC], work, capsys,
+            f"error: --json {'j' * 20}...{'j' * 15}.json is a name of 305 bytes, more than this file system takes "
+            "(255): pass a shorter name")
+
+
 def test_detect_run_folders_increment_and_outputs_need_exist_ok(work, capsys):
     inputs = file_tree(work)
     args = ["yolov8n", "real.jpg", "imgs/", "--imgsz", "64", *SYNTHETIC]

@@ -174,7 +174,30 @@ def place(tmp: Path, path: Path, replace: bool) -> None:
     os.unlink(tmp)
 
 
+def name_max(folder: Path) -> int:
+    """The most bytes a file name may have in ``folder`` (or its nearest existing parent): 255 on most file systems."""
+    for place in (folder, *folder.parents):
+        try:
+            return os.pathconf(place, "PC_NAME_MAX")
+        except (OSError, ValueError):
+            continue
+    return 255
+
+
+def name_too_long(path: Path) -> str | None:
+    """``'PATH is a name of N bytes, more than this file system takes (255)'`` (PATH's name shortened) when ``path``'s
+    name is longer than its folder's file system takes, else None: writing it was 'File name too long', an internal
+    error (an output named after an input of 251 bytes with ``_2`` or a frame number added, say)."""
+    size, limit = len(os.fsencode(path.name)), name_max(path.parent)
+    if size <= limit:
+        return None
+    return (f"{path.parent / (path.name[:20] + '...' + path.name[-20:])} is a name of {size} bytes, more than this "
+            f"file system takes ({limit})")
+
+
 def cannot_write(path: Path, error: OSError) -> ZooError:
+    if error.errno == errno.ENAMETOOLONG:
+        return ZooError(f"cannot write {path}: its name is longer than this file system takes: pass a shorter one")
     if isinstance(error, FileExistsError):
         return ZooError(f"cannot write {path}: it appeared while this run was writing it (another run?): "
                         f"pass another path, or {option('overwrite')} to replace it")
@@ -311,7 +334,7 @@ class Inputs:
         given = self.files.get(resolved) or self.inodes.get(_inode(path) or (-1, -1))
         if given is not None:
             raise UsageError(f"{what} {path} is the input file {given}: pass another output path")
-        if self.folders and path.is_file() and path.suffix.lower() in _input_suffixes():
+        if self.folders and os.path.isfile(path) and path.suffix.lower() in _input_suffixes():  # a too long name: False
             folder = next((self.folders[p] for p in resolved.parents if p in self.folders), None)
             if folder is not None and not self.outputs.intersection(resolved.parents):
                 raise UsageError(f"{what} {path} is a file of the input folder {folder}: pass an output path "
@@ -348,6 +371,8 @@ def check_new_file(path: str | Path, what: str, overwrite: bool, flag: str | Non
     """ZooError when ``path`` exists and ``overwrite`` was not asked for (``flag`` names how to ask; default
     ``--overwrite`` / ``overwrite=True``, as the caller's interface says it)."""
     path = Path(path)
+    if (too_long := name_too_long(path)) is not None:
+        raise UsageError(f"{what} {too_long}: pass a shorter name")
     if path.is_dir():
         raise UsageError(f"{what} {path} is a folder: pass a file path")
     if is_special(path):

@@ -28,8 +28,8 @@ from zoo import pipeline, registry
 from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
 from zoo.extras import require
-from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, lock_output_folder,
-                       make_output_folder, refuse_inputs)
+from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, name_too_long,
+                       lock_output_folder, make_output_folder, refuse_inputs)
 from zoo.results import ResultFiles, output_name
 from zoo.sources import (RUN_SETTINGS, Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, apply_settings,
                          check_settings, input_paths, open_source, other_file, read_json_list, read_records,
@@ -136,6 +136,9 @@ def check_arguments(args):
     records = Path(args.jsonl).resolve() if args.jsonl else None
     records_in_out = records is not None and records.is_relative_to(Path(out).resolve())
     for given, path, name, is_video, _ in outputs:
+        for planned in (path, *label_names(out, name, is_video, args)):
+            if (too_long := name_too_long(planned)) is not None:
+                raise ZooError(f"{given}: its output {too_long}: rename the input shorter")
         refuse_inputs(path, inputs, "output")
         extras = item_files(out, name, is_video, args)
         for written in (path, *extras) if records_in_out else ():
@@ -261,6 +264,12 @@ def fixed_outputs(source, out: Path):
             name = names(part.stem, video=True)
             yield part.path, out / f"{name}.mp4", name, True, index
             index = None
+
+
+def label_names(out: Path, name: str, is_video: bool, args) -> list[Path]:
+    """An input's label file (its crops are named alike, .jpg): a video's first frame's (a later frame's longer name
+    is its own item's error)."""
+    return [out / "labels" / f"{name}{'_1' * is_video}.txt"] if args.save_txt or args.save_crop else []
 
 
 def item_files(out: Path, name: str, is_video: bool, args) -> list[Path]:
