@@ -209,7 +209,8 @@ def exclusive_lock_holder(folder: Path) -> str | None:
 @pytest.mark.ray
 def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path, capsys, monkeypatch):
     """zoo.ray.run's defaults (paths decoded in the actors, one actor per CPU) through the CLI; a bad
-    image is one warning and one error row, and the exit code is 1. While the rows come back the run holds
+    image is one warning and one error row, and the exit code is 1; so is a list's entry that is not there (it
+    ended the run: the list's paths were opened again as inputs of their own, after Ray started). While the rows come back the run holds
     its --out locked, as a local run does (the actors write nothing; this process writes the file), and
     releases it when it ends."""
     import os
@@ -234,16 +235,20 @@ def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path
     bad = tmp_path / "bad.jpg"
     bad.write_bytes(b"\xff\xd8 truncated")
     subset = tmp_path / "list.txt"
-    subset.write_text("\n".join([*chosen, str(bad)]))
+    missing = tmp_path / "missing.jpg"
+    subset.write_text("\n".join([*chosen, str(bad), str(missing)]))
     out = tmp_path / "results"
     argv = ["resnet18", str(subset), "--ray", "--weights", "synthetic:0", "--out", str(out)]
     assert main(argv) == 1
-    assert f"warning: skipped {bad}: cannot read" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"warning: skipped {bad}: cannot read" in err and f"warning: skipped {missing}: image not found" in err
     assert holders and set(holders) == {f" (pid {os.getpid()})"} and exclusive_lock_holder(out) is None
     rows = {r["path"]: (r["label"], r["name"], r["prob"], r["error"])
             for r in pq.read_table(out / "predictions.parquet").to_pylist()}
     label, name, _, error = rows.pop(str(bad))
     assert (label, name) == (-1, "") and error.startswith("cannot read")
+    label, name, _, missing_error = rows.pop(str(missing))
+    assert (label, name, missing_error) == (-1, "", f"image not found: {missing}")
     assert rows == {p: expected[p] for p in chosen}
     before = (out / "predictions.parquet").read_bytes()
     assert main(argv) == 2  # an existing file is kept without --overwrite

@@ -348,6 +348,17 @@ def image_paths(inputs, recursive: bool = False) -> list[str]:
     return paths(open_source(inputs, recursive=recursive))
 
 
+def paths_dataset(paths: list[str], batch_size: int = BATCH_SIZE):
+    """A Dataset of ``path`` rows, each decoded by the actor that runs it (image_paths' paths as they are: a list's
+    entry that is not there is its row's error, as in a run without Ray)."""
+    ray = import_ray()
+    # absolute: an actor resolves a relative path in its own working folder, the one its cluster started in
+    paths = [os.path.abspath(p) for p in paths]
+    # a block per batch: the actors share the work a batch at a time
+    return ray.data.from_items([{"path": p} for p in paths],
+                               override_num_blocks=max(1, math.ceil(len(paths) / batch_size)))
+
+
 def is_uri(inputs) -> bool:
     """A URI Ray's readers open (s3://bucket/photos/, gs://..., file:///...), as opposed to local paths."""
     return isinstance(inputs, str) and "://" in inputs and not Path(inputs).exists()
@@ -374,11 +385,7 @@ def run(model: str, inputs, weights: str | None = None, actors: int | None = Non
     elif is_uri(inputs):  # s3://, gs://, ...: Ray's readers; a read task per file, on READ_CPUS
         dataset = ray.data.read_images(inputs, mode="RGB", include_paths=True, num_cpus=READ_CPUS)
     else:
-        # absolute: an actor resolves a relative path in its own working folder, the one its cluster started in
-        paths = [os.path.abspath(p) for p in image_paths(inputs, recursive)]
-        # a block per batch: the actors share the work a batch at a time
-        dataset = ray.data.from_items([{"path": p} for p in paths],
-                                      override_num_blocks=max(1, math.ceil(len(paths) / batch_size)))
+        dataset = paths_dataset(image_paths(inputs, recursive), batch_size)
     if weights is not None and Path(weights).exists():
         weights = os.path.abspath(weights)  # read in the actors too
     if actors is None:

@@ -195,9 +195,12 @@ def native_output_to(path: str):
 
 
 def run_dataset(ray, spec, args, inputs, weights, options: dict, path: Path) -> int:
-    dataset = zoo_ray.run(args.model, inputs, weights=weights, actors=args.actors,
-                          batch_size=max(zoo_ray.BATCH_SIZE, args.batch), actor_cpus=args.actor_cpus,
-                          num_gpus=args.actor_gpus, **options)
+    """``inputs``: a URI, or image_paths' paths (opened again as inputs, a list's missing entry ended the run)."""
+    batch_size = max(zoo_ray.BATCH_SIZE, args.batch)
+    if not isinstance(inputs, str):
+        inputs = zoo_ray.paths_dataset(inputs, batch_size)
+    dataset = zoo_ray.run(args.model, inputs, weights=weights, actors=args.actors, batch_size=batch_size,
+                          actor_cpus=args.actor_cpus, num_gpus=args.actor_gpus, **options)
     counts = {"rows": 0, "failed": 0}
     schema = schema_for(spec.task)
     write = write_parquet if args.format == "parquet" else functools.partial(write_jsonl, where=path)
