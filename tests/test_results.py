@@ -61,6 +61,16 @@ def test_label_file_holds_the_accessors_values(result, tmp_path):
         result.save_txt(tmp_path / "plain.txt", overwrite=False)
 
 
+def test_save_txt_appends_after_a_last_line_without_its_newline(result, tmp_path):
+    """A label file written by hand or another tool, its last line without a newline: save_txt's first line was
+    glued to it ('0 0.5 0.5 0.1 0.10 0.25 ...'), one box of seven values and one lost."""
+    labels = tmp_path / "labels.txt"
+    labels.write_text("3 0.5 0.5 0.1 0.1")
+    result.save_txt(labels)
+    lines = labels.read_text().splitlines()
+    assert lines == ["3 0.5 0.5 0.1 0.1", *result.label_lines(False)] and all(len(x.split()) == 5 for x in lines)
+
+
 def test_plot_and_save_draw_the_same_boxes(result, tmp_path):
     plotted = result.plot()
     assert plotted.shape == (100, 120, 3) and plotted.dtype == np.uint8

@@ -769,6 +769,8 @@ class Results:
             check_new(path, overwrite is not False, self.path)
             appended = overwrite is None and os.path.lexists(path)  # a dangling link: replaced, nothing to read
             before = path.read_text(encoding="utf-8") if appended and path.exists() else ""
+            if before and not before.endswith("\n"):  # a user's last line without its newline: not merged with ours
+                before += "\n"
             # the file read is replaced by itself and the new lines; one that appeared since is kept
             write_text(path, before + "".join(f"{s}\n" for s in lines), replace=bool(overwrite) or appended)
         return str(path)
