@@ -699,6 +699,9 @@ def mask_levels(mask) -> np.ndarray:
             raise ZooError(f"mask array has dtype {mask.dtype}: pass uint8 (0 = keep, nonzero = hole) or bool")
         if mask.dtype.kind == "f" and not np.isfinite(mask).all():
             raise ZooError("mask has NaN or Inf values: pass 0 for known pixels and nonzero for the hole")
+        if mask.dtype.kind in "fi" and mask.size and mask.min() < 0:  # int8 of a 0/255 mask: 255 is -1, no hole
+            raise ZooError(f"mask has negative values ({mask.min()}, dtype {mask.dtype}): pass 0 for known pixels "
+                           "and positive values for the hole (uint8 0/255 or bool)")
         return mask
     if isinstance(mask, Image.Image):
         return np.asarray(mask.convert("L"))

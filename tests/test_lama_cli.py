@@ -94,6 +94,18 @@ def test_tiny_images_are_padded_to_16(model, size):
     assert out.shape == image.shape and np.array_equal(out[~hole], image[~hole])
 
 
+def test_a_mask_of_negative_values_is_refused(model):
+    """A 0/255 mask cast to int8 (255 is -1): no level above 0, so 'the mask marks no pixel as hole' and the image
+    came back unchanged, the hole the user drew ignored. Negative levels are refused, naming the fix."""
+    image = np.zeros((20, 30, 3), np.uint8)
+    hole = np.zeros((20, 30), np.uint8)
+    hole[5:10, 5:10] = 255
+    for mask in (hole.astype(np.int8), -hole.astype(np.float32)):
+        with pytest.raises(ZooError, match=rf"^mask has negative values \(-\d+(\.0)?, dtype {mask.dtype}\): pass 0 "
+                                           r"for known pixels and positive values for the hole \(uint8 0/255 or bool\)$"):
+            model.inpaint(image, mask)
+
+
 def test_library_bad_inputs(model):
     image = np.zeros((20, 30, 3), np.uint8)
     with pytest.raises(ZooError, match="the mask is 20x30 but the image is 30x20"):
