@@ -510,6 +510,24 @@ def test_a_video_that_ends_without_a_frame_kept_is_a_bad_item(tmp_path):
     assert [name for name, _ in loaded(Files([short], vid_stride=4))] == ["short_3"]
 
 
+@pytest.mark.parametrize("suffix", [".mkv", ".webm"])
+def test_a_matroska_video_cut_short_is_damaged(tmp_path, suffix):
+    """Matroska counts no frames, so a file cut in half (a download cut short) decoded the frames it kept and the
+    run ended with exit 0, as if the video were that long. Its video track's length (the DURATION tag) is checked:
+    the frames before the cut stand, then one error; the whole file has none."""
+    whole, noise = tmp_path / f"whole{suffix}", np.random.default_rng(0)
+    with VideoWriter(whole, fps=10) as video:  # noise: every frame of about one size, so half the file is half
+        for _ in range(20):
+            video.write(noise.integers(0, 256, (24, 32, 3), np.uint8))
+    cut = tmp_path / f"cut{suffix}"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    assert all(isinstance(shape, tuple) for _, shape in loaded(Files([whole]))) and len(loaded(Files([whole]))) == 20
+    frames = loaded(Files([cut]))
+    assert 3 < len(frames) < 20 and all(isinstance(shape, tuple) for _, shape in frames[:-1])
+    assert re.fullmatch(rf"error: video {re.escape(str(cut))} is damaged: it ends after 0\.\d0 s of its 2\.00 s",
+                        frames[-1][1])
+
+
 def trimmed(path, frames, fps):
     """The MP4 at ``path`` with its edit list cutting its first ``frames`` frames, as an editor trims without
     re-encoding: the samples stay in the file and in its frame count; players and decoders skip them."""

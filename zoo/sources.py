@@ -510,6 +510,20 @@ def promised_frames(stream) -> int | None:
     return int(stream.frames)
 
 
+def promised_seconds(stream) -> float | None:
+    """A Matroska or WebM video track's length, its DURATION tag (FFmpeg's and mkvmerge's muxers write one per track;
+    the container's own length is its longest track's, an audio track's maybe), where it counts no frames (an
+    MP4's and an AVI's count: promised_frames); None for other formats and without the tag."""
+    tag = stream.metadata.get("DURATION", "")
+    if stream.frames or "matroska" not in stream.container.format.name.split(",") or tag.count(":") != 2:
+        return None
+    hours, minutes, seconds = tag.split(":")
+    try:
+        return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    except ValueError:  # a tag of another form: no length vouched for
+        return None
+
+
 class FrameSource(Source):
     """What videos and cameras share: decoding frames in order, keeping every vid_stride-th.
 
@@ -526,6 +540,7 @@ class FrameSource(Source):
         self.fps: float | None = None
         self.frames: int | None = None
         self.promised: int | None = None  # the frames the container vouches for: fewer decoded is a damaged file
+        self.promised_seconds: float | None = None  # the length it vouches for where it counts no frames (Matroska)
         # a stream's or camera's (container, stream) opened to check it, decoded from: opened again, a server or
         # camera that takes one client refuses, and the frames in between are lost (a file is opened again)
         self.held = None
@@ -560,6 +575,7 @@ class FrameSource(Source):
         stem = names(self.stem, video=True)
         (container, stream), self.held = self.held or self.open(), None
         index, n = start, -1
+        span = [None, None]  # the first and the last decoded frame's time, seconds
         try:
             frames = container.decode(stream)
             while True:
@@ -573,6 +589,8 @@ class FrameSource(Source):
                               f"{n + 1} frame{'s' * (n != 0)} {why}", file=sys.stderr)
                     if self.promised is not None and n + 1 < self.promised:
                         yield self.broken(index, stem, n + 1, f"it ends after {n + 1} of its {self.promised} frames")
+                    elif (short := self.cut_short(*span)) is not None:
+                        yield self.broken(index, stem, n + 1, short)
                     elif index == start:  # an empty result would read as a video without detections
                         yield self.unusable(index, stem, n + 1)
                     return
@@ -580,6 +598,8 @@ class FrameSource(Source):
                     yield self.broken(index, stem, n + 1, f"frame {n + 1} cannot be decoded ({e})")
                     return
                 n += 1
+                if getattr(frame, "time", None) is not None:  # OpenCV's frames have none
+                    span = [frame.time if span[0] is None else span[0], frame.time]
                 if (limit := max_image_pixels()) is not None and frame.width * frame.height > limit:
                     # a stream may change its size midway: no frame above the limit is turned into an array
                     yield Item(self.path, index, f"{stem}_{n}", stem, n, self.fps, self.frames,
@@ -595,6 +615,17 @@ class FrameSource(Source):
                 index += 1
         finally:
             container.close()
+
+    def cut_short(self, first: float | None, last: float | None) -> str | None:
+        """Where the decoded frames span less of the video than its header's length says, by more than two frames (a
+        Matroska or WebM file cut short decoded the frames it kept, exit 0): the problem, else None."""
+        if self.promised_seconds is None:
+            return None
+        frame = 1 / self.fps if self.fps else 0.1
+        shown = 0.0 if first is None else last - first + frame
+        if shown >= self.promised_seconds - 2 * frame:
+            return None
+        return f"it ends after {shown:.2f} s of its {self.promised_seconds:.2f} s"
 
     def broken(self, index: int, stem: str, frame: int, problem: str) -> Item:
         """The bad item of a video that breaks off; the frames before it stand."""
@@ -636,6 +667,7 @@ class Video(FrameSource):
             self.fps = float(rate) if rate else None
             self.frames = frame_count(stream)
             self.promised = promised_frames(stream)
+            self.promised_seconds = promised_seconds(stream) if self.is_file else None
             self.total = None if self.frames is None else self.frames // self.vid_stride
         except BaseException:
             container.close()
