@@ -101,8 +101,9 @@ def test_a_mask_of_negative_values_is_refused(model):
     hole = np.zeros((20, 30), np.uint8)
     hole[5:10, 5:10] = 255
     for mask in (hole.astype(np.int8), -hole.astype(np.float32)):
-        with pytest.raises(ZooError, match=rf"^mask has negative values \(-\d+(\.0)?, dtype {mask.dtype}\): pass 0 "
-                                           r"for known pixels and positive values for the hole \(uint8 0/255 or bool\)$"):
+        with pytest.raises(ZooError, match=rf"^mask has negative values \(-\d+(\.0)?, dtype {mask.dtype}\): pass "
+                                           r"0 for known pixels and positive values for the hole \(uint8 0/255 "
+                                           r"or bool\)$"):
             model.inpaint(image, mask)
 
 

@@ -210,9 +210,9 @@ def exclusive_lock_holder(folder: Path) -> str | None:
 def test_cli_run_defaults_write_parquet_and_jsonl_once(cluster, folder, tmp_path, capsys, monkeypatch):
     """zoo.ray.run's defaults (paths decoded in the actors, one actor per CPU) through the CLI; a bad
     image is one warning and one error row, and the exit code is 1; so is a list's entry that is not there (it
-    ended the run: the list's paths were opened again as inputs of their own, after Ray started). While the rows come back the run holds
-    its --out locked, as a local run does (the actors write nothing; this process writes the file), and
-    releases it when it ends."""
+    ended the run: the list's paths were opened again as inputs of their own, after Ray started). While the rows
+    come back the run holds its --out locked, as a local run does (the actors write nothing; this process writes
+    the file), and releases it when it ends."""
     import os
 
     import pyarrow.parquet as pq
