@@ -54,7 +54,7 @@ def files(tmp_path_factory) -> Path:
     save_file({"conv1.weight": np.zeros((8, 3, 7, 7), np.float32),  # a ResNet stem and one block (E86)
                "layer1.0.conv1.weight": np.zeros((8, 8, 3, 3), np.float32)}, str(root / "odd_resnet.safetensors"))
     (root / "iopaint.json").write_text('{"hd_strategy": "Resize", "hd_strategy_resize_limit": 8}')  # E85
-    cut = write_video(root / "cut.mp4", 4).read_bytes()  # E84
+    cut = write_video(root / "cut.mp4", 4).read_bytes()  # E88
     (root / "cut.mp4").write_bytes(cut[: len(cut) // 2])
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a YOLOv8 oriented-box head
                "model.22.cv4.0.2.weight": np.zeros((1, 1, 1, 1), np.float32)}, str(root / "obb.safetensors"))
