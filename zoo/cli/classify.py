@@ -17,7 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from zoo import pipeline, registry
-from zoo.errors import UsageError, ZooError
+from zoo.errors import UsageError
 from zoo.files import (Inputs, OutputFile, check_distinct, check_new_file, json_text, make_output_folder,
                        refuse_inputs)
 from zoo.sources import JsonlWriter, input_paths, open_source, read_records, records_header
