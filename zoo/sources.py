@@ -583,10 +583,10 @@ class FrameSource(Source):
                     frame = next(frames)
                 except StopIteration:
                     if self.live:  # FFmpeg ends a stream its server closed as one that lost its connection
-                        why = "(its server ended it, or the connection was lost)" if self.kind == "video" else \
-                            "(it was disconnected or stopped sending)"
-                        print(f"note: {self.path}: the {'stream' if self.kind == 'video' else self.kind} ended after "
-                              f"{n + 1} frame{'s' * (n != 0)} {why}", file=sys.stderr)
+                        what, why = (("stream", "its server ended it, or the connection was lost")
+                                     if self.kind == "video" else (self.kind, "it was disconnected or stopped sending"))
+                        print(f"note: {self.path}: the {what} ended after {n + 1} frame{'s' * (n != 0)} ({why})",
+                              file=sys.stderr)
                     if self.promised is not None and n + 1 < self.promised:
                         yield self.broken(index, stem, n + 1, f"it ends after {n + 1} of its {self.promised} frames")
                     elif (short := self.cut_short(*span)) is not None:

@@ -111,7 +111,7 @@ def main(argv: list[str]) -> int:
         model_name = DEFAULT_MODEL
         print(f"note: no model=: {DEFAULT_MODEL}, as ultralytics", file=sys.stderr)
     model = YOLO(str(model_name), task=task, dtype="float16" if overrides.get("half") is True else "float32")
-    results = model.predict(source, stream=True, **overrides)
+    results = predict(model, source, stream=True, **overrides)  # overrides already predict_options
     labelled = sum(bool(r.boxes is not None and len(r.boxes)) for r in results)
     save_dir = os.path.relpath(model.predictor.save_dir)  # as ultralytics prints it: runs/detect/predict
     if overrides["save"] or overrides.get("save_crop"):
