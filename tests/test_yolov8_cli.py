@@ -233,6 +233,12 @@ def test_ultralytics_command_line_runs_as_its_yolo_command(images, tmp_path, mon
                                                              r"pass key=value, e.g. conf=0.5"),
     (["predict", "model=yolov8n.pt", "source=x.png", "conf="], r"'conf=': pass key=value, e.g. conf=0.5"),
     (["predict", "model=yolov8n.pt", "source=x.png", "device=0,1"], r"device=\(0, 1\): MLX runs on one device"),
+    # its keys are predict's keywords: the errors name them so, not as flags it does not take (--imgsz, --conf)
+    (["predict", "model=yolov8n.pt", "source=x.png", "imgsz=0"], r"^error: imgsz 0 must be from 1 to"),
+    (["predict", "model=yolov8n.pt", "source=x.png", "conf=2"], r"^error: conf 2 is outside \[0, 1\]"),
+    # a run folder without a name to number (it was an internal error, ValueError from Path.with_name)
+    (["predict", "model=yolov8n.pt", "source=x.png", "project=.", "name=."], r"project='\.', name='\.' is the folder "
+                                                                           r".*, which exists .*: pass exist_ok=True"),
 ])
 def test_ultralytics_command_line_errors_are_one_line(argv, message, images, tmp_path, monkeypatch, capsys):
     """Modes not built, a missing source, a task word the model does not make, keys predict does not take: one
@@ -242,3 +248,30 @@ def test_ultralytics_command_line_errors_are_one_line(argv, message, images, tmp
     Image.open(images / "street.png").save("x.png")
     assert re.search(message, error := cli_error(argv, capsys)), error
     assert sorted(os.listdir()) == ["x.png"]
+
+
+def test_ultralytics_command_line_joins_words_as_ultralytics(images, tmp_path, monkeypatch):
+    """Spaces around = (conf = 0.5, conf= 0.5, conf =0.5) and a list the shell split at its spaces (classes=[0, 2]
+    unquoted) are one key=value each, as ultralytics' merge_equals_args reads them: each was an error."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    Image.open(images / "street.png").save("x.png")
+    common = ["predict", "model=yolov8n.pt", "save_txt", "save=False", "verbose=False"]
+    assert main([*common, "source=x.png", "imgsz=64", "conf=0.05", "classes=[0,2]", "project=compact"]) == 0
+    assert main([*common, "source=", "x.png", "imgsz", "=64", "conf", "=", "0.05", "classes=[0,", "2]",
+                 "project=spaced"]) == 0
+    assert Path("spaced/predict/labels/x.txt").read_text() == Path("compact/predict/labels/x.txt").read_text() != ""
+
+
+@pytest.mark.parametrize("task, model", [("segment", "yolo11n-seg.pt"), ("pose", "yolo11n-pose.pt")])
+def test_ultralytics_command_line_task_word_without_model_is_the_tasks_model(task, model, images, tmp_path,
+                                                                            monkeypatch, capsys):
+    """`yolo segment predict source=...` without model= runs ultralytics' model of that task (its TASK2MODEL): it
+    took yolo11n.pt, a detection model, and refused the task word."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    Image.open(images / "street.png").save("x.png")
+    assert main([task, "predict", "source=x.png", "imgsz=64"]) == 0
+    assert f"note: no model=: {model}, as ultralytics" in capsys.readouterr().err
+    assert Path(f"runs/{task}/predict/x.png").is_file()
+

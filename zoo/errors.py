@@ -26,10 +26,12 @@ _in_command_line = False
 
 
 @contextmanager
-def command_line():
-    """Errors raised inside speak the command line's words (``--overwrite``), not the API's."""
+def command_line(flags: bool = True):
+    """Errors raised inside speak the command line's words (``--overwrite``), not the API's; ``flags=False``: a
+    command line whose words are the API's keyword arguments (ultralytics' ``imgsz=640``, zoo/cli/yolo_command.py),
+    where a flag (``--imgsz``) is no word it takes."""
     global _in_command_line
-    outer, _in_command_line = _in_command_line, True
+    outer, _in_command_line = _in_command_line, flags
     try:
         yield
     finally:

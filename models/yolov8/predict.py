@@ -121,7 +121,11 @@ def run_folder(model, project, name, exist_ok: bool, device) -> Predictor:
     predictor = model.predictor
     if predictor is not None and (device is None or device == predictor.device) and project is None and name is None:
         return predictor
-    save_dir = increment_path(Path(project or f"runs/{model.task}") / (name or "predict"), exist_ok=exist_ok)
+    folder = Path(project or f"runs/{model.task}") / (name or "predict")
+    if not folder.name and folder.exists() and not exist_ok:  # '.' or '/': no name to number as predict2
+        raise ZooError(f"project={project!r}, name={name!r} is the folder {folder.absolute()}, which exists and has "
+                       "no name to number for a new run folder: pass exist_ok=True to save into it, or name=NEW")
+    save_dir = increment_path(folder, exist_ok=exist_ok)
     # absolute, as ultralytics' (its runs_dir is): a later call after os.chdir saves into this folder, not into a
     # runs/detect/predict of the new current folder (another session's, whose outputs it mixed with its own)
     return Predictor(save_dir.absolute(), predictor.device if device is None and predictor is not None else device)

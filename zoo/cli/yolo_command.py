@@ -3,10 +3,12 @@ a tutorial's ``yolo predict model=yolo11n.pt source=bus.jpg conf=0.5`` runs with
 
 As ultralytics' own entry point does, it makes the model (``YOLO(model)``) and calls ``model.predict(**overrides)``,
 saving and printing a line per image as its command line does by default: every key has the meaning of predict's
-keyword (docs/yolov8.md). Values are read as ultralytics reads them (``none``, ``true``, ``false``, Python literals,
-else text), never evaluated as code. What differs, each one error before the model loads: modes other than predict
-(not built here), a task word that is not the model's (ultralytics takes the model's with a warning), no ``source=``
-(ultralytics falls back to sample images it ships)."""
+keyword (docs/yolov8.md), and errors name the keys so (``imgsz=0``). Values are read as ultralytics reads them
+(``none``, ``true``, ``false``, Python literals, else text), never evaluated as code, the words joined as it joins
+them (``conf = 0.5``; ``classes=[0, 2]`` split by the shell). No ``model=``: ultralytics' model of the task word.
+What differs, each one error before the model loads: modes other than predict (not built here), a task word that is
+not the model's (ultralytics takes the model's with a warning), no ``source=`` (ultralytics falls back to sample
+images it ships)."""
 from __future__ import annotations
 
 import ast
@@ -14,11 +16,12 @@ import inspect
 import os
 import sys
 
-from zoo.errors import UsageError, ZooError
+from zoo.errors import UsageError, ZooError, command_line
 
 TASKS = ("detect", "segment", "pose", "classify", "obb")
 MODES = ("predict", "track", "val", "train", "export", "benchmark", "tune")
-DEFAULT_MODEL = "yolo11n.pt"  # ultralytics' when model= is left out
+# ultralytics' model when model= is left out: its TASK2MODEL for a task word, else yolo11n.pt
+DEFAULT_MODELS = {"detect": "yolo11n.pt", "segment": "yolo11n-seg.pt", "pose": "yolo11n-pose.pt"}
 NAMES = ("model", "project", "name")  # keys whose value is a name, whatever it looks like
 HELP = """usage: python -m zoo.run [TASK] predict model=MODEL source=SOURCE [key=value ...]
 
@@ -53,12 +56,39 @@ def read_value(text: str):
         return text
 
 
+def joined(argv: list[str]) -> list[str]:
+    """The words of ``argv`` as ultralytics reads them: a key and its value split by spaces around ``=`` (``conf =
+    0.5``, ``conf= 0.5``, ``conf =0.5``) are one word, and so are the pieces of a list the shell split at its spaces
+    (``classes=[0,`` ``2]`` is ``classes=[0,2]``)."""
+    words = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        i += 1
+        if word == "=" and words and i < len(argv):  # conf = 0.5
+            words[-1] += f"={argv[i]}"
+            i += 1
+            continue
+        if word.startswith("=") and words:  # conf =0.5
+            words[-1] += word
+            continue
+        if word.endswith("=") and i < len(argv) and "=" not in argv[i]:  # conf= 0.5
+            word += argv[i]
+            i += 1
+        if word.partition("=")[2].startswith("["):  # a list's pieces up to its closing bracket
+            while word.count("[") > word.count("]") and i < len(argv):
+                word += argv[i]
+                i += 1
+        words.append(word)
+    return words
+
+
 def parse(argv: list[str], flags: set[str]) -> tuple[str | None, str, dict]:
     """(task word or None, mode, overrides) of an ultralytics command line; ``flags``: the keys that stand alone
     for ``key=True`` (predict's keywords whose default is a bool)."""
     task = mode = None
     overrides = {}
-    for word in argv:
+    for word in joined(argv):
         word = word.removeprefix("--").removesuffix(",")  # ultralytics drops both, with a warning
         key, equals, text = (part.strip() for part in word.partition("="))
         if equals:
@@ -80,6 +110,11 @@ def parse(argv: list[str], flags: set[str]) -> tuple[str | None, str, dict]:
 
 
 def main(argv: list[str]) -> int:
+    with command_line(flags=False):  # its keys are predict's keywords: errors name imgsz=0, not a flag --imgsz
+        return predict_command(argv)
+
+
+def predict_command(argv: list[str]) -> int:
     from zoo.models.yolov8.model import UNBUILT_MODES, UNBUILT_PREDICT_OPTIONS, predict_options
     from zoo.models.yolov8.predict import PREDICT_OPTIONS, check_device, predict
     from zoo.registry import YOLO, YOLO_TASKS
@@ -108,8 +143,8 @@ def main(argv: list[str]) -> int:
     except ZooError as e:
         raise UsageError(str(e)) from None
     if model_name is None:
-        model_name = DEFAULT_MODEL
-        print(f"note: no model=: {DEFAULT_MODEL}, as ultralytics", file=sys.stderr)
+        model_name = DEFAULT_MODELS[task or "detect"]
+        print(f"note: no model=: {model_name}, as ultralytics", file=sys.stderr)
     model = YOLO(str(model_name), task=task, dtype="float16" if overrides.get("half") is True else "float32")
     results = predict(model, source, stream=True, **overrides)  # overrides already predict_options
     labelled = sum(bool(r.boxes is not None and len(r.boxes)) for r in results)
