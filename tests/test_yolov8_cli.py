@@ -275,3 +275,19 @@ def test_ultralytics_command_line_task_word_without_model_is_the_tasks_model(tas
     assert f"note: no model=: {model}, as ultralytics" in capsys.readouterr().err
     assert Path(f"runs/{task}/predict/x.png").is_file()
 
+
+def test_predict_on_a_folder_of_sub_folders_names_the_glob_it_takes(images, tmp_path, monkeypatch, capsys):
+    """predict takes no recursive (nor does ultralytics'): a folder whose images lie in sub-folders said to pass
+    recursive=True (--recursive on ultralytics' command line), which predict refuses; it names the glob to pass."""
+    import zoo
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    Path("nested/sub").mkdir(parents=True)
+    Image.open(images / "street.png").save("nested/sub/x.png")
+    hint = "; pass source='nested/**/*' (a glob) to look in its sub-folders"
+    assert cli_error(["predict", "model=yolov8n.pt", "source=nested"], capsys).endswith(hint)
+    with pytest.raises(ZooError, match=re.escape(hint)):
+        zoo.YOLO("yolov8n.pt").predict("nested")
+    assert main(["predict", "model=yolov8n.pt", "source=nested/**/*", "imgsz=64", "save=False"]) == 0
+    assert "x.png: " in capsys.readouterr().err

@@ -287,17 +287,22 @@ def walk_inputs(folder: Path, outputs: Iterable[str | Path]) -> list[Path]:
 
 class Folder(Files):
     """A folder's images and videos sorted by path; ``recursive=True`` walks its sub-folders too, without those
-    holding outputs (walk_inputs: ``outputs``, this run's output folders, and earlier runs' folders)."""
+    holding outputs (walk_inputs: ``outputs``, this run's output folders, and earlier runs' folders); None: the
+    caller has no such option (ultralytics' predict), whose way into sub-folders is a glob."""
 
     kind = "folder"
 
-    def __init__(self, folder: str | Path, recursive: bool = False, vid_stride: int = 1, outputs: Iterable = ()):
+    def __init__(self, folder: str | Path, recursive: bool | None = False, vid_stride: int = 1,
+                 outputs: Iterable = ()):
         folder = Path(folder)
         if not folder.is_dir():
             raise ZooError(f"folder not found: {folder}")
         files = sorted(media_files(walk_inputs(folder, outputs) if recursive else folder.iterdir()))
         if not files:
-            deeper = "" if recursive else f"; pass {option('recursive')} to look in its sub-folders"
+            if recursive is None:
+                deeper = f"; pass source='{folder / '**' / '*'}' (a glob) to look in its sub-folders"
+            else:
+                deeper = "" if recursive else f"; pass {option('recursive')} to look in its sub-folders"
             raise ZooError(f"no images or videos in folder {folder} (looked for "
                            f"{', '.join(IMAGE_SUFFIXES + VIDEO_SUFFIXES)}){deeper}")
         super().__init__(files, vid_stride)
@@ -914,10 +919,11 @@ class Chain(Source):
                 index += 1
 
 
-def open_source(source, recursive: bool = False, vid_stride: int = 1, bgr: bool = False,
+def open_source(source, recursive: bool | None = False, vid_stride: int = 1, bgr: bool = False,
                 stream_buffer: bool = False, outputs: Iterable[str | Path] = ()) -> Source:
     """The Source for what a user passes; a list may mix paths, folders, globs and lists of paths.
-    ``outputs``: the run's output folders, left out of a folder's walk with ``recursive`` (walk_inputs).
+    ``outputs``: the run's output folders, left out of a folder's walk with ``recursive`` (walk_inputs; None: the
+    caller takes no ``recursive``, Folder).
 
     A path that does not exist, an empty folder or a glob without match is a ZooError
     now (one line); a file that turns out unreadable is a bad item later.
@@ -984,7 +990,7 @@ def stream_name(url: str) -> str:
     return f"{name[:STREAM_NAME_LIMIT - 9]}_{hashlib.sha256(address.encode()).hexdigest()[:8]}"
 
 
-def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool = False,
+def open_path(text: str, recursive: bool | None, vid_stride: int, stream_buffer: bool = False,
               outputs: Iterable[str | Path] = ()) -> Source:
     if not text:  # Path("") is the current folder: its images were read without a word
         raise ZooError("an empty path: pass a file, a folder, a glob, a .txt/.csv list, a URL or a camera number")
@@ -1001,7 +1007,8 @@ def open_path(text: str, recursive: bool, vid_stride: int, stream_buffer: bool =
         raise ZooError(f"cannot read {text}: {e.strerror or e}; check the path") from None
 
 
-def open_local(text: str, path: Path, recursive: bool, vid_stride: int, outputs: Iterable[str | Path]) -> Source:
+def open_local(text: str, path: Path, recursive: bool | None, vid_stride: int,
+               outputs: Iterable[str | Path]) -> Source:
     """The Source for a path on this machine (``text`` as the user wrote it, ``path`` with ``~`` expanded)."""
     if path.is_dir():
         return Folder(path, recursive, vid_stride, outputs)

@@ -195,10 +195,12 @@ def check_device(device) -> None:
 
 
 def open_inputs(source, vid_stride: int, stream_buffer: bool = False) -> Source:
-    """zoo.sources' Source, numpy arrays as BGR; a list may mix paths with in-memory images (as ultralytics')."""
+    """zoo.sources' Source, numpy arrays as BGR; a list may mix paths with in-memory images (as ultralytics').
+    predict takes no ``recursive`` (ultralytics' has none): a folder of sub-folders alone says to pass a glob."""
     if isinstance(source, (list, tuple)) and len({isinstance(s, (str, Path)) for s in source}) > 1:
-        return Chain([open_source(s, vid_stride=vid_stride, bgr=True, stream_buffer=stream_buffer) for s in source])
-    return open_source(source, vid_stride=vid_stride, bgr=True, stream_buffer=stream_buffer)
+        return Chain([open_source(s, recursive=None, vid_stride=vid_stride, bgr=True, stream_buffer=stream_buffer)
+                      for s in source])
+    return open_source(source, recursive=None, vid_stride=vid_stride, bgr=True, stream_buffer=stream_buffer)
 
 
 def prediction_options(model, conf, iou, classes, agnostic_nms, max_det, imgsz, retina_masks: bool = False) -> dict:
