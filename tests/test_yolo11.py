@@ -8,6 +8,8 @@ tests/fixtures/yolo11/make_fixtures.py made the upstream output (custom_best_hea
 ultralytics; the tests write those weights and that metadata as a best.pt here, without torch."""
 from __future__ import annotations
 
+import re
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -135,6 +137,11 @@ def test_cli_runs_a_best_pt_by_its_path(best_pt, image, tmp_path, capsys):
     for ray in ([], ["--ray"]):
         assert cli_error([str(best_pt), str(image), "--weights", "synthetic", "--out", str(tmp_path / "again"), *ray],
                          capsys) == f"error: {best_pt} is already the checkpoint: drop --weights synthetic"
+    # the Python API and ultralytics' command line say it in their words (it was 'unknown model <path>')
+    with pytest.raises(ZooError, match=re.escape(f"{best_pt} is already the checkpoint: drop weights='synthetic'")):
+        zoo.YOLO(best_pt, weights="synthetic")
+    assert cli_error(["predict", f"model={best_pt}", "weights=synthetic", f"source={image}"], capsys) == (
+        f"error: {best_pt} is already the checkpoint: drop weights='synthetic'")
 
 
 @pytest.mark.parametrize("model_class, task", [("OBBModel", "obb"), ("ClassificationModel", "classify")])

@@ -263,6 +263,17 @@ def test_ultralytics_command_line_joins_words_as_ultralytics(images, tmp_path, m
     assert Path("spaced/predict/labels/x.txt").read_text() == Path("compact/predict/labels/x.txt").read_text() != ""
 
 
+def test_ultralytics_command_line_takes_the_weights_its_errors_offer(images, tmp_path, monkeypatch):
+    """Offline, yolov8s.pt's download failed with 'pass weights=PATH to a local checkpoint (or
+    weights='synthetic' ...)', and weights= was then refused as no predict keyword: it is mlx-zoo's key for the
+    model's checkpoint, as --weights in mlx-zoo's own form."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ZOO_WEIGHTS", raising=False)
+    Image.open(images / "street.png").save("x.png")
+    assert main(["predict", "model=yolov8s.pt", "weights=synthetic", "source=x.png", "imgsz=64"]) == 0
+    assert Path("runs/detect/predict/x.png").is_file()
+
+
 @pytest.mark.parametrize("task, model", [("segment", "yolo11n-seg.pt"), ("pose", "yolo11n-pose.pt")])
 def test_ultralytics_command_line_task_word_without_model_is_the_tasks_model(task, model, images, tmp_path,
                                                                             monkeypatch, capsys):

@@ -380,7 +380,8 @@ def load(name: str, weights: str | Path | None = None, dtype: str = "float32", d
     name = os.fspath(name)  # Path('best.pt') as 'best.pt'
     devices.use(device)
     devices.parse_dtype(dtype)  # fail on a bad dtype before any download
-    if weights is None and is_weights_file(name):
+    if is_weights_file(name):
+        refuse_second_checkpoint(name, weights)
         spec, read = identify(name)
         check_options(spec, options)
         return build(spec, read, dtype, **options)
@@ -464,6 +465,13 @@ def create_model(model_name: str, pretrained: bool = False, checkpoint_path: str
     if checkpoint_path:
         kwargs["weights"] = checkpoint_path
     return load(model_name, pretrained=pretrained, **kwargs)
+
+
+def refuse_second_checkpoint(model: str, weights: str | Path | None) -> None:
+    """A checkpoint file given as the model (``python -m zoo.run best.pt``, ``zoo.load("best.pt")``) is its weights:
+    no weights too (``zoo.load("best.pt", weights=...)`` said 'unknown model best.pt')."""
+    if weights is not None:
+        raise UsageError(f"{model} is already the checkpoint: drop {option('weights', os.fspath(weights))}")
 
 
 def is_weights_file(name: str | Path) -> bool:

@@ -12,7 +12,7 @@ from zoo.errors import interrupted_exits
 with interrupted_exits():  # Ctrl-C while MLX loads: 'interrupted', exit 130
     from zoo import devices, registry
     from zoo.cli import (ArgumentParser, add_model_arguments, guarded, model_name_from, model_option_as_name,
-                         ray_run, refuse_second_checkpoint, task_module, yolo_command)
+                         ray_run, task_module, yolo_command)
 
 
 @guarded
@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     task.add_arguments(parser)
     args = parser.parse_intermixed_args(argv)  # inputs after options too: lama --device cpu photo.jpg --mask m.png
     if checkpoint is not None:
-        refuse_second_checkpoint(name, args.weights)
+        registry.refuse_second_checkpoint(name, args.weights)
         args.weights = name  # the task's checks read the file's classes, and never write over it
     args.spec = spec  # what the checks name the model by (a --jsonl header): the file's for a checkpoint
     devices.use(args.device)  # the checks may size work for the device (LaMa's memory bound)

@@ -63,12 +63,6 @@ def add_model_arguments(parser: argparse.ArgumentParser, dtypes: tuple[str, ...]
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
 
-def refuse_second_checkpoint(model: str, weights: str | None) -> None:
-    """A checkpoint file given as the model (``python -m zoo.run best.pt``) is its weights: no --weights too."""
-    if weights is not None:
-        raise UsageError(f"{model} is already the checkpoint: drop --weights {weights}")
-
-
 def model_name_from(argv: list[str], prog: str, help_text: Callable[[], str] | None = None) -> str:
     """The MODEL positional, wherever it stands: it decides which options the task has. Without one,
     ``--help`` prints ``help_text()`` (default: zoo.run's general help) and exits."""

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from zoo import ray as zoo_ray
 from zoo import registry
-from zoo.cli import ArgumentParser, add_model_arguments, refuse_second_checkpoint, runs_folder, usage_errors
+from zoo.cli import ArgumentParser, add_model_arguments, runs_folder, usage_errors
 from zoo.errors import UsageError, ZooError
 from zoo.files import Inputs, check_output_file, increment_path, json_text, lock_output_folder, write_atomic
 from zoo.registry import is_weights_file
@@ -98,7 +98,7 @@ def main(spec, argv: list[str]) -> int:
                          "in Python (docs/ray.md)")
     args = parser_for(spec).parse_args(argv)
     if is_weights_file(args.model):  # python -m zoo.run best.pt ... --ray: the family's name, the file as weights
-        refuse_second_checkpoint(args.model, args.weights)
+        registry.refuse_second_checkpoint(args.model, args.weights)
         args.model, args.weights = spec.name, args.model
     if args.actors is not None and args.actors < 1:
         raise UsageError(f"--actors {args.actors} must be 1 or more")

@@ -13,7 +13,7 @@ with interrupted_exits():  # Ctrl-C while MLX loads: 'interrupted', exit 130
     import numpy as np
 
     from zoo import registry, validate
-    from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from, refuse_second_checkpoint
+    from zoo.cli import ArgumentParser, add_model_arguments, guarded, model_name_from
     from zoo.cli.validate_ops import main as ops_main
     from zoo.files import check_output_file, write_text
     from zoo.searchpath import after_standard_library
@@ -175,7 +175,7 @@ def main(argv: list[str]) -> int:
     parser = validate_parser(case)
     args = parser.parse_args(argv)
     if checkpoint is not None:  # validated as the family's name with the file as its weights
-        refuse_second_checkpoint(checkpoint, args.weights)
+        registry.refuse_second_checkpoint(checkpoint, args.weights)
         args.model, args.weights = name, checkpoint
     options = {name: getattr(args, name) for name in vars(validate.case_defaults(case))}
     check_outputs(args, [args.weights, *(v for k, v in options.items() if k in ("image", "mask") and v)])

@@ -22,14 +22,14 @@ TASKS = ("detect", "segment", "pose", "classify", "obb")
 MODES = ("predict", "track", "val", "train", "export", "benchmark", "tune")
 # ultralytics' model when model= is left out: its TASK2MODEL for a task word, else yolo11n.pt
 DEFAULT_MODELS = {"detect": "yolo11n.pt", "segment": "yolo11n-seg.pt", "pose": "yolo11n-pose.pt"}
-NAMES = ("model", "project", "name")  # keys whose value is a name, whatever it looks like
+NAMES = ("model", "weights", "project", "name")  # keys whose value is a name, whatever it looks like
 HELP = """usage: python -m zoo.run [TASK] predict model=MODEL source=SOURCE [key=value ...]
 
 ultralytics' command line (yolo [TASK] MODE key=value ...) with yolo replaced by python -m zoo.run: it makes
 YOLO(model) and calls model.predict(source, **overrides), saving the annotated images and printing a line per
 image (save=False, verbose=False turn them off). Every key is predict's keyword: {keys}.
 A bool key alone is key=True. TASK: detect, segment or pose (must be the model's); modes other than predict are
-not built here.
+not built here. mlx-zoo's own key: weights=PATH|synthetic, the model's checkpoint (--weights of mlx-zoo's form).
 
   python -m zoo.run predict model=yolo11n.pt source=bus.jpg conf=0.5
   python -m zoo.run segment predict model=best.pt source=images/ save_txt project=runs name=seg
@@ -136,6 +136,7 @@ def predict_command(argv: list[str]) -> int:
         raise UsageError("no source=: pass source=IMAGE, FOLDER, VIDEO, GLOB or URL (ultralytics falls back to "
                          "sample images it ships; mlx-zoo ships none)")
     source, model_name = overrides.pop("source"), overrides.pop("model", None)
+    weights = overrides.pop("weights", None)  # mlx-zoo's, which its errors offer (no network: weights=PATH)
     overrides.pop("stream", None)  # the command line always streams
     try:  # the keys and the device, before the model loads
         overrides = predict_options({"save": True, "verbose": True, **overrides})  # as ultralytics' command line
@@ -145,7 +146,8 @@ def predict_command(argv: list[str]) -> int:
     if model_name is None:
         model_name = DEFAULT_MODELS[task or "detect"]
         print(f"note: no model=: {model_name}, as ultralytics", file=sys.stderr)
-    model = YOLO(str(model_name), task=task, dtype="float16" if overrides.get("half") is True else "float32")
+    model = YOLO(str(model_name), task=task, weights=weights,
+                 dtype="float16" if overrides.get("half") is True else "float32")
     results = predict(model, source, stream=True, **overrides)  # overrides already predict_options
     labelled = sum(bool(r.boxes is not None and len(r.boxes)) for r in results)
     save_dir = os.path.relpath(model.predictor.save_dir)  # as ultralytics prints it: runs/detect/predict
