@@ -435,6 +435,9 @@ def test_classes_as_ultralytics_documents_them():
         resolve_classes(80, names)
     with pytest.raises(ZooError, match="unknown classes True"):  # a bool is not a class id
         resolve_classes(True, names)
+    with pytest.raises(ZooError, match="unknown classes 0.5: use names or ids"):  # it was a TypeError
+        resolve_classes(0.5, names)
+    assert resolve_classes(np.array([2, 0]), names) == [0, 2]
 
 
 def test_class_names_ship_with_the_package():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import numbers
 import sys
+from collections.abc import Iterable
 
 import mlx.core as mx
 import numpy as np
@@ -194,7 +195,9 @@ def resolve_classes(classes, names: dict[int, str]) -> list[int] | None:
     if isinstance(classes, str):
         items = [c.strip() for c in classes.split(",")]
     else:
-        items = [classes] if isinstance(classes, (int, np.integer)) else list(classes)
+        # one value that is no collection (classes=0, or 0.5: its TypeError 'float' object is not iterable was an
+        # internal error) is one item
+        items = list(classes) if isinstance(classes, Iterable) else [classes]
     by_name = {name.lower(): i for i, name in names.items()}
     ids, unknown = [], []
     for item in items:
