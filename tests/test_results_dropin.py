@@ -4,6 +4,7 @@ detections and MobileSAM's records, and --save-json evaluates with pycocotools a
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -237,6 +238,22 @@ def test_predict_takes_the_defaults_of_ultralytics_options_not_built():
         with pytest.raises(ZooError, match=rf"predict\({key}={re.escape(repr(value))}\) is not available in mlx-zoo "
                                            rf"\(only ultralytics' default {key}="):
             det(image, **{key: value})
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"save": "False"}, r"predict\(save='False'\): pass save=True or save=False"),  # the text was true: it saved
+    ({"save_txt": "no"}, r"predict\(save_txt='no'\): pass save_txt=True or save_txt=False"),
+    ({"save": True, "line_width": "3"}, r"predict\(line_width='3'\): pass a width in pixels"),  # a TypeError drawing
+    ({"save": True, "line_width": -2}, r"predict\(line_width=-2\): pass a width in pixels"),
+])
+def test_predict_refuses_values_of_the_types_ultralytics_refuses(options, message, tmp_path, monkeypatch):
+    """ultralytics' check_cfg refuses a bool key's text and a line width that is no number; predict took save='False'
+    as true and wrote a run folder, and line_width='3' failed with a TypeError at the first image drawn."""
+    monkeypatch.chdir(tmp_path)
+    det = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    with pytest.raises(ZooError, match=message):
+        det(np.zeros((48, 64, 3), np.uint8), imgsz=64, **options)
+    assert os.listdir() == []
 
 
 def test_results_path_of_a_file_is_absolute_as_ultralytics(tmp_path, monkeypatch):

@@ -236,6 +236,8 @@ def test_ultralytics_command_line_runs_as_its_yolo_command(images, tmp_path, mon
     # its keys are predict's keywords: the errors name them so, not as flags it does not take (--imgsz, --conf)
     (["predict", "model=yolov8n.pt", "source=x.png", "imgsz=0"], r"^error: imgsz 0 must be from 1 to"),
     (["predict", "model=yolov8n.pt", "source=x.png", "conf=2"], r"^error: conf 2 is outside \[0, 1\]"),
+    # a bool key's text, which ultralytics' check_cfg refuses too (it was true: save=no saved)
+    (["predict", "model=yolov8n.pt", "source=x.png", "save=no"], r"predict\(save='no'\): pass save=True or save=False"),
     # a run folder without a name to number (it was an internal error, ValueError from Path.with_name)
     (["predict", "model=yolov8n.pt", "source=x.png", "project=.", "name=."], r"project='\.', name='\.' is the folder "
                                                                            r".*, which exists .*: pass exist_ok=True"),

@@ -43,7 +43,7 @@ from zoo.models.layers import (BatchNorm, Conv2d, Sequential, attention, conv2d_
                                fusing_on_cpu, sigmoid, silu, softmax)
 
 from .ops import STRIDE, resolve_classes
-from .predict import PREDICT_OPTIONS, check_device, predict
+from .predict import BOOL_PREDICT_OPTIONS, PREDICT_OPTIONS, check_device, predict
 
 @dataclass(frozen=True)
 class Architecture:
@@ -852,7 +852,8 @@ UNBUILT_MODES = {
 
 def predict_options(options: dict) -> dict:
     """ultralytics' predict keywords as predict takes them: deprecated names under their new ones (said in one line),
-    the defaults of options not built here dropped; one error for any other value of those, or an unknown key."""
+    the defaults of options not built here dropped; one error for any other value of those, an unknown key, or a value
+    of a type ultralytics' check_cfg refuses (a bool key's text: save='no' was taken as True)."""
     options = dict(options)
     for old, (new, convert) in DEPRECATED_PREDICT_OPTIONS.items():
         if old in options:
@@ -875,6 +876,14 @@ def predict_options(options: dict) -> dict:
                            f"{', '.join(PREDICT_OPTIONS)}")
         raise ZooError(f"predict() got an unknown keyword argument {key}=: {hint}it takes "
                        f"{', '.join(PREDICT_OPTIONS)}")
+    for key, value in options.items():
+        if key in BOOL_PREDICT_OPTIONS and not isinstance(value, (bool, np.bool_, type(None))):
+            raise ZooError(f"predict({key}={value!r}): pass {key}=True or {key}=False")
+    width = options.get("line_width")
+    if width is not None and (isinstance(width, bool) or not isinstance(width, (int, float)) or not width >= 0):
+        # a str failed when the first image was drawn ('type str doesn't define __round__'); 0 is None, as upstream
+        raise ZooError(f"predict(line_width={width!r}): pass a width in pixels, or None (or 0) for one from the "
+                       "image's size")
     return options
 
 

@@ -99,8 +99,10 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     return results if stream else list(results)
 
 
-# predict's keyword arguments besides source, ultralytics' names
+# predict's keyword arguments besides source, ultralytics' names; those that are True or False
 PREDICT_OPTIONS = tuple(inspect.signature(predict).parameters)[2:]
+BOOL_PREDICT_OPTIONS = tuple(key for key, p in inspect.signature(predict).parameters.items()
+                             if isinstance(p.default, bool))
 
 
 class Predictor:
