@@ -265,6 +265,16 @@ def test_ultralytics_command_line_joins_words_as_ultralytics(images, tmp_path, m
     assert Path("spaced/predict/labels/x.txt").read_text() == Path("compact/predict/labels/x.txt").read_text() != ""
 
 
+def test_ultralytics_command_line_with_yolo_left_in_front(images, tmp_path, monkeypatch):
+    """`python -m zoo.run yolo predict ...` (yolo kept where python -m zoo.run was to replace it) was 'unknown model
+    yolo': it is the command without it."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    Image.open(images / "street.png").save("x.png")
+    assert main(["yolo", "predict", "model=yolov8n.pt", "source=x.png", "imgsz=64", "save_txt", "conf=0.05"]) == 0
+    assert Path("runs/detect/predict/x.png").is_file() and Path("runs/detect/predict/labels/x.txt").is_file()
+
+
 def test_ultralytics_command_line_takes_the_weights_its_errors_offer(images, tmp_path, monkeypatch):
     """Offline, yolov8s.pt's download failed with 'pass weights=PATH to a local checkpoint (or
     weights='synthetic' ...)', and weights= was then refused as no predict keyword: it is mlx-zoo's key for the

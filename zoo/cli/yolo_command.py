@@ -12,7 +12,6 @@ images it ships)."""
 from __future__ import annotations
 
 import ast
-import inspect
 import os
 import sys
 
@@ -37,8 +36,15 @@ not built here. mlx-zoo's own key: weights=PATH|synthetic, the model's checkpoin
 docs/yolov8.md, ultralytics' command line; python -m zoo.run --help: mlx-zoo's own form."""
 
 
+def without_yolo(argv: list[str]) -> list[str]:
+    """``argv`` without ultralytics' command word ``yolo`` in front (``python -m zoo.run yolo predict ...``: kept where
+    python -m zoo.run was to replace it)."""
+    return argv[1:] if argv[:1] == ["yolo"] else argv
+
+
 def is_yolo_command(argv: list[str]) -> bool:
     """Whether ``argv`` is in ultralytics' form: a task or mode word first, or a ``key=value`` naming one."""
+    argv = without_yolo(argv)
     if not argv:
         return False
     first = argv[0]  # with dashes it is ours: --model=lama is IOPaint's (model_option_as_name)
@@ -111,20 +117,18 @@ def parse(argv: list[str], flags: set[str]) -> tuple[str | None, str, dict]:
 
 def main(argv: list[str]) -> int:
     with command_line(flags=False):  # its keys are predict's keywords: errors name imgsz=0, not a flag --imgsz
-        return predict_command(argv)
+        return predict_command(without_yolo(argv))
 
 
 def predict_command(argv: list[str]) -> int:
     from zoo.models.yolov8.model import UNBUILT_MODES, UNBUILT_PREDICT_OPTIONS, predict_options
-    from zoo.models.yolov8.predict import PREDICT_OPTIONS, check_device, predict
+    from zoo.models.yolov8.predict import BOOL_PREDICT_OPTIONS, PREDICT_OPTIONS, check_device, predict
     from zoo.registry import YOLO, YOLO_TASKS
 
     if {"-h", "--help", "help"} & set(argv):
         print(HELP.format(keys=" ".join(key for key in PREDICT_OPTIONS if key != "stream")))
         sys.exit(0)
-    keywords = inspect.signature(predict).parameters
-    flags = {k for k, p in keywords.items() if isinstance(p.default, bool)}
-    flags |= {k for k, default in UNBUILT_PREDICT_OPTIONS.items() if isinstance(default, bool)}
+    flags = {*BOOL_PREDICT_OPTIONS, *(k for k, default in UNBUILT_PREDICT_OPTIONS.items() if isinstance(default, bool))}
     task, mode, overrides = parse(argv, flags)
     if mode not in MODES:
         raise UsageError(f"mode={mode!r}: ultralytics' modes are {', '.join(MODES)}; mlx-zoo runs predict")
