@@ -47,6 +47,7 @@ def files(tmp_path_factory) -> Path:
     (root / "trunc.jpg").write_bytes(jpeg[: len(jpeg) // 2])
     (root / "junk.pt").write_bytes(np.random.default_rng(1).integers(0, 256, 300, dtype=np.uint8).tobytes())
     (root / "old.json").write_text("{}\n")
+    (root / "gaps.txt").write_text("ok.jpg\nmissing.jpg\n")  # E97
     synthetic_checkpoint("yolov8n", root / "yolo.safetensors")
     (root / "empty").mkdir()
     (root / "dangling").symlink_to("gone/target")  # E76

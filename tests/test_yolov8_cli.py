@@ -265,6 +265,23 @@ def test_ultralytics_command_line_joins_words_as_ultralytics(images, tmp_path, m
     assert Path("spaced/predict/labels/x.txt").read_text() == Path("compact/predict/labels/x.txt").read_text() != ""
 
 
+def test_ultralytics_command_line_exits_1_when_inputs_were_skipped(images, tmp_path, monkeypatch, capsys):
+    """predict() skips an input it cannot read with a warning, as ultralytics'; the command line then exited 0 (a
+    damaged image in a folder, a list naming a missing file), where mlx-zoo's own form exits 1: the others are
+    processed and saved, then one error line, exit 1."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    Path("photos").mkdir()
+    Image.open(images / "street.png").save("photos/x.png")
+    Path("photos/bad.jpg").write_text("not an image\n")
+    assert main(["predict", "model=yolov8n.pt", "source=photos", "imgsz=64"]) == 1
+    err = capsys.readouterr().err
+    assert "warning: skipped: cannot read photos/bad.jpg" in err
+    assert err.endswith("\nerror: 1 input was skipped, named in the warning above: fix or remove it (the others were "
+                        "processed)\n")
+    assert Path("runs/detect/predict/x.png").is_file()
+
+
 def test_ultralytics_command_line_with_yolo_left_in_front(images, tmp_path, monkeypatch):
     """`python -m zoo.run yolo predict ...` (yolo kept where python -m zoo.run was to replace it) was 'unknown model
     yolo': it is the command without it."""

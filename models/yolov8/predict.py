@@ -82,6 +82,7 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
         if save or save_txt or save_crop:
             refuse_empty(value, what, f"pass a folder, or {what}=None for {default}")
     run = model.predictor = run_folder(model, project, name, exist_ok, device)
+    run.skipped = []
     out = run.save_dir
     files = None
     if save or save_txt or save_crop:
@@ -95,7 +96,8 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
                                            *input_paths(opened)], outputs=[out]))
     # a list's paths as given, by the path its items carry (Path("./a.jpg") and "a.jpg" are both a.jpg)
     as_given = {str(Path(s)): os.fspath(s) for s in source if isinstance(s, (str, Path))} if listed else {}
-    results = predictions(model, opened, size, options, files, verbose, vid_stride, str(out.resolve()), as_given)
+    results = predictions(model, opened, size, options, files, verbose, vid_stride, str(out.resolve()), as_given,
+                          run.skipped)
     return results if stream else list(results)
 
 
@@ -108,11 +110,12 @@ BOOL_PREDICT_OPTIONS = tuple(key for key, p in inspect.signature(predict).parame
 class Predictor:
     """What of ultralytics' ``model.predictor`` predict keeps from call to call: its run folder ``save_dir`` and
     ``device``, and the outputs the calls wrote there (``written``), which later calls may write over as
-    ultralytics' do (and nothing else there)."""
+    ultralytics' do (and nothing else there); ``skipped``: the inputs the latest call could not read (readable)."""
 
     def __init__(self, save_dir: Path, device):
         self.save_dir, self.device = save_dir, device
         self.written = WrittenFiles()
+        self.skipped: list[str] = []
 
 
 def run_folder(model, project, name, exist_ok: bool, device) -> Predictor:
@@ -134,13 +137,14 @@ def run_folder(model, project, name, exist_ok: bool, device) -> Predictor:
 
 
 def predictions(model, opened: Source, size: int, options: dict, files: ResultFiles | None, verbose: bool,
-                vid_stride: int, save_dir: str, as_given: dict[str, str] | None = None):
+                vid_stride: int, save_dir: str, as_given: dict[str, str] | None = None, skipped: list | None = None):
     """The Results of ``opened``'s items, ``size`` a forward pass, each with the run folder ``save_dir``, written
     and logged (``verbose``; video frames numbered by ``vid_stride``) as they come. An image file a list named
-    (``as_given``) keeps that path, as ultralytics opens a list's files with PIL, whose ``filename`` it takes."""
+    (``as_given``) keeps that path, as ultralytics opens a list's files with PIL, whose ``filename`` it takes.
+    ``skipped``: where the items that could not be read are noted (readable)."""
     complete = False
     try:
-        for pairs in batched(readable(opened), size):
+        for pairs in batched(readable(opened, skipped), size):
             items = [item for item, _ in pairs]
             for item, r in zip(items, predict_batch(model, [rgb for _, rgb in pairs], items, **options)):
                 r.save_dir = save_dir
@@ -157,10 +161,11 @@ def predictions(model, opened: Source, size: int, options: dict, files: ResultFi
             files.close(complete)
 
 
-def readable(source: Source) -> Iterator[tuple[Item, np.ndarray]]:
+def readable(source: Source, skipped: list | None = None) -> Iterator[tuple[Item, np.ndarray]]:
     """Each item with its pixels. A bad one (a file that is no image, a video that breaks off) is one
-    ``warning:`` line on stderr and skipped, as ultralytics skips an image it cannot read, so a loop over a
-    folder goes on; the only item of a source raises its error (the call has nothing else to do)."""
+    ``warning:`` line on stderr and skipped (and noted in ``skipped``), as ultralytics skips an image it cannot
+    read, so a loop over a folder goes on; the only item of a source raises its error (the call has nothing else
+    to do)."""
     for item in source:
         try:
             yield item, item.load()
@@ -170,6 +175,8 @@ def readable(source: Source) -> Iterator[tuple[Item, np.ndarray]]:
             frame = "" if item.frame is None else f" frame {item.frame}"
             where = "" if item.path in str(e) else f"{item.path}{frame}: "
             print(f"warning: skipped: {where}{e}", file=sys.stderr)
+            if skipped is not None:
+                skipped.append(f"{where}{e}")
 
 
 def log_line(item: Item, result: Results, vid_stride: int) -> str:

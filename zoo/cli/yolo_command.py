@@ -160,4 +160,9 @@ def predict_command(argv: list[str]) -> int:
     if overrides.get("save_txt"):
         print(f"{labelled} label{'s' * (labelled != 1)} saved to {os.path.join(save_dir, 'labels')}",
               file=sys.stderr)
+    skipped = len(model.predictor.skipped)
+    if skipped:  # a command's bad input is an error (exit 1), as mlx-zoo's own form's, where predict() warns
+        raise ZooError(f"{skipped} input{'s were' if skipped > 1 else ' was'} skipped, named in the warning"
+                       f"{'s' * (skipped > 1)} above: fix or remove {'them' if skipped > 1 else 'it'} (the others "
+                       "were processed)")
     return 0
