@@ -142,6 +142,9 @@ def predict_command(argv: list[str]) -> int:
     source, model_name = overrides.pop("source"), overrides.pop("model", None)
     weights = overrides.pop("weights", None)  # mlx-zoo's, which its errors offer (no network: weights=PATH)
     overrides.pop("stream", None)  # the command line always streams
+    if overrides.get("show") is True:  # predict's own line says r.show(), which a command line has no way to call
+        raise UsageError("show=True (a window of each image or frame) is not available in mlx-zoo: the annotated "
+                         "images and videos are saved in the run folder (save=True, the default here): open them there")
     try:  # the keys and the device, before the model loads
         overrides = predict_options({"save": True, "verbose": True, **overrides})  # as ultralytics' command line
         check_device(overrides.get("device"))
