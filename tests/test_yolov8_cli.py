@@ -233,6 +233,9 @@ def test_ultralytics_command_line_runs_as_its_yolo_command(images, tmp_path, mon
                                                              r"is not available in mlx-zoo: the annotated images"),
     (["predict", "model=yolov8n.pt", "source=x.png", "conf"], r"'conf' is not an ultralytics argument predict takes: "
                                                              r"pass key=value, e.g. conf=0.5"),
+    # a path with spaces the shell split: it says to quote it (it said only key=value)
+    (["predict", "model=yolov8n.pt", "source=my", "photos/x.png"], r"'photos/x.png' is not an ultralytics argument .*"
+                                                                  r"\(a value with spaces quoted: source='my photos/"),
     (["predict", "model=yolov8n.pt", "source=x.png", "conf="], r"'conf=': pass key=value, e.g. conf=0.5"),
     (["predict", "model=yolov8n.pt", "source=x.png", "device=0,1"], r"device=\(0, 1\): MLX runs on one device"),
     # its keys are predict's keywords: the errors name them so, not as flags it does not take (--imgsz, --conf)

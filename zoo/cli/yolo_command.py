@@ -109,7 +109,9 @@ def parse(argv: list[str], flags: set[str]) -> tuple[str | None, str, dict]:
         elif word in flags:
             overrides[word] = True  # ultralytics: a bool key alone is key=True
         else:
-            raise UsageError(f"{word!r} is not an ultralytics argument predict takes: pass key=value, e.g. conf=0.5, "
+            # most often a value the shell split at its spaces: source=my photos/a.jpg unquoted
+            raise UsageError(f"{word!r} is not an ultralytics argument predict takes: pass key=value, e.g. conf=0.5 "
+                             "(a value with spaces quoted: source='my photos/a.jpg'), "
                              f"a task ({', '.join(TASKS)}) or a mode ({', '.join(MODES)})")
     task = overrides.pop("task", task)
     return task, overrides.pop("mode", mode) or "predict", overrides
