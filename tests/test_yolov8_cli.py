@@ -243,6 +243,12 @@ def test_ultralytics_command_line_runs_as_its_yolo_command(images, tmp_path, mon
     (["predict", "model=yolov8n.pt", "source=x.png", "conf=2"], r"^error: conf 2 is outside \[0, 1\]"),
     # a bool key's text, which ultralytics' check_cfg refuses too (it was true: save=no saved)
     (["predict", "model=yolov8n.pt", "source=x.png", "save=no"], r"predict\(save='no'\): pass save=True or save=False"),
+    # an export of the model (ultralytics runs it): it was 'unknown model best.onnx', and yolov8n.onnx 'no tagged
+    # weights of yolov8n' (.onnx taken for a weights tag)
+    (["predict", "model=yolov8n.onnx", "source=x.png"], r"^error: yolov8n.onnx is an exported model \(ONNX, from "
+                                                       r"yolo export\): mlx-zoo runs the PyTorch checkpoint"),
+    (["predict", "model=best_openvino_model/", "source=x.png"], r"best_openvino_model/ is an exported model \(OpenVINO"),
+    (["best.engine", "x.png"], r"^error: best.engine is an exported model \(TensorRT"),
     # a run folder without a name to number (it was an internal error, ValueError from Path.with_name)
     (["predict", "model=yolov8n.pt", "source=x.png", "project=.", "name=."], r"project='\.', name='\.' is the folder "
                                                                            r".*, which exists .*: pass exist_ok=True"),
