@@ -7,6 +7,7 @@ docs fails too.
 """
 import io
 import os
+import py_compile
 import re
 import shlex
 import shutil
@@ -73,6 +74,11 @@ def files(tmp_path_factory) -> Path:
         sparse.truncate(sparse.seek(0, 2) + (3 << 30))
     Image.new("RGB", (5000, 1), (120, 30, 200)).save(root / "strip.png")
     Image.fromarray(np.array([[0.5, np.nan], [0.25, 1.0]], np.float32), "F").save(root / "nan.tif")  # E83
+    (root / "factories.py").write_text(  # python -m zoo.validate --module's factories (E94-E96)
+        "import mlx.nn as nn\n\n\nclass Constant(nn.Module):\n    def __call__(self, x):\n        return 0\n\n\n"
+        "def constant():\n    return Constant()\n\n\ndef builder():\n    return nn.Linear\n\n\n"
+        "def quits():\n    raise SystemExit(3)\n")
+    py_compile.compile(str(root / "factories.py"))  # its import then writes no __pycache__ into the tree compared
     from zoo.run import main
 
     # a detect run's --out and records, and an --out as an earlier version left it: no settings file (E74, E75, E79)

@@ -67,11 +67,22 @@ def test_compare_metrics():
 def test_nan_and_inf_are_flagged_where_the_reference_has_none():
     """A NaN or an infinity on the MLX side fails its layer wherever the reference element is not the same: with a
     NaN elsewhere in the reference (or an inf of the other sign) the layer passed, the element left out unflagged."""
-    ref = np.array([np.nan, 1.0, 2.0, -np.inf])
+    ref = np.array([np.inf, 1.0, 2.0, -np.inf])
     assert engine.compare("x", ref, ref.copy(), tol=1e-4).status == "pass"
-    assert engine.compare("x", ref, np.array([1.0, np.nan, 2.0, -np.inf]), tol=1e-4).flags == ["NaN"]
-    assert engine.compare("x", ref, np.array([np.nan, 1.0, 2.0, np.inf]), tol=1e-4).flags == ["Inf"]
-    assert engine.compare("x", ref, np.array([np.inf, 1.0, 2.0, -np.inf]), tol=1e-4).flags == ["Inf"]
+    assert engine.compare("x", ref, np.array([np.inf, np.nan, 2.0, -np.inf]), tol=1e-4).flags == ["NaN"]
+    assert engine.compare("x", ref, np.array([np.inf, 1.0, 2.0, np.inf]), tol=1e-4).flags == ["Inf"]
+    assert engine.compare("x", ref, np.array([-np.inf, 1.0, 2.0, -np.inf]), tol=1e-4).flags == ["Inf"]
+
+
+def test_nan_in_the_reference_is_never_a_pass():
+    """A NaN of the reference checks nothing: a layer whose values are NaN on both sides compared no element and
+    passed with rel err 0 (a model returning all NaN was a PASS); matching NaN elements were left out unflagged."""
+    everywhere = np.full(4, np.nan)
+    row = engine.compare("x", everywhere, everywhere.copy(), tol=1e-4)
+    assert row.failed and row.flags == ["4 of 4 reference values NaN"]
+    ref = np.array([np.nan, 1.0, 2.0, -np.inf])
+    assert engine.compare("x", ref, ref.copy(), tol=1e-4).flags == ["1 of 4 reference values NaN"]
+    assert engine.compare("x", ref, np.array([7.0, 1.0, 2.0, -np.inf]), tol=1e-4).failed
 
 
 def test_a_reference_beyond_the_dtypes_range_is_named_as_such():

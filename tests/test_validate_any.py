@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import mlx.core as mx
+import mlx.nn as nn
 import numpy as np
 import pytest
 from PIL import Image
@@ -355,3 +356,31 @@ def test_a_report_never_replaces_the_models_source(tmp_path, monkeypatch, capsys
         assert "is the input file" in capsys.readouterr().err
     assert source.read_text().startswith("import mlx.nn")
     sys.modules.pop("mynet", None)
+
+
+class NaNHead(nn.Module):
+    """A model whose output is NaN on every device and in every dtype (a 0/0 in its head)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 2)
+
+    def __call__(self, x):
+        y = self.fc(x)
+        return y * 0 / 0
+
+
+class Count(nn.Module):
+    def __call__(self, x):
+        return x.shape[0]
+
+
+def test_a_model_of_nan_outputs_or_of_no_arrays_never_passes():
+    """compare said PASS for a model returning NaN everywhere (no element compared: rel err 0), and PASS 0/0 layers
+    for one returning a number and calling no module."""
+    report = zoo.validate.compare(NaNHead(), np.ones((1, 4), np.float32))
+    assert not report.passed and report.first_failure == "output"
+    assert report.failing.layers[-1].flags == ["2 of 2 reference values NaN"]
+    with pytest.raises(UsageError, match=r"the model \(Count\) returned int and none of its module calls gave an "
+                                         "array: nothing to compare"):
+        zoo.validate.compare(Count(), np.ones((1, 4), np.float32))

@@ -118,9 +118,11 @@ def _flatten(name: str, value) -> dict[str, object]:
 
 
 def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.Dtype = mx.float32,
-            atol: float = 0.0) -> LayerResult:
+            atol: float = 0.0, reference_fed: bool = False) -> LayerResult:
     """One layer's figures; ``dtype``: the MLX value's, whose range the reference may exceed. It
-    passes with no flag and max abs error <= ``atol`` + ``tol`` x max |ref| (rel err <= tol at atol 0)."""
+    passes with no flag and max abs error <= ``atol`` + ``tol`` x max |ref| (rel err <= tol at atol 0).
+    ``reference_fed``: the reference ran on the MLX side's inputs (the family validator's isolated mode), so
+    its NaN may be the MLX side's passed on, and NaN on both sides is no fault of this layer."""
     # integers and booleans (class indices, token ids, masks) are right or wrong: a relative bound
     # would pass class 40 for class 48 (rel err 0.17 < bfloat16's 0.2)
     exact = np.asarray(got).dtype.kind in "biu"
@@ -137,6 +139,10 @@ def compare(name: str, ref: np.ndarray, got: np.ndarray, tol: float, dtype: mx.D
     nan_got, inf_got = np.isnan(got), np.isinf(got)
     if nan_got.any() and not np.isnan(ref[nan_got]).all():
         result.flags.append("NaN")
+    # a NaN of the reference is no value to agree with: matched or not, nothing of it was checked (a model
+    # whose every value is NaN on both sides compared no element, and passed with rel err 0)
+    if not reference_fed and (nan_ref := int(np.count_nonzero(np.isnan(ref)))):
+        result.flags.append(f"{nan_ref} of {ref.size} reference values NaN")
     if inf_got.any() and (got[inf_got] != ref[inf_got]).any():
         result.flags.append("Inf")
     if got.size and not got.any() and ref.any():
@@ -256,7 +262,8 @@ class Run:
                 layer_tol = self.case.tolerance(key, mode, self.dtype, tol) if hasattr(self.case, "tolerance") else tol
                 floating = isinstance(value, mx.array) and mx.issubdtype(value.dtype, mx.floating)
                 got = _to_numpy(value, nhwc)
-                result = compare(key, ref, got, layer_tol, value.dtype if floating else mx.float32)
+                result = compare(key, ref, got, layer_tol, value.dtype if floating else mx.float32,
+                                 reference_fed=mode == "isolated")
                 if layer_tol != tol:
                     result.flags.append(f"case tolerance {layer_tol:.2g}")
                 results[key] = result

@@ -10,6 +10,7 @@ from pathlib import Path
 from zoo.errors import UsageError, interrupted_exits
 
 with interrupted_exits():  # Ctrl-C while MLX loads: 'interrupted', exit 130
+    import mlx.nn as nn
     import numpy as np
 
     from zoo import registry, validate
@@ -299,10 +300,19 @@ def load_model(spec: str):
     if not callable(make):
         raise UsageError(f"--module {spec}: {where} has no function {factory}: name one that returns the model")
     try:
-        return make()
+        model = make()
+    except TypeError as e:  # most often the arguments it wants
+        raise UsageError(f"--module {spec}: {factory}() raised TypeError: {e}: it must build the model with no "
+                         "arguments") from e
     except Exception as e:
-        raise UsageError(f"--module {spec}: {factory}() raised {type(e).__name__}: {e}: it must build the model "
-                         "with no arguments") from e
+        raise UsageError(f"--module {spec}: {factory}() raised {type(e).__name__}: {e} (--debug: the traceback)") from e
+    except SystemExit as e:  # sys.exit() in the factory ended the validator with no word
+        raise UsageError(f"--module {spec}: {factory}() exited (code {e.code}): it must return the model") from None
+    if not isinstance(model, nn.Module):  # compare's own error would name the API, not the flag
+        what = f"the class {model.__name__}" if isinstance(model, type) else type(model).__name__
+        raise UsageError(f"--module {spec}: {factory}() returned {what}, not an mlx.nn.Module: name a function "
+                         "that returns the model (an instance)")
+    return model
 
 
 if __name__ == "__main__":
