@@ -103,11 +103,16 @@ def take_indices(indices, option: str = "out_indices") -> list[int]:
     given, negative from the end (-1: layer4)."""
     if indices is None:
         indices = STAGES
-    if isinstance(indices, int):
+    if isinstance(indices, numbers.Integral) and not isinstance(indices, bool):
         if not 0 < indices <= STAGES:
             raise UsageError(f"{option}={indices}: an int takes the last n feature maps, from 1 to {STAGES}")
-        return list(range(STAGES - indices, STAGES))
-    taken = [i + STAGES if i < 0 else i for i in indices]
+        return list(range(STAGES - int(indices), STAGES))
+    # a string, a float or True was a TypeError from the comparison below, or True taken as map 1
+    if not isinstance(indices, (tuple, list, range)) or not all(
+            isinstance(i, numbers.Integral) and not isinstance(i, bool) for i in indices):
+        raise UsageError(f"{option}={indices!r}: pass an int n (the last n feature maps) or a tuple of ints from 0 "
+                         "(stem) to 4 (layer4), negative from the end (-1: layer4)")
+    taken = [int(i) + STAGES if i < 0 else int(i) for i in indices]
     if not taken or any(i not in range(STAGES) for i in taken) or len(set(taken)) != len(taken):
         raise UsageError(f"{option} {tuple(indices)}: pick distinct feature maps from 0 (stem) to 4 (layer4), "
                          "negative from the end (-1: layer4), or an int n for the last n")
@@ -172,7 +177,7 @@ class ResNet(nn.Module):
     the checkpoint's head must be ImageNet's 1000 classes, fit_checkpoint).
     ``global_pool``: timm's pooling before the head ('avg', 'max', 'avgmax', 'catavgmax'; '' none,
     with num_classes=0: the model returns the layer4 map).
-    ``features_only``: the model returns the feature maps ``out_indices`` picks (timm's:
+    ``features_only``: the model returns the feature maps ``out_indices`` picks, in the network's order (timm's:
     0: the stem after its ReLU, stride 2; 1-4: layer1..layer4, strides 4-32; negative from the end;
     an int n the last n), NHWC, and has no head; the stages after the last one picked are not built.
     """
@@ -353,9 +358,9 @@ class ResNet(nn.Module):
         return self.compiled(as_model_input(x, self.dtype, channels=self.conv1.weight.shape[-1]))
 
     def forward(self, x: mx.array):
-        if self.features_only:
+        if self.features_only:  # in the network's order whatever the order of out_indices, as timm's
             maps, _ = self.stage_maps(x, max(self.out_indices))
-            return [maps[i] for i in self.out_indices]
+            return [maps[i] for i in sorted(self.out_indices)]
         return self.forward_head(self.forward_features(x))
 
     def preprocess_image(self, image) -> np.ndarray:
@@ -402,15 +407,24 @@ def class_names() -> list[str]:
     return CLASS_NAMES.read_text().splitlines()
 
 
+# where torchvision publishes the IMAGENET1K_V1 weights that timm's tv_in1k tags hold (timm 1.0.31's urls)
+TORCHVISION_URLS = {"resnet18": "resnet18-f37072fd.pth", "resnet34": "resnet34-b627a593.pth",
+                    "resnet50": "resnet50-0676ba61.pth", "resnet101": "resnet101-63fe2227.pth",
+                    "resnet152": "resnet152-394f9c45.pth"}
+
+
 def pretrained_cfg(spec) -> dict:
-    """timm's ``pretrained_cfg`` of the weights behind the name (timm 1.0's values for resnetN.tv_in1k):
-    the pre-processing they were trained with, as ``preprocess_image`` applies it."""
+    """timm's ``pretrained_cfg`` of the weights behind the name (timm 1.0.31's keys and values for
+    resnetN.tv_in1k, in its order): the pre-processing they were trained with, as ``preprocess_image`` applies it."""
     p = spec.preprocess
-    return {"architecture": spec.variant, "tag": spec.tag, "hf_hub_id": spec.hub_repo,
-            "input_size": (3, p["crop"], p["crop"]), "interpolation": "bilinear",  # resize_shorter_side's
+    return {"url": f"https://download.pytorch.org/models/{TORCHVISION_URLS[spec.variant]}", "hf_hub_id": spec.hub_repo,
+            "architecture": spec.variant, "tag": spec.tag, "custom_load": False,
+            "input_size": (3, p["crop"], p["crop"]), "fixed_input_size": False,
+            "interpolation": "bilinear",  # resize_shorter_side's
             "crop_pct": p["crop"] / p["resize"], "crop_mode": "center", "mean": p["mean"], "std": p["std"],
             "num_classes": IMAGENET_CLASSES, "pool_size": (p["crop"] // 32, p["crop"] // 32),
-            "first_conv": "conv1", "classifier": "fc", "license": spec.licence.split()[0].lower()}
+            "first_conv": "conv1", "classifier": "fc", "license": spec.licence.split()[0].lower(),
+            "origin_url": "https://github.com/pytorch/vision"}
 
 
 def build(spec, num_classes: int | None = None, features_only: bool = False, out_indices=(0, 1, 2, 3, 4),

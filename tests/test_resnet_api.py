@@ -331,14 +331,43 @@ def test_intermediates_and_pools_equal_the_reference(case):
     assert model(x).shape == (2, 10) and model.get_classifier() is model.fc and model.get_classifier(True) == "fc"
 
 
+TIMM_URLS = {18: "resnet18-f37072fd", 34: "resnet34-b627a593", 50: "resnet50-0676ba61", 101: "resnet101-63fe2227",
+             152: "resnet152-394f9c45"}
+
+
 def test_pretrained_cfg_as_timm_reports():
-    # timm 1.0.31's timm.create_model("resnetN.tv_in1k").pretrained_cfg, the same for N = 18..152 but for the names
+    # timm 1.0.31's timm.create_model("resnetN.tv_in1k").pretrained_cfg (/work/venv-torch-cpu-speed, 2026-11-30),
+    # key for key in its order: url, custom_load, fixed_input_size and origin_url were missing (a KeyError in code
+    # reading pretrained_cfg["url"] or ["fixed_input_size"], as timm's own helpers do)
     for depth in (18, 34, 50, 101, 152):
-        assert resnet.pretrained_cfg(registry.get_spec(f"resnet{depth}")) == {
-            "architecture": f"resnet{depth}", "tag": "tv_in1k", "hf_hub_id": f"timm/resnet{depth}.tv_in1k",
-            "input_size": (3, 224, 224), "interpolation": "bilinear", "crop_pct": 0.875, "crop_mode": "center",
-            "mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225), "num_classes": 1000, "pool_size": (7, 7),
-            "first_conv": "conv1", "classifier": "fc", "license": "bsd-3-clause"}
+        cfg = resnet.pretrained_cfg(registry.get_spec(f"resnet{depth}"))
+        assert list(cfg.items()) == [
+            ("url", f"https://download.pytorch.org/models/{TIMM_URLS[depth]}.pth"),
+            ("hf_hub_id", f"timm/resnet{depth}.tv_in1k"), ("architecture", f"resnet{depth}"), ("tag", "tv_in1k"),
+            ("custom_load", False), ("input_size", (3, 224, 224)), ("fixed_input_size", False),
+            ("interpolation", "bilinear"), ("crop_pct", 0.875), ("crop_mode", "center"),
+            ("mean", (0.485, 0.456, 0.406)), ("std", (0.229, 0.224, 0.225)), ("num_classes", 1000),
+            ("pool_size", (7, 7)), ("first_conv", "conv1"), ("classifier", "fc"), ("license", "bsd-3-clause"),
+            ("origin_url", "https://github.com/pytorch/vision")]
+
+
+def test_features_in_the_networks_order_and_indices_of_another_type_refused():
+    """out_indices=(4, 0) gave layer4's map first (timm's FeatureListNet gives the stem's: the network's order);
+    out_indices='1' and indices=1.5 were TypeErrors from inside, out_indices=(True,) a map 'True is not built'."""
+    spec = registry.get_spec("resnet18")
+    x = mx.array(np.random.default_rng(5).standard_normal((1, 65, 47, 3)).astype(np.float32))
+    model = resnet.build(spec, features_only=True, out_indices=(4, 0))
+    assert [m.shape for m in model.forward(x)] == [nhwc_shape("resnet18", 0), nhwc_shape("resnet18", 4)]
+    assert model.feature_info.channels() == [512, 64]  # timm's: in the order of out_indices
+    for bad in ("1", (True,), (1.0,), 1.5):
+        with pytest.raises(UsageError, match=r"out_indices=.*: pass an int n \(the last n feature maps\) or a tuple "
+                                             r"of ints from 0 \(stem\) to 4"):
+            resnet.build(spec, features_only=True, out_indices=bad)
+    full = resnet.build(spec, num_classes=0)
+    for bad in ("a", 1.5, [True]):
+        with pytest.raises(UsageError, match=r"indices=.*: pass an int n"):
+            full.forward_intermediates(x, indices=bad)
+    assert len(full.forward_intermediates(x, indices=np.int64(2), intermediates_only=True)) == 2
 
 
 def test_tagged_names_pretrained_and_is_model(capsys):
