@@ -358,16 +358,20 @@ def test_a_report_never_replaces_the_models_source(tmp_path, monkeypatch, capsys
     sys.modules.pop("mynet", None)
 
 
-class NaNHead(nn.Module):
-    """A model whose output is NaN on every device and in every dtype (a 0/0 in its head)."""
-
+class Head(nn.Module):
     def __init__(self):
         super().__init__()
         self.fc = nn.Linear(4, 2)
 
     def __call__(self, x):
-        y = self.fc(x)
-        return y * 0 / 0
+        return self.fc(x)
+
+
+class NaNHead(Head):
+    """A model whose output is NaN on every device and in every dtype (a 0/0 after its head)."""
+
+    def __call__(self, x):
+        return self.fc(x) * 0 / 0
 
 
 class Count(nn.Module):
@@ -382,5 +386,24 @@ def test_a_model_of_nan_outputs_or_of_no_arrays_never_passes():
     assert not report.passed and report.first_failure == "output"
     assert report.failing.layers[-1].flags == ["2 of 2 reference values NaN"]
     with pytest.raises(UsageError, match=r"the model \(Count\) returned int and none of its module calls gave an "
-                                         "array: nothing to compare"):
+                                         "array with elements: nothing to compare"):
         zoo.validate.compare(Count(), np.ones((1, 4), np.float32))
+    with pytest.raises(UsageError, match="gave an array with elements: nothing to compare"):
+        zoo.validate.compare(Head(), np.ones((0, 4), np.float32))  # every layer of no element: PASS before
+
+
+def test_dtypes_tolerances_and_faults_in_the_apis_forms():
+    """dtype=mx.float16 (zoo.load's form) and dtype=None were TypeErrors, ['float16', 'float16'] ran twice; rtol as
+    a numpy float was 'pass a non-negative number'; inject=5 was an AttributeError, and a fault naming no module
+    said '--inject', a flag, to a Python caller."""
+    model, x = Head(), np.ones((1, 4), np.float32)
+    report = zoo.validate.compare(model, x, dtype=[mx.float16, "float16"], mode="isolated", rtol=np.float32(1e-2))
+    assert [(m.dtype, m.tolerance) for m in report.modes] == [("float16", pytest.approx(1e-2))]
+    with pytest.raises(UsageError, match="dtype None: use float32, float16, bfloat16 or all"):
+        zoo.validate.compare(model, x, dtype=None)
+    with pytest.raises(UsageError, match="bad inject=5: use NAME=KIND"):
+        zoo.validate.compare(model, x, inject=5)
+    with pytest.raises(ZooError, match=r"^inject='head=zero': no module named 'head'"):
+        zoo.validate.compare(model, x, inject="head=zero")
+    with pytest.raises(ZooError, match=r"^inject='fc#1=zero': the model called fc 1 time\(s\)"):
+        zoo.validate.compare(model, x, inject="fc#1=zero")

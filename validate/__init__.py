@@ -249,13 +249,22 @@ def case_defaults(case):
 
 
 def _dtypes(dtype) -> list[str]:
+    """dtype= as the names of the dtypes to run, each once: a name, "all", an mx.Dtype (zoo.load's forms) or a
+    list or tuple of them."""
+    import mlx.core as mx
+
+    from zoo.devices import DTYPES as BY_NAME
     from zoo.errors import UsageError
 
-    chosen = list(DTYPES) if dtype == "all" else [dtype] if isinstance(dtype, str) else list(dtype)
-    bad = [d for d in chosen if d not in DTYPES]
+    def name(one):
+        return next((n for n, d in BY_NAME.items() if d == one), one) if isinstance(one, mx.Dtype) else one
+
+    chosen = list(DTYPES) if isinstance(dtype, str) and dtype == "all" else (
+        [name(d) for d in dtype] if isinstance(dtype, (list, tuple)) else [name(dtype)])
+    bad = [d for d in chosen if not isinstance(d, str) or d not in DTYPES]
     if bad or not chosen:
         raise UsageError(f"dtype {', '.join(map(str, bad)) or 'none'}: use {', '.join(DTYPES)} or all")
-    return chosen
+    return list(dict.fromkeys(chosen))  # ['float16', 'float16'] ran float16 twice
 
 
 def _modes(mode: str) -> tuple[str, ...]:
@@ -277,11 +286,13 @@ def _reference(reference: str):
 
 
 def _tolerance(name: str, value) -> float | None:
+    import numbers
+
     from zoo.errors import UsageError
 
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= 0:  # np.float32(1e-3) too
         raise UsageError(f"{name} {value!r}: pass a non-negative number (or None for the dtype's bound)")
     return float(value)
 

@@ -119,9 +119,9 @@ def _perturb(out, kind: str):
 
 def parse_fault(spec: str | None) -> tuple[str, str] | None:
     """'NAME=KIND' -> (NAME, KIND); NAME may end in '#K': the module's call K only (0: its first)."""
-    if not spec:
+    if spec is None or spec == "":
         return None
-    name, _, kind = spec.partition("=")
+    name, _, kind = spec.partition("=") if isinstance(spec, str) else ("", "", "")
     module, _, index = name.partition("#")
     if not module or kind not in FAULTS or (index and not index.isdigit()):
         raise ZooError(f"bad {option('inject', spec)}: use NAME=KIND or NAME#CALL=KIND with KIND one of {', '.join(FAULTS)}")
@@ -141,8 +141,8 @@ def check_fault(modules: list[tuple[str, nn.Module]], fault: tuple[str, str] | N
     names = {name for name, _ in modules}
     if target not in names:
         near = sorted(n for n in names if target.split(".")[0] in n)[:8]
-        raise ZooError(f"--inject: no module named {target!r} (some names: {', '.join(near or sorted(names)[:8])}): "
-                       "pass one of the model's module paths")
+        raise ZooError(f"{option('inject', '='.join(fault))}: no module named {target!r} (some names: "
+                       f"{', '.join(near or sorted(names)[:8])}): pass one of the model's module paths")
     return target
 
 
@@ -167,7 +167,8 @@ def intercepting(model: nn.Module, on_call, fault: tuple[str, str] | None = None
             namespace = {"__call__": _intercepted_call(base, name, box, fault, stack, counts)}
             if fault is not None and target == name and fault[1] == "drop-residual":
                 if not hasattr(base, "shortcut"):
-                    raise ZooError(f"--inject {name}=drop-residual: {name} ({base.__name__}) has no residual connection")
+                    raise ZooError(f"{option('inject', name + '=drop-residual')}: {name} ({base.__name__}) has no "
+                                   "residual connection")
 
                 def shortcut(self, *args, _base=base):
                     dropped.append(True)
@@ -179,11 +180,11 @@ def intercepting(model: nn.Module, on_call, fault: tuple[str, str] | None = None
         yield
         call = fault[0].partition("#")[2] if fault is not None else ""
         if fault is not None and counts.get(target, 0) <= (int(call) if call else 0):
-            raise ZooError(f"--inject {fault[0]}: the model called {target} {counts.get(target, 0)} time(s) in this pass "
+            raise ZooError(f"{option('inject', '='.join(fault))}: the model called {target} {counts.get(target, 0)} time(s) in this pass "
                            "(a module whose arrays are read directly is never called): pick a module call it makes")
         if fault is not None and fault[1] == "drop-residual" and target in counts and not dropped:
             block = type(dict(modules)[target]).__name__
-            raise ZooError(f"--inject {target}=drop-residual: this {block} adds no residual in this model "
+            raise ZooError(f"{option('inject', target + '=drop-residual')}: this {block} adds no residual in this model "
                            "(its shortcut is unused): pick a block that has one")
 
 

@@ -265,11 +265,12 @@ def reference_pass(model: nn.Module, inputs: tuple, dtype: mx.Dtype, keep_inputs
         out = evaluated(model, cast(inputs, dtype), {}, f"the model ({type(model).__name__}), in the reference pass,")
         reference.output = ReferenceCall({})
         record(reference.output, out, dtype)
-    if not reference.output.output and not any(entry.output for calls in reference.calls.values() for entry in calls):
-        # every mode would PASS 0/0 layers: a verdict on nothing
+    entries = [reference.output, *(entry for calls in reference.calls.values() for entry in calls)]
+    if not any(value.size for entry in entries for value in entry.output.values()):
+        # every mode would PASS 0/0 layers (or layers of no element): a verdict on nothing
         raise UsageError(f"the model ({type(model).__name__}) returned {type(out).__name__} and none of its module "
-                         "calls gave an array: nothing to compare; return the arrays to check (MLX arrays, or "
-                         "tuples, lists, dicts of them)")
+                         "calls gave an array with elements: nothing to compare; return the arrays to check (MLX "
+                         "arrays, or tuples, lists, dicts of them) and pass inputs that are not empty")
     return reference
 
 
