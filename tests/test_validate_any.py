@@ -407,3 +407,15 @@ def test_dtypes_tolerances_and_faults_in_the_apis_forms():
         zoo.validate.compare(model, x, inject="head=zero")
     with pytest.raises(ZooError, match=r"^inject='fc#1=zero': the model called fc 1 time\(s\)"):
         zoo.validate.compare(model, x, inject="fc#1=zero")
+
+
+def test_compare_torch_names_its_own_mistakes():
+    """compare_torch(torch_model, mlx_model, x), the two swapped, was told 'compare takes an mlx.nn.Module ... use
+    compare_torch'; a name_map function returning an int paired no layer and the report passed on the output alone."""
+    torch_like = type("Linear", (), {"__module__": "torch.nn.modules.linear"})()
+    with pytest.raises(UsageError, match="^compare_torch takes the MLX model first, got a PyTorch Linear: call "
+                                         r"compare_torch\(mlx_model, torch_model, \*inputs\)"):
+        zoo.validate.compare_torch(torch_like, Head(), np.ones((1, 4), np.float32))
+    with pytest.raises(UsageError, match=r"^name_map\('features.0'\) returned int 5: return the MLX path"):
+        torch_port.renamer(lambda path: 5)("features.0")
+    assert torch_port.renamer(lambda path: path.replace("features", "layers"))("features.0") == "layers.0"

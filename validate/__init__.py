@@ -164,7 +164,7 @@ def compare_torch(mlx_model, torch_model, *inputs, name_map=None, layout="auto",
     from zoo.validate.report import Report
 
     align, rename = torch_port.aligner(layout), torch_port.renamer(name_map)
-    run_ = _comparison(mlx_model, inputs, device, dtype, reference, mode, inject, rtol, atol)
+    run_ = _comparison(mlx_model, inputs, device, dtype, reference, mode, inject, rtol, atol, "compare_torch")
     recorded = torch_port.record_torch(torch_model, torch_port.torch_inputs(run_.inputs, layout), run_.reference,
                                        keep_inputs="isolated" in run_.modes)
     expected, unpaired = torch_port.pair(recorded, [n for n, _ in submodules(mlx_model)], rename)
@@ -204,7 +204,7 @@ class _Comparison:
         return head
 
 
-def _comparison(model, inputs, device, dtype, reference, mode, inject, rtol, atol) -> _Comparison:
+def _comparison(model, inputs, device, dtype, reference, mode, inject, rtol, atol, api="compare") -> _Comparison:
     """The arguments checked (UsageError before anything runs), the device chosen, the inputs copied."""
     import mlx.core as mx
 
@@ -213,7 +213,7 @@ def _comparison(model, inputs, device, dtype, reference, mode, inject, rtol, ato
     from zoo.validate import modules
     from zoo.validate.capture import check_fault, parse_fault, submodules
 
-    modules.check_model(model)
+    modules.check_model(model, api)
     with usage_errors():
         dtypes, modes, fault = _dtypes(dtype), _modes(mode), parse_fault(inject)
         check_fault(submodules(model), fault)

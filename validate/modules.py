@@ -434,14 +434,18 @@ def feed(args, kwargs, inputs: dict, dtype: mx.Dtype, align) -> tuple | None:
     return args, kwargs
 
 
-def check_model(model) -> None:
+def check_model(model, api: str = "compare") -> None:
+    """``api``: the function the model was given to, named in the error."""
     if isinstance(model, nn.Module):
         return
     kind = type(model)
     if any(c.__module__.startswith("torch") for c in kind.__mro__):
+        if api == "compare_torch":  # the two models swapped: "use compare_torch" was said to its caller
+            raise UsageError(f"compare_torch takes the MLX model first, got a PyTorch {kind.__name__}: "
+                             "call compare_torch(mlx_model, torch_model, *inputs)")
         raise UsageError(f"compare takes an mlx.nn.Module, got a PyTorch {kind.__name__}: "
                          "use zoo.validate.compare_torch(mlx_model, torch_model, *inputs)")
-    raise UsageError(f"compare takes an mlx.nn.Module, got {kind.__name__}: pass the model object itself "
+    raise UsageError(f"{api} takes an mlx.nn.Module, got {kind.__name__}: pass the model object itself "
                      "(a function or bound method has no modules to compare; wrap it in an nn.Module)")
 
 

@@ -39,7 +39,14 @@ def renamer(name_map):
     if name_map is None:
         return lambda path: path
     if callable(name_map):
-        return name_map
+        def checked(path: str) -> str | None:  # an int or a tuple from it paired nothing, without a word
+            new = name_map(path)
+            if new is not None and not isinstance(new, str):
+                raise UsageError(f"name_map({path!r}) returned {type(new).__name__} {new!r}: return the MLX path "
+                                 "(a str), or None to leave the layer unpaired")
+            return new
+
+        return checked
     if not isinstance(name_map, dict) or not all(isinstance(k, str) and isinstance(v, (str, type(None)))
                                                  for k, v in name_map.items()):
         raise UsageError("name_map: pass a dict of PyTorch path prefixes to MLX ones (e.g. {'features': 'layers'}) "
