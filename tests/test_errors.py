@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from safetensors.numpy import save_file
+from safetensors.numpy import load_file, save_file
 
 import zoo
 import zoo.annotate  # rows call zoo.annotate.check_kept_masks
@@ -79,6 +79,9 @@ def files(tmp_path_factory) -> Path:
         "def constant():\n    return Constant()\n\n\ndef builder():\n    return nn.Linear\n\n\n"
         "def quits():\n    raise SystemExit(3)\n")
     py_compile.compile(str(root / "factories.py"))  # its import then writes no __pycache__ into the tree compared
+    diverged = load_file(synthetic_checkpoint("resnet18", root / "diverged.safetensors"))  # E97
+    diverged["layer1.0.conv1.weight"][0, 0, 0, 0] = np.nan
+    save_file(diverged, str(root / "diverged.safetensors"))
     from zoo.run import main
 
     # a detect run's --out and records, and an --out as an earlier version left it: no settings file (E74, E75, E79)

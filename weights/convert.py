@@ -54,7 +54,7 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source:
     """
     expected = dict(tree_flatten(model.parameters()))
     owners = _owners(model)
-    params, unexpected, misshaped = {}, [], []
+    params, unexpected, misshaped, nonfinite = {}, [], [], []
     for name, value in state_dict.items():
         if name not in expected:
             if not name.endswith(TORCH_ONLY_SUFFIXES):
@@ -65,12 +65,17 @@ def load_state_dict(model: nn.Module, state_dict: dict[str, np.ndarray], source:
         if tuple(value.shape) != tuple(expected[name].shape):
             misshaped.append(f"{name} {tuple(value.shape)} vs model {tuple(expected[name].shape)}")
             continue
+        if value.dtype.kind == "f" and not np.isfinite(value).all():  # a diverged training run's last.pt
+            nonfinite.append(name)
         params[name] = mx.array(value.astype(np.float32, copy=False)).astype(dtype)
     for name in kept:
         params[name] = expected[name].astype(dtype)
     missing = sorted(set(expected) - set(state_dict) - set(kept))
     if missing or unexpected or misshaped:
         raise ZooError(mismatch(source, model_name or type(model).__name__, missing, unexpected, misshaped))
+    if nonfinite:  # loaded, the model ran to no detection or one class for every image, without a word
+        raise ZooError(f"weights {source}: {_listing(nonfinite)} hold NaN or infinite values (a training run that "
+                       "diverged saves such weights): pass a checkpoint of finite weights (an earlier epoch's)")
     # rebuilt along the model's own tree: tree_unflatten would turn the "0", "1"
     # children of a torch-named Sequential into a list the module cannot take
     model.update(tree_map_with_path(lambda path, _: params[path], model.parameters()))
