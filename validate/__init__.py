@@ -82,6 +82,9 @@ def run(model: str, weights=None, *, device: str | None = None, dtype="float32",
     spec = registry.fitted_spec(spec, checkpoint)  # what the file holds (e.g. a pose model's kpt_shape)
     if calibrate_bn:
         state_dict, fewest = engine.calibrate_batch_norms(spec, case, checkpoint.state_dict, inputs)
+        if fewest is not None and fewest < 2:  # its variance is 0/0: NaN statistics, and a run of NaN on both sides
+            raise UsageError(f"{option('calibrate_bn')}: a BatchNorm saw {fewest} value per channel of this input, "
+                             "which has no variance: use a larger input")
         if fewest is not None and fewest < CALIBRATION_VALUES:
             print(f"note: a BatchNorm saw {fewest} values per channel of this input: its statistics are noisy "
                   "and float16 parity may fail on them; use a larger input", file=sys.stderr)

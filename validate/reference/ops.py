@@ -88,9 +88,11 @@ def batch_norm(x, weight, bias, running_mean, running_var, eps=1e-5):
     """Eval-mode BatchNorm over the channel axis 1 (inside batch_norm_statistics(): training mode)."""
     if _calibration is not None:
         axes = (0, *range(2, x.ndim))
-        _calibration.append(x.size // x.shape[1])
+        count = x.size // x.shape[1]
+        _calibration.append(count)
         running_mean[...] = x.mean(axis=axes)
-        running_var[...] = x.var(axis=axes, ddof=1)
+        # one value has no unbiased variance (0/0, with numpy's warnings): the caller refuses the input (validate.run)
+        running_var[...] = x.var(axis=axes, ddof=1 if count > 1 else 0)
     shape = (1, -1) + (1,) * (x.ndim - 2)
     scale = weight / np.sqrt(running_var + eps)
     return (x - running_mean.reshape(shape)) * scale.reshape(shape) + bias.reshape(shape)
