@@ -6,6 +6,7 @@ torchvision's v1.5 (the stride sits on the 3x3 conv of a Bottleneck).
 """
 from __future__ import annotations
 
+import math
 import numbers
 import sys
 from pathlib import Path
@@ -335,7 +336,7 @@ class ResNet(nn.Module):
         map itself for global_pool='') or (N, num_classes) logits."""
         x = self.avgpool(x)
         if self.avgpool.pool_type:
-            x = x.reshape(x.shape[0], -1)
+            x = x.reshape(x.shape[0], math.prod(x.shape[1:]))  # -1 cannot be inferred for an empty batch
         if pre_logits or "fc" not in self:
             return x
         if x.shape[0] > 1 and cpu_ops.on_cpu():

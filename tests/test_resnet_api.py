@@ -454,3 +454,12 @@ def test_create_model_as_timm(tmp_path):
                in zip(tree_flatten(loaded.parameters()), tree_flatten(expected.parameters())))
     features = zoo.create_model("resnet18", features_only=True, out_indices=(-1,), device="cpu")
     assert features.feature_info.channels() == [512]
+
+
+def test_an_empty_batch_gives_empty_logits_as_timm():
+    """model(x) of a batch of 0 images was MLX's 'Cannot infer the shape of an empty array' (the head's flatten);
+    timm 1.0.31 returns (0, 1000)."""
+    model = resnet.build(registry.get_spec("resnet18"))
+    assert model(mx.zeros((0, 32, 32, 3))).shape == (0, 1000)
+    model.reset_classifier(0, "catavgmax")
+    assert model(mx.zeros((0, 32, 32, 3))).shape == (0, 1024)
