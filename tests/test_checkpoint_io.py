@@ -301,3 +301,29 @@ def test_extension_codes_and_cycles_are_errors(tmp_path):
     cyclic["model"] = cyclic
     with pytest.raises(ZooError, match="cyclic"):
         read_checkpoint(write_torch_zip(tmp_path / "cyclic.pt", cyclic))
+
+
+def test_a_zip_holding_a_record_twice_or_two_archives_is_refused(tmp_path):
+    """A .pt zip holding archive/data/0 twice loaded the last copy, where PyTorch (2.14) loads the first: other
+    weights than PyTorch's from the same file, without a word. Two archives were 'a zip file without data.pkl'."""
+    import warnings
+    import zipfile
+
+    plain = write_torch_zip(tmp_path / "plain.pt", {"w": tensor(np.ones(3))})
+    with zipfile.ZipFile(plain) as source:
+        records = [(info.filename, source.read(info)) for info in source.infolist()]
+    with warnings.catch_warnings():  # zipfile's "Duplicate name" is the point here
+        warnings.simplefilter("ignore")
+        with zipfile.ZipFile(tmp_path / "twice.pt", "w") as archive:
+            for name, data in [*records, ("archive/data/0", np.zeros(3, np.float32).tobytes())]:
+                archive.writestr(name, data)
+    with zipfile.ZipFile(tmp_path / "two.pt", "w") as archive:
+        for name, data in records:
+            archive.writestr(name, data)
+            archive.writestr(name.replace("archive/", "other/"), data)
+    with pytest.raises(ZooError, match=r"twice.pt: cannot read .*the zip holds archive/data/0 more than once"):
+        read_checkpoint(tmp_path / "twice.pt")
+    with pytest.raises(ZooError, match=r"two.pt: cannot read .*a zip file of 2 archives \(archive/data.pkl, "
+                                       r"other/data.pkl\): torch.save writes one"):
+        read_checkpoint(tmp_path / "two.pt")
+    assert np.array_equal(load_torch_file(plain)["w"], np.ones(3))

@@ -526,11 +526,17 @@ def _load_zip(path: Path, tensors: bool = True):
     """torch >= 1.6: <archive>/data.pkl, storages in <archive>/data/<key>, optional byteorder."""
     with zipfile.ZipFile(path) as archive:
         records = _Records(archive, path.stat().st_size)
-        pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
-        if len(pickles) != 1:
+        listed = archive.namelist()
+        pickles = [n for n in listed if n.endswith("/data.pkl") and n.count("/") == 1]
+        if not pickles:
             raise ValueError("a zip file without <archive>/data.pkl")
+        names = set(listed)
+        if len(names) != len(listed):  # which copy a reader takes is its own choice: PyTorch may load other weights
+            twice = sorted(n for n in names if listed.count(n) > 1)
+            raise ValueError(f"the zip holds {', '.join(twice[:3])} more than once (torch.save writes each record once)")
+        if len(pickles) != 1:
+            raise ValueError(f"a zip file of {len(pickles)} archives ({', '.join(pickles[:3])}): torch.save writes one")
         prefix = pickles[0][: -len("data.pkl")]
-        names = set(archive.namelist())
         big_endian = (prefix + "byteorder" in names
                       and records.read(prefix + "byteorder").strip() == b"big")
 
