@@ -419,3 +419,26 @@ def test_compare_torch_names_its_own_mistakes():
     with pytest.raises(UsageError, match=r"^name_map\('features.0'\) returned int 5: return the MLX path"):
         torch_port.renamer(lambda path: 5)("features.0")
     assert torch_port.renamer(lambda path: path.replace("features", "layers"))("features.0") == "layers.0"
+
+
+class Backed(Head):
+    """A block holding its parent, as some ports do for a shared table (self.block.parent = self)."""
+
+    def __init__(self):
+        super().__init__()
+        self.block = Head()
+        self.block.parent = self
+
+    def __call__(self, x):
+        return self.block(x)
+
+
+def test_a_module_holding_its_parent_is_one_error_not_a_hang():
+    """compare(model, x) of a model whose block holds its parent never returned: MLX's model.eval() walked the cycle
+    without end (its parameters() raises RecursionError)."""
+    with pytest.raises(UsageError, match=r"^compare: the model's block.parent is a module that contains it .*a "
+                                         r"weakref.ref\)$"):
+        zoo.validate.compare(Backed(), np.ones((1, 4), np.float32))
+    shared = Head()
+    shared.twin = shared.fc  # the same module under two names is no cycle
+    assert zoo.validate.compare(shared, np.ones((1, 4), np.float32)).passed

@@ -437,6 +437,10 @@ def feed(args, kwargs, inputs: dict, dtype: mx.Dtype, align) -> tuple | None:
 def check_model(model, api: str = "compare") -> None:
     """``api``: the function the model was given to, named in the error."""
     if isinstance(model, nn.Module):
+        if (path := back_reference(model)) is not None:  # model.eval() looped for ever: a hang, no word
+            raise UsageError(f"{api}: the model's {path} is a module that contains it (a reference back to a parent): "
+                             "MLX's eval(), parameters() and update() never end on such a cycle; hold it outside "
+                             "the module tree (a weakref.ref)")
         return
     kind = type(model)
     if any(c.__module__.startswith("torch") for c in kind.__mro__):
@@ -447,6 +451,34 @@ def check_model(model, api: str = "compare") -> None:
                          "use zoo.validate.compare_torch(mlx_model, torch_model, *inputs)")
     raise UsageError(f"{api} takes an mlx.nn.Module, got {kind.__name__}: pass the model object itself "
                      "(a function or bound method has no modules to compare; wrap it in an nn.Module)")
+
+
+def back_reference(model: nn.Module) -> str | None:
+    """The path of the first module attribute that holds a module containing it (``self.block.parent =
+    self``), or None: MLX's eval(), parameters() and update() walk the tree without end on such a cycle."""
+    open_, done = set(), set()  # modules being walked (their ancestors' chain), and those walked in full
+
+    def walk(path: str, value) -> str | None:
+        if isinstance(value, nn.Module):
+            if id(value) in open_:
+                return path
+            if id(value) in done:
+                return None
+            open_.add(id(value))
+            items = value.items()
+        elif isinstance(value, (list, tuple)):
+            items = enumerate(value)
+        elif isinstance(value, dict):
+            items = value.items()
+        else:
+            return None
+        found = next((hit for key, item in items if (hit := walk(f"{path}.{key}".lstrip("."), item))), None)
+        if isinstance(value, nn.Module):
+            open_.discard(id(value))
+            done.add(id(value))
+        return found
+
+    return walk("", model)
 
 
 def check_inputs(inputs: tuple) -> None:
