@@ -216,7 +216,7 @@ def module_main(argv: list[str]) -> int:
 
 
 INPUT_DTYPES = {"float32": np.float32, "int32": np.int32}
-INPUT_ELEMENTS = 1 << 28  # 1 GiB of float32 per input: a shape past it is a typo
+INPUT_ELEMENTS = 1 << 28  # 1 GiB of float32 for the inputs together: a shape past it is a typo
 
 
 def make_inputs(specs: list[str], seed: int) -> list[np.ndarray]:
@@ -238,6 +238,9 @@ def make_inputs(specs: list[str], seed: int) -> list[np.ndarray]:
         if math.prod(shape) > INPUT_ELEMENTS:
             raise UsageError(f"--input {spec}: {math.prod(shape)} elements; at most {INPUT_ELEMENTS} per input")
         parsed.append((shape, dtype or "float32", high))
+    # each was under the bound, and ten of them were 10 GiB (20 in the reference's float64 copies)
+    if (total := sum(math.prod(shape) for shape, _, _ in parsed)) > INPUT_ELEMENTS:
+        raise UsageError(f"--input: {total} elements in all; at most {INPUT_ELEMENTS} for the inputs together")
     rng = np.random.default_rng(seed)
     return [rng.integers(0, high, shape).astype(np.int32) if dtype == "int32"
             else rng.standard_normal(shape, dtype=np.float32) for shape, dtype, high in parsed]
