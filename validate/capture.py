@@ -180,12 +180,13 @@ def intercepting(model: nn.Module, on_call, fault: tuple[str, str] | None = None
         yield
         call = fault[0].partition("#")[2] if fault is not None else ""
         if fault is not None and counts.get(target, 0) <= (int(call) if call else 0):
-            raise ZooError(f"{option('inject', '='.join(fault))}: the model called {target} {counts.get(target, 0)} time(s) in this pass "
-                           "(a module whose arrays are read directly is never called): pick a module call it makes")
+            raise ZooError(f"{option('inject', '='.join(fault))}: the model called {target} {counts.get(target, 0)} "
+                           "time(s) in this pass (a module whose arrays are read directly is never called): pick a "
+                           "module call it makes")
         if fault is not None and fault[1] == "drop-residual" and target in counts and not dropped:
             block = type(dict(modules)[target]).__name__
-            raise ZooError(f"{option('inject', target + '=drop-residual')}: this {block} adds no residual in this model "
-                           "(its shortcut is unused): pick a block that has one")
+            raise ZooError(f"{option('inject', target + '=drop-residual')}: this {block} adds no residual in this "
+                           "model (its shortcut is unused): pick a block that has one")
 
 
 @contextlib.contextmanager

@@ -533,7 +533,8 @@ def _load_zip(path: Path, tensors: bool = True):
         names = set(listed)
         if len(names) != len(listed):  # which copy a reader takes is its own choice: PyTorch may load other weights
             twice = sorted(n for n in names if listed.count(n) > 1)
-            raise ValueError(f"the zip holds {', '.join(twice[:3])} more than once (torch.save writes each record once)")
+            raise ValueError(f"the zip holds {', '.join(twice[:3])} more than once (torch.save writes each record "
+                             "once)")
         if len(pickles) != 1:
             raise ValueError(f"a zip file of {len(pickles)} archives ({', '.join(pickles[:3])}): torch.save writes one")
         prefix = pickles[0][: -len("data.pkl")]
