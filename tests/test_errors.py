@@ -74,12 +74,12 @@ def files(tmp_path_factory) -> Path:
         sparse.truncate(sparse.seek(0, 2) + (3 << 30))
     Image.new("RGB", (5000, 1), (120, 30, 200)).save(root / "strip.png")
     Image.fromarray(np.array([[0.5, np.nan], [0.25, 1.0]], np.float32), "F").save(root / "nan.tif")  # E83
-    (root / "factories.py").write_text(  # python -m zoo.validate --module's factories (E94-E96)
+    (root / "factories.py").write_text(  # python -m zoo.validate --module's factories (E100-E102)
         "import mlx.nn as nn\n\n\nclass Constant(nn.Module):\n    def __call__(self, x):\n        return 0\n\n\n"
         "def constant():\n    return Constant()\n\n\ndef builder():\n    return nn.Linear\n\n\n"
         "def quits():\n    raise SystemExit(3)\n")
     py_compile.compile(str(root / "factories.py"))  # its import then writes no __pycache__ into the tree compared
-    diverged = load_file(synthetic_checkpoint("resnet18", root / "diverged.safetensors"))  # E97
+    diverged = load_file(synthetic_checkpoint("resnet18", root / "diverged.safetensors"))  # E103
     diverged["layer1.0.conv1.weight"][0, 0, 0, 0] = np.nan
     save_file(diverged, str(root / "diverged.safetensors"))
     from zoo.run import main
