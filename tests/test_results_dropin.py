@@ -15,6 +15,7 @@ from PIL import Image
 
 import zoo
 from conftest import MANIFESTS, synthetic_checkpoint
+from yolo_tasks_fixtures import as_jpeg
 from zoo.errors import ZooError
 from zoo.results import Results, TensorArray
 from zoo.run import main
@@ -218,9 +219,9 @@ def test_predict_draws_saved_images_as_asked(tmp_path):
     plain = det(photo, **options, name="plain")[0]
     thin = det(photo, **options, name="thin", line_width=1, show_labels=False, show_conf=False)[0]
     assert len(thin) and Path(thin.save_dir).name == "thin"
-    saved = np.asarray(Image.open(Path(thin.save_dir) / "photo.png"))
-    assert np.array_equal(saved, thin.plot(line_width=1, labels=False)[..., ::-1])
-    assert not np.array_equal(saved, np.asarray(Image.open(Path(plain.save_dir) / "photo.png")))
+    saved = np.asarray(Image.open(Path(thin.save_dir) / "photo.jpg"))
+    assert np.array_equal(saved, as_jpeg(thin.plot(line_width=1, labels=False)[..., ::-1]))
+    assert not np.array_equal(saved, np.asarray(Image.open(Path(plain.save_dir) / "photo.jpg")))
     with pytest.raises(ZooError, match=r"predict\(show=True\) is not available .*: call r.show"):
         det(photo, show=True)
 
@@ -312,13 +313,13 @@ def test_predict_into_an_input_folder_replaces_no_input(tmp_path):
     for folder in ("a", "b"):
         (tmp_path / folder).mkdir()
         image = np.random.default_rng(4).integers(0, 256, (48, 64, 3), np.uint8)
-        Image.fromarray(image).save(tmp_path / folder / "cat.png")
-    kept = (tmp_path / "b" / "cat.png").read_bytes()
-    # exist_ok=True into b/: a/cat.png's annotated image would be b/cat.png, the second input
+        Image.fromarray(image).save(tmp_path / folder / "cat.jpg")
+    kept = (tmp_path / "b" / "cat.jpg").read_bytes()
+    # exist_ok=True into b/: a/cat.jpg's annotated image would be b/cat.jpg, the second input
     with pytest.raises(ZooError, match="is the input file"):
-        det([tmp_path / "a" / "cat.png", tmp_path / "b" / "cat.png"], conf=0.05, imgsz=64, save=True, save_txt=True,
+        det([tmp_path / "a" / "cat.jpg", tmp_path / "b" / "cat.jpg"], conf=0.05, imgsz=64, save=True, save_txt=True,
             project=tmp_path, name="b", exist_ok=True)
-    assert (tmp_path / "b" / "cat.png").read_bytes() == kept and not (tmp_path / "b" / "labels").exists()
+    assert (tmp_path / "b" / "cat.jpg").read_bytes() == kept and not (tmp_path / "b" / "labels").exists()
 
 
 def test_a_release_file_name_is_its_model(tmp_path, monkeypatch):

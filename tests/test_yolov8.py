@@ -14,6 +14,7 @@ from safetensors.numpy import save_file
 
 import zoo
 from conftest import FIXTURES, MANIFESTS, load_case, parity_run, rebuild_input, synthetic_checkpoint
+from yolo_tasks_fixtures import as_jpeg
 from zoo import registry
 from zoo.errors import ZooError
 from zoo.models import yolov8
@@ -541,7 +542,7 @@ def test_predict_calls_of_a_model_share_its_run_folder_as_ultralytics(yolov8n, t
     [b] = yolov8n.predict("b.png", save_txt=True, save_crop=True, **options)
     run = tmp_path / "runs/detect/predict"
     assert a.save_dir == b.save_dir == str(run) and yolov8n.predictor.save_dir == run
-    assert (run / "a.png").is_file() and (run / "b.png").is_file() and sorted(Path("runs/detect").iterdir()) == [
+    assert (run / "a.jpg").is_file() and (run / "b.jpg").is_file() and sorted(Path("runs/detect").iterdir()) == [
         Path("runs/detect/predict")]
     labels = (run / "labels/b.txt").read_text()
     crops = sorted(run.glob("crops/*/*.jpg"))
@@ -549,7 +550,7 @@ def test_predict_calls_of_a_model_share_its_run_folder_as_ultralytics(yolov8n, t
     [again] = yolov8n.predict("b.png", save_txt=True, save_crop=True, **{**options, "line_width": 5})
     assert (run / "labels/b.txt").read_text() == labels * 2  # appended, as ultralytics' open(..., "a")
     assert len(list(run.glob("crops/*/*.jpg"))) == 2 * len(b)  # numbered on, none replaced
-    assert np.array_equal(np.asarray(Image.open(run / "b.png")), again.plot(line_width=5)[..., ::-1])
+    assert np.array_equal(np.asarray(Image.open(run / "b.jpg")), as_jpeg(again.plot(line_width=5)[..., ::-1]))
     # device= as the predictor's keeps the folder; another rebuilds the predictor: a new one, as ultralytics'
     yolov8n.predict("a.png", device="cpu", **options)
     [r] = yolov8n.predict("a.png", device="cpu", **options)
@@ -574,29 +575,45 @@ def test_the_run_folder_stays_after_a_change_of_folder(yolov8n, tmp_path, monkey
     assert sorted(p.name for p in Path("runs/detect/predict").iterdir()) == ["earlier.jpg"]
 
 
+def test_predict_saves_images_as_jpg_under_ultralytics_names(yolov8n, tmp_path, monkeypatch):
+    """As ultralytics' predictor, predict saves every annotated image as <name>.jpg (a script opens
+    predict/bus.jpg after bus.png); a.png and a.jpg of one folder are a.jpg and a_2.jpg, neither lost."""
+    monkeypatch.chdir(tmp_path)
+    Path("photos").mkdir()
+    for name in ("a.png", "a.jpg", "b.webp"):
+        Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save(f"photos/{name}")
+    results = yolov8n.predict("photos", conf=0.05, imgsz=64, save=True, save_txt=True)
+    run = Path(results[0].save_dir)
+    assert sorted(p.name for p in run.glob("*.*")) == ["a.jpg", "a_2.jpg", "b.jpg"]
+    saved = {p.name: np.asarray(Image.open(p)) for p in run.glob("*.jpg")}
+    # each file is one image's plot, as a JPEG: the three images in three files
+    assert sorted(next(name for name, image in saved.items() if np.array_equal(image, as_jpeg(r.plot()[..., ::-1])))
+                  for r in results) == ["a.jpg", "a_2.jpg", "b.jpg"]
+
+
 def test_a_shared_run_folder_replaces_only_the_models_own_outputs(yolov8n, tmp_path, monkeypatch):
     """Within the model's run folder a later call may write over what its earlier calls wrote, never a file they
     did not write (put there since, or one of theirs changed since) nor an input: one error, the file untouched."""
     monkeypatch.chdir(tmp_path)
-    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("a.png")
+    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("a.jpg")
     options = {"conf": 0.05, "imgsz": 64}
-    [r] = yolov8n.predict("a.png", **options)  # names runs/detect/predict, not made
+    [r] = yolov8n.predict("a.jpg", **options)  # names runs/detect/predict, not made
     run = Path(r.save_dir)
     run.mkdir(parents=True)
-    (run / "a.png").write_bytes(b"the user's")
-    with pytest.raises(ZooError, match=rf"output {re.escape(str(run))}/a.png exists and is no output of this model's "
+    (run / "a.jpg").write_bytes(b"the user's")
+    with pytest.raises(ZooError, match=rf"output {re.escape(str(run))}/a.jpg exists and is no output of this model's "
                                        r"earlier predict calls: pass exist_ok=True to replace it, or project=/name="):
-        yolov8n.predict("a.png", save=True, save_txt=True, **options)
-    assert (run / "a.png").read_bytes() == b"the user's" and not (run / "labels").exists()
-    (run / "a.png").unlink()
-    yolov8n.predict("a.png", save=True, save_txt=True, **options)
+        yolov8n.predict("a.jpg", save=True, save_txt=True, **options)
+    assert (run / "a.jpg").read_bytes() == b"the user's" and not (run / "labels").exists()
+    (run / "a.jpg").unlink()
+    yolov8n.predict("a.jpg", save=True, save_txt=True, **options)
     (run / "labels/a.txt").write_text("edited\n")  # an output of the model's, changed since
     with pytest.raises(ZooError, match=r"labels/a.txt exists and is no output of this model's"):
-        yolov8n.predict("a.png", save_txt=True, **options)
+        yolov8n.predict("a.jpg", save_txt=True, **options)
     assert (run / "labels/a.txt").read_text() == "edited\n"
-    with pytest.raises(ZooError, match=rf"output {re.escape(str(run))}/a.png is the input file"):
-        yolov8n.predict(run / "a.png", save=True, **options)
-    [r] = yolov8n.predict("a.png", save_txt=True, exist_ok=True, **options)  # asked for: appended as ultralytics
+    with pytest.raises(ZooError, match=rf"output {re.escape(str(run))}/a.jpg is the input file"):
+        yolov8n.predict(run / "a.jpg", save=True, **options)
+    [r] = yolov8n.predict("a.jpg", save_txt=True, exist_ok=True, **options)  # asked for: appended as ultralytics
     assert (run / "labels/a.txt").read_text().startswith("edited\n") and r.save_dir == str(tmp_path / run)
     # a video's annotated video likewise: the model's replaced by the next call, another file's refused
     with VideoWriter(Path("clip.mp4"), fps=5.0) as video:
@@ -615,17 +632,17 @@ def test_a_folder_source_holding_the_run_folder_is_predicted_again(yolov8n, tmp_
     runs/detect/predict (no input: a folder is read without its subfolders), as ultralytics' does; it was refused
     as 'a file of the input folder .'. The run folder's files a call reads are still never replaced."""
     monkeypatch.chdir(tmp_path)
-    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("a.png")
+    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("a.jpg")
     options = {"conf": 0.05, "imgsz": 64, "save": True}
     for _ in range(2):
         [r] = yolov8n.predict(".", **options)
         assert r.save_dir == str(tmp_path / "runs/detect/predict")
-    before = Path("runs/detect/predict/a.png").read_bytes()
-    refusal = rf"output {re.escape(str(tmp_path))}/runs/detect/predict/a.png is the input file"
-    for source in ("runs/detect/predict", "**/*.png"):
+    before = Path("runs/detect/predict/a.jpg").read_bytes()
+    refusal = rf"output {re.escape(str(tmp_path))}/runs/detect/predict/a.jpg is the input file"
+    for source in ("runs/detect/predict", "**/*.jpg"):
         with pytest.raises(ZooError, match=refusal):
             yolov8n.predict(source, **options)
-    assert Path("runs/detect/predict/a.png").read_bytes() == before
+    assert Path("runs/detect/predict/a.jpg").read_bytes() == before
 
 
 def test_a_dangling_link_in_the_run_folder_is_a_file_there(yolov8n, tmp_path, monkeypatch):
@@ -633,23 +650,23 @@ def test_a_dangling_link_in_the_run_folder_is_a_file_there(yolov8n, tmp_path, mo
     exist_ok, not 'it appeared while this run was writing it ... overwrite=True', a keyword predict has not); with
     exist_ok=True the link itself is replaced (nothing made where it points); a crop numbers on past it."""
     monkeypatch.chdir(tmp_path)
-    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("b.png")
+    Image.fromarray(np.random.default_rng(7).integers(0, 256, (48, 64, 3), np.uint8)).save("b.jpg")
     options = {"conf": 0.05, "imgsz": 64}
-    [r] = yolov8n.predict("b.png", save_crop=True, **options)
+    [r] = yolov8n.predict("b.jpg", save_crop=True, **options)
     run = Path(r.save_dir)
     crops = next(run.glob("crops/*"))
     made = len(list(crops.iterdir()))  # b.jpg, b2.jpg ...: the link takes the next name
     (run / "labels").mkdir()
-    for link in (run / "b.png", run / "labels/b.txt", crops / f"b{made + 1}.jpg"):
+    for link in (run / "b.jpg", run / "labels/b.txt", crops / f"b{made + 1}.jpg"):
         link.symlink_to(tmp_path / "nowhere")
     for saved in ({"save": True}, {"save_txt": True}):
         with pytest.raises(ZooError, match=r"exists and is no output of this model's earlier predict calls: pass "
                                            r"exist_ok=True to replace it"):
-            yolov8n.predict("b.png", **saved, **options)
-    yolov8n.predict("b.png", save_crop=True, **options)
+            yolov8n.predict("b.jpg", **saved, **options)
+    yolov8n.predict("b.jpg", save_crop=True, **options)
     assert len([p for p in crops.iterdir() if p.is_file()]) == 2 * made and (crops / f"b{made + 1}.jpg").is_symlink()
-    [r] = yolov8n.predict("b.png", save=True, save_txt=True, exist_ok=True, **options)
-    assert not (run / "b.png").is_symlink() and len((run / "labels/b.txt").read_text().splitlines()) == len(r)
+    [r] = yolov8n.predict("b.jpg", save=True, save_txt=True, exist_ok=True, **options)
+    assert not (run / "b.jpg").is_symlink() and len((run / "labels/b.txt").read_text().splitlines()) == len(r)
     assert not Path("nowhere").exists()
 
 

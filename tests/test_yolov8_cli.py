@@ -212,11 +212,11 @@ def test_ultralytics_command_line_runs_as_its_yolo_command(images, tmp_path, mon
                                    classes=[0, 2], project="api", name="run")
     listed = sorted(p.relative_to("cli/run").as_posix() for p in Path("cli/run").rglob("*") if p.is_file())
     assert listed == sorted(p.relative_to("api/run").as_posix() for p in Path("api/run").rglob("*") if p.is_file())
-    assert "street.png" in listed and all(Path("cli/run", name).read_bytes() == Path("api/run", name).read_bytes()
+    assert "street.jpg" in listed and all(Path("cli/run", name).read_bytes() == Path("api/run", name).read_bytes()
                                           for name in listed if name.endswith(".txt"))
-    assert main(argv) == 0 and Path("cli/run2/street.png").is_file()  # a taken name: run2, as ultralytics
+    assert main(argv) == 0 and Path("cli/run2/street.jpg").is_file()  # a taken name: run2, as ultralytics
     assert main([*argv, "exist_ok"]) == 0 and not Path("cli/run3").exists()
-    assert main([*argv, "name=2024"]) == 0 and Path("cli/2024/street.png").is_file()  # a name, not the number 2024
+    assert main([*argv, "name=2024"]) == 0 and Path("cli/2024/street.jpg").is_file()  # a name, not the number 2024
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -290,7 +290,7 @@ def test_ultralytics_command_line_exits_1_when_inputs_were_skipped(images, tmp_p
     assert "warning: skipped: cannot read photos/bad.jpg" in err
     assert err.endswith("\nerror: 1 input was skipped, named in the warning above: fix or remove it (the others were "
                         "processed)\n")
-    assert Path("runs/detect/predict/x.png").is_file()
+    assert Path("runs/detect/predict/x.jpg").is_file()
 
 
 def test_ultralytics_command_line_with_yolo_left_in_front(images, tmp_path, monkeypatch):
@@ -300,7 +300,7 @@ def test_ultralytics_command_line_with_yolo_left_in_front(images, tmp_path, monk
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
     Image.open(images / "street.png").save("x.png")
     assert main(["yolo", "predict", "model=yolov8n.pt", "source=x.png", "imgsz=64", "save_txt", "conf=0.05"]) == 0
-    assert Path("runs/detect/predict/x.png").is_file() and Path("runs/detect/predict/labels/x.txt").is_file()
+    assert Path("runs/detect/predict/x.jpg").is_file() and Path("runs/detect/predict/labels/x.txt").is_file()
 
 
 def test_ultralytics_command_line_takes_the_weights_its_errors_offer(images, tmp_path, monkeypatch):
@@ -311,7 +311,7 @@ def test_ultralytics_command_line_takes_the_weights_its_errors_offer(images, tmp
     monkeypatch.delenv("ZOO_WEIGHTS", raising=False)
     Image.open(images / "street.png").save("x.png")
     assert main(["predict", "model=yolov8s.pt", "weights=synthetic", "source=x.png", "imgsz=64"]) == 0
-    assert Path("runs/detect/predict/x.png").is_file()
+    assert Path("runs/detect/predict/x.jpg").is_file()
 
 
 @pytest.mark.parametrize("task, model", [("segment", "yolo11n-seg.pt"), ("pose", "yolo11n-pose.pt")])
@@ -324,7 +324,7 @@ def test_ultralytics_command_line_task_word_without_model_is_the_tasks_model(tas
     Image.open(images / "street.png").save("x.png")
     assert main([task, "predict", "source=x.png", "imgsz=64"]) == 0
     assert f"note: no model=: {model}, as ultralytics" in capsys.readouterr().err
-    assert Path(f"runs/{task}/predict/x.png").is_file()
+    assert Path(f"runs/{task}/predict/x.jpg").is_file()
 
 
 def test_predict_on_a_folder_of_sub_folders_names_the_glob_it_takes(images, tmp_path, monkeypatch, capsys):

@@ -4,12 +4,14 @@ recipe at the case's seed in the file's dtype, the small records as written."""
 from __future__ import annotations
 
 import base64
+import io
 import json
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from conftest import FIXTURES
 from zoo import instances
@@ -67,3 +69,11 @@ def models(checkpoints):
     import zoo
 
     return {case: zoo.load(str(path), device="cpu") for case, path in checkpoints.items()}
+
+
+def as_jpeg(image: np.ndarray) -> np.ndarray:
+    """``image`` as its JPEG reads back, written with Pillow's defaults as Results.save writes a .jpg: predict saves
+    its annotated images as .jpg (ultralytics' names), so a saved one equals this of the plot, not the plot."""
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="JPEG")
+    return np.asarray(Image.open(buffer))

@@ -841,7 +841,10 @@ class ResultFiles:
         crops/<class>/<name>.jpg   ``save_crop``
 
     ``<name>`` is the item's unique name (zoo.sources); for a video frame ``<video stem>_<k>``, k counting the
-    kept frames from 1, as ultralytics names them. ``overwrite``:
+    kept frames from 1, as ultralytics names them; ``<suffix>`` the input's, or ``image_suffix`` (predict's
+    ``.jpg``, as ultralytics' predictor saves every image: a script opening ``predict/bus.jpg`` after ``bus.png``
+    finds it; item names are unique without their suffix, so ``a.png`` and ``a.jpg`` give ``a.jpg`` and
+    ``a_2.jpg``). ``overwrite``:
     replace annotated images and videos that exist; ``labels``: save_txt's ``overwrite`` (None appends, as
     ultralytics); ``plot_options``: plot()'s keywords for the annotated images and videos; ``inputs``: the run's
     input files and folders, which no output may replace (exist_ok=True into an input's folder); ``written``: the
@@ -853,8 +856,10 @@ class ResultFiles:
 
     def __init__(self, out: str | Path, save: bool = True, save_txt: bool = False, save_conf: bool = False,
                  save_crop: bool = False, overwrite: bool = False, labels: bool | None = None, vid_stride: int = 1,
-                 plot_options: dict | None = None, inputs: Inputs | None = None, written: WrittenFiles | None = None):
+                 plot_options: dict | None = None, inputs: Inputs | None = None, written: WrittenFiles | None = None,
+                 image_suffix: str | None = None):
         self.out = Path(out)
+        self.image_suffix = image_suffix
         self.save, self.save_txt, self.save_conf, self.save_crop = save, save_txt, save_conf, save_crop
         self.overwrite, self.labels, self.vid_stride = overwrite, labels, vid_stride
         self.plot_options = plot_options or {}
@@ -869,7 +874,7 @@ class ResultFiles:
             # finished now, not at the run's end: a run killed meanwhile left it unfinished behind images done,
             # which --resume --save-json refuses (a video not done gives its frames ids the images' records hold)
             self.close(complete=True)
-        image = self.out / output_name(item.path, item.name)
+        image = self.out / (item.name + self.image_suffix if self.image_suffix else output_name(item.path, item.name))
         if self.save and item.frame is None:
             self.check_output(image)  # before the labels: nothing of this item written when refused
         if self.save_txt:

@@ -87,7 +87,7 @@ def predict(model, source, stream: bool = False, conf: float = 0.25, iou: float 
     files = None
     if save or save_txt or save_crop:
         files = ResultFiles(out, save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop,
-                            overwrite=exist_ok, vid_stride=vid_stride, written=run.written,
+                            overwrite=exist_ok, vid_stride=vid_stride, written=run.written, image_suffix=".jpg",
                             plot_options={"line_width": line_width, "labels": show_labels, "conf": show_conf,
                                           "boxes": show_boxes},
                             # the run folder's own files are no inputs (every file read is listed): a folder
