@@ -159,7 +159,7 @@ def predict_command(argv: list[str]) -> int:
                  dtype="float16" if overrides.get("half") is True else "float32")
     results = predict(model, source, stream=True, **overrides)  # overrides already predict_options
     labelled = sum(bool(r.boxes is not None and len(r.boxes)) for r in results)
-    save_dir = os.path.relpath(model.predictor.save_dir)  # as ultralytics prints it: runs/detect/predict
+    save_dir = os.path.relpath(model.predictor.save_dir)  # runs/detect/predict: ultralytics prints the absolute path
     if overrides["save"] or overrides.get("save_crop"):
         print(f"Results saved to {save_dir}", file=sys.stderr)
     if overrides.get("save_txt"):
