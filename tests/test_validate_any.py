@@ -184,6 +184,9 @@ def test_torch_pairing_layouts_and_weights_on_recorded_arrays():
     assert torch_port.parameter_report(recorded.parameters, model, rename, "float32").first_failure == "stem.weight"
     rows = torch_port.unpaired_rows(unpaired)
     assert [(r.name, r.status) for r in rows] == [("net.dropout", "n/a")]
+    # no weight paired (a name_map left out): the n/a rows alone are no pass
+    unmapped = torch_port.parameter_report(recorded.parameters, model, torch_port.renamer(None), "float32")
+    assert unmapped.first_failure == "parameters" and "name_map=" in unmapped.layers[0].flags[0]
 
 
 def test_torch_names_and_layouts():

@@ -223,4 +223,8 @@ def parameter_report(parameters: dict, mlx_model, rename, dtype: str) -> engine.
         rows.append(result)
     rows += [engine.LayerResult(n, tuple(v.shape), status="n/a", flags=["MLX parameter with no PyTorch weight"])
              for n, v in mine.items() if n not in paired]
+    meant = [n for n in parameters if not n.endswith(TORCH_ONLY_SUFFIXES) and rename(n) is not None]
+    if mine and meant and not paired:  # rows of n/a alone passed: no weight compared (name_map None drops on purpose)
+        rows.insert(0, engine.LayerResult("parameters", (), status="FAIL", flags=[
+            "no PyTorch weight pairs with an MLX parameter: pass name_map= mapping PyTorch paths to the MLX model's"]))
     return engine.ModeReport("parameters", engine.TOLERANCES["float32"]["isolated"], rows, dtype)
