@@ -303,6 +303,19 @@ def test_ultralytics_command_line_with_yolo_left_in_front(images, tmp_path, monk
     assert Path("runs/detect/predict/x.jpg").is_file() and Path("runs/detect/predict/labels/x.txt").is_file()
 
 
+def test_ultralytics_checks_and_version_answer(capsys):
+    """ultralytics' quickstart runs `yolo checks` (and `yolo version`): both said 'unknown model'."""
+    import mlx.core as mx
+
+    import zoo
+
+    assert main(["checks"]) == 0
+    out = capsys.readouterr().out
+    assert f"mlx-zoo {zoo.__version__}" in out and f"MLX {mx.__version__}" in out and "device cpu" in out
+    assert "CPU: BLAS" in out
+    assert main(["yolo", "version"]) == 0 and capsys.readouterr().out == f"{zoo.__version__}\n"
+
+
 def test_ultralytics_command_line_takes_the_weights_its_errors_offer(images, tmp_path, monkeypatch):
     """Offline, yolov8s.pt's download failed with 'pass weights=PATH to a local checkpoint (or
     weights='synthetic' ...)', and weights= was then refused as no predict keyword: it is mlx-zoo's key for the

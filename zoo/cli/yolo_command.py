@@ -19,6 +19,8 @@ from zoo.errors import UsageError, ZooError, command_line
 
 TASKS = ("detect", "segment", "pose", "classify", "obb")
 MODES = ("predict", "track", "val", "train", "export", "benchmark", "tune")
+# ultralytics' words that are no task: its quickstart's `yolo checks`, `yolo version`, `yolo settings`
+SPECIAL = ("version", "checks", "settings")
 # ultralytics' model when model= is left out: its TASK2MODEL for a task word, else yolo11n.pt
 DEFAULT_MODELS = {"detect": "yolo11n.pt", "segment": "yolo11n-seg.pt", "pose": "yolo11n-pose.pt"}
 NAMES = ("model", "weights", "project", "name")  # keys whose value is a name, whatever it looks like
@@ -29,6 +31,7 @@ YOLO(model) and calls model.predict(source, **overrides), saving the annotated i
 image (save=False, verbose=False turn them off). Every key is predict's keyword: {keys}.
 A bool key alone is key=True. TASK: detect, segment or pose (must be the model's); modes other than predict are
 not built here. mlx-zoo's own key: weights=PATH|synthetic, the model's checkpoint (--weights of mlx-zoo's form).
+python -m zoo.run checks: the versions, device and CPU forms in use; python -m zoo.run version: mlx-zoo's.
 
   python -m zoo.run predict model=yolo11n.pt source=bus.jpg conf=0.5
   python -m zoo.run segment predict model=best.pt source=images/ save_txt project=runs name=seg
@@ -48,7 +51,8 @@ def is_yolo_command(argv: list[str]) -> bool:
     if not argv:
         return False
     first = argv[0]  # with dashes it is ours: --model=lama is IOPaint's (model_option_as_name)
-    return first in TASKS + MODES or first.partition("=")[0] in ("model", "source", "mode", "task") and "=" in first
+    named = first.partition("=")[0] in ("model", "source", "mode", "task") and "=" in first
+    return first in TASKS + MODES + SPECIAL or named
 
 
 def read_value(text: str):
@@ -118,8 +122,33 @@ def parse(argv: list[str], flags: set[str]) -> tuple[str | None, str, dict]:
 
 
 def main(argv: list[str]) -> int:
+    argv = without_yolo(argv)
+    if argv[:1] == ["version"]:
+        import zoo
+
+        print(zoo.__version__)
+        return 0
+    if argv[:1] == ["checks"]:
+        return checks()
+    if argv[:1] == ["settings"]:
+        raise UsageError("mlx-zoo keeps no settings file: pass each option as a key of the command (key=value), "
+                         "or to predict() in Python")
     with command_line(flags=False):  # its keys are predict's keywords: errors name imgsz=0, not a flag --imgsz
-        return predict_command(without_yolo(argv))
+        return predict_command(argv)
+
+
+def checks() -> int:
+    """``yolo checks`` as mlx-zoo answers it: the versions and the hardware predict would use, a line each."""
+    import platform
+
+    import mlx.core as mx
+
+    import zoo
+    from zoo import blas, devices
+
+    print(f"mlx-zoo {zoo.__version__}, Python {platform.python_version()}, MLX {mx.__version__}\n"
+          f"OS {platform.platform()}\ndevice {devices.describe()}\n{blas.describe()}")
+    return 0
 
 
 def predict_command(argv: list[str]) -> int:
