@@ -247,7 +247,8 @@ def test_ultralytics_command_line_runs_as_its_yolo_command(images, tmp_path, mon
     # weights of yolov8n' (.onnx taken for a weights tag)
     (["predict", "model=yolov8n.onnx", "source=x.png"], r"^error: yolov8n.onnx is an exported model \(ONNX, from "
                                                        r"yolo export\): mlx-zoo runs the PyTorch checkpoint"),
-    (["predict", "model=best_openvino_model/", "source=x.png"], r"best_openvino_model/ is an exported model \(OpenVINO"),
+    (["predict", "model=best_openvino_model/", "source=x.png"],
+     r"best_openvino_model/ is an exported model \(OpenVINO"),
     (["best.engine", "x.png"], r"^error: best.engine is an exported model \(TensorRT"),
     # a run folder without a name to number (it was an internal error, ValueError from Path.with_name)
     (["predict", "model=yolov8n.pt", "source=x.png", "project=.", "name=."], r"project='\.', name='\.' is the folder "
