@@ -203,11 +203,12 @@ def parameter_report(parameters: dict, mlx_model, rename, dtype: str) -> engine.
 
     mine = dict(tree_flatten(mlx_model.parameters()))
     owners = dict(mlx_model.named_modules())
-    rows, paired = [], set()
+    rows, paired, meant = [], set(), False  # meant: a weight name_map did not drop on purpose (None)
     for torch_name, value in parameters.items():
         if torch_name.endswith(TORCH_ONLY_SUFFIXES) or not isinstance(value, np.ndarray):
             continue
         target = rename(torch_name)
+        meant = meant or target is not None
         if target not in mine:
             rows.append(engine.LayerResult(torch_name, value.shape, status="n/a",
                                            flags=["PyTorch weight with no MLX parameter of its name (name_map)"]))
@@ -223,8 +224,7 @@ def parameter_report(parameters: dict, mlx_model, rename, dtype: str) -> engine.
         rows.append(result)
     rows += [engine.LayerResult(n, tuple(v.shape), status="n/a", flags=["MLX parameter with no PyTorch weight"])
              for n, v in mine.items() if n not in paired]
-    meant = [n for n in parameters if not n.endswith(TORCH_ONLY_SUFFIXES) and rename(n) is not None]
-    if mine and meant and not paired:  # rows of n/a alone passed: no weight compared (name_map None drops on purpose)
+    if mine and meant and not paired:  # rows of n/a alone passed: no weight compared
         rows.insert(0, engine.LayerResult("parameters", (), status="FAIL", flags=[
             "no PyTorch weight pairs with an MLX parameter: pass name_map= mapping PyTorch paths to the MLX model's"]))
     return engine.ModeReport("parameters", engine.TOLERANCES["float32"]["isolated"], rows, dtype)
