@@ -272,6 +272,10 @@ def test_a_removed_current_folder_is_one_error(tmp_path, argv):
 INTERRUPTING_SITE = """
 import os, signal, sys
 
+# Ctrl-C's handler as a terminal's process has it: a shell's background job ('pytest &') starts with SIGINT ignored,
+# which its children inherit and Python then leaves ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 class Interrupt:
     pressed = False
 
