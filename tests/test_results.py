@@ -191,3 +191,30 @@ def test_an_empty_save_path_is_one_error(result, tmp_path, monkeypatch, call, me
     with pytest.raises(ZooError, match=f"^{re.escape(message)}$"):
         call(result)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("method", ["to_csv", "to_json", "to_df", "summary"])
+def test_a_file_name_given_to_the_text_forms_is_refused(result, tmp_path, method):
+    """``r.to_csv("out.csv")`` (pandas' to_csv takes the file first) took the name as ``normalize``: it returned
+    normalized boxes and wrote no file, without a word. Now one ZooError naming how to write the file."""
+    with pytest.raises(ZooError, match=r"normalize takes True or False, not '.*out\.csv': .* write no file: "
+                                       r"Path\('.*out\.csv'\)\.write_text\(r\.to_csv\(\)\)"):
+        getattr(result, method)(tmp_path / "out.csv")
+    with pytest.raises(ZooError, match="not 'out.csv'"):
+        getattr(result, method)("out.csv")
+    assert not list(tmp_path.iterdir()) and result.to_csv(True) == result.to_csv(normalize=1)
+
+
+def test_to_coco_ids_are_json_integers(result):
+    """A numpy image id (a COCO ground truth's ids read into an array) or numpy category ids gave records that
+    json.dump refused ('Object of type int64 is not JSON serializable'); a string or float id gave records that
+    pycocotools' loadRes matches to no image. Now numpy integers are Python ints, other ids one ZooError each."""
+    records = result.to_coco(np.int64(42), np.array([1, 5, 9]))
+    assert json.loads(json.dumps(records)) == records
+    assert [(r["image_id"], r["category_id"]) for r in records] == [(42, 1), (42, 9), (42, 1)]
+    assert all(type(r["image_id"]) is int and type(r["category_id"]) is int for r in records)
+    for image_id in ("42", 42.0, True):
+        with pytest.raises(ZooError, match=rf"image_id takes integers \(COCO's ids\), not {image_id!r}"):
+            result.to_coco(image_id)
+    with pytest.raises(ZooError, match="category_ids gives 2 ids for the model's 3 classes"):
+        result.to_coco(1, [1, 2])

@@ -470,6 +470,24 @@ def refuse_other_tasks(call: str, probs, obb) -> None:
                        "pass boxes=, masks= or keypoints=")
 
 
+def refuse_file_name(normalize) -> None:
+    """summary()'s text forms return their text and write no file: ``r.to_csv("out.csv")`` (pandas' to_csv takes the
+    file first) gave ``normalize="out.csv"``, normalized boxes and no file, without a word."""
+    if isinstance(normalize, (str, os.PathLike)):
+        name = str(normalize)
+        raise ZooError(f"normalize takes True or False, not {name!r}: summary(), to_json(), to_csv() and to_df() "
+                       f"return what they make and write no file: Path({name!r}).write_text(r.to_csv()), or "
+                       f"r.to_df().to_csv({name!r})")
+
+
+def coco_id(value, what: str) -> int:
+    """``value`` as COCO's integer id, a Python int (json.dump takes no numpy integer); other values are refused:
+    pycocotools' loadRes matches no string or float id to its ground truth's ("Results do not correspond")."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise ZooError(f"{what} takes integers (COCO's ids), not {value!r}")
+    return int(value)
+
+
 class Results:
     """One image's results, as ultralytics' Results: ``boxes`` for detection; ``masks``, ``probs``,
     ``keypoints``, ``obb`` are None where the task has none, as upstream.
@@ -573,6 +591,7 @@ class Results:
         """One dict per box: name, class, confidence, box {x1, y1, x2, y2} (pixels, or 0-1 with ``normalize``);
         with masks its polygon's "segments" {x: [...], y: [...]}, with keypoints their "keypoints" {x, y, visible}
         (x, y only for keypoints without visibility, where ultralytics 8.3.253 raises), in their own dtype."""
+        refuse_file_name(normalize)
         h, w = self.orig_shape if normalize else (1, 1)
         rows = []
         ids = self.box_rows.id
@@ -631,6 +650,13 @@ class Results:
         model's "keypoints", [x1, y1, v1, x2, ...] in pixels, v the keypoint's score (COCO's layout). A model
         without visibility (kpt_shape (K, 2)) writes v = 1, as COCO's results format recommends: ultralytics
         writes x, y pairs, which pycocotools reads as triples (COCOeval "keypoints" raises on them)."""
+        image_id = coco_id(image_id, "image_id")
+        if category_ids is not None:
+            classes = max(self.names, default=-1) + 1
+            if len(category_ids) < classes:
+                raise ZooError(f"category_ids gives {len(category_ids)} ids for the model's {classes} classes: "
+                               "give one category_id per class, in class order")
+            category_ids = [coco_id(c, "category_ids") for c in category_ids]
         name = Path(self.path).name if self.path else None
         records = [
             {"image_id": image_id, "file_name": name,
