@@ -146,6 +146,25 @@ def test_same_stems_and_a_suffixless_input_get_their_own_outputs(images, tmp_pat
         assert im.format == "PNG"
 
 
+def test_a_numeric_stem_another_input_has_is_named_in_its_note(images, tmp_path, capsys):
+    """train/7.png and val/7.png (or 7.png and 007.png) share one number: the second got a running image_id, and
+    the note said it had no numeric file stem ('3 input(s) without a numeric file stem (7_2, ...)'), so the user
+    looked for a file without one. Now the inputs whose number another input has are a note of their own, naming
+    the first of them, its id and the input that has the number."""
+    for folder, name in (("train", "7.png"), ("val", "7.png"), ("val", "007.png"), ("val", "cat.png")):
+        (tmp_path / folder).mkdir(exist_ok=True)
+        (tmp_path / folder / name).write_bytes((images / "street.png").read_bytes())
+    assert detect([str(tmp_path / "train"), str(tmp_path / "val"), "--conf", "0.05", "--save-json"], tmp_path) == 0
+    err = capsys.readouterr().err
+    assert "note: --save-json: 1 input(s) without a numeric file stem (cat) get a running image_id" in err
+    assert (f"note: --save-json: 2 input(s) have a file stem's number another input has: {tmp_path / 'val' / '007.png'}"
+            f" gets a running image_id (9), {tmp_path / 'train' / '7.png'} the number 7; run them into separate "
+            "--out folders to give each its number") in err
+    rows = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert sorted({(r["image_id"], r["file_name"]) for r in rows}) == [(7, "7.png"), (9, "007.png"), (10, "7.png"),
+                                                                      (11, "cat.png")]
+
+
 def test_save_refuses_a_suffix_pillow_only_reads(tmp_path):
     det = Results(np.zeros((8, 8, 3), np.uint8), "x.png", {0: "a"})
     with pytest.raises(ZooError, match="x.psd: Pillow only reads PSD: cannot write .psd; use .png"):

@@ -168,11 +168,23 @@ def check_arguments(args):
         "--resume: ")
     if args.save_json:
         check_new_file(refuse_inputs(out / PREDICTIONS, inputs, "output"), "output", args.overwrite or args.resume)
-        numbered = [name for _, _, name, _, _ in outputs if name not in args.image_ids.ids]
+        numbered, repeated = [], []  # running ids: stems that are no number; numbers another input has
+        for given, _, name, is_video, _ in outputs:
+            if name not in args.image_ids.ids:
+                stem = Path(given).stem
+                (repeated if not is_video and stem.isascii() and stem.isdigit() else numbered).append((given, name))
         if numbered:  # a ground truth with ids of its own matches none of them: AP 0 without a word
-            example = numbered[0] + (", ..." if len(numbered) > 1 else "")
+            example = numbered[0][1] + (", ..." if len(numbered) > 1 else "")
             print(f"note: --save-json: {len(numbered)} input(s) without a numeric file stem ({example}) get a running "
                   "image_id; map them to your ground truth's ids by file_name", file=sys.stderr)
+        if repeated:  # a/7.jpg and b/7.jpg (or 7.png and 007.png): one number, which a ground truth gives one image
+            given, name = repeated[0]
+            first = next(g for g, _, n, _, _ in outputs if args.image_ids.ids.get(n) == int(Path(given).stem))
+            running = args.image_ids.known(name)  # None after a video: known once its frames are decoded
+            print(f"note: --save-json: {len(repeated)} input(s) have a file stem's number another input has: "
+                  f"{given} gets a running image_id{f' ({running})' if running else ''}, {first} the number "
+                  f"{int(Path(given).stem)}; run them into separate --out folders to give each its number",
+                  file=sys.stderr)
         if args.resume and (out / PREDICTIONS).exists():
             # a damaged file, or one whose ids this run gives to other images: refused before the model loads
             owners = {args.image_ids.known(name): Path(given).name for given, _, name, is_video, _ in outputs
