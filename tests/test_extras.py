@@ -75,3 +75,15 @@ def test_coco_rle_needs_no_pycocotools(monkeypatch):
 
     assert all(isinstance(e["counts"], str) for e in encoded)
     np.testing.assert_array_equal(np.moveaxis(mask_utils.decode(encoded), -1, 0), masks)
+
+
+def test_to_df_names_the_pandas_extra(monkeypatch):
+    """to_df() without pandas said 'pip install pandas', the one optional dependency without an extra of its own."""
+    import numpy as np
+
+    from zoo.results import Results
+
+    block(monkeypatch, "pandas")
+    result = Results(np.zeros((4, 4, 3), np.uint8), "a.jpg", {0: "a"}, np.zeros((0, 6), np.float32))
+    with pytest.raises(ZooError, match=r'^to_df\(\) needs pandas: pip install "mlx-zoo\[pandas\]"$'):
+        result.to_df()

@@ -18,6 +18,7 @@ EXTRAS = {
     "matplotlib": ("matplotlib", "validate"),
     "ray": ("Ray", "ray"),
     "pyarrow": ("pyarrow", "ray"),
+    "pandas": ("pandas", "pandas"),
 }
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from zoo.errors import ZooError
+from zoo.extras import require
 from zoo.files import (Inputs, WrittenFiles, check_new_file, image_format, json_text, make_output_folder,
                        refuse_empty, refuse_inputs, remove_created_folders, writable_format, write_atomic, write_text)
 from zoo.instances import coco_rle, masks2segments, scale_coords, scale_masks, scaled_extent
@@ -624,12 +625,8 @@ class Results:
 
     def to_df(self, normalize: bool = False, decimals: int = 5):
         """summary() as a pandas DataFrame, one row per box (columns name, class, confidence, box).
-        ultralytics 8.4 returns a polars DataFrame of the same rows: ``polars.from_pandas(r.to_df())``."""
-        try:
-            import pandas as pd
-        except ImportError:
-            raise ZooError("to_df() needs pandas: pip install pandas (or use summary(), to_csv(), to_json())") from None
-        return pd.DataFrame(self.summary(normalize, decimals))
+        ultralytics (8.3.253 too) returns a polars DataFrame of the same rows: ``polars.from_pandas(r.to_df())``."""
+        return require("pandas", "to_df()").DataFrame(self.summary(normalize, decimals))
 
     def to_csv(self, normalize: bool = False, decimals: int = 5) -> str:
         """summary() as CSV text, as ultralytics writes it: a header, one row per box, the box as its dict's repr."""
