@@ -165,6 +165,24 @@ def test_a_numeric_stem_another_input_has_is_named_in_its_note(images, tmp_path,
                                                                       (11, "cat.png")]
 
 
+def test_a_videos_frames_records_say_their_frame(images, tmp_path, capsys):
+    """--save-json gave every frame of clip.mp4 the file_name clip.mp4 and nothing else, while the note said to map
+    running ids to the ground truth's by file_name: the frames could not be told apart. Each frame's records now
+    carry "frame", its 0-based number in the video as --jsonl's (frame 3 is clip_2.txt with --vid-stride 2), and the
+    note names it; images have none."""
+    from conftest import write_video
+
+    write_video(tmp_path / "clip.mp4", frames=4)
+    argv = [str(tmp_path / "clip.mp4"), str(images / "street.png"), "--conf", "0.01", "--vid-stride", "2",
+            "--save-json", "--save-txt"]
+    assert detect(argv, tmp_path) == 0
+    assert "by file_name (a video's frames: and frame)" in capsys.readouterr().err
+    rows = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert sorted({(r["image_id"], r["file_name"], r.get("frame")) for r in rows}) == [
+        (1, "clip.mp4", 1), (2, "clip.mp4", 3), (3, "street.png", None)]
+    assert sorted(p.name for p in (tmp_path / "out" / "labels").iterdir()) == ["clip_1.txt", "clip_2.txt", "street.txt"]
+
+
 def test_save_refuses_a_suffix_pillow_only_reads(tmp_path):
     det = Results(np.zeros((8, 8, 3), np.uint8), "x.png", {0: "a"})
     with pytest.raises(ZooError, match="x.psd: Pillow only reads PSD: cannot write .psd; use .png"):

@@ -640,7 +640,8 @@ class Results:
 
     def to_coco(self, image_id: int, category_ids: list[int] | None = None) -> list[dict]:
         """The boxes as COCO result records, as ultralytics' save_json writes them: image_id, file_name,
-        category_id (``category_ids[class]``, default class + 1), bbox [x, y, width, height] in pixels, score;
+        a video frame's "frame" (its 0-based number in the video, as ``frame`` and --jsonl's), category_id
+        (``category_ids[class]``, default class + 1), bbox [x, y, width, height] in pixels, score;
         a segmentation model's adds "segmentation", the mask at the image's size as COCO's compressed RLE
         (upstream's val encodes process_mask_native's masks, at the input's size scaled to the image;
         ``retina_masks=True`` computes them at the image's size), a pose
@@ -654,9 +655,11 @@ class Results:
                 raise ZooError(f"category_ids gives {len(category_ids)} ids for the model's {classes} classes: "
                                "give one category_id per class, in class order")
             category_ids = [coco_id(c, "category_ids") for c in category_ids]
-        name = Path(self.path).name if self.path else None
+        # a video's frames share its file_name: "frame" tells them apart
+        where = {"file_name": Path(self.path).name if self.path else None,
+                 **({"frame": self.frame} if self.frame is not None else {})}
         records = [
-            {"image_id": image_id, "file_name": name,
+            {"image_id": image_id, **where,
              "category_id": category_ids[int(c)] if category_ids is not None else int(c) + 1,
              "bbox": [round(x1, 3), round(y1, 3), round(x2 - x1, 3), round(y2 - y1, 3)], "score": round(s, 5)}
             for x1, y1, x2, y2, s, c in self.box_rows.rows.tolist()

@@ -176,7 +176,8 @@ def check_arguments(args):
         if numbered:  # a ground truth with ids of its own matches none of them: AP 0 without a word
             example = numbered[0][1] + (", ..." if len(numbered) > 1 else "")
             print(f"note: --save-json: {len(numbered)} input(s) without a numeric file stem ({example}) get a running "
-                  "image_id; map them to your ground truth's ids by file_name", file=sys.stderr)
+                  "image_id; map them to your ground truth's ids by file_name (a video's frames: and frame)",
+                  file=sys.stderr)
         if repeated:  # a/7.jpg and b/7.jpg (or 7.png and 007.png): one number, which a ground truth gives one image
             given, name = repeated[0]
             first = next(g for g, _, n, _, _ in outputs if args.image_ids.ids.get(n) == int(Path(given).stem))
