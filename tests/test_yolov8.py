@@ -710,6 +710,10 @@ def test_call_forms_and_ultralytics_keywords(yolov8n, tmp_path, monkeypatch, cap
     assert "note: half=True: this model computes in float32" in capsys.readouterr().err
     with pytest.raises(ZooError, match=r"unknown keyword argument augmented=: it takes stream, conf, iou, "):
         yolov8n(image, augmented=True)
+    # ultralytics' predict takes its val option save_json=True and writes nothing: the error names what writes COCO's
+    with pytest.raises(ZooError, match=r"unknown keyword argument save_json=: COCO records: r\.to_coco\(image_id\) "
+                                       r"on each result .* --save-json; it takes stream, "):
+        yolov8n(image, save_json=True)
     with pytest.raises(ZooError, match=r"device='cuda:1': MLX runs on one device"):
         yolov8n.predict(image, device="cuda:1")
     with pytest.raises(ZooError, match=r"batch=0 must be a positive integer"):

@@ -869,7 +869,10 @@ def predict_options(options: dict) -> dict:
     unknown = [key for key in options if key not in PREDICT_OPTIONS]
     if unknown:
         key = unknown[0]
-        hint = "call r.show() on each result to view it; " if key == "show" else ""
+        hint = {"show": "call r.show() on each result to view it; ",
+                # a val option ultralytics' predict takes and ignores: no predictions.json comes of it there either
+                "save_json": "COCO records: r.to_coco(image_id) on each result (pycocotools' loadRes reads their "
+                             "list), or python -m zoo.run MODEL IMAGES --save-json; "}.get(key, "")
         if key in UNBUILT_PREDICT_OPTIONS:
             raise ZooError(f"predict({key}={options[key]!r}) is not available in mlx-zoo (only ultralytics' "
                            f"default {key}={UNBUILT_PREDICT_OPTIONS[key]!r}): {hint}it takes "
