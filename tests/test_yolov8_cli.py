@@ -183,6 +183,19 @@ def test_a_videos_frames_records_say_their_frame(images, tmp_path, capsys):
     assert sorted(p.name for p in (tmp_path / "out" / "labels").iterdir()) == ["clip_1.txt", "clip_2.txt", "street.txt"]
 
 
+def test_ctrl_c_says_predictions_json_is_partial(images, tmp_path, monkeypatch, capsys):
+    """Ctrl-C closes predictions.json with its ']': a valid list, which COCOeval took for the run's and scored the
+    images not done as missed, the run having said only 'every finished output is kept'. One note says so now."""
+    from test_pipeline import interrupt_after_the_first_batch
+
+    interrupt_after_the_first_batch(monkeypatch)
+    assert detect([str(images), "--conf", "0.01", "--save-json"], tmp_path) == 130
+    predictions = tmp_path / "out" / "predictions.json"
+    assert {r["file_name"] for r in json.loads(predictions.read_text())} == {"street.png"}
+    assert (f"note: --save-json: {predictions} holds the records of the images done before Ctrl-C only: COCOeval "
+            "would count the others' objects as missed; --resume completes it") in capsys.readouterr().err
+
+
 def test_save_refuses_a_suffix_pillow_only_reads(tmp_path):
     det = Results(np.zeros((8, 8, 3), np.uint8), "x.png", {0: "a"})
     with pytest.raises(ZooError, match="x.psd: Pillow only reads PSD: cannot write .psd; use .png"):

@@ -359,6 +359,9 @@ def run(args, model) -> int:
             if jsonl is not None:
                 jsonl.close()
     run.refuse_nothing_read()
+    if coco is not None and run.interrupted:  # a whole list, which COCOeval would score as the run's
+        print(f"note: --save-json: {out / PREDICTIONS} holds the records of the images done before Ctrl-C only: "
+              "COCOeval would count the others' objects as missed; --resume completes it", file=sys.stderr)
     print(run_summary(run, counts, speed, out, args), file=sys.stderr)
     return run.exit_code
 
