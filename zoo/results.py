@@ -650,9 +650,8 @@ class Results:
         writes x, y pairs, which pycocotools reads as triples (COCOeval "keypoints" raises on them)."""
         image_id = coco_id(image_id, "image_id")
         if category_ids is not None:
-            classes = max(self.names, default=-1) + 1
-            if len(category_ids) < classes:
-                raise ZooError(f"category_ids gives {len(category_ids)} ids for the model's {classes} classes: "
+            if len(category_ids) < len(self.names):
+                raise ZooError(f"category_ids gives {len(category_ids)} ids for the model's {len(self.names)} classes: "
                                "give one category_id per class, in class order")
             category_ids = [coco_id(c, "category_ids") for c in category_ids]
         # a video's frames share its file_name: "frame" tells them apart
