@@ -165,6 +165,21 @@ def test_a_numeric_stem_another_input_has_is_named_in_its_note(images, tmp_path,
                                                                       (11, "cat.png")]
 
 
+def test_inputs_of_one_file_name_are_named_in_a_note(images, tmp_path, capsys):
+    """train/cat.png and val/cat.png get running ids, and the note said to map those by file_name, which is
+    cat.png in both records: a note names them now, and says the ids run in the inputs' order."""
+    for folder in ("train", "val"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "cat.png").write_bytes((images / "street.png").read_bytes())
+    (tmp_path / "val" / "dog.png").write_bytes((images / "street.png").read_bytes())
+    assert detect([str(tmp_path / "train"), str(tmp_path / "val"), "--conf", "0.01", "--save-json"], tmp_path) == 0
+    assert (f"note: --save-json: 2 of them share their file_name with another ({tmp_path / 'train' / 'cat.png'}, "
+            f"{tmp_path / 'val' / 'cat.png'}): their records tell them apart by image_id only, running in the inputs' "
+            "order") in capsys.readouterr().err
+    rows = json.loads((tmp_path / "out" / "predictions.json").read_text())
+    assert sorted({(r["image_id"], r["file_name"]) for r in rows}) == [(1, "cat.png"), (2, "cat.png"), (3, "dog.png")]
+
+
 def test_a_videos_frames_records_say_their_frame(images, tmp_path, capsys):
     """--save-json gave every frame of clip.mp4 the file_name clip.mp4 and nothing else, while the note said to map
     running ids to the ground truth's by file_name: the frames could not be told apart. Each frame's records now

@@ -178,6 +178,11 @@ def check_arguments(args):
             print(f"note: --save-json: {len(numbered)} input(s) without a numeric file stem ({example}) get a running "
                   "image_id; map them to your ground truth's ids by file_name (a video's frames: and frame)",
                   file=sys.stderr)
+            shared = Counter(Path(given).name for given, _ in numbered)
+            if twice := [given for given, _ in numbered if shared[Path(given).name] > 1]:  # train/cat.png, val/cat.png
+                print(f"note: --save-json: {len(twice)} of them share their file_name with another ({twice[0]}, "
+                      f"{twice[1]}): their records tell them apart by image_id only, running in the inputs' order",
+                      file=sys.stderr)
         if repeated:  # a/7.jpg and b/7.jpg (or 7.png and 007.png): one number, which a ground truth gives one image
             given, name = repeated[0]
             first = next(g for g, _, n, _, _ in outputs if args.image_ids.ids.get(n) == int(Path(given).stem))
