@@ -156,6 +156,21 @@ def classify(argv):
     return main(["resnet18", *argv, "--weights", "synthetic:0", "--device", "cpu", "--top-k", "2"])
 
 
+@pytest.mark.parametrize("jsonl, fix", [(True, "the same command with --resume completes them"),
+                                        (False, "run again with --overwrite for all")])
+def test_ctrl_c_says_json_and_csv_are_partial(folder, tmp_path, monkeypatch, capsys, jsonl, fix):
+    """Ctrl-C renamed classify's --json and --csv into place holding the images done: whole files that read as the
+    run's results, the run saying only 'every finished output is kept'. One note says they are partial."""
+    interrupt_after_the_first_batch(monkeypatch)
+    out = {"json": tmp_path / "r.json", "csv": tmp_path / "r.csv"}
+    argv = [str(folder), "--json", str(out["json"]), "--csv", str(out["csv"]),
+            *(["--jsonl", str(tmp_path / "r.jsonl")] if jsonl else [])]
+    assert classify(argv) == EXIT_INTERRUPTED
+    assert len(json.loads(out["json"].read_text())) == 1 and len(out["csv"].read_text().splitlines()) == 2
+    assert f"note: {out['json']} and {out['csv']} hold the images done before Ctrl-C only: {fix}" in (
+        capsys.readouterr().err)
+
+
 def test_classify_batch_is_batch_one_and_bad_items_are_error_records(folder, tmp_path, capsys):
     assert classify([str(folder), "--jsonl", str(tmp_path / "one.jsonl")]) == 1
     err = capsys.readouterr().err

@@ -103,6 +103,10 @@ def run(args, model) -> int:
 
         run.run(process)
     run.refuse_nothing_read()
+    written = [str(writer.path) for writer in (outputs.json, outputs.csv) if writer is not None and writer.count]
+    if run.interrupted and written:  # whole files, which read as the run's
+        fix = "the same command with --resume completes them" if args.jsonl else "run again with --overwrite for all"
+        print(f"note: {' and '.join(written)} hold the images done before Ctrl-C only: {fix}", file=sys.stderr)
     print(f"{args.model}: {run.summary('classified')}", file=sys.stderr)
     return run.exit_code
 
