@@ -187,10 +187,14 @@ def check_arguments(args):
             given, name = repeated[0]
             first = next(g for g, _, n, _, _ in outputs if args.image_ids.ids.get(n) == int(Path(given).stem))
             running = args.image_ids.known(name)  # None after a video: known once its frames are decoded
-            print(f"note: --save-json: {len(repeated)} input(s) have a file stem's number another input has: "
-                  f"{given} gets a running image_id{f' ({running})' if running else ''}, {first} the number "
-                  f"{int(Path(given).stem)}; run them into separate --out folders to give each its number",
-                  file=sys.stderr)
+            running = f"a running image_id{f' ({running})' if running else ''}"
+            if Path(given).resolve() == Path(first).resolve():  # a list naming it twice: loadRes refuses the id
+                print(f"note: --save-json: {given} is given twice: its second records get {running}, not "
+                      f"{int(Path(given).stem)}; give each image once", file=sys.stderr)
+            else:
+                print(f"note: --save-json: {len(repeated)} input(s) have a file stem's number another input has: "
+                      f"{given} gets {running}, {first} the number {int(Path(given).stem)}; run them into separate "
+                      "--out folders to give each its number", file=sys.stderr)
         if args.resume and (out / PREDICTIONS).exists():
             # a damaged file, or one whose ids this run gives to other images: refused before the model loads
             owners = {args.image_ids.known(name): Path(given).name for given, _, name, is_video, _ in outputs
