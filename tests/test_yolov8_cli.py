@@ -165,7 +165,7 @@ def test_a_numeric_stem_another_input_has_is_named_in_its_note(images, tmp_path,
                                                                       (11, "cat.png")]
     # one file a list names twice: said as such (it said 'run them into separate --out folders')
     (tmp_path / "twice.txt").write_text(f"{tmp_path / 'train' / '7.png'}\n" * 2)
-    assert detect([str(tmp_path / "twice.txt"), "--conf", "0.01", "--save-json", "--overwrite"], tmp_path) == 0
+    assert detect([str(tmp_path / "twice.txt"), "--conf", "0.01", "--save-json"], tmp_path / "again") == 0
     assert (f"note: --save-json: {tmp_path / 'train' / '7.png'} is given twice: its second records get a running "
             "image_id (9), not 7; give each image once") in capsys.readouterr().err
 
