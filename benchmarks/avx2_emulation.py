@@ -10,13 +10,13 @@ is not an AVX2 CPU: its caches, clocks and cores stay; say so beside any figure)
 - OpenBLAS (MLX's products): OPENBLAS_CORETYPE=Haswell;
 - PyTorch: ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2, MKL_ENABLE_INSTRUCTIONS=AVX2.
 
-SCRIPT runs in this process's child after ``import zoo`` (as ../shared/bench/sbs.py wants), with
-``--path DIR`` appended to sys.path (where torch lives, when it is not installed beside zoo). For example,
-the CPU speed check of docs/speed-cpu.md:
+SCRIPT runs in this process's child (this interpreter) after ``import zoo`` (as ../shared/bench/sbs.py
+wants), with ``--path DIR`` appended to sys.path (where torch lives, when it is not installed beside zoo).
+For example, the CPU speed check of docs/speed-cpu.md (tests/peers runs it):
 
-    python benchmarks/avx2_emulation.py --path /venv-with-torch/lib/python3.11/site-packages \\
-        ../shared/bench/sbs.py --device cpu --dtypes float32 --batches 1 --lama-size 256 --seconds 20 \\
-        --min-rounds 3 --cases resnet50,yolov8n,mobilesam,lama --variants mlx,torch --torch-threads 2
+    python benchmarks/avx2_emulation.py ../shared/bench/sbs.py --device cpu --dtypes float32 --batches 1 \\
+        --lama-size 256 --seconds 20 --min-rounds 3 --cases resnet50,yolov8n,mobilesam,lama \\
+        --variants mlx,torch --torch-threads 2
 """
 from __future__ import annotations
 

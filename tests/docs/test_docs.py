@@ -12,15 +12,17 @@ run of a page proves its examples can be run again: each command then succeeds o
 benchmarks/ scripts, ``python -c``, any command under ``nice``, ``prlimit`` or ``/usr/bin/time``, or setting an
 ``MLX_*`` variable MLX reads as it starts) run as child processes of this interpreter in the page's folder,
 which links benchmarks/ and holds tests/any_models.py; ``python -m pytest tests/...`` (the project's
-own tests, never tests/docs) runs in the repository's root. A command continues on the next line
-while a quote is open (``python -c "..."`` over several lines).
+own tests, never tests/docs) and ``python tests/...`` (a script of theirs) run in the repository's root.
+A command continues on the next line while a quote is open (``python -c "..."`` over several lines).
 
 A block that cannot run here says why in an HTML comment on the line before it
-(``<!-- not-run: needs a cluster -->``); the test lists those. A block that needs an MLX GPU says
-``<!-- gpu -->``: here it is listed, and tests/gpu/test_docs_gpu.py runs it, as written, twice, on a
-machine with a GPU (with ``../shared`` beside the clone where it names the PyTorch peers). Commands that
-start Ray (``--ray``, ``ray_*.py``, ``import ray``) run in the ``ray``-marked test (``pytest -m ray``), in
-the same order.
+(``<!-- not-run: needs a cluster -->``); the test lists those. A block that needs more than this machine
+says what in a mark of MARKS: here it is listed, and a test of its own runs it, as written, twice, where
+that is found: ``<!-- gpu -->`` an MLX GPU (tests/gpu/test_docs_gpu.py; with ``../shared`` beside the clone
+where it names the PyTorch peers), ``<!-- peers -->`` the PyTorch peers on the CPU
+(tests/peers/test_docs_peers.py: torch and polars beside the project, ``../shared`` beside the clone).
+Commands that start Ray (``--ray``, ``ray_*.py``, ``import ray``) run in the ``ray``-marked test
+(``pytest -m ray``), in the same order.
 """
 from __future__ import annotations
 
@@ -52,7 +54,10 @@ ROOT = Path(__file__).parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+-]*)")
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(.*?)\s*-->")
-GPU_MARK = re.compile(r"<!--\s*gpu\s*-->")
+# What a block marked <!-- NAME --> needs, and the test that runs it
+MARKS = {"gpu": "needs a GPU (tests/gpu/test_docs_gpu.py runs it)",
+         "peers": "needs the PyTorch peers: torch, polars, ../shared (tests/peers/test_docs_peers.py runs it)"}
+MARK = re.compile(r"<!--\s*(" + "|".join(MARKS) + r")\s*-->")
 SHELL_TAGS = {"bash", "sh", "shell", "console", "zsh"}
 COMMAND = re.compile(r"^(\w+=\S*\s+)*(nice\s+|prlimit(\s+-[-\w=]+)*\s+)?(/usr/bin/time(\s+-\w+)*\s+)?"
                      r"(python3?|pip|ray|zoo-run|zoo-validate)\s")
@@ -65,7 +70,7 @@ class Block:
     tag: str
     text: str
     not_run: str | None  # the reason given in a <!-- not-run: ... --> comment before it
-    gpu: bool  # marked <!-- gpu -->: runs in tests/gpu/test_docs_gpu.py
+    mark: str | None  # a key of MARKS, from a <!-- gpu --> or <!-- peers --> comment before it
 
     @property
     def where(self) -> str:
@@ -95,9 +100,9 @@ def blocks(page: Path) -> list[Block]:
         while end < len(lines) and not lines[end].strip().startswith(fence):
             end += 1
         before = next((lines[j] for j in range(i - 1, -1, -1) if lines[j].strip()), "")
-        reason = NOT_RUN.search(before)
+        reason, mark = NOT_RUN.search(before), MARK.search(before)
         found.append(Block(page, i + 1, opening.group(2).lower(), "\n".join(lines[i + 1:end]),
-                           reason.group(1) if reason else None, GPU_MARK.search(before) is not None))
+                           reason.group(1) if reason else None, mark.group(1) if mark else None))
         i = end + 1
     return found
 
@@ -307,7 +312,7 @@ def page_folder(samples, tmp_path, monkeypatch, request) -> Iterator[Path]:
     if best_pt:
         _yolo_best_pt(folder / "best.pt", *best_pt)
     (folder / "benchmarks").symlink_to(ROOT / "benchmarks", target_is_directory=True)  # the scripts, read only
-    if (ROOT.parent / "shared").is_dir():  # ../shared as beside the clone: the PyTorch peers of <!-- gpu --> blocks
+    if (ROOT.parent / "shared").is_dir():  # ../shared as beside the clone: the PyTorch peers of gpu/peers blocks
         (folder.parent / "shared").symlink_to(ROOT.parent / "shared", target_is_directory=True)
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
@@ -348,7 +353,8 @@ def run_command(command: str, monkeypatch) -> tuple[int, str]:
 
 def run_child(words: list[str]) -> tuple[int, str]:
     """A ``python`` command other than the entry points, in a child process of this interpreter: in the
-    page's folder, or in the repository's root for the project's own tests (``python -m pytest tests/...``)."""
+    page's folder, or in the repository's root for the project's own tests (``python -m pytest tests/...``)
+    and their scripts (``python tests/...``)."""
     program = words
     while program[:1] in (["nice"], ["/usr/bin/time"], ["prlimit"]):  # with its options (-v, --as=BYTES)
         program = program[1:]
@@ -360,10 +366,13 @@ def run_child(words: list[str]) -> tuple[int, str]:
     argv, cwd = [sys.executable, *program[1:]], None
     if program[1:3] == ["-m", "pytest"]:
         paths = [word.split("::")[0] for word in program[3:] if not word.startswith("-")]
-        assert paths and all(path.startswith("tests/") and not path.startswith(("tests/docs", "tests/gpu/test_docs"))
+        assert paths and all(path.startswith("tests/")
+                             and not path.startswith(("tests/docs", "tests/gpu/test_docs", "tests/peers"))
                              and path.rstrip("/") != "tests/gpu" for path in paths), \
-            f"{shlex.join(words)!r}: a page runs files of tests/ (never tests/docs or tests/gpu/test_docs_gpu.py, " \
-            "which run the pages)"
+            f"{shlex.join(words)!r}: a page runs files of tests/ (never tests/docs, tests/gpu/test_docs_gpu.py or " \
+            "tests/peers, which run the pages)"
+        cwd = ROOT
+    elif program[1:2] and program[1].startswith("tests/"):  # a script of the tests, named from the root as written
         cwd = ROOT
     done = subprocess.run([*prefix, *argv], cwd=cwd, capture_output=True, text=True, timeout=600)
     printed = done.stdout + done.stderr
@@ -412,16 +421,16 @@ def run_python(block: Block, namespace: dict, folder: Path, again: bool) -> None
         assert files(folder) == before, f"{block.where}: refused ({e}) but changed files"
 
 
-def run_page(page: Path, folder: Path, monkeypatch, ray: bool, gpu: bool = False) -> list[str]:
-    """Run the page's blocks twice in ``folder`` (``gpu``: only those marked <!-- gpu -->, else all
-    others); the ones not run are returned as 'where: reason'."""
+def run_page(page: Path, folder: Path, monkeypatch, ray: bool, mark: str | None = None) -> list[str]:
+    """Run the page's blocks twice in ``folder`` (``mark``: only those marked <!-- MARK -->, else all
+    unmarked ones); the ones not run are returned as 'where: reason'."""
     skipped = []
     for again in (False, True):
         namespace = {"__name__": f"docs:{page.name}"}
         for block in blocks(page):
-            if block.kind == "text" or block.gpu != gpu:
-                if block.gpu and not again:
-                    skipped.append(f"{block.where}: needs a GPU (tests/gpu/test_docs_gpu.py runs it)")
+            if block.kind == "text" or block.mark != mark:
+                if block.mark not in (None, mark) and not again:
+                    skipped.append(f"{block.where}: {MARKS[block.mark]}")
                 continue
             if block.not_run is not None:
                 if not again:
@@ -466,5 +475,5 @@ def test_blocks_are_found_and_marked_with_reasons():
     kinds = {b.kind for b in found}
     assert kinds == {"python", "shell", "text"}
     assert all(b.not_run for b in found if b.not_run is not None)
-    assert any(b.gpu for b in found) and not any(b.gpu and b.not_run is not None for b in found)
+    assert {b.mark for b in found} == {None, *MARKS} and not any(b.mark and b.not_run is not None for b in found)
     assert sum(text.count("```") for text in (p.read_text() for p in PAGES)) == 2 * len(found)

@@ -16,11 +16,11 @@ from test_docs import PAGES, blocks, page_folder, page_id, run_page, samples  # 
 
 from zoo.devices import gpu_backend  # noqa: E402
 
-GPU_PAGES = [page for page in PAGES if any(block.gpu for block in blocks(page))]
+GPU_PAGES = [page for page in PAGES if any(block.mark == "gpu" for block in blocks(page))]
 
 
 @pytest.mark.parametrize("page", GPU_PAGES, ids=page_id)
 def test_every_gpu_block_runs_twice(page, page_folder, monkeypatch):  # noqa: F811 (the fixture imported above)
     assert gpu_backend() is not None, "no MLX GPU backend here: run tests/gpu on a machine with Metal or CUDA"
     assert os.environ.get("MLX_ENABLE_TF32") == "0", "set MLX_ENABLE_TF32=0: the pages' float32 checks need it"
-    run_page(page, page_folder, monkeypatch, ray=False, gpu=True)
+    run_page(page, page_folder, monkeypatch, ray=False, mark="gpu")
