@@ -26,6 +26,8 @@ port gives all-zero images). MLX's FFT returns complex64 for any input anyway.
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 import sys
 import warnings
 from pathlib import Path
@@ -631,6 +633,7 @@ class LaMa(nn.Module):
                       crop_trigger_size: int = CROP_TRIGGER_SIZE, max_megapixels: float | None = None,
                       progress: bool = False) -> np.ndarray:
         """``inpaint`` on an (H, W, 3) uint8 image and an (H, W) bool hole that marks some pixel."""
+        check_max_megapixels(max_megapixels)
         scale, boxes = plan_passes(hole, hd_strategy, resize_limit, crop_margin, crop_trigger_size)
         for size in pass_sizes(hole.shape, scale, boxes):  # all of them before the first pass
             check_memory(size, max_megapixels, self.dtype, hole.size)
@@ -705,6 +708,8 @@ def mask_levels(mask) -> np.ndarray:
         return mask
     if isinstance(mask, Image.Image):
         return np.asarray(mask.convert("L"))
+    if isinstance(mask, np.ndarray) and mask.dtype == bool:  # (H, W, 3) of a 2-D bool mask's np.dstack / repeat
+        mask = mask.astype(np.uint8) * 255
     return np.asarray(Image.fromarray(load_image(mask, "mask")).convert("L"))
 
 
@@ -818,13 +823,28 @@ def check_memory(size: tuple[int, int], max_megapixels: float | None, dtype: mx.
         f"{option('max_megapixels', 'N')} if the machine has the memory")
 
 
-def check_pass_options(resize_limit: int, crop_margin: int, named: Callable[[str], str] = keyword) -> None:
+def check_pass_options(resize_limit: int, crop_margin: int, crop_trigger_size: int,
+                       named: Callable[[str], str] = keyword) -> None:
     """ZooError for a strategy's size that cannot work; ``named(option)``: how the error names it (the caller's
     words: a keyword argument, a flag, the key of IOPaint's config file)."""
+    for name, value in (("resize_limit", resize_limit), ("crop_margin", crop_margin),
+                        ("crop_trigger_size", crop_trigger_size)):
+        # a float margin reached the crops' slices (a TypeError); a NaN limit compared false and ran no strategy
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ZooError(f"{named(name)} {value!r} is not a whole number of pixels: pass an int")
     if resize_limit < MIN_MODEL_SIDE:
         raise ZooError(f"{named('resize_limit')} {resize_limit} is too small: use at least {MIN_MODEL_SIDE} pixels")
     if crop_margin < 0:
         raise ZooError(f"{named('crop_margin')} {crop_margin} is negative: use 0 or more pixels")
+    if crop_trigger_size < 1:
+        raise ZooError(f"{named('crop_trigger_size')} {crop_trigger_size}: use a positive number of pixels")
+
+
+def check_max_megapixels(max_megapixels: float | None) -> None:
+    """ZooError unless ``max_megapixels`` is None or a positive number (NaN passed no pass, a negative one all)."""
+    if max_megapixels is not None and (isinstance(max_megapixels, bool) or not isinstance(max_megapixels, numbers.Real)
+                                       or not max_megapixels > 0 or not math.isfinite(max_megapixels)):
+        raise ZooError(f"{keyword('max_megapixels')} {max_megapixels!r}: use a positive number")
 
 
 def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin: int,
@@ -836,7 +856,7 @@ def plan_passes(hole: np.ndarray, strategy: str, resize_limit: int, crop_margin:
     strategy = strategy.lower() if isinstance(strategy, str) else strategy
     if strategy not in HD_STRATEGIES:
         raise ZooError(f"unknown hd strategy {strategy!r}: use one of {', '.join(HD_STRATEGIES)}")
-    check_pass_options(resize_limit, crop_margin)
+    check_pass_options(resize_limit, crop_margin, crop_trigger_size)
     if strategy == "resize" and max(h, w) > resize_limit:
         return resize_limit / max(h, w), []
     if strategy == "crop" and max(h, w) > crop_trigger_size:

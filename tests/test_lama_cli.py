@@ -1,5 +1,6 @@
 """LaMa inpainting: the upstream predict pipeline, HD strategies, `zoo.run lama`, and bad input."""
 import json
+import re
 
 import mlx.core as mx
 import numpy as np
@@ -105,6 +106,33 @@ def test_a_mask_of_negative_values_is_refused(model):
                                            r"0 for known pixels and positive values for the hole \(uint8 0/255 "
                                            r"or bool\)$"):
             model.inpaint(image, mask)
+
+
+def test_a_three_channel_bool_mask_is_its_hole(model):
+    """np.dstack of a bool mask (or image == colour): 'mask array has dtype bool: pass uint8, ...', though a 2-D bool
+    mask is the documented form. Every channel's True is hole, as the 2-D mask's."""
+    image = np.random.default_rng(4).integers(0, 256, (20, 30, 3), dtype=np.uint8)
+    hole = np.zeros((20, 30), bool)
+    hole[5:10, 5:12] = True
+    assert np.array_equal(model.inpaint(image, np.dstack([hole] * 3)), model.inpaint(image, hole))
+
+
+@pytest.mark.parametrize("option, value, problem", [
+    ("crop_margin", 2.5, "crop_margin 2.5 is not a whole number of pixels: pass an int"),  # was a TypeError
+    ("resize_limit", float("nan"), "resize_limit nan is not a whole number of pixels: pass an int"),  # ran no resize
+    ("crop_trigger_size", -5, "crop_trigger_size -5: use a positive number of pixels"),  # the command line's check
+    ("max_megapixels", float("nan"), "max_megapixels nan: use a positive number"),  # 'more than max_megapixels=nan'
+    ("max_megapixels", -1, "max_megapixels -1: use a positive number"),
+])
+def test_library_pass_options_are_checked(model, option, value, problem):
+    """inpaint's keyword arguments get the command line's checks, in their own words, before any pass runs."""
+    image = np.zeros((40, 60, 3), np.uint8)
+    hole = np.zeros((40, 60), bool)
+    hole[5:10, 5:10] = True
+    strategy = {"crop_margin": "crop", "crop_trigger_size": "crop", "resize_limit": "resize"}.get(option, "original")
+    kwargs = {"crop_trigger_size": 20} if option == "crop_margin" else {}
+    with pytest.raises(ZooError, match=f"^{re.escape(problem)}$"):
+        model.inpaint(image, hole, hd_strategy=strategy, **{option: value, **kwargs})
 
 
 def test_library_bad_inputs(model):

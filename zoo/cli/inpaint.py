@@ -270,7 +270,7 @@ def apply_config(args) -> None:
 
 
 def check_options(args) -> None:
-    from zoo.models.lama import check_pass_options
+    from zoo.models.lama import check_max_megapixels, check_pass_options
 
     apply_config(args)
     for option, low, high in (("quality", 1, 100), ("mask_threshold", 1, 255), ("dilate", 0, 10_000)):
@@ -283,12 +283,9 @@ def check_options(args) -> None:
         key = args.config_keys.get(option)
         return f"--config {args.config}: {key}" if key else f"--{option.replace('_', '-')}"
 
-    if args.crop_trigger_size < 1:
-        raise UsageError(f"{named('crop_trigger_size')} {args.crop_trigger_size}: use a positive number of pixels")
-    if args.max_megapixels is not None and args.max_megapixels <= 0:
-        raise UsageError(f"--max-megapixels {args.max_megapixels:g}: use a positive number")
     with usage_errors():  # the model's own checks of the strategy's sizes: a command line that cannot work
-        check_pass_options(args.resize_limit, args.crop_margin, named)
+        check_pass_options(args.resize_limit, args.crop_margin, args.crop_trigger_size, named)
+        check_max_megapixels(args.max_megapixels)
 
 
 def output_paths(args, images: list[Path]) -> list[Path]:
