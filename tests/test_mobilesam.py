@@ -491,6 +491,25 @@ def test_the_dense_positional_encoding_is_made_once_per_weights():
     np.testing.assert_array_equal(np.array(again), np.array(encoder.pe_layer.grid(8, 8)[None]))
 
 
+def test_a_prompt_of_a_masks_pixels_is_refused_before_decoding(predictor, monkeypatch):
+    """point_coords=np.argwhere(mask)[:, ::-1], every pixel of a region as a point: the decoder's token attention is
+    quadratic in them (12,000 points took 1.4 GB and 47 s; 50,000, ~20 GB). Refused before the decoder runs, as
+    one line naming the fix; the masks of a few points are unaffected."""
+    module = importlib.import_module(SamPredictor.__module__)
+    monkeypatch.setattr(module, "host_memory", lambda: 64 << 20)  # 32 MiB for the scores: ~2,900 tokens
+    decode = predictor.decode
+    monkeypatch.setattr(predictor, "decode", lambda *a, **k: pytest.fail("decoded before the check"))
+    points = np.random.default_rng(0).uniform(0, 60, (3000, 2))
+    with pytest.raises(ZooError, match=r"^3,000 points per prompt: the mask decoder's attention between them takes "
+                                       r"at least 0.0337 GiB \(1 prompt\(s\) at once\), more than 50% of this "
+                                       r"machine's 0.0625 GiB: give a few points per object"):
+        predictor.predict(point_coords=points, point_labels=np.ones(3000), multimask_output=False)
+    with pytest.raises(ZooError, match=r"^2,000 points per prompt: .* \(3 prompt\(s\) at once\)"):
+        predictor.predict(point_coords=np.zeros((3, 2000, 2)), point_labels=np.ones((3, 2000)))
+    monkeypatch.setattr(predictor, "decode", decode)
+    assert predictor.predict(point_coords=points[:10], point_labels=np.ones(10))[0].shape[0] == 3
+
+
 def test_masks_beyond_the_machines_memory_are_refused_before_decoding(predictor, monkeypatch):
     """10,000 boxes on a 12 MP photo are 112 GiB of masks: numpy's MemoryError (or, under the overcommit limit,
     an allocation filling up as the masks came); now one ZooError naming the fix, before the decoder runs"""

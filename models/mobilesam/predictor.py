@@ -242,6 +242,23 @@ def check_masks_memory(shape: tuple[int, int, int, int], dtype) -> None:
                        "call, or predict_low_res(...) then mask_crop(low_res[i]) one mask at a time")
 
 
+# The mask decoder's token self-attention holds a score for each pair of a prompt's tokens (its points, box corners
+# and 5 output tokens): at least this many bytes a pair (the CPU's path measured 5-8 on 4,000-12,000 points). SAM
+# takes a few points per object; a mask's pixels passed as points (np.argwhere) are quadratic: 12,000 took 1.4 GB.
+ATTENTION_BYTES_PER_PAIR = 4
+
+
+def check_prompt_tokens_memory(prompts: int, tokens: int, points: int) -> None:
+    """Refuse prompts of ``tokens`` tokens each (``points`` of them points), ``prompts`` decoded at once, whose
+    attention scores alone take more than MASKS_MEMORY_SHARE of the machine's memory, before anything runs."""
+    need, have = prompts * tokens ** 2 * ATTENTION_BYTES_PER_PAIR, host_memory()
+    if need > MASKS_MEMORY_SHARE * have:
+        raise ZooError(f"{points:,} points per prompt: the mask decoder's attention between them takes at least "
+                       f"{need / 2**30:.3g} GiB ({prompts} prompt(s) at once), more than {MASKS_MEMORY_SHARE:.0%} of "
+                       f"this machine's {have / 2**30:.3g} GiB: give a few points per object (SAM's prompts), "
+                       "a region as a box or as mask_input, not its pixels")
+
+
 class ResizeLongestSide:
     """upstream's ``segment_anything.utils.transforms.ResizeLongestSide`` on numpy: original pixels ->
     the resized image's, the frame ``predict_torch`` takes. The ``_torch`` forms take anything numpy
@@ -495,6 +512,9 @@ class SamPredictor:
             mask_input = None if mask_input is None else mask_input[None]
         n = next(a.shape[0] for a in (coords, boxes, mask_input) if a is not None)
         channels = 3 if multimask_output else 1
+        if coords is not None:  # the decoder's tokens: points (a padding point without a box), corners, outputs
+            tokens = coords.shape[1] + (1 if boxes is None else 2) + 1 + self.model.mask_decoder.num_mask_tokens
+            check_prompt_tokens_memory(min(n, PROMPTS_PER_DECODE), tokens, coords.shape[1])
         if mask_dtype is not None:
             check_masks_memory((n, channels, *self.original_size), mask_dtype)
         masks = None if mask_dtype is None else np.empty((n, channels, *self.original_size), mask_dtype)
