@@ -348,7 +348,19 @@ def test_float16_model_stays_close_to_float32(small_spec, image, predictor):
     ({"point_coords": [10.0, 10.0], "point_labels": [1]}, r"point_coords has shape \(2,\)"),
     ({"point_coords": [[10.0, 10.0]], "point_labels": [1, 0]}, r"point_labels has shape \(2,\)"),
     ({"point_coords": [[np.nan, 10.0]], "point_labels": [1]}, "NaN or infinity"),
-    ({"point_coords": [["left", "top"]], "point_labels": [1]}, "point_coords must be numbers"),
+    ({"point_coords": [["left", "top"]], "point_labels": [1]}, "point_coords must be an array of real numbers"),
+    # complex coordinates lost their imaginary parts to a ComplexWarning: another point, silently
+    ({"point_coords": np.array([[10 + 5j, 10]]), "point_labels": [1]},
+     r"point_coords must be an array of real numbers \(pixel coordinates, as many in each row\), got ndarray of "
+     "complex128"),
+    ({"box": np.array([1, 2, 30, 40], complex)}, "box must be an array of real numbers"),
+    # ragged rows were numpy's ValueError tracebacks ('inhomogeneous shape')
+    ({"point_coords": [[10.0, 10.0], [5.0]], "point_labels": [1, 1]}, "point_coords must be an array of real numbers"),
+    ({"point_coords": [[[10.0, 10.0]], [[5.0, 5.0], [6.0, 6.0]]], "point_labels": [[1], [1, 1]]},
+     "point_coords must be an array of real numbers"),
+    ({"point_coords": [[[10.0, 10.0]], [[5.0, 5.0]]], "point_labels": [[1], [1, 1]]},
+     "point_labels must be an array of labels, one per point, as many in each row, got list"),
+    ({"point_coords": [[10.0, 10.0], [5.0, 5.0]], "point_labels": [[1], [1, 1]]}, "point_labels must be an array"),
     ({"box": [50.0, 10.0, 20.0, 40.0]}, "has x2 < x1"),
     ({"box": [121.0, 10.0, 130.0, 40.0]}, r"box \(121, 10, 130, 40\) lies outside the 120x90 image"),
     ({"box": [10.0, -40.0, 50.0, -1.0]}, "lies outside the 120x90 image"),
@@ -361,6 +373,21 @@ def test_bad_prompts_raise_one_line_errors(predictor, kwargs, message):
     with pytest.raises(ZooError, match=message) as e:
         predictor.predict(**kwargs)
     assert "\n" not in str(e.value)
+
+
+def test_resize_longest_side_takes_what_set_image_takes(predictor, image):
+    """upstream's transform.apply_image of a float image in [0, 1] (its to_pil_image scales it) was Pillow's 'Cannot
+    handle this data type' traceback; apply_coords / apply_boxes of a wrong shape, numpy's reshape traceback."""
+    transform = predictor.transform
+    assert np.array_equal(transform.apply_image(image / 255.0), transform.apply_image(image))
+    with pytest.raises(ZooError, match=r"image is a float array outside \[0, 1\]"):
+        transform.apply_image(image.astype(np.float32))
+    with pytest.raises(ZooError, match=r"^boxes has shape \(1, 3\): expected \(B, 4\)"):
+        transform.apply_boxes_torch([[1, 2, 3]], predictor.original_size)
+    with pytest.raises(ZooError, match=r"^coords must be an array of real numbers"):
+        transform.apply_coords([[1, 2], [3]], predictor.original_size)
+    with pytest.raises(ZooError, match=r"^coords has shape \(3,\): expected \(..., 2\)"):
+        transform.apply_coords([1, 2, 3], predictor.original_size)
 
 
 def test_mobilesam_readmes_loading_lines_run_as_written(checkpoint, tmp_path):

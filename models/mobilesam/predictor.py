@@ -52,7 +52,9 @@ def resized_coords(coords, original_size: tuple[int, int], long_side: int) -> np
     numpy ResizeLongestSide computes and returns float64 whatever the input's dtype)."""
     old_h, old_w = original_size
     new_h, new_w = preprocess_shape(old_h, old_w, long_side)
-    coords = np.array(coords, dtype=np.float64)
+    coords = _float_array("coords", coords)  # a new array
+    if coords.ndim == 0 or coords.shape[-1] != 2:
+        raise ZooError(f"coords has shape {coords.shape}: expected (..., 2) (x, y) pixels")
     coords[..., 0] = coords[..., 0] * (new_w / old_w)
     coords[..., 1] = coords[..., 1] * (new_h / old_h)
     return coords
@@ -85,12 +87,26 @@ POINT_LABELS = {1: "1 (foreground)", 0: "0 (background)", -1: "-1 (padding: not 
 
 def _float_array(name: str, value) -> np.ndarray:
     try:
-        a = np.asarray(value, dtype=np.float64)
+        a = np.asarray(value)
+        # complex numbers as float64 dropped their imaginary parts (a warning, a point elsewhere); text was parsed
+        a = a.astype(np.float64) if a.dtype.kind not in "cSUV" else None
     except (TypeError, ValueError):
-        raise ZooError(f"{name} must be numbers (pixel coordinates), got {type(value).__name__}") from None
+        a = None
+    if a is None:
+        of = f" of {value.dtype}" if isinstance(getattr(value, "dtype", None), np.dtype) else ""
+        raise ZooError(f"{name} must be an array of real numbers (pixel coordinates, as many in each row), got "
+                       f"{type(value).__name__}{of}")
     if not np.isfinite(a).all():
         raise ZooError(f"{name} contains NaN or infinity: pass finite pixel coordinates")
     return a
+
+
+def _labels_array(point_labels) -> np.ndarray:
+    try:
+        return np.asarray(point_labels)
+    except ValueError:  # ragged rows
+        raise ZooError(f"point_labels must be an array of labels, one per point, as many in each row, got "
+                       f"{type(point_labels).__name__}") from None
 
 
 def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, box=None, mask_input=None,
@@ -114,7 +130,7 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
     coords = labels = None
     if point_coords is not None:
         coords = _float_array("point_coords", point_coords)
-        labels = np.asarray(point_labels)
+        labels = _labels_array(point_labels)
         if coords.ndim != 2 or coords.shape[1] != 2 or coords.shape[0] == 0:
             raise UsageError(f"point_coords has shape {coords.shape}: expected (N, 2) (x, y) pixels with N >= 1")
         if labels.shape != (coords.shape[0],):
@@ -175,7 +191,7 @@ def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_
             raise ZooError(f"boxes has shape {boxes.shape}: expected (N, 4) as x1, y1, x2, y2 pixels")
     if point_coords is not None:
         coords = _float_array("point_coords", point_coords)
-        labels = np.asarray(point_labels)
+        labels = _labels_array(point_labels)
         if coords.ndim != 3 or coords.shape[2] != 2 or coords.shape[1] == 0:
             raise ZooError(f"point_coords has shape {coords.shape}: expected (N, P, 2) for N prompts of P points")
         if labels.shape != coords.shape[:2]:
@@ -268,8 +284,9 @@ class ResizeLongestSide:
         self.target_length = target_length
 
     def apply_image(self, image: np.ndarray) -> np.ndarray:
-        """(H, W, 3) uint8 -> resized, a writable array as upstream's (torch.as_tensor of it warns otherwise)."""
-        return np.array(resize_longest_side(np.asarray(image), self.target_length))
+        """(H, W, 3) uint8 -> resized, a writable array as upstream's (torch.as_tensor of it warns otherwise); other
+        images as set_image takes them (floats in [0, 1] as upstream's to_pil_image, grey), or one error."""
+        return np.array(resize_longest_side(load_image(image), self.target_length))
 
     def apply_coords(self, coords, original_size: tuple[int, int]) -> np.ndarray:
         """(..., 2) (x, y) -> (..., 2) float64, as upstream's numpy form."""
@@ -277,7 +294,10 @@ class ResizeLongestSide:
 
     def apply_boxes(self, boxes, original_size: tuple[int, int]) -> np.ndarray:
         """(B, 4) x1, y1, x2, y2 -> (B, 4) float64, as upstream's numpy form."""
-        return self.apply_coords(np.asarray(boxes).reshape(-1, 2, 2), original_size).reshape(-1, 4)
+        boxes = _float_array("boxes", boxes)
+        if boxes.ndim == 0 or boxes.shape[-1] != 4:
+            raise ZooError(f"boxes has shape {boxes.shape}: expected (B, 4) as x1, y1, x2, y2 pixels")
+        return self.apply_coords(boxes.reshape(-1, 2, 2), original_size).reshape(-1, 4)
 
     def apply_coords_torch(self, coords, original_size: tuple[int, int]) -> TensorArray:
         """The same values in float32, as upstream's torch form (torch.float)."""
@@ -494,7 +514,11 @@ class SamPredictor:
         from the decoder's own logits. ``resized_frame``: N prompts in the resized image's pixels
         (predict_torch's), checked against its size and not scaled again."""
         self._check_image_set()
-        batched = resized_frame or boxes is not None or np.ndim(point_coords) == 3
+        try:
+            points_ndim = np.ndim(point_coords)
+        except ValueError:  # ragged rows: check_prompts names them
+            points_ndim = None
+        batched = resized_frame or boxes is not None or points_ndim == 3
         frame = self.input_size if resized_frame else self.original_size
         if batched:
             if box is not None:
