@@ -328,24 +328,22 @@ class SamAutomaticMaskGenerator:
 
     @staticmethod
     def postprocess_small_regions(data: dict, min_area: int, nms_thresh: float) -> dict:
-        """Fill holes and drop islands under ``min_area`` pixels, then NMS again (unchanged masks first)."""
+        """Fill holes and drop islands under ``min_area`` pixels, then NMS again (unchanged masks first).
+
+        One full-size mask at a time, a changed one kept as its RLE: all of them at once (and stacked twice more
+        for their boxes) were 3 x N masks of the image, 5 GB for 150 masks of a 12-megapixel photo."""
         if not data["rles"]:
             return data
-        masks, unchanged = [], []
-        for rle in data["rles"]:
+        rles, boxes, mask_boxes, unchanged = list(data["rles"]), data["boxes"].copy(), [], []
+        for i, rle in enumerate(data["rles"]):
             mask, filled = amg.remove_small_regions(amg.rle_to_mask(rle), min_area, "holes")
             mask, trimmed = amg.remove_small_regions(mask, min_area, "islands")
-            masks.append(mask)
+            mask_boxes.append(np.array(amg.batched_mask_to_box(mx.array(mask))).astype(np.int64))
             unchanged.append(not (filled or trimmed))
-        boxes = np.array(amg.batched_mask_to_box(mx.array(np.stack(masks)))).astype(np.int64)
-        scores = np.array(unchanged, np.float32)
-        order = _nms(boxes, scores, nms_thresh)
-        data = dict(data, rles=list(data["rles"]), boxes=data["boxes"].copy())
-        for i in order:
-            if not unchanged[i]:
-                data["rles"][i] = amg.mask_to_rle(masks[i][None])[0]
-                data["boxes"][i] = boxes[i]
-        return _filtered(data, order)
+            if filled or trimmed:
+                rles[i], boxes[i] = amg.mask_to_rle(mask[None])[0], mask_boxes[-1]
+        order = _nms(np.stack(mask_boxes), np.array(unchanged, np.float32), nms_thresh)
+        return _filtered(dict(data, rles=rles, boxes=boxes), order)
 
 
 def _nms(boxes: np.ndarray, scores: np.ndarray, threshold: float) -> np.ndarray:
