@@ -5,6 +5,7 @@ The predictor tests run a 128x128 MobileSAM (the same code and weights, 1/64 of 
 """
 import dataclasses
 import importlib
+import re
 
 import mlx.core as mx
 import numpy as np
@@ -388,6 +389,20 @@ def test_resize_longest_side_takes_what_set_image_takes(predictor, image):
         transform.apply_coords([[1, 2], [3]], predictor.original_size)
     with pytest.raises(ZooError, match=r"^coords has shape \(3,\): expected \(..., 2\)"):
         transform.apply_coords([1, 2, 3], predictor.original_size)
+
+
+def test_mask_crop_takes_one_masks_low_res_logits(predictor):
+    """mask_crop of logits of another size (128 x 128, another model's) resized them silently into a mask; low_res[:1]
+    (1, S, S) was the resize's internal 'x must be NHWC'. One error naming what it takes; predict's mask as before."""
+    scores, low_res = predictor.predict_low_res(point_coords=[[30, 40]], point_labels=[1])
+    top, left, crop = predictor.mask_crop(low_res[0])
+    mask = np.zeros(predictor.original_size, bool)
+    mask[top : top + crop.shape[0], left : left + crop.shape[1]] = crop
+    assert np.array_equal(mask, predictor.predict(point_coords=[[30, 40]], point_labels=[1])[0][0])
+    for wrong in (np.ones((2 * LOW_RES, 2 * LOW_RES)), low_res[:1]):
+        expected = f"mask_crop takes one mask's low-res logits ({LOW_RES}, {LOW_RES}), got {wrong.shape}"
+        with pytest.raises(ZooError, match=f"^{re.escape(expected)}"):
+            predictor.mask_crop(wrong)
 
 
 def test_mobilesam_readmes_loading_lines_run_as_written(checkpoint, tmp_path):
