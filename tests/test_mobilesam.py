@@ -392,15 +392,15 @@ def test_resize_longest_side_takes_what_set_image_takes(predictor, image):
 
 
 def test_mask_crop_takes_one_masks_low_res_logits(predictor):
-    """mask_crop of logits of another size (128 x 128, another model's) resized them silently into a mask; low_res[:1]
-    (1, S, S) was the resize's internal 'x must be NHWC'. One error naming what it takes; predict's mask as before."""
+    """mask_crop(low_res[:1]), (1, S, S), was the resize's internal 'x must be NHWC (N, H, W, C)'; text was numpy's
+    cast error. One error naming what it takes; predict's mask as before."""
     scores, low_res = predictor.predict_low_res(point_coords=[[30, 40]], point_labels=[1])
     top, left, crop = predictor.mask_crop(low_res[0])
     mask = np.zeros(predictor.original_size, bool)
     mask[top : top + crop.shape[0], left : left + crop.shape[1]] = crop
     assert np.array_equal(mask, predictor.predict(point_coords=[[30, 40]], point_labels=[1])[0][0])
-    for wrong in (np.ones((2 * LOW_RES, 2 * LOW_RES)), low_res[:1]):
-        expected = f"mask_crop takes one mask's low-res logits ({LOW_RES}, {LOW_RES}), got {wrong.shape}"
+    for wrong in (low_res[:1], np.full((LOW_RES, LOW_RES), "1")):
+        expected = f"mask_crop takes one mask's low-res logits, 2-D, got {wrong.shape} ({wrong.dtype}): pass low_res[i]"
         with pytest.raises(ZooError, match=f"^{re.escape(expected)}"):
             predictor.mask_crop(wrong)
 

@@ -570,11 +570,10 @@ class SamPredictor:
         """One mask's low-res logits (256, 256) from predict_low_res -> (top, left, crop): its full-size
         mask (predict's) is the bool ``crop`` at rows top.., columns left.., false elsewhere (Sam.mask_crop)."""
         self._check_image_set()
-        size = self.model.prompt_encoder.mask_input_size
         low_res = np.asarray(low_res)
-        if low_res.shape != tuple(size) or low_res.dtype.kind not in "fiub":  # another size was resized silently
-            raise ZooError(f"mask_crop takes one mask's low-res logits {tuple(size)}, got {low_res.shape} "
-                           f"({low_res.dtype}): pass low_res[i] (or low_res[k, i]) from predict_low_res")
+        if low_res.ndim != 2 or low_res.dtype.kind not in "fiub":  # (1, 256, 256) failed inside the resize
+            raise ZooError(f"mask_crop takes one mask's low-res logits, 2-D, got {low_res.shape} ({low_res.dtype}): "
+                           "pass low_res[i] (or low_res[k, i]) from predict_low_res")
         return self.model.mask_crop(mx.array(low_res.astype(np.float32)[None, ..., None]), self.input_size,
                                     self.original_size)
 
