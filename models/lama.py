@@ -941,8 +941,11 @@ def hole_boxes(hole: np.ndarray, cell: int = 8) -> list[tuple[int, int, int, int
                         stack.append((a, b))
         rows, cols = np.array(cells).T
         top, left = rows.min() * cell, cols.min() * cell
-        ys, xs = np.nonzero(hole[top:(rows.max() + 1) * cell, left:(cols.max() + 1) * cell])
-        boxes.append((int(top + ys.min()), int(left + xs.min()), int(top + ys.max() + 1), int(left + xs.max() + 1)))
+        # the rows and columns that hold hole pixels: np.nonzero of the region made two int64 indices a pixel (576 MB
+        # for a 36-megapixel hole)
+        region = hole[top:(rows.max() + 1) * cell, left:(cols.max() + 1) * cell]
+        ys, xs = np.flatnonzero(region.any(axis=1)), np.flatnonzero(region.any(axis=0))
+        boxes.append((int(top + ys[0]), int(left + xs[0]), int(top + ys[-1] + 1), int(left + xs[-1] + 1)))
     return boxes
 
 
