@@ -209,6 +209,24 @@ def test_records_self_consistent(crafted_model, scene):
         assert c["area"] == u["area"] == b["area"]
 
 
+def test_binary_masks_beyond_the_machines_memory_are_refused_before_decoding(crafted_model, scene, monkeypatch):
+    """records() decoded every RLE into a full-size bool mask at once (upstream's binary_mask): 500 masks of a
+    12-megapixel photo are 6 GB. Past half the machine's memory, one error naming output_mode='coco_rle'."""
+    import importlib
+
+    gen = crafted_model.mask_generator(points_per_side=4, pred_iou_thresh=0.8, stability_score_thresh=0.85)
+    data = gen.generate_data(scene)
+    n, (h, w) = len(data["rles"]), scene.shape[:2]
+    module = importlib.import_module(type(gen).__module__)
+    monkeypatch.setattr(module, "host_memory", lambda: n * h * w, raising=False)  # the masks: twice half of it
+    monkeypatch.setattr(amg, "rle_to_mask", lambda rle: pytest.fail("decoded before the check"))
+    with pytest.raises(ZooError, match=rf"^{n} masks of {w}x{h} as binary masks take .* GiB, more than 50% of this "
+                                       r"machine's .* GiB: pass output_mode='coco_rle'"):
+        gen.records(data)
+    gen.output_mode = "coco_rle"
+    assert len(gen.records(data)) == n
+
+
 def test_raising_thresholds_never_adds_masks(crafted_model, scene):
     counts = []
     for iou, stability in ((0.0, 0.0), (0.8, 0.9), (0.88, 0.95), (1.0, 1.0)):
