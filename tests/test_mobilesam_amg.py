@@ -217,8 +217,8 @@ def test_binary_masks_beyond_the_machines_memory_are_refused_before_decoding(cra
     gen = crafted_model.mask_generator(points_per_side=4, pred_iou_thresh=0.8, stability_score_thresh=0.85)
     data = gen.generate_data(scene)
     n, (h, w) = len(data["rles"]), scene.shape[:2]
-    module = importlib.import_module(type(gen).__module__)
-    monkeypatch.setattr(module, "host_memory", lambda: n * h * w, raising=False)  # the masks: twice half of it
+    predictor = importlib.import_module(type(gen.predictor).__module__)  # where the memory checks read the machine's
+    monkeypatch.setattr(predictor, "host_memory", lambda: n * h * w)  # the masks: twice half of it
     monkeypatch.setattr(amg, "rle_to_mask", lambda rle: pytest.fail("decoded before the check"))
     with pytest.raises(ZooError, match=rf"^{n} masks of {w}x{h} as binary masks take .* GiB, more than 50% of this "
                                        r"machine's .* GiB: pass output_mode='coco_rle'"):

@@ -31,13 +31,12 @@ from typing import Callable
 import mlx.core as mx
 import numpy as np
 
-from zoo.devices import host_memory
 from zoo.errors import ZooError, keyword, option
 from zoo.images import load_image
 from zoo.kernels.nms import nms
 
 from . import amg
-from .predictor import MASKS_MEMORY_SHARE, SamPredictor, apply_coords
+from .predictor import SamPredictor, apply_coords, past_memory_share
 
 OUTPUT_MODES = ("binary_mask", "uncompressed_rle", "coco_rle")
 # Candidate masks are upsampled to the crop's size for their statistics and RLEs at most this many bytes at a
@@ -192,12 +191,11 @@ class SamAutomaticMaskGenerator:
         """generate_data's columns -> upstream's records, the masks in ``output_mode``."""
         if self.output_mode == "binary_mask" and data["rles"]:  # the masks were RLEs: all of them, full size, now
             height, width = data["rles"][0]["size"]
-            need, have = len(data["rles"]) * height * width, host_memory()
-            if need > MASKS_MEMORY_SHARE * have:
+            need = len(data["rles"]) * height * width
+            if past := past_memory_share(need):
                 raise ZooError(f"{len(data['rles'])} masks of {width}x{height} as binary masks take "
-                               f"{need / 2**30:.3g} GiB, more than {MASKS_MEMORY_SHARE:.0%} of this machine's "
-                               f"{have / 2**30:.3g} GiB: pass {option('output_mode', 'coco_rle')} (pycocotools' "
-                               "mask.decode makes one mask at a time)")
+                               f"{need / 2**30:.3g} GiB, {past}: pass {option('output_mode', 'coco_rle')} "
+                               "(pycocotools' mask.decode makes one mask at a time)")
         return [self._record(data, i) for i in range(len(data["rles"]))]
 
     def _record(self, data: dict, i: int) -> dict:

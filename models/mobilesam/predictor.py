@@ -248,14 +248,22 @@ def parse_box(text: str) -> tuple[float, float, float, float]:
     return x1, y1, x2, y2
 
 
+def past_memory_share(need: int) -> str | None:
+    """Where ``need`` bytes pass MASKS_MEMORY_SHARE of the machine's memory, how much that is, for an error raised
+    before anything is allocated ("more than 50% of this machine's 15.6 GiB"); else None."""
+    have = host_memory()
+    if need > MASKS_MEMORY_SHARE * have:
+        return f"more than {MASKS_MEMORY_SHARE:.0%} of this machine's {have / 2**30:.3g} GiB"
+    return None
+
+
 def check_masks_memory(shape: tuple[int, int, int, int], dtype) -> None:
     """Refuse (N, C, H, W) masks larger than MASKS_MEMORY_SHARE of the machine's memory, before anything runs."""
-    need, have = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize, host_memory()
-    if need > MASKS_MEMORY_SHARE * have:
+    need = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    if past := past_memory_share(need):
         n, c, h, w = shape
-        raise ZooError(f"{n} prompt(s) x {c} mask(s) of {w}x{h} take {need / 2**30:.3g} GiB, more than "
-                       f"{MASKS_MEMORY_SHARE:.0%} of this machine's {have / 2**30:.3g} GiB: pass fewer prompts per "
-                       "call, or predict_low_res(...) then mask_crop(low_res[i]) one mask at a time")
+        raise ZooError(f"{n} prompt(s) x {c} mask(s) of {w}x{h} take {need / 2**30:.3g} GiB, {past}: pass fewer "
+                       "prompts per call, or predict_low_res(...) then mask_crop(low_res[i]) one mask at a time")
 
 
 # The mask decoder's token self-attention holds a score for each pair of a prompt's tokens (its points, box corners
@@ -267,12 +275,11 @@ ATTENTION_BYTES_PER_PAIR = 4
 def check_prompt_tokens_memory(prompts: int, tokens: int, points: int) -> None:
     """Refuse prompts of ``tokens`` tokens each (``points`` of them points), ``prompts`` decoded at once, whose
     attention scores alone take more than MASKS_MEMORY_SHARE of the machine's memory, before anything runs."""
-    need, have = prompts * tokens ** 2 * ATTENTION_BYTES_PER_PAIR, host_memory()
-    if need > MASKS_MEMORY_SHARE * have:
+    need = prompts * tokens ** 2 * ATTENTION_BYTES_PER_PAIR
+    if past := past_memory_share(need):
         raise ZooError(f"{points:,} points per prompt: the mask decoder's attention between them takes at least "
-                       f"{need / 2**30:.3g} GiB ({prompts} prompt(s) at once), more than {MASKS_MEMORY_SHARE:.0%} of "
-                       f"this machine's {have / 2**30:.3g} GiB: give a few points per object (SAM's prompts), "
-                       "a region as a box or as mask_input, not its pixels")
+                       f"{need / 2**30:.3g} GiB ({prompts} prompt(s) at once), {past}: give a few points per object "
+                       "(SAM's prompts), a region as a box or as mask_input, not its pixels")
 
 
 class ResizeLongestSide:
