@@ -94,7 +94,7 @@ def run_rounds(variants: list[Variant], device, seconds: float, warmup_seconds: 
                max_rounds: int, rotate: bool = False) -> int:
     """Fill each variant's times; a variant that raises is recorded and left out. Returns the rounds run.
     ``rotate``: each round starts with the next variant (the call after another framework's ran
-    slower on an H100: benchmarks/stages_ab.py)."""
+    slower on an H100: docs/speed-gpu.md, "YOLOv8 in stages")."""
     for v in variants:
         start = time.perf_counter()
         try:
