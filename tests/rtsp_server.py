@@ -20,23 +20,28 @@ import numpy as np
 PAYLOAD_TYPE, CLOCK_HZ, SSRC, MTU = 96, 90000, 0x5A00C0DE, 1400
 
 
+def moving_picture(i: int, size: tuple[int, int]) -> np.ndarray:
+    """Frame ``i`` of a moving picture (a gradient and a white block that move), RGB."""
+    width, height = size
+    y, x = np.mgrid[0:height, 0:width]
+    rgb = np.stack([(x + 8 * i) % 256, y * 255 // height, np.full_like(x, 40 * i % 256)], -1).astype(np.uint8)
+    rgb[height // 4:height // 2, (4 * i) % (width // 2):(4 * i) % (width // 2) + width // 4] = 255
+    return rgb
+
+
 def h264_frames(count: int, size: tuple[int, int], fps: int) -> list[list[bytes]]:
     """``count`` frames of a moving picture, each as its H.264 NAL units (no start codes)."""
     import av
 
-    width, height = size
     codec = av.CodecContext.create("libx264", "w")
-    codec.width, codec.height, codec.pix_fmt = width, height, "yuv420p"
+    codec.width, codec.height, codec.pix_fmt = *size, "yuv420p"
     codec.time_base, codec.framerate = Fraction(1, fps), Fraction(fps)
     codec.options = {"preset": "ultrafast", "tune": "zerolatency", "g": "10"}  # no B-frames, a keyframe each second
-    y, x = np.mgrid[0:height, 0:width]
     units = []
     for i in range(count + 1):
         frame = None
         if i < count:
-            rgb = np.stack([(x + 8 * i) % 256, y * 255 // height, np.full_like(x, 40 * i % 256)], -1).astype(np.uint8)
-            rgb[height // 4:height // 2, (4 * i) % (width // 2):(4 * i) % (width // 2) + width // 4] = 255
-            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="yuv420p")
+            frame = av.VideoFrame.from_ndarray(moving_picture(i, size), format="rgb24").reformat(format="yuv420p")
             frame.pts = i
         for packet in codec.encode(frame):
             units.append([unit for unit in split_annex_b(bytes(packet)) if unit])

@@ -4,7 +4,9 @@ The blocks are found, not listed: a fenced block tagged ``python`` runs in one n
 block tagged ``bash``/``sh``/``shell`` or an untagged one holding commands (``python ...``, ``pip ...``)
 runs command by command; other blocks (output, tables) are text. Every page runs in a folder of its
 own holding tiny copies of the files the docs name (bus.jpg, photo.jpg, mask.png, photos/, best.pt ...),
-with ``ZOO_WEIGHTS=synthetic`` (the documented offline default weights) and no network. The second
+with ``ZOO_WEIGHTS=synthetic`` (the documented offline default weights) and no network; the live sources
+the docs name are the tests' own: an RTSP server at their stream URL (tests/rtsp_server.py), camera 0
+simulated where PyAV opens it (tests/simulated_camera.py). The second
 run of a page proves its examples can be run again: each command then succeeds or refuses in one
 ``error:`` line that names ``--overwrite``/``--resume``, and a refused command changes no file.
 
@@ -46,7 +48,8 @@ import pytest
 from PIL import Image
 
 from conftest import FIXTURES, MANIFESTS
-from rtsp_server import RTSPServer
+from rtsp_server import RTSPServer, moving_picture
+from simulated_camera import SimulatedCamera
 from torch_writer import module_tree, tensor, write_torch_zip
 from zoo.errors import ZooError
 
@@ -198,6 +201,7 @@ def _untrained_head(source: Path, target: Path) -> None:
 
 SMALL = (64, 48)
 STREAM_URL = "rtsp://localhost:8554/live"
+CAMERA_COMMAND = re.compile(r"^python -m zoo\.run \S+ 0 ", re.M)  # the run of camera 0 (docs/yolov8.md)
 # The photo and the folder of photos, as small as each page's commands allow (their cost grows with
 # the pixels: LaMa's pass, segment everything's masks): a page's prompts must lie in them.
 PHOTO_SIZES = {"photo": (640, 480), "photos": SMALL}  # --box 320,40,600,400 (mobilesam.md, ray.md)
@@ -302,7 +306,8 @@ def samples(tmp_path_factory) -> Path:
 @pytest.fixture
 def page_folder(samples, tmp_path, monkeypatch, request) -> Iterator[Path]:
     """A fresh folder with the samples (hard links: no command writes into an input) and the page's
-    photo sizes, the page's cwd; an RTSP server of a short stream at STREAM_URL for a page that names it."""
+    photo sizes, the page's cwd; an RTSP server of a short stream at STREAM_URL for a page that names it, and
+    a simulated camera 0 (tests/simulated_camera.py) for a page that runs one."""
     folder = tmp_path / "page"
     shutil.copytree(samples, folder, copy_function=os.link)
     sizes = PAGE_PHOTO_SIZES.get(request.node.callspec.params["page"].name)
@@ -316,10 +321,12 @@ def page_folder(samples, tmp_path, monkeypatch, request) -> Iterator[Path]:
         (folder.parent / "shared").symlink_to(ROOT.parent / "shared", target_is_directory=True)
     monkeypatch.chdir(folder)
     monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
-    if STREAM_URL in request.node.callspec.params["page"].read_text():  # the stream a page's command reads
-        with RTSPServer("localhost", 8554, "/live", frames=40, fps=20):
-            yield folder
-    else:
+    text = request.node.callspec.params["page"].read_text()
+    with contextlib.ExitStack() as live_sources:
+        if STREAM_URL in text:  # the stream a page's command reads
+            live_sources.enter_context(RTSPServer("localhost", 8554, "/live", frames=40, fps=20))
+        if CAMERA_COMMAND.search(text):  # camera 0, simulated where PyAV opens it: this machine has none
+            live_sources.enter_context(SimulatedCamera())
         yield folder
 
 
@@ -456,6 +463,35 @@ def test_every_block_runs_twice(page, page_folder, monkeypatch, capsys):
     skipped = run_page(page, page_folder, monkeypatch, ray=False)
     with capsys.disabled():  # the list of blocks that did not run, in every run's output
         print("".join(f"\nnot run: {line}" for line in skipped), end="\n" if skipped else "")
+
+
+def test_the_yolov8_camera_line_annotates_the_frames_the_camera_gave(tmp_path, monkeypatch):
+    """yolov8.md's camera line, as written, on camera 0 simulated where PyAV opens it (tests/simulated_camera.py: 30
+    frames of 640x480 at 10 frames/s, then unplugged, mid-run). The run ends cleanly (exit 0): one line per frame it
+    took, in the camera's order, the last frame among them; notes that count the frames not taken and say the
+    camera ended; runs/cam/camera0.mp4 whole (nothing else left beside it but the run's settings), holding the
+    frames of those lines, each the camera's picture under the boxes."""
+    import av
+
+    [command] = [command for block in blocks(ROOT / "docs" / "yolov8.md") if block.kind == "shell"
+                 for command in commands(block.text) if CAMERA_COMMAND.match(command)]
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("ZOO_WEIGHTS", "synthetic")
+    with SimulatedCamera(frames=30, fps=10) as camera:
+        code, printed = run_command(command, monkeypatch)
+    assert code == 0 and camera.opened == 1, printed
+    taken = [int(k) for k in re.findall(r"^camera0 frame (\d+): ", printed, re.M)]  # frame k: 1-based
+    not_taken = sum(int(n) for n in re.findall(r"^note: camera0: (\d+) frames? (?:skipped|dropped): ", printed, re.M))
+    assert "note: camera0: the camera ended after 30 frames (it was disconnected or stopped sending)" in printed
+    assert taken == sorted(set(taken)) and taken[-1] == 30 and len(taken) + not_taken == 30, printed
+    assert sorted(os.listdir("runs/cam")) == ["camera0.mp4", "mlx_zoo_run.json"]
+    with av.open("runs/cam/camera0.mp4") as video:
+        shown = [frame.to_ndarray(format="rgb24") for frame in video.decode(video.streams.video[0])]
+    assert len(shown) == len(taken) and all(rgb.shape == (480, 640, 3) for rgb in shown)
+    pictures = [moving_picture(k, (640, 480)).astype(np.int16) for k in range(30)]
+    for k, rgb in zip(taken, shown):  # the camera's picture it is closest to, pixel by pixel, outside the boxes
+        alike = [np.mean(np.all(np.abs(rgb - picture) < 12, axis=-1)) for picture in pictures]
+        assert int(np.argmax(alike)) == k - 1, f"the line of frame {k} shows the camera's frame {np.argmax(alike) + 1}"
 
 
 RAY_PAGES = [page for page in PAGES
