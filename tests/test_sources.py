@@ -1,4 +1,5 @@
 """zoo.sources: every source kind yields the same Items; bad items are reported one by one; writers are atomic."""
+import errno
 import io
 import itertools
 import json
@@ -464,6 +465,21 @@ def test_unreadable_video_and_missing_camera_are_one_line(tmp_path, capfd):
     assert capfd.readouterr().err == ""  # OpenCV's own '[ WARN:0@0.010] ... can't open camera by index' lines too
     with pytest.raises(ZooError, match="vid_stride 0"):
         Camera(0, vid_stride=0)
+
+
+@pytest.mark.parametrize("error", [errno.ENODEV, errno.EIO], ids=["ENODEV", "EIO"])
+def test_a_camera_unplugged_ends_as_its_end(error, capsys):
+    """A camera unplugged mid-run: FFmpeg's v4l2 read of it fails (ENODEV once it is gone, EIO for a read under way;
+    tests/simulated_camera.py at PyAV's open of /dev/video0). Its frames stand and it ends as one whose input ended,
+    in the same note, no bad item (detect's run exits 0, its video kept); before, the last item failed, 'camera 0 is
+    damaged: frame 5 cannot be decoded ([Errno 19] No such device)', and the run exited 1."""
+    from simulated_camera import SimulatedCamera
+
+    with SimulatedCamera(frames=5, fps=50, size=(64, 48), unplugged=OSError(error, os.strerror(error))) as camera:
+        got = [(item.frame, item.load().shape) for item in open_source(0, stream_buffer=True)]
+    assert camera.opened == 1 and got == [(k, (48, 64, 3)) for k in range(5)]
+    assert capsys.readouterr().err == "note: camera0: the camera ended after 5 frames (it was disconnected or " \
+                                      "stopped sending)\n"
 
 
 def test_damaged_video_keeps_the_frames_before_the_damage(tmp_path):

@@ -65,6 +65,7 @@ them back (``read_records``, ``read_json_list``).
 from __future__ import annotations
 
 import csv
+import errno
 import glob as globlib
 import hashlib
 import itertools
@@ -529,6 +530,10 @@ def promised_seconds(stream) -> float | None:
         return None
 
 
+# A camera's read fails once it is unplugged (FFmpeg's v4l2 input: ENODEV, or EIO for the read under way): its end
+UNPLUGGED = (errno.ENODEV, errno.EIO)
+
+
 class FrameSource(Source):
     """What videos and cameras share: decoding frames in order, keeping every vid_stride-th.
 
@@ -586,7 +591,14 @@ class FrameSource(Source):
             while True:
                 try:
                     frame = next(frames)
+                except (av.error.FFmpegError, OSError) as e:
+                    if self.kind != "camera" or getattr(e, "errno", None) not in UNPLUGGED:
+                        yield self.broken(index, stem, n + 1, f"frame {n + 1} cannot be decoded ({e})")
+                        return
+                    frame = None  # the camera unplugged: its end, as when its input ends
                 except StopIteration:
+                    frame = None
+                if frame is None:
                     if self.live:  # FFmpeg ends a stream its server closed as one that lost its connection
                         what, why = (("stream", "its server ended it, or the connection was lost")
                                      if self.kind == "video" else (self.kind, "it was disconnected or stopped sending"))
@@ -598,9 +610,6 @@ class FrameSource(Source):
                         yield self.broken(index, stem, n + 1, short)
                     elif index == start:  # an empty result would read as a video without detections
                         yield self.unusable(index, stem, n + 1)
-                    return
-                except (av.error.FFmpegError, OSError) as e:
-                    yield self.broken(index, stem, n + 1, f"frame {n + 1} cannot be decoded ({e})")
                     return
                 n += 1
                 if getattr(frame, "time", None) is not None:  # OpenCV's frames have none
