@@ -22,9 +22,14 @@ A block that cannot run here says why in an HTML comment on the line before it
 says what in a mark of MARKS: here it is listed, and a test of its own runs it, as written, twice, where
 that is found: ``<!-- gpu -->`` an MLX GPU (tests/gpu/test_docs_gpu.py; with ``../shared`` beside the clone
 where it names the PyTorch peers), ``<!-- peers -->`` the PyTorch peers on the CPU
-(tests/peers/test_docs_peers.py: torch and polars beside the project, ``../shared`` beside the clone).
-Commands that start Ray (``--ray``, ``ray_*.py``, ``import ray``) run in the ``ray``-marked test
-(``pytest -m ray``), in the same order.
+(tests/peers/test_docs_peers.py: torch and polars beside the project, ``../shared`` beside the clone),
+``<!-- cluster -->`` a machine of its own, where ``ray stop`` ends no one else's Ray
+(tests/cluster/test_docs_cluster.py). Commands that start Ray (``--ray``, ``ray_*.py``, Ray's ``ray start``/``stop``,
+``import ray``) run in the ``ray``-marked test (``pytest -m ray``), in the same order.
+
+As in a shell, ``export NAME=value`` sets NAME for the page's later commands, and ``$NAME``/``${NAME}`` outside
+single quotes is NAME's value (one that is not set fails the test: the page says what to set). A console script
+of an installed package (Ray's ``ray``) runs as its entry point under this interpreter.
 """
 from __future__ import annotations
 
@@ -59,7 +64,9 @@ FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+-]*)")
 NOT_RUN = re.compile(r"<!--\s*not-run:\s*(.*?)\s*-->")
 # What a block marked <!-- NAME --> needs, and the test that runs it
 MARKS = {"gpu": "needs a GPU (tests/gpu/test_docs_gpu.py runs it)",
-         "peers": "needs the PyTorch peers: torch, polars, ../shared (tests/peers/test_docs_peers.py runs it)"}
+         "peers": "needs the PyTorch peers: torch, polars, ../shared (tests/peers/test_docs_peers.py runs it)",
+         "cluster": "needs a machine where no other Ray runs: ray stop ends every Ray process of the machine "
+                    "(tests/cluster/test_docs_cluster.py runs it)"}
 MARK = re.compile(r"<!--\s*(" + "|".join(MARKS) + r")\s*-->")
 SHELL_TAGS = {"bash", "sh", "shell", "console", "zsh"}
 COMMAND = re.compile(r"^(\w+=\S*\s+)*(nice\s+|prlimit(\s+-[-\w=]+)*\s+)?(/usr/bin/time(\s+-\w+)*\s+)?"
@@ -73,7 +80,7 @@ class Block:
     tag: str
     text: str
     not_run: str | None  # the reason given in a <!-- not-run: ... --> comment before it
-    mark: str | None  # a key of MARKS, from a <!-- gpu --> or <!-- peers --> comment before it
+    mark: str | None  # a key of MARKS, from a <!-- gpu -->, <!-- peers --> or <!-- cluster --> comment before it
 
     @property
     def where(self) -> str:
@@ -137,9 +144,24 @@ def _quotes_closed(line: str) -> bool:
 
 
 def uses_ray(command: str) -> bool:
-    """``--ray``, or a script that starts Ray itself (benchmarks/ray_bench.py)."""
+    """``--ray``, a script that starts Ray itself (benchmarks/ray_bench.py), or Ray's command line (``ray start``)."""
     words = shlex.split(command, comments=True)
-    return "--ray" in words or any(Path(word).name.startswith("ray_") and word.endswith(".py") for word in words)
+    program = next((word for word in words if not re.fullmatch(r"\w+=.*", word)), "")
+    return program == "ray" or "--ray" in words or \
+        any(Path(word).name.startswith("ray_") and word.endswith(".py") for word in words)
+
+
+def expand(command: str) -> str:
+    """``command`` with ``$NAME`` and ``${NAME}`` outside single quotes replaced by NAME's value, as the shell does."""
+    def value(match: re.Match) -> str:
+        if match.group(0).startswith("'"):
+            return match.group(0)
+        name = match.group(1) or match.group(2)
+        if name not in os.environ:
+            pytest.fail(f"{command!r}: ${name} is not set (the page says what to set it to)")
+        return os.environ[name]
+
+    return re.sub(r"'[^']*'|\$(\w+)|\$\{(\w+)\}", value, command)
 
 
 # --- the files the docs name, tiny --------------------------------------------------------------------------
@@ -335,18 +357,20 @@ def page_folder(samples, tmp_path, monkeypatch, request) -> Iterator[Path]:
 ENTRY_POINTS = {"zoo.run": "zoo.run", "zoo.validate": "zoo.cli.validate"}
 
 
-def run_command(command: str, monkeypatch) -> tuple[int, str]:
-    """One documented command, in-process: its exit code and what it printed."""
+def run_command(command: str, monkeypatch, in_process: bool = True) -> tuple[int, str]:
+    """One documented command, in-process (the entry points; ``in_process=False``: every command a process of its
+    own, as typed in a terminal): its exit code and what it printed."""
     import importlib
 
-    words = shlex.split(command, comments=True)
+    words = shlex.split(expand(command), comments=True)
     with monkeypatch.context() as scoped:
         mlx_settings = False  # MLX reads its MLX_* variables once, as it starts: a process of their own
         while words and re.fullmatch(r"\w+=.*", words[0]):  # VAR=value before the command
             name, _, value = words.pop(0).partition("=")
             scoped.setenv(name, value)
             mlx_settings |= name.startswith("MLX_") and name != "MLX_ENABLE_TF32"
-        if words[:2] != ["python", "-m"] or len(words) < 3 or words[2] not in ENTRY_POINTS or mlx_settings:
+        if not in_process or words[:2] != ["python", "-m"] or len(words) < 3 or words[2] not in ENTRY_POINTS \
+                or mlx_settings:
             return run_child(words)
         main, argv = importlib.import_module(ENTRY_POINTS[words[2]]).main, words[3:]
         out = io.StringIO()
@@ -361,13 +385,19 @@ def run_command(command: str, monkeypatch) -> tuple[int, str]:
 def run_child(words: list[str]) -> tuple[int, str]:
     """A ``python`` command other than the entry points, in a child process of this interpreter: in the
     page's folder, or in the repository's root for the project's own tests (``python -m pytest tests/...``)
-    and their scripts (``python tests/...``)."""
+    and their scripts (``python tests/...``). A console script (``ray``) runs as its entry point under this
+    interpreter, as the script its package installed beside it would (Ray's nodes then start their workers
+    with it)."""
     program = words
     while program[:1] in (["nice"], ["/usr/bin/time"], ["prlimit"]):  # with its options (-v, --as=BYTES)
         program = program[1:]
         while program and program[0].startswith("-"):
             program = program[1:]
     prefix = words[:len(words) - len(program)]
+    script = console_script(program[0]) if program else None
+    if script:
+        program = ["python", "-c", f"import sys; from {script.module} import {script.attr}; "
+                   f"sys.argv[0] = {program[0]!r}; sys.exit({script.attr}())", *program[1:]]
     if not program or program[0] not in ("python", "python3"):
         pytest.fail(f"cannot run {shlex.join(words)!r}: run it here, or mark its block <!-- not-run: REASON -->")
     argv, cwd = [sys.executable, *program[1:]], None
@@ -389,6 +419,13 @@ def run_child(words: list[str]) -> tuple[int, str]:
     return done.returncode, printed
 
 
+def console_script(name: str):
+    """The entry point of the console script ``name`` of an installed package, or None."""
+    from importlib.metadata import entry_points
+
+    return next(iter(entry_points(group="console_scripts", name=name)), None)
+
+
 def files(folder: Path) -> dict[str, int]:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
 
@@ -397,6 +434,10 @@ def run_shell(block: Block, folder: Path, monkeypatch, again: bool, ray: bool) -
     for command in commands(block.text):
         if command.startswith("pip "):
             continue  # installing is the reader's step
+        if command.startswith("export "):  # for the page's later commands, whichever run they are in
+            for setting in shlex.split(expand(command), comments=True)[1:]:
+                monkeypatch.setenv(*setting.split("=", 1))
+            continue
         if uses_ray(command) != ray:
             continue
         before = files(folder)
@@ -495,8 +536,8 @@ def test_the_yolov8_camera_line_annotates_the_frames_the_camera_gave(tmp_path, m
 
 
 RAY_PAGES = [page for page in PAGES
-             if any(b.kind == "python" and b.uses_ray or b.kind == "shell" and b.not_run is None
-                    and any(uses_ray(c) for c in commands(b.text)) for b in blocks(page))]
+             if any(b.mark is None and (b.kind == "python" and b.uses_ray or b.kind == "shell" and b.not_run is None
+                                        and any(uses_ray(c) for c in commands(b.text))) for b in blocks(page))]
 
 
 @pytest.mark.ray
