@@ -17,7 +17,8 @@ to replace its file), and no Ray process outlives the block.
 The block's ``ray stop`` ends every Ray process of the machine, not only the test's: run this test on its own
 (``python -m pytest tests/cluster``, never beside another Ray or with ``-n``). It fails before starting anything
 where another Ray runs, and ends what it started (``ray stop`` again) if it fails half-way. Without Ray or moto it
-fails saying what to install. About three minutes of two cores, most of it Ray starting.
+fails saying what to install. Two to three minutes of two cores, most of it Ray starting (the refusal's test
+below, one more minute).
 """
 import importlib.util
 import os
@@ -28,6 +29,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from test_ray import write_images
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "docs"))
 import test_docs  # noqa: E402 (the path above)
@@ -130,3 +133,24 @@ def test_every_cluster_block_runs_twice(page, page_folder, machine_of_its_own, s
     boxes = pq.read_table(page_folder / "boxes" / "predictions.parquet").to_pylist()
     assert sorted(row["path"] for row in boxes) == [f"bucket/photos/{name}" for name in s3_photos]
     assert all(row["error"] == "" for row in classes + boxes)
+
+
+def test_a_run_the_head_refuses_says_why_in_one_line(machine_of_its_own, tmp_path, monkeypatch):
+    """A head of Ray 2.59+ (token authentication) and a run given its address without RAY_AUTH_MODE=token: one error
+    line naming Ray's reason, not Ray's client's 20 lines of retries before it."""
+    import ray
+
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    write_images(tmp_path / "photos", 1)
+    assert run_child(["ray", "start", "--head", "--port", "6379"])[0] == 0
+    address = f"{ray.util.get_node_ip_address()}:6379"
+    code, printed = run_child(["python", "-m", "zoo.run", "resnet18", "photos/", "--ray", "--ray-address", address,
+                               "--weights", "synthetic:0", "--out", "out"])
+    assert code == 1
+    assert printed.splitlines() == [
+        f"error: cannot join the Ray cluster {address!r} (Failed to connect to Ray cluster at {address}: "
+        "InvalidAuthToken: Authentication token is missing or incorrect): start one with `ray start --head`; if one "
+        "runs there with token authentication (Ray 2.59+ turns it on), set RAY_AUTH_MODE=token (on another machine "
+        "also RAY_AUTH_TOKEN, the head's `ray get-auth-token`); or leave --ray-address out for a local one"]
+    assert not (tmp_path / "out").exists()

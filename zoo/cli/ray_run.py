@@ -14,9 +14,11 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import sys
+import tempfile
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from zoo import ray as zoo_ray
@@ -133,23 +135,29 @@ def main(spec, argv: list[str]) -> int:
     fetch_weights(spec, weights)
     started = not ray.is_initialized()
     if started:
-        if args.ray_address is None and "RAY_ADDRESS" not in os.environ:
+        joining = args.ray_address is not None or "RAY_ADDRESS" in os.environ
+        if not joining:
             # a local cluster of our own: its workers at this process's priority, as the in-process loop
             # (Ray's default, niceness +15, made them yield to every other program on a shared machine)
             os.environ.setdefault("RAY_worker_niceness", "0")
         # Ray's own lines (its start, the workers' and raylet's logs, e.g. the actors ended at shutdown
         # reported as "A worker died ... SYSTEM_ERROR") stay off the output: failures come back as
         # exceptions, said in one error line
-        try:
-            ray.init(address=args.ray_address, log_to_driver=False, include_dashboard=False,
-                     logging_level=logging.ERROR)
-        except (ConnectionError, RuntimeError, ValueError) as e:
-            # Ray 2.59+ starts `ray start --head` with token authentication, and a driver given an address
-            # sends the token only with RAY_AUTH_MODE=token: its refusal reads as no cluster at all
-            raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}): start one with "
-                           "`ray start --head`; if one runs there with token authentication (Ray 2.59+ turns it on), "
-                           "set RAY_AUTH_MODE=token (on another machine also RAY_AUTH_TOKEN, the head's "
-                           "`ray get-auth-token`); or leave --ray-address out for a local one") from None
+        # Ray's C++ client writes each retry while it joins to file descriptor 2 (20 lines when refused): they
+        # go to a file of their own, and the refusal's reason (e.g. InvalidAuthToken) into the one error line
+        with tempfile.NamedTemporaryFile(prefix="zoo-ray-join-") as notes:
+            try:
+                with native_output_to(notes.name) if joining else nullcontext():
+                    ray.init(address=args.ray_address, log_to_driver=False, include_dashboard=False,
+                             logging_level=logging.ERROR)
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                refused = refusal(notes.read().decode("utf-8", "replace"))
+                # Ray 2.59+ starts `ray start --head` with token authentication, and a driver given an address
+                # sends the token only with RAY_AUTH_MODE=token: its refusal reads as no cluster at all
+                raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}{refused}): start one with "
+                               "`ray start --head`; if one runs there with token authentication (Ray 2.59+ turns it "
+                               "on), set RAY_AUTH_MODE=token (on another machine also RAY_AUTH_TOKEN, the head's "
+                               "`ray get-auth-token`); or leave --ray-address out for a local one") from None
     logging.getLogger("ray.data").setLevel(logging.ERROR)
     ray.data.DataContext.get_current().enable_progress_bars = False  # our one summary line says the result
     try:
@@ -159,6 +167,12 @@ def main(spec, argv: list[str]) -> int:
     finally:
         if started:  # the actors end here, before the process exits, not killed at its exit
             ray.shutdown()
+
+
+def refusal(notes: str) -> str:
+    """``: REASON`` from the last RPC error Ray's client wrote while it tried to join, or ""."""
+    errors = re.findall(r"RPC error: (.+)", notes)
+    return f": {errors[-1].strip()}" if errors else ""
 
 
 def ray_log(ray) -> str:
