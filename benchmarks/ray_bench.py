@@ -136,7 +136,7 @@ def steady(progress: list[tuple[float, int]], n: int) -> float | None:
 def top1(paths: list[Path]) -> dict[str, tuple]:
     out = {}
     for path in paths:
-        for r in read_jsonl(path):  # the CLI's header line left out
+        for r in read_jsonl(path):  # the CLI's header left out
             if "error" in r:
                 out[r["path"]] = r["error"]
             elif "top" in r:  # the plain CLI's records: the top-k, best first

@@ -393,8 +393,8 @@ def test_a_resnet_checkpoint_given_as_the_model_is_identified_by_its_blocks(phot
     runs = {}
     for name, argv in (("file", [str(path)]), ("named", ["resnet34", "--weights", str(path)])):
         assert main([*argv, str(photo), "--device", "cpu", "--jsonl", str(tmp_path / f"{name}.jsonl")]) == 0
-        header, record = (json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines())
-        runs[name] = header["model"], record["top"]
+        record, = (json.loads(line) for line in (tmp_path / f"{name}.jsonl").read_text().splitlines())
+        runs[name] = record["mlx_zoo_run"]["model"], record["top"]
     assert runs["file"] == runs["named"] and runs["file"][0] == "resnet34"
     state = load_file(synthetic_checkpoint("resnet18", tmp_path / "r18.safetensors"))
     save_file({key: value for key, value in state.items() if not key.startswith("layer4.1.")},

@@ -399,12 +399,15 @@ HEADER = {"mlx_zoo": 1, "task": "classify", "model": "resnet18"}
 
 
 def record_seeds() -> list[bytes]:
+    """Record files as the writer leaves them (the first record carries the header), and one of the layout
+    before (the header a line of its own)."""
     header = json.dumps(HEADER).encode() + b"\n"
-    records = [json.dumps({"path": f"imgs/{i}.jpg", "top": [{"index": i, "label": "cat", "probability": 0.5}]}
-                          ).encode() + b"\n" for i in range(3)]
+    tops = [{"path": f"imgs/{i}.jpg", "top": [{"index": i, "label": "cat", "probability": 0.5}]} for i in range(3)]
+    records = [json.dumps(top).encode() + b"\n" for top in tops]
+    headed = json.dumps({**tops[0], "mlx_zoo_run": HEADER}).encode() + b"\n"
     error = json.dumps({"path": "imgs/bad.jpg", "error": "cannot read imgs/bad.jpg"}).encode() + b"\n"
-    return [header + b"".join(records), header + records[0] + error + records[1], header, b"",
-            header + records[0] + records[1][:20]]
+    return [headed + b"".join(records[1:]), headed + error + records[1], b"", headed + records[1][:20],
+            header + b"".join(records)]
 
 
 @FUZZ
@@ -422,8 +425,8 @@ def test_record_files(work, data):
     path, kept = resumed_or_refused(work / "records" / "r.jsonl", data, new, lambda path: JsonlWriter(
         path, resume=True, header=HEADER, keep=without_errors))
     if kept is not None:
-        # the header as JSON: a file kept as it was keeps its header's bytes (its spacing, say)
-        assert json.loads(path.read_bytes().split(b"\n", 1)[0]) == HEADER
+        # the header as JSON, in the first record: a file kept as it was keeps its header's bytes (its spacing, say)
+        assert json.loads(path.read_bytes().split(b"\n", 1)[0])["mlx_zoo_run"] == HEADER
         assert list(read_records(path, HEADER)) == [*kept, new]
     path.unlink()
 

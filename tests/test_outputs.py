@@ -381,10 +381,11 @@ def test_resume_keys_inputs_by_resolved_path(work, capsys):
     for spelling in (str(work / "imgs"), "./imgs/../imgs/"):
         assert main(["resnet18", spelling, "--jsonl", "r.jsonl", "--resume", *SYNTHETIC]) == 0
         assert "0 images classified, 2 skipped (done before)" in capsys.readouterr().err
-    records = records_of(work / "r.jsonl")
-    assert records[0] == {"mlx_zoo": 1, "task": "classify", "model": "resnet18", "folder": str(work), "settings": {
-        "--weights": "synthetic:0", "--dtype": "float32", "--top-k": 5, "--num-classes": None}}
-    assert sorted(r["path"] for r in records[1:]) == ["imgs/a.jpg", "imgs/b.png"]
+    records = records_of(work / "r.jsonl")  # the first record carries the run's header
+    assert records[0]["mlx_zoo_run"] == {"mlx_zoo": 1, "task": "classify", "model": "resnet18", "folder": str(work),
+                                         "settings": {"--weights": "synthetic:0", "--dtype": "float32", "--top-k": 5,
+                                                      "--num-classes": None}}
+    assert sorted(r["path"] for r in records) == ["imgs/a.jpg", "imgs/b.png"]
 
 
 def test_resume_from_another_folder_is_refused(work, capsys, monkeypatch):
@@ -409,9 +410,9 @@ def test_resume_from_another_folder_is_refused(work, capsys, monkeypatch):
         assert main([*argv, "--resume"]) == 0 and "1 skipped" in capsys.readouterr().err
     for record_file in (work / "c.jsonl", work / "o" / "mlx_zoo_run.json"):  # an earlier version's: no folder
         lines = record_file.read_text().splitlines()
-        header = json.loads(lines[0])
-        del header["folder"]
-        record_file.write_text("\n".join([json.dumps(header), *lines[1:]]) + "\n")
+        first = json.loads(lines[0])  # a record carrying the header, or the settings file's header line
+        del first.get("mlx_zoo_run", first)["folder"]
+        record_file.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     monkeypatch.chdir(elsewhere)
     for argv in (runs["classify"], runs["detect --out"]):
         assert main([*argv, "--resume"]) == 0 and "1 skipped" in capsys.readouterr().err
@@ -434,9 +435,9 @@ def test_resume_refuses_records_of_other_settings(work, capsys):
     assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--top-k", "2", *SYNTHETIC]) == 0
     assert "1 image classified, 1 skipped (done before)" in capsys.readouterr().err
     lines = (work / "r.jsonl").read_text().splitlines(keepends=True)
-    header = json.loads(lines[0])
-    del header["settings"]
-    (work / "r.jsonl").write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+    first = json.loads(lines[0])  # the record that carries the header
+    del first["mlx_zoo_run"]["settings"]
+    (work / "r.jsonl").write_text(json.dumps(first) + "\n" + "".join(lines[1:]))
     assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--top-k", "5", *SYNTHETIC]) == 0
     # detect: --batch letterboxes images of different sizes to one square (other boxes), so it is a setting too
     assert main(["yolov8n", "imgs/a.jpg", "--out", "res", "--jsonl", "d.jsonl", "--imgsz", "64", *SYNTHETIC]) == 0
@@ -461,7 +462,7 @@ def test_resume_takes_any_spelling_of_one_class_filter(work, capsys):
     refused(["yolov8n", "imgs/a.jpg", "--out", "res", "--imgsz", "64", "--classes", "car", "--resume", *SYNTHETIC],
             work, capsys, "res/mlx_zoo_run.json holds results of --classes 0,2, not --classes 2: give the options that "
             "made them, or pass another --out DIR")
-    assert records_of(work / "d.jsonl")[0]["settings"]["--classes"] == "0,2"
+    assert records_of(work / "d.jsonl")[0]["mlx_zoo_run"]["settings"]["--classes"] == "0,2"
 
 
 def test_resume_takes_imgsz_omitted_as_the_size_the_model_runs_at(work, capsys):
@@ -495,17 +496,23 @@ def test_resume_takes_an_earlier_versions_imgsz_null_as_the_checkpoints_size(wor
     assert main(base) == 0
     for written in (work / "d.jsonl", work / "res" / "mlx_zoo_run.json"):  # as an earlier version wrote them
         lines = written.read_text().splitlines(keepends=True)
-        header = json.loads(lines[0])
+        first = json.loads(lines[0])
+        header = first.pop("mlx_zoo_run", first)  # carried by a record file's first record: a line of its own then
         header["settings"]["--imgsz"] = None
-        written.write_text(json.dumps(header) + "\n" + "".join(lines[1:]))
+        written.write_text("".join(json.dumps(line) + "\n" for line in {id(header): header, id(first): first}.values())
+                           + "".join(lines[1:]))
     for spelling in ([], ["640"], ["640", "640"]):
         for resume in (base, [arg for arg in base if arg not in ("--jsonl", "d.jsonl")]):
             capsys.readouterr()
             assert main([*resume, *(["--imgsz", *spelling] if spelling else []), "--resume"]) == 0, \
                 capsys.readouterr().err
             assert "1 skipped (done before)" in capsys.readouterr().err
+    # resumed, the record file of the layout before was written again, its header (now its first record's) this run's
     assert refused([*base, "--imgsz", "128", "--resume"], work, capsys, "d.jsonl holds results of "
-                   "--imgsz (not given), not --imgsz 128 128: give the options that made them") == 2
+                   "--imgsz 640 640, not --imgsz 128 128: give the options that made them") == 2
+    without_jsonl = [arg for arg in base if arg not in ("--jsonl", "d.jsonl")]
+    assert refused([*without_jsonl, "--imgsz", "128", "--resume"], work, capsys,
+                   "res/mlx_zoo_run.json holds results of --imgsz (not given), not --imgsz 128 128") == 2
 
 
 def test_nan_written_as_null_is_one_note_for_the_run(work, capsys):
@@ -623,7 +630,7 @@ def test_a_second_run_on_one_jsonl_stops_in_one_line(work, capsys, monkeypatch):
     assert main(["resnet18", "imgs", "--jsonl", "late.jsonl", *SYNTHETIC]) == 1
     err = capsys.readouterr().err
     assert "error: late.jsonl exists: pass --resume to continue it" in err and "internal error" not in err
-    assert records_of(work / "late.jsonl") == [header, {"path": "x", "top": []}]
+    assert records_of(work / "late.jsonl") == [{"path": "x", "top": [], "mlx_zoo_run": header}]
     assert not list(work.glob(".*.part"))
 
 
@@ -633,7 +640,7 @@ FOREIGN = {"resnet18": ("detect", "yolov8n"), "yolov8n": ("classify", "resnet18"
 @pytest.mark.parametrize("content, message", [
     (b"42\n", "r.jsonl line 1 is not a record of this program"),
     (b"\xff\xfe\n", "r.jsonl line 1 is not a JSON record (damaged"),
-    (b'{"path": "imgs/a.jpg", "top": []}\n', "r.jsonl has no header line"),
+    (b'{"path": "imgs/a.jpg", "top": []}\n', "r.jsonl has no header"),
     (None, "another model's records"),
 ])
 @pytest.mark.parametrize("model", ["resnet18", "yolov8n"])

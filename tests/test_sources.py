@@ -16,7 +16,7 @@ from PIL import Image
 from conftest import PEAK_RSS_KB, write_video
 from zoo import sources
 from zoo.errors import UsageError, ZooError
-from zoo.sources import (RECORD_LINE_LIMIT, Arrays, Camera, Chain, Files, Folder, Glob, JsonListReader,
+from zoo.sources import (RECORD_LINE_LIMIT, RUN_KEY, Arrays, Camera, Chain, Files, Folder, Glob, JsonListReader,
                          JsonListWriter, JsonlWriter, PathList, RecordReader, Video, VideoWriter, open_source,
                          read_json_list, read_jsonl, read_records, records_header)
 
@@ -575,11 +575,16 @@ def lines_of(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def headed(record: dict) -> dict:
+    """``record`` as a record file's first line: the run's header with it (RUN_KEY)."""
+    return {**record, RUN_KEY: HEADER}
+
+
 def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
     path = tmp_path / "results.jsonl"
     writer = JsonlWriter(path, header=HEADER)
     writer.write({"path": "a", "label": 1})
-    assert lines_of(path) == [HEADER, {"path": "a", "label": 1}]  # in the file as it comes: a killed run keeps it
+    assert lines_of(path) == [headed({"path": "a", "label": 1})]  # in the file as it comes: a killed run keeps it
     with pytest.raises(ZooError, match=rf"is being written by another run \(pid {os.getpid()}\): wait for it"):
         JsonlWriter(path, resume=True, header=HEADER)
     writer.close()
@@ -596,13 +601,13 @@ def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
         assert [r["path"] for r in writer.kept_records()] == ["a", "b"]
         writer.write({"path": "c", "label": 3})
     assert "its last line was cut off" in capsys.readouterr().err
-    assert lines_of(path) == [HEADER, {"path": "a", "label": 1}, {"path": "b", "label": 2}, {"path": "c", "label": 3}]
+    assert lines_of(path) == [headed({"path": "a", "label": 1}), {"path": "b", "label": 2}, {"path": "c", "label": 3}]
     with JsonlWriter(path, overwrite=True, header=HEADER) as writer:
         assert list(writer.kept_records()) == []  # a run that writes nothing leaves the old file as it was
     assert [r["path"] for r in read_jsonl(path)] == ["a", "b", "c"]
     with JsonlWriter(path, overwrite=True, header=HEADER) as writer:
         writer.write({"path": "z"})
-    assert lines_of(path) == [HEADER, {"path": "z"}]
+    assert lines_of(path) == [headed({"path": "z"})]
     JsonlWriter(tmp_path / "none.jsonl", header=HEADER).close()  # no record: no file left behind
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
 
@@ -702,8 +707,31 @@ def test_jsonl_resume_drops_what_keep_refuses_and_a_missing_header_is_written(tm
     with JsonlWriter(path, resume=True, header=HEADER, keep=lambda r: "error" not in r) as writer:
         assert list(writer.kept_records()) == [{"path": "b"}]
         writer.write({"path": "a"})
-    assert lines_of(path) == [HEADER, {"path": "b"}, {"path": "a"}]
+    assert lines_of(path) == [headed({"path": "b"}), {"path": "a"}]
     assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
+
+
+def test_pandas_reads_one_row_per_record_and_a_header_line_of_before_moves_into_the_first_record(tmp_path):
+    """The run's header was a line of its own: pandas' read_json(path, lines=True), the first thing a pandas user
+    types, read it as a row of NaN, counted in every count and mean. The first record carries it now (RUN_KEY, its
+    last key); a file of the layout before is still resumed, its header checked, then moved into its first record."""
+    import pandas
+
+    path = tmp_path / "r.jsonl"
+    with JsonlWriter(path, header=HEADER) as writer:
+        writer.write({"path": "a", "score": 1.0})
+        writer.write({"path": "b", "score": 3.0})
+    table = pandas.read_json(path, lines=True)
+    assert list(table["path"]) == ["a", "b"] and table["score"].mean() == 2.0 and table.columns[-1] == RUN_KEY
+    assert read_jsonl(path) == [{"path": "a", "score": 1.0}, {"path": "b", "score": 3.0}]
+    before = tmp_path / "before.jsonl"
+    before.write_text(json.dumps(HEADER) + "\n" + json.dumps({"path": "a", "score": 1.0}) + "\n")
+    with pytest.raises(UsageError, match=re.escape("holds resnet18 (classify) records, not resnet50 (classify)")):
+        JsonlWriter(before, resume=True, header={**HEADER, "model": "resnet50"})
+    with JsonlWriter(before, resume=True, header=HEADER) as writer:
+        assert list(writer.kept_records()) == [{"path": "a", "score": 1.0}]
+        writer.write({"path": "b", "score": 3.0})
+    assert before.read_text() == path.read_text()
 
 
 @pytest.mark.parametrize("content, message", [
@@ -713,14 +741,19 @@ def test_jsonl_resume_drops_what_keep_refuses_and_a_missing_header_is_written(tm
     (json.dumps(HEADER).encode() + b"\n[1, 2]\n", "line 2 is not a record of this program"),
     (json.dumps(HEADER).encode() + b"\n{\"path\": 3}\n", "line 2 is not a record of this program"),
     (json.dumps(HEADER).encode() + b"\n" + json.dumps(HEADER).encode() + b"\n", "line 2 is not a record"),
-    (b'{"path": "a.jpg", "top": []}\n', "has no header line: it is not a record file this program wrote"),
+    (b'{"path": "a.jpg", "top": []}\n', "has no header (its first record's \"mlx_zoo_run\"): it is not a record file"),
+    (json.dumps(headed({"path": "a"})).encode() + b"\n" + json.dumps(headed({"path": "b"})).encode() + b"\n",
+     "line 2 is not a record of this program"),
+    (json.dumps({"path": "a", RUN_KEY: 5}).encode() + b"\n", '"mlx_zoo_run" that is not a JSON object'),
+    (json.dumps({"path": "a", RUN_KEY: {**HEADER, "model": "resnet50"}}).encode() + b"\n",
+     "holds resnet50 (classify) records, not resnet18 (classify)"),
     (json.dumps({**HEADER, "task": "detect", "model": "yolov8n"}).encode() + b"\n",
      "holds yolov8n (detect) records, not resnet18 (classify)"),
     # an edited or foreign header: was taken silently, or said 'holds None (None) records'
     (json.dumps({**HEADER, "settings": 5}).encode() + b"\n",
-     'has a header line whose "settings" is not a JSON object: it is not a record file this program wrote'),
-    (json.dumps({"mlx_zoo": 1}).encode() + b"\n", "has a header line without its task and model"),
-    (json.dumps({**HEADER, "model": None}).encode() + b"\n", "has a header line without its task and model"),
+     'has a header whose "settings" is not a JSON object: it is not a record file this program wrote'),
+    (json.dumps({"mlx_zoo": 1}).encode() + b"\n", "has a header without its task and model"),
+    (json.dumps({**HEADER, "model": None}).encode() + b"\n", "has a header without its task and model"),
 ])
 def test_a_damaged_or_foreign_record_file_is_one_error_and_stays_as_it_was(tmp_path, content, message):
     path = tmp_path / "r.jsonl"
@@ -734,8 +767,8 @@ def test_a_damaged_or_foreign_record_file_is_one_error_and_stays_as_it_was(tmp_p
 def test_resume_names_the_settings_that_differ_as_a_command_line_gives_them(tmp_path):
     settings = {"--conf": 0.25, "--imgsz": (320, 320), "--agnostic-nms": False, "--classes": None}
     path = tmp_path / "r.jsonl"
-    path.write_text(json.dumps(records_header("detect", "yolov8n", settings)) + "\n")
-    assert json.loads(path.read_text())["settings"]["--imgsz"] == [320, 320]
+    path.write_text(json.dumps({"path": "a.jpg", RUN_KEY: records_header("detect", "yolov8n", settings)}) + "\n")
+    assert json.loads(path.read_text())[RUN_KEY]["settings"]["--imgsz"] == [320, 320]
     JsonlWriter(path, resume=True, header=records_header("detect", "yolov8n", settings)).close()  # the same: taken
     other = {**settings, "--imgsz": None, "--agnostic-nms": True}
     with pytest.raises(UsageError, match=re.escape("r.jsonl holds results of --imgsz 320 320 --agnostic-nms (not "
@@ -757,7 +790,7 @@ def test_a_record_file_starting_with_a_utf8_bom_is_still_ours(tmp_path):
     """A record file saved by an editor that marks UTF-8 (Notepad) was refused as 'line 1 is not a JSON record
     (damaged...)': its BOM is taken, its records kept and continued, the file's bytes before the end kept."""
     path = tmp_path / "r.jsonl"
-    content = b"\xef\xbb\xbf" + json.dumps(HEADER).encode() + b"\n" + json.dumps({"path": "a"}).encode() + b"\n"
+    content = b"\xef\xbb\xbf" + json.dumps(headed({"path": "a"})).encode() + b"\n"
     path.write_bytes(content)
     assert list(read_records(path, HEADER)) == [{"path": "a"}]
     with JsonlWriter(path, resume=True, header=HEADER) as writer:
@@ -821,9 +854,10 @@ def test_resume_streams_a_large_record_file(tmp_path):
     peak = json.loads(child.stdout)
     assert peak["kept"] == peak["counted"] == n - n // 1000
     assert peak["after"] - peak["before"] < 16 * 1024, peak
-    lines = path.read_text().splitlines()  # the header, the kept records in order, the new one
-    assert json.loads(lines[0]) == HEADER and json.loads(lines[-1]) == {"path": "new.jpg", "top": []}
-    assert lines[1:-1] == [f'{{"path": "imgs/{i:07d}.jpg", {top}}}' for i in range(n) if i % 1000]
+    lines = path.read_text().splitlines()  # the kept records in order, the first with the header, the new one
+    assert json.loads(lines[0]) == headed(json.loads(f'{{"path": "imgs/0000001.jpg", {top}}}'))
+    assert json.loads(lines[-1]) == {"path": "new.jpg", "top": []}
+    assert lines[1:-1] == [f'{{"path": "imgs/{i:07d}.jpg", {top}}}' for i in range(2, n) if i % 1000]
     assert [p.name for p in tmp_path.iterdir()] == ["r.jsonl"]
 
 

@@ -18,6 +18,7 @@ from zoo import registry
 from zoo.errors import ZooError
 from zoo.instances import coco_rle
 from zoo.run import main
+from zoo.sources import read_jsonl
 
 FAST = ["--imgsz", "64", "--conf", "0.5", "--max-det", "3", "--device", "cpu"]
 OPTIONS = {"imgsz": 64, "conf": 0.5, "max_det": 3}
@@ -36,10 +37,6 @@ def images(tmp_path):
     Image.fromarray(fixture_image()).save(folder / "000000000007.png")
     Image.fromarray(fixture_image(14)).save(folder / "wide.png")  # 100 x 160: letterboxed with padding
     return folder
-
-
-def read_jsonl(path) -> list[dict]:
-    return [r for r in map(json.loads, path.read_text().splitlines()) if "path" in r]  # the header left out
 
 
 def test_run_folders_are_ultralytics_per_task_and_resume_continues_the_tasks_latest(tmp_path, monkeypatch, images,

@@ -1170,8 +1170,11 @@ class VideoWriter(ClosedOnExit):
 
 # -- records (JSONL) -----------------------------------------------------------------------------
 
-HEADER_KEY = "mlx_zoo"  # the first line of a record file the CLIs write: {"mlx_zoo": 1, "task": ..., "model": ...}
+HEADER_KEY = "mlx_zoo"  # a run's header (records_header): {"mlx_zoo": 1, "task": ..., "model": ...}
 RECORDS_VERSION = 1
+# the key under which the first record of a record file carries the run's header, last among its keys: a line of its
+# own (the layout before) was a row of NaN in pandas' read_json(lines=True), counted in every count and mean
+RUN_KEY = "mlx_zoo_run"
 
 
 def not_ours() -> str:
@@ -1201,7 +1204,7 @@ def capped_lines(file: BinaryIO, path: Path, fix: str) -> Iterator[tuple[int, by
 
 
 class Header(dict):
-    """A run's header line (records_header) and ``given_as_unset``: options whose value this run gives is what a
+    """A run's header (records_header) and ``given_as_unset``: options whose value this run gives is what a
     file of an earlier version recorded as not given (null), so such a file matches (not written to the file)."""
     given_as_unset: frozenset = frozenset()
 
@@ -1214,8 +1217,9 @@ class Header(dict):
 
 def records_header(task: str, model: str, settings: dict | None = None, given_as_unset=(),
                    folder: bool = False) -> Header:
-    """The header line of a run's records: which task and model wrote them, and ``settings``, the options
-    that change the results ({"--top-k": 5, ...}): --resume checks them, so one file never mixes two runs'.
+    """The header of a run's records (their first record's RUN_KEY): which task and model wrote them, and
+    ``settings``, the options that change the results ({"--top-k": 5, ...}): --resume checks them, so one file
+    never mixes two runs'.
     ``folder``: the folder the run starts in too, for records that name inputs as given (relative paths are
     relative to it): --resume from another folder is refused, as those paths name other files there.
     ``given_as_unset``: Header's."""
@@ -1241,7 +1245,9 @@ def shown_settings(settings: dict, keys: Iterable[str], exact: bool = False) -> 
 
 class RecordReader:
     """A record file's records, one at a time as its lines are read (memory holds one line, whatever the
-    file's length): ``for record in RecordReader(file, path, header)``. One-line ZooErrors for a damaged or
+    file's length): ``for record in RecordReader(file, path, header)``. The run's header is the first record's
+    RUN_KEY (left out of the record given), or, in a settings file and a record file of an earlier version, a
+    line of its own before the records (``header_line``). One-line ZooErrors for a damaged or
     foreign file, raised at the line: a line longer than RECORD_LINE_LIMIT (read that far, not whole), a line
     that is not a JSON object with a ``path`` (bytes that are not
     UTF-8, ``42``), or, when ``header`` is given, records without it before them, or another task's, model's
@@ -1253,7 +1259,7 @@ class RecordReader:
         self.file, self.path, self.expected = file, path, header
         self.fix = fix or not_ours()  # what to do about a damaged or foreign file, or one of other settings
         self.header: dict | None = None
-        self.whole, self.torn, self.seen_record = 0, False, False
+        self.whole, self.torn, self.seen_record, self.header_line = 0, False, False, False
 
     def __iter__(self) -> Iterator[dict]:
         for n, line in capped_lines(self.file, self.path, self.fix):
@@ -1270,13 +1276,18 @@ class RecordReader:
                 raise ZooError(f"{self.path} line {n} is not a JSON record (damaged, or not a file this program "
                                f"wrote): {self.fix}") from None
             self.whole += len(line)
-            if isinstance(record, dict) and HEADER_KEY in record and self.header is None and not self.seen_record:
-                self.header = record
+            first = self.header is None and not self.seen_record
+            if isinstance(record, dict) and HEADER_KEY in record and first:
+                self.header, self.header_line = record, True
                 self.check_header()
-            elif isinstance(record, dict) and isinstance(record.get("path"), str) and HEADER_KEY not in record:
-                if not self.seen_record and self.header is None and self.expected is not None:
-                    raise ZooError(f"{self.path} has no header line: it is not a record file this program wrote "
-                                   f"(or an older version's): {self.fix}")
+            elif (isinstance(record, dict) and isinstance(record.get("path"), str) and HEADER_KEY not in record
+                  and (RUN_KEY not in record or first)):
+                if RUN_KEY in record:
+                    self.header = record.pop(RUN_KEY)
+                    self.check_header()
+                elif first and self.expected is not None:
+                    raise ZooError(f"{self.path} has no header (its first record's \"{RUN_KEY}\"): it is not a record "
+                                   f"file this program wrote (or an older version's): {self.fix}")
                 self.seen_record = True
                 yield record
             else:
@@ -1285,8 +1296,11 @@ class RecordReader:
 
     def check_header(self) -> None:
         expected, found = self.expected, self.header
+        if not isinstance(found, dict):
+            raise ZooError(f"{self.path} has a \"{RUN_KEY}\" that is not a JSON object: it is not a record file this "
+                           f"program wrote (or it was edited): {self.fix}")
         if "settings" in found and not isinstance(found["settings"], dict):
-            raise ZooError(f"{self.path} has a header line whose \"settings\" is not a JSON object: it is not a "
+            raise ZooError(f"{self.path} has a header whose \"settings\" is not a JSON object: it is not a "
                            f"record file this program wrote (or it was edited): {self.fix}")
         if expected is None:
             return
@@ -1295,7 +1309,7 @@ class RecordReader:
                            f"{found.get(HEADER_KEY)!r}, this one writes {expected[HEADER_KEY]}): {self.fix}")
         theirs = (found.get("task"), found.get("model"))
         if not all(isinstance(name, str) for name in theirs):
-            raise ZooError(f"{self.path} has a header line without its task and model (it says which wrote the "
+            raise ZooError(f"{self.path} has a header without its task and model (it says which wrote the "
                            f"records): it is not a record file this program wrote (or it was edited): {self.fix}")
         if theirs != (expected["task"], expected["model"]):
             # the command line's model against its own file's, as other settings (--weights) below: exit 2
@@ -1329,16 +1343,16 @@ def same_folder(recorded, here: str) -> bool:
 
 def read_records(path: str | Path, header: dict | None = None) -> Iterator[dict]:
     """The records of the record file at ``path``, streamed (RecordReader: checked line by line against
-    ``header`` when given, its header line and a torn last line left out); a file that is not a regular
+    ``header`` when given, the header and a torn last line left out); a file that is not a regular
     file (a folder, a FIFO, a device) or cannot be read is a one-line ZooError."""
     return streamed(Path(path), lambda file, path: RecordReader(file, path, header),
                     "pass a file path for the results")
 
 
 def check_header_file(path: str | Path, header: dict, fix: str) -> None:
-    """The file at ``path``, one header line (records_header) as a run's output folder keeps its settings in,
-    checked against ``header`` as a record file's (RecordReader: its task, model and settings); a damaged or
-    foreign file is a one-line ZooError naming ``fix``."""
+    """The file at ``path``, one header line (records_header, a line of its own) as a run's output folder keeps
+    its settings in, checked against ``header`` as a record file's (RecordReader: its task, model and settings);
+    a damaged or foreign file is a one-line ZooError naming ``fix``."""
     reader = None
 
     def read(file: BinaryIO, path: Path) -> RecordReader:
@@ -1419,7 +1433,7 @@ def streamed(path: Path, reader: Callable[[BinaryIO, Path], Iterable[dict]], fix
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """The records of a JSONL file this program wrote (its header line left out); a torn last line
+    """The records of a JSONL file this program wrote (its header left out); a torn last line
     (a run killed mid-write) is left out too."""
     return list(read_records(path))
 
@@ -1442,7 +1456,9 @@ class JsonlWriter:
     operating system (a killed process loses at most the line being written), ``sync`` puts the
     lines on disk (the CLIs call it after every batch).
 
-    ``header`` (``records_header(task, model)``): the file's first line; ``resume`` checks it. Without
+    ``header`` (``records_header(task, model)``): carried by the file's first record, under RUN_KEY (so pandas'
+    ``read_json(path, lines=True)`` reads one row per record); ``resume`` checks it, and moves the header line
+    of a file of an earlier version into its first record (the file rewritten). Without
     ``resume`` or ``overwrite`` the file must not exist: it is created exclusively (two runs on one
     path: the second stops in one line). ``resume=True`` continues an existing file, read as a stream
     (memory holds a line, not the records): ``kept`` of its records stay, those ``keep(record)`` accepts
@@ -1464,6 +1480,7 @@ class JsonlWriter:
         if not self.path.parent.is_dir():
             raise ZooError(f"folder {self.path.parent} does not exist; create it or pass another path")
         self.header, self.kept, self.written = header, 0, 0
+        self.unheaded = header is not None  # the next record written carries the header: the file has none yet
         self.created = False  # this run made the file: closed without a record, it is removed again
         self.pending: Path | None = None  # --overwrite: the new file, renamed over the old one with its first record
         exists = os.path.lexists(self.path)
@@ -1491,10 +1508,17 @@ class JsonlWriter:
         self.file = os.fdopen(fd, "w", encoding="utf-8")
 
     def _start(self, records: Iterable[dict]) -> None:
-        """The header and ``records`` at the start of the file just opened, on disk before any new one."""
-        for record in itertools.chain([self.header] if self.header else [], records):
-            self.file.write(json_text(record, self.path) + "\n")
+        """``records`` at the start of the file just opened (the first with the header), on disk before any new
+        one."""
+        for record in records:
+            self._line(record)
         self._flush()
+
+    def _line(self, record: dict) -> None:
+        """``record`` as the file's next line, the header with it if none is there yet."""
+        if self.unheaded:
+            record, self.unheaded = {**record, RUN_KEY: self.header}, False
+        self.file.write(json_text(record, self.path) + "\n")
 
     def _reader(self, file: BinaryIO):
         return RecordReader(file, self.path, self.header)
@@ -1521,12 +1545,13 @@ class JsonlWriter:
     def _resume(self, keep) -> None:
         fd = self._open_locked()
         found, dropped = self._count_kept(fd, keep)
-        if not dropped and (found.header or not self.header) and data_ends_a_line(fd, found.whole):
+        if not dropped and not found.header_line and data_ends_a_line(fd, found.whole):
             os.ftruncate(fd, found.whole)  # the torn line, if any
             os.lseek(fd, 0, os.SEEK_END)
             self._open(fd)
+            self.unheaded = self.header is not None and found.header is None  # a file of no record yet
             return
-        self._rewrite(fd, self._kept_in(fd, keep))  # records dropped (or no header yet)
+        self._rewrite(fd, self._kept_in(fd, keep))  # records dropped, or an earlier version's header line
 
     def _kept_in(self, fd: int, keep) -> Iterator[dict]:
         """The records of the file open at ``fd`` (read from its start again) that ``keep`` accepts."""
@@ -1592,7 +1617,7 @@ class JsonlWriter:
         return self.kept + self.written
 
     def write(self, record: dict) -> None:
-        self.file.write(json_text(record, self.path) + "\n")
+        self._line(record)
         self.file.flush()
         self.written += 1
 
