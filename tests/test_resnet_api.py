@@ -236,6 +236,57 @@ def test_top_k_over_a_folder_as_csv_and_json(tmp_path, capsys):
         assert [t["index"] for t in as_json[row["filename"]]] == [i for i, _, _ in expected]
 
 
+def test_json_refuses_an_input_read_twice_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """classify --json is one object keyed by path: an image given twice, or given and also in a folder given, was
+    written as one key twice, and json.load kept one of the two results without a word. Refused in one line before
+    the weights are read (they do not exist here); a resumed --jsonl holding two results for one image (a run
+    without --json given it twice) is refused too, before the model loads."""
+    from PIL import Image
+
+    from zoo.run import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "imgs").mkdir()
+    for name in ("a.png", "b.png"):
+        Image.fromarray(np.full((40, 56, 3), 90, np.uint8)).save(tmp_path / "imgs" / name)
+    missing = ["--weights", "nothere.safetensors", "--device", "cpu"]
+    for inputs in (["imgs/a.png", "imgs/a.png"], ["imgs", "./imgs/a.png"]):
+        assert main(["resnet18", *inputs, "--json", "out.json", *missing]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (
+            "error: --json out.json: imgs/a.png is read twice (given twice, or also in a folder or list given), and "
+            "its JSON object holds one entry per path: give each input once, or pass --jsonl or --csv instead (a row "
+            "per input)")
+    synthetic = ["--weights", "synthetic:0", "--device", "cpu"]
+    assert main(["resnet18", "imgs/a.png", "imgs/a.png", "--jsonl", "r.jsonl", *synthetic]) == 0
+    assert main(["resnet18", "imgs", "--jsonl", "r.jsonl", "--resume", "--json", "out.json", *synthetic]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "error: --json out.json: r.jsonl holds two results for imgs/a.png (a run given it twice), and the JSON object "
+        "holds one entry per path: leave out --json, or run again into a new --jsonl with each input once")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["imgs", "r.jsonl"]
+
+
+def test_top_1_csv_has_timms_unnumbered_columns(tmp_path, capsys):
+    """timm's inference.py numbers a rank's columns only when there are several: its top-1 CSV is filename, index,
+    label, prob; ours was filename, index_0, label_0, prob_0, so a script reading timm's "prob" column failed."""
+    import csv
+
+    from PIL import Image
+
+    from zoo.run import main
+
+    Image.fromarray(np.full((40, 56, 3), 90, np.uint8)).save(tmp_path / "a.png")
+    argv = ["resnet18", str(tmp_path / "a.png"), "--weights", "synthetic:0", "--device", "cpu", "--top-k", "1",
+            "--csv", str(tmp_path / "top1.csv")]
+    assert main(argv) == 0
+    capsys.readouterr()
+    with open(tmp_path / "top1.csv", newline="") as f:
+        row, = csv.DictReader(f)
+    (index, label, probability), = zoo.load("resnet18", weights="synthetic:0", device="cpu").predict(
+        str(tmp_path / "a.png"), top_k=1)
+    assert list(row) == ["filename", "index", "label", "prob"]
+    assert (int(row["index"]), row["label"]) == (index, label) and float(row["prob"]) == pytest.approx(probability)
+
+
 # What timm 1.0.31 gives for the same calls (timm.create_model(NAME, ...) on torch.randn(2, 3, 65, 47), run
 # once in /work/venv-torch, 2026-11-28): shapes NCHW as timm returns them, channels and reductions of
 # feature_info. Ours are NHWC: the same numbers with the channels last.

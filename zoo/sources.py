@@ -974,6 +974,28 @@ def input_paths(source: Source) -> list[Path]:
     return []
 
 
+def input_names(source: Source) -> Iterator[str]:
+    """The files, videos, streams and cameras a source reads, as its items name them (``Item.path``)."""
+    if isinstance(source, Chain):
+        for part in source.sources:
+            yield from input_names(part)
+    elif isinstance(source, Files):
+        yield from map(str, source.paths)
+    elif isinstance(source, FrameSource):
+        yield source.path
+
+
+def read_twice(source: Source) -> str | None:
+    """The first input ``source`` reads twice, as its items name it (a path given twice, or a file given and also
+    in a folder, glob or list given; a video or stream given twice), or None."""
+    seen = set()
+    for name in input_names(source):
+        if name in seen:
+            return name
+        seen.add(name)
+    return None
+
+
 def planned_names(source: Source) -> list[str] | None:
     """The output names of a source's items, known before decoding; None when it holds videos or cameras
     (their frames are named as they are decoded)."""

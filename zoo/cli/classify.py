@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import sys
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from zoo import pipeline, registry
 from zoo.errors import UsageError
 from zoo.files import (Inputs, OutputFile, check_distinct, check_new_file, json_text, make_output_folder,
                        refuse_inputs)
-from zoo.sources import JsonlWriter, input_paths, open_source, read_records, records_header
+from zoo.sources import JsonlWriter, input_paths, open_source, read_records, read_twice, records_header
 
 
 def add_arguments(parser):
@@ -31,7 +32,7 @@ def add_arguments(parser):
                         "(errors as {\"path\", \"error\"} records); --resume continues it")
     parser.add_argument("--json", metavar="PATH", help="also write the results as one JSON object {path: top-k}")
     parser.add_argument("--csv", metavar="PATH", help="also write the results as CSV, one row per image "
-                        "(timm's columns: filename, index_0.., label_0.., prob_0..)")
+                        "(timm's columns: filename, index_0.., label_0.., prob_0..; index, label, prob for --top-k 1)")
     parser.add_argument("--overwrite", "--exist-ok", dest="overwrite", action="store_true",
                         help="replace --jsonl/--json/--csv files that exist (inputs are never replaced)")
     pipeline.add_arguments(parser, resume="skip the images --jsonl holds results for (needs --jsonl); "
@@ -64,9 +65,30 @@ def check_arguments(args):
         "--weights": registry.weights_identity(args.weights), "--dtype": args.dtype,
         "--top-k": min(args.top_k, args.num_classes or args.top_k),  # a head of 3 classes: top-5 and top-10 are top-3
         "--num-classes": args.num_classes}, folder=True)  # its records name the inputs as given
+    # --json's object holds one entry a path (json.load keeps the last of a key given twice): an input read twice
+    # would lose one of its results without a word
+    if args.json and (twice := read_twice(args.source)):
+        raise UsageError(f"--json {args.json}: {twice} is read twice (given twice, or also in a folder or list "
+                         "given), and its JSON object holds one entry per path: give each input once, or pass --jsonl "
+                         "or --csv instead (a row per input)")
     args.done = set()  # --resume: the items the record file holds results for, streamed (a damaged or foreign
     if args.resume and Path(args.jsonl).exists():  # file is refused here, before the model loads)
-        args.done = pipeline.resume_keys(read_records(args.jsonl, args.header))
+        records = read_records(args.jsonl, args.header)
+        args.done = pipeline.resume_keys(once_each(records, args) if args.json else records)
+
+
+def once_each(records: Iterable[dict], args) -> Iterator[dict]:
+    """``records`` (an earlier run's, which --json is written again from), refused in one line at a second result
+    for one input (a run without --json given it twice): --json would keep one of them."""
+    keys = set()
+    for record in records:
+        if "error" not in record:  # dropped on --resume
+            if (key := key_of(record)) in keys:
+                raise UsageError(f"--json {args.json}: {args.jsonl} holds two results for {key} (a run given it "
+                                 "twice), and the JSON object holds one entry per path: leave out --json, or run "
+                                 "again into a new --jsonl with each input once")
+            keys.add(key)
+        yield record
 
 
 def add_model_options(parser) -> None:
@@ -192,12 +214,15 @@ class JsonObjectWriter(StreamedFile):
 
 
 class CsvWriter(StreamedFile):
-    """timm inference.py's separate-column layout: filename, index_i, label_i, prob_i for rank i."""
+    """timm inference.py's separate-column layout (--results-separate-col --include-index): filename, index_i,
+    label_i, prob_i for rank i; top-1 as timm writes it, filename, index, label, prob (its ranks are numbered only
+    when there are several)."""
 
     def __init__(self, path, k: int, replace: bool):
         super().__init__(path, replace, newline="")
         self.rows = csv.writer(self.file)
-        self.rows.writerow(["filename", *(f"{field}_{i}" for field in ("index", "label", "prob") for i in range(k))])
+        ranks = [f"_{i}" for i in range(k)] if k > 1 else [""]
+        self.rows.writerow(["filename", *(f"{field}{rank}" for field in ("index", "label", "prob") for rank in ranks)])
 
     def write(self, filename: str, top: list[dict]) -> None:
         self.count += 1
