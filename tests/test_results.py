@@ -164,6 +164,25 @@ def test_to_json_writes_a_nan_or_infinite_value_as_null():
     assert rows[0]["box"] == {"x1": 10.5, "y1": 20.0, "x2": 50.0, "y2": 80.0} and rows[2]["confidence"] == 0.5
 
 
+def test_to_json_is_ultralytics_text_for_non_ascii_names_and_small_numbers():
+    """ultralytics' to_json() (polars' write_json) writes a class named "café" as it is, and 0.00001 for a number
+    Python writes 1e-05 (6e-6 for 6e-06): ours escaped the name ("caf\\u00e9") and wrote Python's numbers. The same
+    values to a JSON reader, but grep for the name, or a diff against upstream's text (a pose model's keypoint
+    visibilities are such numbers), found them apart. The texts expected are upstream's, ultralytics 8.3.253's
+    to_df().write_json() on these rows (polars 2.1.0, 2026-11-30). A lone surrogate (a name's bytes that are not
+    UTF-8) is escaped as json.dumps escapes it, so the text stays UTF-8."""
+    data = np.array([[10.5, 20, 50, 80, 0.9, 0], [60, 5, 119, 99, 0.5, 1], [0.0012, 0.0006, 30, 31, 0.00003, 2]],
+                    np.float32)
+    result = Results(np.zeros((100, 120, 3), np.uint8), "photo.jpg", {0: "café", 1: "狗", 2: "traffic cone"}, data)
+    rows = ('[{"name":"café","class":0,"confidence":0.9,"box":{"x1":0.0875,"y1":0.2,"x2":%s,"y2":0.8}},'
+            '{"name":"狗","class":1,"confidence":0.5,"box":{"x1":0.5,"y1":0.05,"x2":%s,"y2":0.99}},'
+            '{"name":"traffic cone","class":2,"confidence":0.00003,"box":{"x1":0.00001,"y1":%s,"x2":0.25,"y2":0.31}}]')
+    assert result.to_json(normalize=True) == rows % ("0.41667", "0.99167", "0.00001")
+    assert result.to_json(normalize=True, decimals=7) == rows % ("0.4166667", "0.9916667", "6e-6")
+    text = Results(np.zeros((100, 120, 3), np.uint8), "photo.jpg", {0: "caf\udce9 1e-05"}, data[:1]).to_json()
+    assert '"name":"caf\\udce9 1e-05"' in text and json.loads(text.encode("utf-8"))[0]["name"] == "caf\udce9 1e-05"
+
+
 def test_bad_box_data_is_one_line():
     with pytest.raises(ZooError, match=r"boxes have shape \(2, 4\): expected \(N, 6\)"):
         Boxes(np.zeros((2, 4)), (10, 10))

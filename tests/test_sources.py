@@ -612,6 +612,20 @@ def test_jsonl_writer_appends_to_the_file_and_resumes(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.jsonl"]
 
 
+def test_jsonl_records_are_utf8_with_lone_surrogates_escaped(tmp_path):
+    """--jsonl escaped every character past ASCII: grep for a class named "café", or a photo in été/, found nothing
+    in the file (it held "caf\\u00e9"). UTF-8 text now, as pandas reads it; a lone surrogate (a file name's bytes
+    that are not UTF-8) is escaped as before, so the file stays UTF-8."""
+    path = tmp_path / "r.jsonl"
+    records = [{"path": "été/a.jpg", "label": "café"}, {"path": "b\udcff.jpg", "label": "狗"}]
+    with JsonlWriter(path, header=HEADER) as writer:
+        for record in records:
+            writer.write(record)
+    text = path.read_bytes().decode("utf-8")
+    assert '"path": "été/a.jpg", "label": "café"' in text and '"b\\udcff.jpg", "label": "狗"' in text
+    assert read_jsonl(path) == records
+
+
 def test_record_writers_write_valid_json_for_nan_and_infinities(tmp_path):
     """--jsonl, --save-json and classify's --json records with a NaN or infinite value (a model of broken weights)
     were written as NaN / Infinity, which no JSON reader but Python's takes: now null, the other values as they

@@ -15,6 +15,7 @@ import fcntl
 import json
 import math
 import os
+import re
 import secrets
 import stat
 import sys
@@ -33,19 +34,27 @@ from .errors import UsageError, ZooError, option
 NULLED: Counter[str] = Counter()
 
 
+# a lone surrogate: what Python makes of a file name's bytes that are not UTF-8 (os.fsdecode), which no UTF-8 text holds
+SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def json_text(value, where: str | Path | None = None, **options) -> str:
     """``json.dumps(value, **options)`` that is always valid JSON: NaN and infinities, which json.dumps writes as
     ``NaN`` and ``Infinity`` (no JSON reader but Python's takes them: jq, browsers and pandas' strict readers
     refuse the file), are written as ``null`` and counted in NULLED under ``where``, the file the text goes to.
-    Values without them (every record a model of sound weights makes) are dumped once, unchanged."""
+    Values without them (every record a model of sound weights makes) are dumped once, unchanged. With
+    ``ensure_ascii=False`` the text is UTF-8 all the same: a lone surrogate is escaped (``\\udcff``) as
+    ``ensure_ascii=True`` escapes it."""
     try:
-        return json.dumps(value, allow_nan=False, **options)
+        text = json.dumps(value, allow_nan=False, **options)
     except ValueError:  # a non-finite float somewhere (or a circular reference, which the second call raises)
         nulled = []
         text = json.dumps(finite_or_none(value, nulled), allow_nan=False, **options)
         if where is not None:
             NULLED[str(where)] += len(nulled)
-        return text
+    if not options.get("ensure_ascii", True):
+        text = SURROGATE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
+    return text
 
 
 def finite_or_none(value, nulled: list):

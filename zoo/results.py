@@ -22,6 +22,7 @@ import csv
 import io
 import math
 import os
+import re
 from collections import Counter
 from functools import cached_property
 from pathlib import Path
@@ -123,6 +124,21 @@ def check_new(path: Path, overwrite: bool, image_path: str | None) -> Path:
 # torch's Tensor.to() devices: the values stay in host memory whichever is named (MLX computes on
 # memory the host reads), so a script written for a GPU runs unchanged
 DEVICE_NAMES = ("cpu", "cuda", "mps", "gpu")
+
+# in JSON text: a string (kept as it is), or a number Python writes with a negative exponent (1.5e-05; repr's
+# exponent form starts below 1e-4): sign, first digit, the digits after the point, the exponent
+STRING_OR_SMALL_NUMBER = re.compile(r'("(?:[^"\\]|\\.)*")|(-?)(\d)(?:\.(\d+))?e-(\d+)')
+
+
+def polars_number(found: re.Match) -> str:
+    """A number of Python's JSON text as polars' write_json writes it (the same digits): from 1e-5 to 1e-4 as
+    decimals (0.000015 for 1.5e-05), smaller ones with an exponent not padded (1e-6 for 1e-06); a string as it is."""
+    if found.group(1):
+        return found.group(1)
+    sign, first, rest, exponent = found.group(2), found.group(3), found.group(4) or "", int(found.group(5))
+    if exponent == 5:
+        return f"{sign}0.0000{first}{rest}"
+    return f"{sign}{first}{'.' * bool(rest)}{rest}e-{exponent}"
 
 
 class TorchSize(int):
@@ -618,10 +634,13 @@ class Results:
         return rows
 
     def to_json(self, normalize: bool = False, decimals: int = 5) -> str:
-        """summary() as a JSON list (compact, as ultralytics writes it). Always valid JSON: a NaN or infinite
-        value (a hand-built Results, a model of broken weights) is written as null, where ultralytics'
+        """summary() as a JSON list, the text ultralytics' (polars' write_json) is: compact, UTF-8 (a class named
+        "café" is ``"café"``, not ``"caf\\u00e9"``), small numbers as polars writes them (``0.00001``, not
+        ``1e-05``: a keypoint's visibility, a box at the image's edge normalized). Always valid JSON: a NaN or
+        infinite value (a hand-built Results, a model of broken weights) is written as null, where ultralytics'
         json.dumps writes ``NaN``, which no JSON reader but Python's takes."""
-        return json_text(self.summary(normalize, decimals), separators=(",", ":"))
+        text = json_text(self.summary(normalize, decimals), separators=(",", ":"), ensure_ascii=False)
+        return STRING_OR_SMALL_NUMBER.sub(polars_number, text)
 
     def to_df(self, normalize: bool = False, decimals: int = 5):
         """summary() as a pandas DataFrame, one row per box (columns name, class, confidence, box).

@@ -1540,7 +1540,7 @@ class JsonlWriter:
         """``record`` as the file's next line, the header with it if none is there yet."""
         if self.unheaded:
             record, self.unheaded = {**record, RUN_KEY: self.header}, False
-        self.file.write(json_text(record, self.path) + "\n")
+        self.file.write(json_text(record, self.path, ensure_ascii=False) + "\n")  # grep finds "café" in it
 
     def _reader(self, file: BinaryIO):
         return RecordReader(file, self.path, self.header)
