@@ -69,7 +69,7 @@ def machine_of_its_own():
 
 
 @pytest.fixture
-def s3_photos(page_folder, monkeypatch):
+def s3_photos(page_folder, monkeypatch):  # noqa: F811 (the fixture imported above)
     """``s3://bucket/photos/``: the page's photos/ in a bucket of moto's S3 server, the AWS settings pointing at it."""
     import boto3
     from moto.server import ThreadedMotoServer
