@@ -140,6 +140,28 @@ def small_mobilesam(monkeypatch):
     monkeypatch.setitem(registry.REGISTRY, "mobilesam", dataclasses.replace(spec, preprocess={"image_size": 128}))
 
 
+@pytest.fixture
+def s3_bucket(monkeypatch):
+    """``s3://bucket/``, empty, in moto's S3 server in this process, the AWS settings (``AWS_ENDPOINT_URL`` its address,
+    read by pyarrow's S3 file system as by boto3) pointing at it; yields a boto3 client of it."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        settings = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
+                    "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
+        for name, value in settings.items():
+            monkeypatch.setenv(name, value)
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="bucket")
+        yield s3
+    finally:
+        server.stop()
+
+
 @pytest.fixture(autouse=True)
 def offline_hub(monkeypatch, tmp_path_factory):
     """No test may reach the network or a user's Hub cache."""

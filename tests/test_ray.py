@@ -1,5 +1,9 @@
 """zoo.ray: the task classes give the in-process results (no cluster). Ray Data on a local cluster:
 tests/cluster/test_ray_cluster.py, a longer run of its own (``python -m pytest tests/cluster``)."""
+import http.server
+import os
+import socket
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -132,3 +136,73 @@ def test_cli_refuses_before_starting_ray(tmp_path, capsys):
     assert "--conf 2.0 is outside [0, 1]" in cli_error(["yolov8n", str(images), "--ray", "--conf", "2", "--weights",
                                                         "synthetic:0", "--out", str(out)], capsys)
     assert not out.exists()
+
+
+def closed_port() -> int:
+    """A port of this machine that nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class QuietHandler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *args):  # its lines would mix with the command's
+        pass
+
+
+def test_cli_refuses_an_address_where_no_ray_head_answers(tmp_path, capsys, monkeypatch):
+    """--ray-address (or RAY_ADDRESS) without a Ray head behind it: one line naming it and the fix, before Ray's client
+    is given it (a closed port printed nothing for over 10 minutes, and SIGTERM did not end it)."""
+    from conftest import cli_error
+
+    monkeypatch.setattr(zoo.ray, "ADDRESS_TIMEOUT_S", 0.5)  # the silent port's wait
+    images = write_images(tmp_path / "images", 1)[0].parent
+    out = tmp_path / "out"
+    command = ["resnet18", str(images), "--ray", "--weights", "synthetic:0", "--out", str(out)]
+    closed = closed_port()
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), QuietHandler)  # an HTTP port, e.g. Ray's dashboard
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    with socket.socket() as silent, web:  # listening, never answering
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        problems = {f"127.0.0.1:{closed}": f"nothing listens on port {closed} of 127.0.0.1",
+                    f"ray://127.0.0.1:{closed}": f"nothing listens on port {closed} of 127.0.0.1",
+                    "no-such-host.invalid:6379": "the host no-such-host.invalid does not resolve",
+                    f"127.0.0.1:{silent.getsockname()[1]}": "is not a Ray head",
+                    f"127.0.0.1:{web.server_address[1]}": "is not a Ray head"}
+        try:
+            for address, problem in problems.items():
+                line = cli_error([*command, "--ray-address", address], capsys)
+                assert line.startswith(f"error: --ray-address {address}: ") and problem in line, line
+                assert "`ray start --head`" in line and "--ray-address auto" in line
+            monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{closed}")
+            assert cli_error(command, capsys).startswith(f"error: RAY_ADDRESS 127.0.0.1:{closed}: nothing listens")
+        finally:
+            web.shutdown()
+    assert not out.exists()
+
+
+def test_an_s3_input_that_cannot_be_read_is_one_line_before_ray_starts(tmp_path, capsys, monkeypatch, s3_bucket):
+    """A malformed or unreachable endpoint, a missing bucket or path: one line naming the URI and what to check,
+    before the model or a cluster starts (a malformed endpoint was an internal error after Ray had started)."""
+    from conftest import cli_error
+
+    moto = os.environ["AWS_ENDPOINT_URL"]
+    out = tmp_path / "out"
+    command = ["yolov8n", "--ray", "--weights", "synthetic:0", "--out", str(out)]
+    assert cli_error([*command, "s3://nobucket/photos/"], capsys).startswith(
+        "error: s3://nobucket/photos/: nothing there (no such bucket, folder or file): check the URI")
+    for endpoint, reason in (("http://127.0.0.1:a", "not a valid URI"), (f"http://127.0.0.1:{closed_port()}",
+                                                                         "Could not connect")):
+        monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+        line = cli_error([*command, "s3://bucket/photos/"], capsys)
+        assert line.startswith("error: cannot read s3://bucket/photos/ (") and reason in line, line
+        assert line.endswith("check the storage's endpoint (AWS_ENDPOINT_URL for S3), the credentials "
+                             "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) and the bucket's name")
+    assert not out.exists()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto)
+    photo = write_images(tmp_path / "images", 1)[0]
+    s3_bucket.put_object(Bucket="bucket", Key="photos/a.png", Body=photo.read_bytes())
+    zoo.ray.check_uri("s3://bucket/photos/")  # there: no error
+    with pytest.raises(zoo.ZooError, match="^s3://bucket/elsewhere/: nothing there"):
+        zoo.ray.run("resnet18", "s3://bucket/elsewhere/", weights="synthetic:0")

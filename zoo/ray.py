@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 from abc import ABC, abstractmethod
 from pathlib import Path
 
@@ -62,11 +63,66 @@ from .extras import require
 ACTOR_CPUS = 0.75
 READ_CPUS = 0.25
 BATCH_SIZE = 8
+# a Ray head answers at once: a connect or an HTTP/2 greeting that takes longer is no Ray head
+# (given the address, Ray's client retries a blocking connect for minutes, deaf to SIGTERM)
+ADDRESS_TIMEOUT_S = 3.0
+# the HTTP/2 client preface and an empty SETTINGS frame: Ray's GCS and Ray Client are gRPC servers,
+# which answer with a SETTINGS frame of their own (type 4, the 4th byte of its 9-byte header)
+HTTP2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
 def import_ray():
     require("ray.data", "Ray Data")
     return require("ray", "Ray Data")
+
+
+def check_address(address: str | None, name: str) -> None:
+    """A Ray head answers at ``address`` (host:port, or Ray Client's ray://host:port), else a ZooError in one line;
+    ``name`` says where the address came from (--ray-address, RAY_ADDRESS). None, "auto" and "local" are Ray's
+    to resolve (auto, without a head on this machine, fails at once), as is a malformed address (Ray says why)."""
+    target = (address or "").strip()
+    client = target.startswith("ray://")
+    host, _, port = target.removeprefix("ray://").rstrip("/").rpartition(":")
+    if client and not port.isdigit():  # ray://host: Ray Client's default port
+        host, port = target.removeprefix("ray://").rstrip("/"), "10001"
+    if not host or not port.isdigit() or "://" in host:  # None, auto, local, no port, http://: Ray's to refuse
+        return
+    host = host.strip("[]")  # [::1]:6379
+    problem = head_problem(host, int(port))
+    if problem:
+        raise ZooError(f"{name} {address}: {problem}: start the head there with `ray start --head` (its port: 6379, "
+                       "or Ray Client's 10001 in ray://HOST:10001), check the host and the port (HEAD_IP:6379), "
+                       "or pass --ray-address auto on the head itself")
+
+
+def head_problem(host: str, port: int) -> str | None:
+    """Why no Ray head answers at host:port, or None when a gRPC server does."""
+    try:
+        connection = socket.create_connection((host, port), timeout=ADDRESS_TIMEOUT_S)
+    except socket.gaierror as e:
+        return f"the host {host} does not resolve ({e.strerror})"
+    except ConnectionRefusedError:
+        return f"nothing listens on port {port} of {host} (connection refused)"
+    except TimeoutError:
+        return f"{host}:{port} did not answer within {ADDRESS_TIMEOUT_S:g} s"
+    except OSError as e:
+        return f"{host}:{port} cannot be reached ({e.strerror or e})"
+    with connection:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):  # TLS first: no plain greeting to check
+            return None
+        reply = b""
+        try:
+            connection.sendall(HTTP2_GREETING)
+            while len(reply) < 9:
+                received = connection.recv(9 - len(reply))
+                if not received:
+                    break
+                reply += received
+        except OSError:  # a timeout, a reset: not a gRPC server
+            pass
+    if len(reply) < 9 or reply[3] != 4:
+        return f"what listens on {host}:{port} is not a Ray head (it did not answer as gRPC)"
+    return None
 
 
 def assigned_cpus() -> float | None:
@@ -364,6 +420,26 @@ def is_uri(inputs) -> bool:
     return isinstance(inputs, str) and "://" in inputs and not Path(inputs).exists()
 
 
+def check_uri(uri: str) -> None:
+    """Something to read at ``uri`` as Ray's readers open it (pyarrow's file systems, which take the endpoint and
+    credentials from the environment: AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID ...), else a ZooError in one line, said
+    before any cluster work; a scheme pyarrow does not know is left to Ray (its readers fall back to fsspec)."""
+    import pyarrow.fs
+
+    try:
+        filesystem, path = pyarrow.fs.FileSystem.from_uri(uri)  # S3 without a region asks the endpoint for it
+        found = filesystem.get_file_info(path).type != pyarrow.fs.FileType.NotFound
+    except (ValueError, ImportError):  # ArrowInvalid: a scheme pyarrow does not open
+        return
+    except OSError as e:  # a malformed or unreachable endpoint, refused credentials, a bucket of another region
+        reason = " ".join(str(e).split())
+        raise ZooError(f"cannot read {uri} ({reason}): check the storage's endpoint (AWS_ENDPOINT_URL for S3), the "
+                       "credentials (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) and the bucket's name") from None
+    if not found:
+        raise ZooError(f"{uri}: nothing there (no such bucket, folder or file): check the URI, and for S3 that "
+                       "AWS_ENDPOINT_URL names the storage that holds it")
+
+
 def run(model: str, inputs, weights: str | None = None, actors: int | None = None, batch_size: int = BATCH_SIZE,
         actor_cpus: float = ACTOR_CPUS, num_gpus: float = 0, recursive: bool = False, **options):
     """``model`` over ``inputs`` with defaults that keep every CPU busy and cannot deadlock; a lazy Dataset.
@@ -383,6 +459,7 @@ def run(model: str, inputs, weights: str | None = None, actors: int | None = Non
     if isinstance(inputs, ray.data.Dataset):
         dataset = inputs
     elif is_uri(inputs):  # s3://, gs://, ...: Ray's readers; a read task per file, on READ_CPUS
+        check_uri(inputs)
         dataset = ray.data.read_images(inputs, mode="RGB", include_paths=True, num_cpus=READ_CPUS)
     else:
         dataset = paths_dataset(image_paths(inputs, recursive), batch_size)

@@ -69,27 +69,12 @@ def machine_of_its_own():
 
 
 @pytest.fixture
-def s3_photos(page_folder, monkeypatch):  # noqa: F811 (the fixture imported above)
-    """``s3://bucket/photos/``: the page's photos/ in a bucket of moto's S3 server, the AWS settings pointing at it."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        settings = {"AWS_ENDPOINT_URL": f"http://{host}:{port}", "AWS_ACCESS_KEY_ID": "test",
-                    "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}
-        for name, value in settings.items():
-            monkeypatch.setenv(name, value)
-        s3 = boto3.client("s3")
-        s3.create_bucket(Bucket="bucket")
-        photos = sorted((page_folder / "photos").iterdir())
-        for photo in photos:
-            s3.put_object(Bucket="bucket", Key=f"photos/{photo.name}", Body=photo.read_bytes())
-        yield [photo.name for photo in photos]
-    finally:
-        server.stop()
+def s3_photos(page_folder, s3_bucket):  # noqa: F811 (the fixture imported above)
+    """``s3://bucket/photos/``: the page's photos/ in a bucket of moto's S3 server (conftest's s3_bucket)."""
+    photos = sorted((page_folder / "photos").iterdir())
+    for photo in photos:
+        s3_bucket.put_object(Bucket="bucket", Key=f"photos/{photo.name}", Body=photo.read_bytes())
+    return [photo.name for photo in photos]
 
 
 def test_the_cluster_block_is_found():

@@ -116,6 +116,13 @@ def main(spec, argv: list[str]) -> int:
     path = check_output_file(lock_output_folder(out, "--out", given) / f"predictions.{args.format}", "output",
                              given, args.overwrite)
     ray = zoo_ray.import_ray()  # missing: one line before any work (after the checks of the command line)
+    started = not ray.is_initialized()
+    given_as = "--ray-address" if args.ray_address is not None else "RAY_ADDRESS"
+    address = args.ray_address if args.ray_address is not None else os.environ.get("RAY_ADDRESS")
+    if started:  # a head answers at the address given, in seconds (Ray's client waits minutes, deaf to SIGTERM)
+        zoo_ray.check_address(address, given_as)
+    if uri:  # the storage answers (endpoint, credentials, bucket), before the model or the cluster starts
+        zoo_ray.check_uri(inputs)
     options = {"batch": args.batch}
     if spec.task == "classify":
         from zoo.cli.classify import model_options
@@ -133,9 +140,8 @@ def main(spec, argv: list[str]) -> int:
         options["retina_masks"] = args.retina_masks
     weights = args.weights or registry.default_weights(spec)  # ZOO_WEIGHTS: said once, here, not per actor
     fetch_weights(spec, weights)
-    started = not ray.is_initialized()
     if started:
-        joining = args.ray_address is not None or "RAY_ADDRESS" in os.environ
+        joining = address is not None
         if not joining:
             # a local cluster of our own: its workers at this process's priority, as the in-process loop
             # (Ray's default, niceness +15, made them yield to every other program on a shared machine)
@@ -154,7 +160,8 @@ def main(spec, argv: list[str]) -> int:
                 refused = refusal(notes.read().decode("utf-8", "replace"))
                 # Ray 2.59+ starts `ray start --head` with token authentication, and a driver given an address
                 # sends the token only with RAY_AUTH_MODE=token: its refusal reads as no cluster at all
-                raise ZooError(f"cannot join the Ray cluster {args.ray_address!r} ({e}{refused}): start one with "
+                reason = " ".join(str(e).split())  # one line (Ray's advice on an http:// address takes three)
+                raise ZooError(f"cannot join the Ray cluster {address!r} ({reason}{refused}): start one with "
                                "`ray start --head`; if one runs there with token authentication (Ray 2.59+ turns it "
                                "on), set RAY_AUTH_MODE=token (on another machine also RAY_AUTH_TOKEN, the head's "
                                "`ray get-auth-token`); or leave --ray-address out for a local one") from None
