@@ -206,3 +206,20 @@ def test_an_s3_input_that_cannot_be_read_is_one_line_before_ray_starts(tmp_path,
     zoo.ray.check_uri("s3://bucket/photos/")  # there: no error
     with pytest.raises(zoo.ZooError, match="^s3://bucket/elsewhere/: nothing there"):
         zoo.ray.run("resnet18", "s3://bucket/elsewhere/", weights="synthetic:0")
+
+
+def test_run_refuses_an_option_its_task_does_not_take_before_ray_starts(tmp_path):
+    """zoo.ray.run(..., address=...) (ray.init's keyword) went to every actor as a model option and failed there, after
+    a local cluster had started: one line now, naming the options there are, before Ray starts."""
+    ray = pytest.importorskip("ray")
+    images = write_images(tmp_path / "images", 1)[0].parent
+    for model, message in (("yolov8n", r"^zoo\.ray\.run: Detector \(yolov8n\) takes no option address: its options "
+                                        r"are dtype, device, batch, conf, iou, .*; pick the cluster with ray\.init"),
+                           ("resnet18", r"^zoo\.ray\.run: resnet18 takes no option address: its options are "
+                                        r"num_classes, .* \(and dtype, device, batch\); pick the cluster with ray\.init")):
+        with pytest.raises(zoo.ZooError, match=message):
+            zoo.ray.run(model, images, weights="synthetic:0", address="auto")
+    with pytest.raises(zoo.ZooError, match=r"Segmenter \(mobilesam\) takes no option conf: its options are dtype, "
+                                             r"device$"):
+        zoo.ray.run("mobilesam", images, weights="synthetic:0", conf=0.5)
+    assert not ray.is_initialized()

@@ -45,6 +45,7 @@ process that ran MLX, which would hang).
 """
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import socket
@@ -440,6 +441,27 @@ def check_uri(uri: str) -> None:
                        "AWS_ENDPOINT_URL names the storage that holds it")
 
 
+def check_task_options(spec, options: dict) -> None:
+    """``options`` of ``run``, checked where it is called: an option the task's class does not take fails here in one
+    line, not in every actor once the cluster has started (e.g. ``address``, ray.init's). Options a class takes as a
+    whole (Inpainter's, LaMa's inpaint options) are checked where they are used."""
+    from . import registry
+
+    parameters = inspect.signature(CLASSES[spec.task]).parameters
+    rest = {name: value for name, value in options.items() if name not in parameters}
+    hint = "; pick the cluster with ray.init(address=...) before zoo.ray.run" if "address" in rest else ""
+    if "load_options" in parameters:  # the rest go to the model's builder: its own check
+        try:
+            registry.check_options(spec, rest)
+        except UsageError as e:
+            own = ", ".join(name for name in parameters if name not in ("model", "weights", "load_options"))
+            raise UsageError(f"zoo.ray.run: {e} (and {own}){hint}") from None
+    elif rest and not any(p.kind == p.VAR_KEYWORD for p in parameters.values()):
+        known = [name for name in parameters if name not in ("model", "weights")]
+        raise UsageError(f"zoo.ray.run: {CLASSES[spec.task].__name__} ({spec.name}) takes no option "
+                         f"{', '.join(sorted(rest))}: its options are {', '.join(known)}{hint}")
+
+
 def run(model: str, inputs, weights: str | None = None, actors: int | None = None, batch_size: int = BATCH_SIZE,
         actor_cpus: float = ACTOR_CPUS, num_gpus: float = 0, recursive: bool = False, **options):
     """``model`` over ``inputs`` with defaults that keep every CPU busy and cannot deadlock; a lazy Dataset.
@@ -456,6 +478,7 @@ def run(model: str, inputs, weights: str | None = None, actors: int | None = Non
     from . import registry
 
     spec = registry.spec_for(model, weights)  # a family's name given a file: the file's task (yolov8 + seg best.pt)
+    check_task_options(spec, options)
     if isinstance(inputs, ray.data.Dataset):
         dataset = inputs
     elif is_uri(inputs):  # s3://, gs://, ...: Ray's readers; a read task per file, on READ_CPUS
