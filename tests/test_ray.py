@@ -213,10 +213,11 @@ def test_run_refuses_an_option_its_task_does_not_take_before_ray_starts(tmp_path
     a local cluster had started: one line now, naming the options there are, before Ray starts."""
     ray = pytest.importorskip("ray")
     images = write_images(tmp_path / "images", 1)[0].parent
+    cluster = "; pick the cluster with ray\\.init"
     for model, message in (("yolov8n", r"^zoo\.ray\.run: Detector \(yolov8n\) takes no option address: its options "
-                                        r"are dtype, device, batch, conf, iou, .*; pick the cluster with ray\.init"),
+                                        r"are dtype, device, batch, conf, iou, .*" + cluster),
                            ("resnet18", r"^zoo\.ray\.run: resnet18 takes no option address: its options are "
-                                        r"num_classes, .* \(and dtype, device, batch\); pick the cluster with ray\.init")):
+                                        r"num_classes, .* \(and dtype, device, batch\)" + cluster)):
         with pytest.raises(zoo.ZooError, match=message):
             zoo.ray.run(model, images, weights="synthetic:0", address="auto")
     with pytest.raises(zoo.ZooError, match=r"Segmenter \(mobilesam\) takes no option conf: its options are dtype, "
