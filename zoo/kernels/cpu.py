@@ -945,7 +945,7 @@ def _gemm_form(x: mx.array) -> bool:
     """Whether a convolution of ``x`` runs as its GEMM form rather than MLX's: on the CPU, and in
     float32 elsewhere, where cuDNN's engines without TF32 were slower on an H100 (1x1: 1.1-2.1x
     SGEMM's time, each with a workspace of up to 250 MiB; LaMa's last conv, 7x7 64 -> 3 at 518 px:
-    3.27 ms against 0.91). In float16 cuDNN was as fast or faster (benchmarks/conv_probe.py)."""
+    3.27 ms against 0.91). In float16 cuDNN was as fast or faster (docs/speed-gpu.md)."""
     return _fast_path() or x.dtype == mx.float32
 
 

@@ -3,7 +3,7 @@
 Each output element is the sum of its channel's KH x KW taps over the input window (zeros
 outside the image), accumulated in float32. On MLX's CUDA backend ``mx.conv2d(..., groups=C)``
 ran as cuDNN's grouped direct kernel: 2.34 ms of the MobileSAM encoder's 7.3 ms of GPU time
-per float32 forward and 0.59 of 2.84 ms in float16 (H100, 2026-11-27, benchmarks/gpu_busy.py),
+per float32 forward and 0.59 of 2.84 ms in float16 (H100, 2026-11-27, docs/speed-gpu.md),
 for a pass that reads each input element KH x KW times from cache. Which calls take it:
 ``preferred`` (CUDA, float32; Metal keeps MLX's convolution, nothing was measured there, its source is
 compiled and run by the CPU shim test); the fallback is MLX's grouped convolution.

@@ -257,7 +257,7 @@ TILES_SMALL = Tiles(64, 64, 8, 8)  # for a grid of few 128 x 64 tiles: more thre
 TILES_WIDE = Tiles(128, 64, 8, 8)
 # Below this many 128 x 64 tiles (two per multiprocessor of an H100 or H200, 132 each) the 64 x 64
 # ones filled the GPU better. These three were the best of eight tile shapes over every convolution
-# of ResNet-50 b32, YOLOv8n/s b16 and LaMa 512 (H200, 2026-11-27, benchmarks/conv_probe.py --tiles).
+# of ResNet-50 b32, YOLOv8n/s b16 and LaMa 512 (H200, 2026-11-27, docs/speed-gpu.md; conv_probe.py --tiles).
 FEW_BLOCKS = 264
 
 
@@ -310,7 +310,7 @@ def suits(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> b
     return dtype == mx.float32 and fits(weight_shape, stride, padding, groups, dilation)
 
 
-# Where this kernel beat cuDNN (H200, 2026-11-27, float32, TF32 off, benchmarks/conv_probe.py over
+# Where this kernel beat cuDNN (H200, 2026-11-27, float32, TF32 off, docs/speed-gpu.md's conv_probe.py over
 # ResNet-50 b32, YOLOv8n/s b16, LaMa 512): with at least a slice's worth of input channels (4 of 8
 # in a slice read zeros), an output of 2**20 elements or more (smaller grids leave multiprocessors
 # idle), and not the small stride-1 3x3 convolutions of 32 channels or more a side (under

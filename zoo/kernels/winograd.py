@@ -155,7 +155,7 @@ def fits(weight_shape, stride, padding, groups, dilation) -> bool:
 
 
 # Below these the three launches and the transforms' memory traffic cost more than cuDNN's
-# convolution saves (H100, float32, benchmarks/conv_probe.py, docs/speed-gpu.md): each
+# convolution saves (H100, float32, docs/speed-gpu.md): each
 # convolution's arithmetic, and the narrower of its input and output channels (a thin GEMM).
 MIN_GFLOP = 2.0
 MIN_CHANNELS = 64
