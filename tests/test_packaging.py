@@ -1,5 +1,6 @@
 """Every package folder is installed under the single import root `zoo`."""
 import ast
+import os
 import re
 import sys
 from pathlib import Path
@@ -67,13 +68,24 @@ def test_dependency_rules(folder, forbidden, exempt):
 
 
 def test_ci_runs_the_readme_test_command_verbatim():
-    """README's test block is the one block the docs test cannot run (it is the suite): CI runs it, so
-    .ci/run must hold its line exactly."""
+    """README's test block runs in the docs test (tests/docs) and CI runs it: .ci/run must hold its line exactly."""
     readme = (ROOT / "README.md").read_text()
-    block = re.search(r"Run the tests[^\n]*\n\n<!-- not-run:[^\n]*-->\n```bash\n(.*?)\n```", readme, re.S)
-    assert block is not None, "README's 'Run the tests' block (after its not-run mark) is gone"
+    block = re.search(r"Run the tests[^\n]*\n\n```bash\n(.*?)\n```", readme, re.S)
+    assert block is not None, "README's 'Run the tests' block is gone"
     command = block.group(1).strip()
     assert "\n" not in command and command in (ROOT / ".ci" / "run").read_text().splitlines()
+
+
+def test_the_suite_checks_the_defaults_whatever_the_shell_exports():
+    """A reader who exported README's ZOO_WEIGHTS=synthetic, or a raised pixel limit, for their own runs and then
+    runs the tests: the suite checks the defaults still (a pixel-limit test failed under ZOO_MAX_IMAGE_PIXELS)."""
+    import subprocess
+
+    env = {**os.environ, "ZOO_MAX_IMAGE_PIXELS": "1000", "ZOO_WEIGHTS": "synthetic"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "tests/test_images.py::test_truncated_file"], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:]
 
 
 def test_the_console_scripts_are_the_commands_ctrl_c_ends_in_one_line():

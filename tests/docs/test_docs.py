@@ -14,7 +14,8 @@ run of a page proves its examples can be run again: each command then succeeds o
 benchmarks/ scripts, ``python -c``, any command under ``nice``, ``prlimit`` or ``/usr/bin/time``, or setting an
 ``MLX_*`` variable MLX reads as it starts) run as child processes of this interpreter in the page's folder,
 which links benchmarks/ and holds tests/any_models.py; ``python -m pytest tests/...`` (the project's
-own tests, never tests/docs) and ``python tests/...`` (a script of theirs) run in the repository's root.
+own tests, never tests/docs), ``python -m pytest`` alone (the suite: README's test command) and ``python
+tests/...`` (a script of theirs) run in the repository's root.
 A command continues on the next line while a quote is open (``python -c "..."`` over several lines).
 
 A block that cannot run here says why in an HTML comment on the line before it
@@ -400,18 +401,19 @@ def run_child(words: list[str]) -> tuple[int, str]:
                    f"sys.argv[0] = {program[0]!r}; sys.exit({script.attr}())", *program[1:]]
     if not program or program[0] not in ("python", "python3"):
         pytest.fail(f"cannot run {shlex.join(words)!r}: run it here, or mark its block <!-- not-run: REASON -->")
-    argv, cwd = [sys.executable, *program[1:]], None
-    if program[1:3] == ["-m", "pytest"]:
-        paths = [word.split("::")[0] for word in program[3:] if not word.startswith("-")]
-        assert paths and all(path.startswith("tests/")
+    argv, cwd, limit = [sys.executable, *program[1:]], None, 600
+    if program[1:3] == ["-m", "pytest"]:  # no path: the suite, README's test command (the long runs left out)
+        paths = [word.split("::")[0] for word in program[3:]
+                 if not word.startswith("-") and (ROOT / word.split("::")[0]).exists()]  # not an option's value
+        assert all(path.startswith("tests/")
                              and not path.startswith(("tests/docs", "tests/gpu/test_docs", "tests/peers"))
                              and path.rstrip("/") != "tests/gpu" for path in paths), \
             f"{shlex.join(words)!r}: a page runs files of tests/ (never tests/docs, tests/gpu/test_docs_gpu.py or " \
             "tests/peers, which run the pages)"
-        cwd = ROOT
+        cwd, limit = ROOT, 3600
     elif program[1:2] and program[1].startswith("tests/"):  # a script of the tests, named from the root as written
         cwd = ROOT
-    done = subprocess.run([*prefix, *argv], cwd=cwd, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([*prefix, *argv], cwd=cwd, capture_output=True, text=True, timeout=limit)
     printed = done.stdout + done.stderr
     if "/usr/bin/time" in prefix:  # its report follows what the command printed
         printed = re.split(r"^(?:Command exited with non-zero status \d+$|\tCommand being timed:)", printed, maxsplit=1,
