@@ -27,7 +27,7 @@ def inputs(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("missing, argv, said", [
     (["cv2"], ["annotate", "imgs/", "--det-weights", "zero.pt", "--sam-weights", "zero.pt"],
-     "the label polygons (OpenCV's contours) needs OpenCV"),
+     "annotate (its label polygons are OpenCV's contours) needs OpenCV"),
     (["cv2"], ["mobilesam", "ok.jpg", "--everything", "--min-mask-region-area", "100", "--weights", "zero.pt"],
      "--min-mask-region-area N above 0 needs OpenCV"),
     # a segmentation model's label lines and records hold its mask polygons: every image failed on them, one by one

@@ -345,7 +345,7 @@ class AnnotationRun:
         from zoo import devices
         from zoo.models.yolov8 import check_imgsz, check_thresholds
 
-        require("cv2", "the label polygons (OpenCV's contours)")  # before any work
+        require("cv2", "annotate (its label polygons are OpenCV's contours)")  # before any work
         check_thresholds(conf, iou, max_det)
         imgsz = None if imgsz is None else check_imgsz(imgsz)
         refuse_empty(output_dir, "output_dir", "pass a folder, or output_dir=None for <data>_auto_annotate_labels")
