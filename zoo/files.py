@@ -21,6 +21,7 @@ import stat
 import sys
 import tempfile
 from collections import Counter
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Callable, Iterable
 
@@ -204,13 +205,39 @@ def name_too_long(path: Path) -> str | None:
             f"file system takes ({limit})")
 
 
-def cannot_write(path: Path, error: OSError) -> ZooError:
+class DiskRefused(ZooError):
+    """A write the disk refused whatever the file (full, over its quota, read-only), or one of a run's record file:
+    zoo.pipeline ends the run at it, where another failed write fails one item and the run goes on (each item after
+    it would fail alike, after its model work)."""
+
+
+# the disk's refusals of any write on it: (the problem, what to do); a file too large (EFBIG) is the one file's
+DISK_REFUSALS = {
+    errno.ENOSPC: ("its disk is full", "free space there, or write to another disk"),
+    errno.EDQUOT: ("the disk quota there is used up", "free space in it, or write to another disk"),
+    errno.EROFS: ("its file system is read-only (mounted so, or remounted after disk errors)",
+                  "write to another disk"),
+}
+WRITE_REFUSALS = {
+    errno.EFBIG: ("it would pass the largest file allowed there", "raise the file size limit (ulimit -f), or write "
+                  "to a file system that takes larger files"),
+    errno.EACCES: ("permission denied", "make its folder writable, or write to another folder"),
+    errno.EPERM: ("not permitted", "make its folder writable, or write to another folder"),
+}
+
+
+def cannot_write(path: Path, error: OSError, ends_run: bool = False) -> ZooError:
+    """One line for a failed write of ``path``: the problem and what to do. A disk that takes no more (DISK_REFUSALS),
+    or any failure of a file whose loss ``ends_run`` (a run's record file), is a DiskRefused."""
     if error.errno == errno.ENAMETOOLONG:
         return ZooError(f"cannot write {path}: its name is longer than this file system takes: pass a shorter one")
     if isinstance(error, FileExistsError):
         return ZooError(f"cannot write {path}: it appeared while this run was writing it (another run?): "
                         f"pass another path, or {option('overwrite')} to replace it")
-    return ZooError(f"cannot write {path}: {error.strerror or error}; check the folder exists and is writable")
+    known = DISK_REFUSALS.get(error.errno) or WRITE_REFUSALS.get(error.errno)
+    message = (f"cannot write {path}: {known[0]} ({error.strerror}): {known[1]}" if known else
+               f"cannot write {path}: {error.strerror or error}; check the folder exists and is writable")
+    return (DiskRefused if ends_run or error.errno in DISK_REFUSALS else ZooError)(message)
 
 
 class ClosedOnExit:
@@ -264,6 +291,31 @@ class OutputFile(ClosedOnExit):
         except (OSError, ValueError):
             pass  # its bytes are dropped with it
         remove_own(self.tmp, self.identity)
+
+
+def close_all(closes: Iterable[Callable[[], object]], error: BaseException | None = None) -> None:
+    """Call every one of ``closes`` (a run's writers), also after one raised; then raise the first one's error, unless
+    ``error`` (what ended the run) is on its way already: once a disk is full each close fails again, and the first
+    failure is the one that says what happened (a ``finally`` raises the last)."""
+    first = None
+    for close in closes:
+        try:
+            close()
+        except Exception as e:
+            first = first or e
+    if first is not None and error is None:
+        raise first
+
+
+@contextmanager
+def closing_all(*closes: Callable[[], object]):
+    """The block, then close_all(closes): the block's own error, else the first close's, is the one raised."""
+    try:
+        yield
+    except BaseException as error:
+        close_all(closes, error)
+        raise
+    close_all(closes)
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], replace: bool = True) -> Path:

@@ -36,6 +36,9 @@ What it guarantees:
   being gathered is reported after that batch, so records keep the source's order at batch 1.
   When the source holds exactly one item (or ``single=True``), its ZooError is the run's own and
   is raised (zoo.cli.guarded prints it).
+* **A disk that takes no more.** A ``zoo.files.DiskRefused`` (the output disk full, over its quota or
+  read-only, or the record file refused) is no item's: the run ends at it, raised with the items
+  finished and how to continue (``resume``) added; the caller's writers close on the way out.
 * **Ctrl-C.** Inside ``run`` the first SIGINT lets the batch being processed finish, then ``run``
   returns with ``interrupted`` set (``exit_code`` 130): the caller's writers close normally, so
   every finished item's output is kept and nothing is half-written (files go through
@@ -67,6 +70,7 @@ from typing import Any, Callable, Iterable
 from tqdm import tqdm
 
 from .errors import EXIT_INTERRUPTED, UsageError, ZooError
+from .files import DiskRefused
 from .sources import Item, Source
 
 STALL_NOTE_S = 5.0  # seconds a live source may send nothing before the run says it is waiting for it
@@ -159,6 +163,8 @@ class Pipeline:
                 self._failed_now.clear()
                 try:
                     process(batch)
+                except DiskRefused:
+                    raise
                 except ZooError as e:
                     for ready in batch:
                         self.fail(ready.item, str(e))
@@ -167,6 +173,12 @@ class Pipeline:
                 self.bar.update(ok)
                 if self.interrupted:
                     break
+        except DiskRefused as e:  # every next output would fail alike (an error record too): the run ends here
+            if self.single:
+                raise
+            after = f" after {self.done} {self.unit}{'s' * (self.done != 1)}" if self.done else ""
+            resume = f" ({self.resume})" if self.resume else ""
+            raise DiskRefused(f"{e}; the run stopped there{after}{resume}") from None
         finally:
             if previous is not None:
                 signal.signal(signal.SIGINT, previous)

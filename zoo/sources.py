@@ -77,6 +77,7 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -1461,8 +1462,8 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 
 def note_torn(path: Path) -> None:
-    print(f"note: {path}: its last line was cut off (a run killed while writing it): dropped, its item is done again",
-          file=sys.stderr)
+    print(f"note: {path}: its last line was cut off (a run killed, or its disk full, while writing it): dropped, its "
+          "item is done again", file=sys.stderr)
 
 
 def lock(fd: int, path: Path) -> None:
@@ -1505,6 +1506,7 @@ class JsonlWriter:
         self.unheaded = header is not None  # the next record written carries the header: the file has none yet
         self.created = False  # this run made the file: closed without a record, it is removed again
         self.pending: Path | None = None  # --overwrite: the new file, renamed over the old one with its first record
+        self.refused: ZooError | None = None  # a write that failed: the file's last (_refusal)
         exists = os.path.lexists(self.path)
         if exists and not (resume or overwrite):
             raise ZooError(f"{self.path} exists: pass {option('resume')} to continue it or {option('overwrite')} to "
@@ -1639,17 +1641,29 @@ class JsonlWriter:
         return self.kept + self.written
 
     def write(self, record: dict) -> None:
-        self._line(record)
-        self.file.flush()
+        with self._refusal():
+            self._line(record)
+            self.file.flush()
         self.written += 1
+
+    @contextmanager
+    def _refusal(self):
+        """The file's next bytes, written inside; a failed write (a full disk) is its last: nothing is written after
+        it, on close neither, so the file ends at the cut (a torn last line, which a resume drops), never with lines
+        after a gap (a text file's buffer drops the bytes a failed write held). A DiskRefused: the run ends."""
+        if self.refused is not None:
+            raise self.refused
+        try:
+            yield
+        except OSError as e:
+            self.refused = cannot_write(self.path, e, ends_run=True)
+            raise self.refused from None
 
     def _flush(self) -> None:
         """Every line written so far on disk (fsync)."""
-        try:
+        with self._refusal():
             self.file.flush()
             os.fsync(self.file.fileno())
-        except OSError as e:
-            raise cannot_write(self.path, e) from None
 
     def sync(self) -> None:
         """Every line written so far on disk; with --overwrite, the first records replace the old file."""
@@ -1666,18 +1680,27 @@ class JsonlWriter:
         self.pending = None
 
     def close(self) -> Path:
-        """Keep every record written (also after an interrupt); a file this run made and wrote no
-        record in is removed, an old file it was to replace is kept."""
+        """Keep every record written (also after an interrupt or a refused write); a file this run made and wrote no
+        record in is removed, an old file it was to replace is kept (also when a write was refused before the new
+        file replaced it)."""
         if self.file.closed:
             return self.path
         try:
-            if self.count:
+            if self.count and self.refused is None:
                 self.sync()
-            elif self.pending is not None or self.created:
+            elif self.pending is not None or (self.created and not self.count):
                 remove_own(self.pending or self.path, self.identity)
         finally:
-            self.file.close()  # the lock goes with it
+            self._close_file()
         return self.path
+
+    def _close_file(self) -> None:
+        """Close the file, and its lock with it, also when the flush of what a refused write left in its buffer (the
+        rest of that write, the file's last bytes) is refused again."""
+        try:
+            self.file.close()
+        except OSError:
+            pass  # the file ends at the cut
 
     def __enter__(self):
         return self
@@ -1780,10 +1803,8 @@ class JsonListWriter(JsonlWriter):
         self.file.write(("\n  " if n == 0 else ",\n  ") + json_text(record, self.path))
 
     def write(self, record: dict) -> None:
-        try:
+        with self._refusal():
             self._record(record, self.count)
-        except OSError as e:  # a full disk
-            raise cannot_write(self.path, e) from None
         self.written += 1
 
     def sync(self) -> None:
@@ -1794,15 +1815,17 @@ class JsonListWriter(JsonlWriter):
             self._place()
 
     def close(self) -> Path:
-        """The closing bracket, on disk (a no-op once closed)."""
+        """The closing bracket, on disk (a no-op once closed); after a refused write none: the list stays unfinished,
+        as a killed run's, which a resume continues (with --overwrite the old file stays, if not yet replaced)."""
         if self.file.closed:
             return self.path
         try:
-            try:
-                self.file.write("\n]\n" if self.count else "]\n")
-            except OSError as e:
-                raise cannot_write(self.path, e) from None
-            self.sync()
+            if self.refused is None:
+                with self._refusal():
+                    self.file.write("\n]\n" if self.count else "]\n")
+                self.sync()
+            elif self.pending is not None:
+                remove_own(self.pending, self.identity)
         finally:
-            self.file.close()  # the lock goes with it
+            self._close_file()
         return self.path

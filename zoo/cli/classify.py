@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -19,8 +20,8 @@ from tqdm import tqdm
 
 from zoo import pipeline, registry
 from zoo.errors import UsageError
-from zoo.files import (Inputs, OutputFile, check_distinct, check_new_file, json_text, make_output_folder,
-                       refuse_inputs)
+from zoo.files import (Inputs, OutputFile, cannot_write, check_distinct, check_new_file, close_all, json_text,
+                       make_output_folder, refuse_inputs)
 from zoo.sources import JsonlWriter, input_paths, open_source, read_records, read_twice, records_header
 
 
@@ -169,12 +170,13 @@ class Outputs:
         return self
 
     def __exit__(self, kind, error, trace):
-        """Every finished result is kept, also on an error or a second Ctrl-C; a file with none is not written."""
-        if self.jsonl is not None:
-            self.jsonl.close()
+        """Every finished result is kept, also on an error or a second Ctrl-C; a file with none is not written. Each
+        file is closed, also after another's close failed (a full disk): no temporary file is left."""
+        closes = [self.jsonl.close] if self.jsonl is not None else []
         for writer in (self.json, self.csv):
             if writer is not None:
-                writer.close() if writer.count else writer.output.abort()
+                closes.append(writer.close if writer.count else writer.output.abort)
+        close_all(closes, error)
 
 
 def key_of(record: dict) -> str:
@@ -183,7 +185,8 @@ def key_of(record: dict) -> str:
 
 
 class StreamedFile:
-    """A text file written as results come into an OutputFile, renamed by close()."""
+    """A text file written as results come into an OutputFile, renamed by close(). A failed write (a full disk) ends
+    the run (DiskRefused: the file cannot be whole) and drops the file."""
 
     def __init__(self, path: str | Path, replace: bool, newline: str | None = None):
         self.path = Path(path)
@@ -191,12 +194,31 @@ class StreamedFile:
         self.file = self.output.file
         self.count = 0
 
+    def write(self, key: str, top: list[dict]) -> None:
+        """The result of the image ``key``."""
+        with self.refusal():
+            self.add(key, top)
+        self.count += 1
+
+    def add(self, key: str, top: list[dict]) -> None:
+        """The text of one result."""
+
     def finish(self) -> None:
         """What ends the file (a closing brace)."""
 
+    @contextmanager
+    def refusal(self):
+        """The file's writes, inside: an OSError drops the file (its text buffer lost the bytes: never whole)."""
+        try:
+            yield
+        except OSError as e:
+            self.output.abort()
+            raise cannot_write(self.path, e, ends_run=True) from None
+
     def close(self) -> None:
         if not self.file.closed:
-            self.finish()
+            with self.refusal():
+                self.finish()
             self.output.close()
 
 
@@ -204,10 +226,9 @@ class JsonObjectWriter(StreamedFile):
     """``json.dumps({path: top, ...}, indent=2)`` written one entry at a time: the same bytes, flat memory (a NaN
     probability, a model of broken weights', as null: valid JSON, zoo.files.json_text)."""
 
-    def write(self, key: str, value) -> None:
-        entry = json_text({key: value}, self.path, indent=2)[2:-2]  # the entry's lines inside the braces
+    def add(self, key: str, top: list[dict]) -> None:
+        entry = json_text({key: top}, self.path, indent=2)[2:-2]  # the entry's lines inside the braces
         self.file.write(("{\n" if self.count == 0 else ",\n") + entry)
-        self.count += 1
 
     def finish(self) -> None:
         self.file.write("\n}" if self.count else "{}")
@@ -224,8 +245,7 @@ class CsvWriter(StreamedFile):
         ranks = [f"_{i}" for i in range(k)] if k > 1 else [""]
         self.rows.writerow(["filename", *(f"{field}{rank}" for field in ("index", "label", "prob") for rank in ranks)])
 
-    def write(self, filename: str, top: list[dict]) -> None:
-        self.count += 1
+    def add(self, filename: str, top: list[dict]) -> None:
         self.rows.writerow([filename, *(t["index"] for t in top), *(t["label"] for t in top),
                             *(f"{t['probability']:.6g}" for t in top)])
 

@@ -28,7 +28,7 @@ from zoo import pipeline, registry
 from zoo.cli import runs_folder
 from zoo.errors import UsageError, ZooError
 from zoo.extras import require
-from zoo.files import (Inputs, check_distinct, check_new_file, increment_path, name_too_long,
+from zoo.files import (Inputs, check_distinct, check_new_file, closing_all, increment_path, name_too_long,
                        lock_output_folder, make_output_folder, refuse_inputs)
 from zoo.results import ResultFiles, output_name
 from zoo.sources import (RUN_SETTINGS, Files, FrameSource, JsonListWriter, JsonlWriter, UniqueNames, apply_settings,
@@ -127,6 +127,10 @@ def check_arguments(args):
     if args.resume and args.jsonl and Path(args.jsonl).exists():
         # a damaged or foreign record file: refused before the model loads
         recorded = {key[0] for key in pipeline.resume_keys(read_records(args.jsonl, args.header))}
+    elif args.resume and args.jsonl:
+        # none: the run continued wrote none (its disk full at the first; a run that writes none leaves no file) or
+        # had no --jsonl; its annotated images are done again, else their records would be missing from it
+        recorded = set()
     # --resume: names, inputs (resolved) and input file names of those done before
     args.skip, args.done, args.done_files = set(), set(), set()
     outputs = list(fixed_outputs(args.source, out))
@@ -135,6 +139,7 @@ def check_arguments(args):
     # once the record file was created there
     records = Path(args.jsonl).resolve() if args.jsonl else None
     records_in_out = records is not None and records.is_relative_to(Path(out).resolve())
+    redone = 0  # --resume: outputs there whose records --jsonl lacks
     for given, path, name, is_video, _ in outputs:
         for planned in (path, *label_names(out, name, is_video, args)):
             if (too_long := name_too_long(planned)) is not None:
@@ -155,10 +160,15 @@ def check_arguments(args):
                     "from elsewhere: a list's entry there from the current folder is read from there, a moved file); "
                     "run from the folder that run was started in, or put the file back; else run into a new --out")
             # written, but the run was killed before its record: done again, its own outputs replaced
+            redone += 1
         else:
             check_new_file(path, "output", args.overwrite)
         for extra in extras:
             check_new_file(refuse_inputs(extra, inputs, "output"), "output", args.overwrite or args.resume)
+    if redone and not Path(args.jsonl).exists():
+        print(f"note: --resume: --jsonl {args.jsonl} is not there (the run continued wrote no record, or had no "
+              f"--jsonl): the {redone} input(s) with outputs in {out} are done again, for their records",
+              file=sys.stderr)
     names = {name for _, _, name, _, _ in outputs}
     records = args.jsonl and Path(args.jsonl).exists()  # its header says which options made the outputs skipped
     args.save_settings = check_settings(
@@ -357,16 +367,13 @@ def run(args, model) -> int:
 
     run = pipeline.Pipeline(args.source, batch=args.batch, workers=args.workers, skip=skip if args.skip else None,
                             on_error=failed, desc="detect", resume="the same command with --resume continues")
-    try:
+    finished = False  # the run's items all came: a video left midway by an error is dropped, not kept as whole
+    # the list before the last video, its frames' resume mark; a run without detections says so: []
+    with closing_all(*([coco.close] if coco is not None else []),
+                     lambda: files.close(complete=finished and not run.interrupted),
+                     *([jsonl.close] if jsonl is not None else [])):
         run.run(process)
-    finally:
-        try:
-            if coco is not None:
-                coco.close()  # before the last video, its frames' resume mark; a run without detections says so: []
-        finally:
-            files.close(complete=not run.interrupted)
-            if jsonl is not None:
-                jsonl.close()
+        finished = True
     run.refuse_nothing_read()
     if coco is not None and run.interrupted:  # a whole list, which COCOeval would score as the run's
         print(f"note: --save-json: {out / PREDICTIONS} holds the records of the images done before Ctrl-C only: "

@@ -1,0 +1,171 @@
+"""A disk that fills, a file size limit: every writer fails in one line, leaves no temporary file and no output
+cut short under its final name, keeps every record written before, and --resume then finishes the run with every
+item once.
+
+A full disk is made in-process (``FullDisk``: the files zoo opens for writing fill it at a chosen write, which is cut
+short, the next ones refused with ENOSPC, as the kernel does); a file size limit in a child process (RLIMIT_FSIZE,
+whose EFBIG also cuts a write short first): both run unprivileged, as root too.
+"""
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from zoo.run import main
+from zoo.sources import read_jsonl
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class FullDisk:
+    """``os.fdopen`` for writing (zoo.files' OutputFile, zoo.sources' record files) on a disk that fills at the write
+    call ``full_at`` (counted from 0 over all files: each writer of a run in turn, whatever the bytes; a record's
+    timings make its length vary): that write is cut short, half its bytes written, and every one after it raises
+    ENOSPC. ``writes``: the write calls made (a first run on an endless disk counts them)."""
+
+    def __init__(self, full_at: int = 1 << 62):
+        self.full_at, self.writes = full_at, 0
+        self.fdopen = os.fdopen
+
+    def open(self, fd, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True):
+        if not {"w", "a", "+"} & set(mode):
+            return self.fdopen(fd, mode, buffering, encoding, errors, newline, closefd)
+        disk = self
+
+        class Raw(io.FileIO):
+            def write(self, data):
+                disk.writes += 1
+                if disk.writes - 1 > disk.full_at or disk.writes - 1 == disk.full_at and len(data) < 2:
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                return super().write(memoryview(data)[:len(data) // 2] if disk.writes - 1 == disk.full_at else data)
+
+        buffered = io.BufferedWriter(Raw(fd, "w", closefd=closefd))
+        return buffered if "b" in mode else io.TextIOWrapper(buffered, encoding, errors, newline)
+
+
+def run_on(disk: FullDisk | None, argv: list[str], capsys, monkeypatch) -> tuple[int, str]:
+    with monkeypatch.context() as patch:
+        if disk is not None:
+            patch.setattr(os, "fdopen", disk.open)
+        code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def one_error(code: int, err: str, *words: str) -> str:
+    """The run failed in exactly one `error:` line holding ``words``, without a traceback."""
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert code == 1 and len(errors) == 1, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    assert all(word in errors[0] for word in words), errors[0]
+    return errors[0]
+
+
+def hidden(folder: Path) -> list[str]:
+    """Temporary files left behind."""
+    return sorted(str(p) for p in folder.rglob(".*"))
+
+
+def finished(out: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("disk") / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for n in range(4):
+        Image.fromarray(rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)).save(folder / f"im{n}.jpg", quality=95)
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # records name inputs as given: the resumed runs start here too
+
+
+def test_a_full_disk_ends_a_detect_run_in_one_line_and_resume_loses_nothing(images, tmp_path, capsys, monkeypatch):
+    def argv(out: str, jsonl: str) -> list[str]:
+        # no --save-crop: an image done again adds its crops beside those of its first try (im0.jpg, im02.jpg)
+        return ["yolov8n", str(images), "--weights", "synthetic", "--imgsz", "64", "--conf", "0.01", "--save-txt",
+                "--save-json", "--out", out, "--jsonl", jsonl]
+
+    measure = FullDisk()
+    assert run_on(measure, argv("fresh", "fresh.jsonl"), capsys, monkeypatch)[0] == 0
+    expected = finished(tmp_path / "fresh")
+    fresh = json.loads(expected.pop("predictions.json"))
+    for full_at in range(min(16, measure.writes)):  # each writer of the first images in turn
+        out, jsonl = f"o{full_at}", f"o{full_at}.jsonl"
+        code, err = run_on(FullDisk(full_at), argv(out, jsonl), capsys, monkeypatch)
+        # the first refused write ends the run: every image after it would fail alike, each after its model work
+        error = one_error(code, err, "its disk is full", "free space")
+        assert "--resume" in error or "the run stopped" not in error  # before the run (predictions.json's "[")
+        assert hidden(tmp_path / out) == [] and not list(tmp_path.glob(".*.part"))
+        code, err = run_on(None, [*argv(out, jsonl), "--resume"], capsys, monkeypatch)
+        assert code == 0, err
+        done = finished(tmp_path / out)
+        assert sorted(map(json.dumps, json.loads(done.pop("predictions.json")))) == sorted(map(json.dumps, fresh))
+        assert done == expected, full_at
+        # every image's record once: the first run's records stand, none lost (an image whose outputs were
+        # written before its record was refused is done again), none twice
+        assert sorted(r["path"] for r in read_jsonl(jsonl)) == sorted(r["path"] for r in read_jsonl("fresh.jsonl"))
+
+
+def test_a_full_disk_ends_a_classify_run_leaving_no_temporary_file(images, tmp_path, capsys, monkeypatch):
+    def argv(name: str) -> list[str]:
+        return ["resnet18", str(images), "--weights", "synthetic", "--jsonl", f"{name}.jsonl", "--json",
+                f"{name}.json", "--csv", f"{name}.csv"]
+
+    measure = FullDisk()
+    assert run_on(measure, argv("fresh"), capsys, monkeypatch)[0] == 0
+    # the records' writes, then the --json and --csv files' (written on close)
+    for full_at in range(measure.writes):
+        code, err = run_on(FullDisk(full_at), argv(f"r{full_at}"), capsys, monkeypatch)
+        one_error(code, err, "its disk is full", "free space")
+        assert hidden(tmp_path) == [], full_at  # the --json/--csv temporary files too, whichever close failed
+        code, err = run_on(None, [*argv(f"r{full_at}"), "--resume"], capsys, monkeypatch)
+        assert code == 0, err
+        for suffix in (".json", ".csv"):
+            assert Path(f"r{full_at}{suffix}").read_text() == Path(f"fresh{suffix}").read_text()
+        assert [r["path"] for r in read_jsonl(f"r{full_at}.jsonl")] == [r["path"] for r in read_jsonl("fresh.jsonl")]
+
+
+# a child under a file size limit (bytes; SIGXFSZ ignored, as Python does): writes past it are cut short, then EFBIG
+LIMITED = r"""
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+sys.argv = sys.argv[1:]
+exec(sys.argv[1])
+"""
+
+
+def limited(limit: int, code: str, cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", LIMITED, str(limit), code, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def test_a_record_file_past_the_file_size_limit_ends_the_run_and_resume_completes_it(images, tmp_path):
+    cli = "from zoo.run import main; sys.exit(main(sys.argv[2:]))"
+    argv = ["resnet18", str(images), "--weights", "synthetic", "--jsonl", "r.jsonl", "--csv", "r.csv"]
+    proc = limited(1000, cli, tmp_path, *argv)  # the records of two images fit, the third's is cut
+    one_error(proc.returncode, proc.stderr, "r.jsonl", "largest file allowed", "--resume")
+    assert hidden(tmp_path) == []
+    whole = (tmp_path / "r.jsonl").read_text().splitlines(keepends=True)
+    assert all(line.endswith("\n") for line in whole[:-1]) and len(whole) >= 2  # the records before stand
+    proc = subprocess.run([sys.executable, "-m", "zoo.run", *argv, "--resume"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(r["path"] for r in read_jsonl(tmp_path / "r.jsonl")) == sorted(
+        str(images / f"im{n}.jpg") for n in range(4))
+    assert len((tmp_path / "r.csv").read_text().splitlines()) == 5  # the header and each image once
