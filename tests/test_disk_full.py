@@ -155,6 +155,21 @@ def limited(limit: int, code: str, cwd: Path, *args: str) -> subprocess.Complete
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
+def test_an_image_cut_short_by_a_file_size_limit_is_an_error_not_a_truncated_file(images, tmp_path):
+    # Pillow's JPEG encoder writes to the file's descriptor itself and missed a short write: the annotated image,
+    # cut at the limit, was renamed into place as whole (exit 0), and --resume took it as done
+    cli = "from zoo.run import main; sys.exit(main(sys.argv[2:]))"
+    proc = limited(1500, cli, tmp_path, "yolov8n", str(images / "im0.jpg"), "--weights", "synthetic", "--imgsz", "64",
+                   "--out", "o")
+    one_error(proc.returncode, proc.stderr, "o/im0.jpg", "largest file allowed", "ulimit -f")
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["mlx_zoo_run.json"]  # nothing cut, nothing hidden
+    api = ("import zoo\nfrom zoo.errors import ZooError\nresult = zoo.YOLO('yolov8n', weights='synthetic')"
+           "(sys.argv[2], imgsz=64)[0]\ntry:\n    result.save('a.jpg')\nexcept ZooError as e:\n    print(e)\n")
+    proc = limited(1500, api, tmp_path, str(images / "im1.jpg"))
+    assert proc.returncode == 0 and "cannot write a.jpg: it would pass the largest file allowed" in proc.stdout, proc
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o"]
+
+
 def test_a_record_file_past_the_file_size_limit_ends_the_run_and_resume_completes_it(images, tmp_path):
     cli = "from zoo.run import main; sys.exit(main(sys.argv[2:]))"
     argv = ["resnet18", str(images), "--weights", "synthetic", "--jsonl", "r.jsonl", "--csv", "r.csv"]

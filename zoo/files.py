@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import io
 import json
 import math
 import os
@@ -318,13 +319,28 @@ def closing_all(*closes: Callable[[], object]):
     close_all(closes)
 
 
+class WithoutDescriptor:
+    """A file that hides its descriptor (``fileno``) from the code writing it: Pillow's encoders (JPEG's) write
+    to a file's descriptor themselves when it has one, and miss a short write there (a disk filling up: a
+    truncated image was renamed into place as whole). Through the file's own ``write`` a short write is
+    retried and the disk's refusal raised."""
+
+    def __init__(self, file: BinaryIO):
+        self.file = file
+
+    def __getattr__(self, name: str):
+        if name == "fileno":
+            raise io.UnsupportedOperation("fileno")
+        return getattr(self.file, name)
+
+
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], object], replace: bool = True) -> Path:
     """``write(file)`` into an OutputFile, then rename it to ``path``: a failure or an interrupted run
     never leaves half a file under the real name, nor the temporary file; an OSError becomes a
     one-line ZooError naming ``path``. ``replace`` False: never over an existing file."""
     with OutputFile(path, replace) as out:
         try:
-            write(out.file)
+            write(WithoutDescriptor(out.file))
         except OSError as e:  # a full disk, a lost network share
             raise cannot_write(out.path, e) from None
     return Path(path)
