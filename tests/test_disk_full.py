@@ -9,6 +9,7 @@ whose EFBIG also cuts a write short first): both run unprivileged, as root too.
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import json
 import os
@@ -26,23 +27,32 @@ from zoo.sources import read_jsonl
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def path_of(fd: int) -> str:
+    if hasattr(fcntl, "F_GETPATH"):  # macOS
+        return fcntl.fcntl(fd, fcntl.F_GETPATH, bytes(1024)).rstrip(b"\0").decode()
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
 class FullDisk:
     """``os.fdopen`` for writing (zoo.files' OutputFile, zoo.sources' record files) on a disk that fills at the write
-    call ``full_at`` (counted from 0 over all files: each writer of a run in turn, whatever the bytes; a record's
-    timings make its length vary): that write is cut short, half its bytes written, and every one after it raises
-    ENOSPC. ``writes``: the write calls made (a first run on an endless disk counts them)."""
+    call ``full_at`` (counted from 0 over all files, or those whose path holds ``where``: each writer of a run in
+    turn, whatever the bytes, which a record's timings make vary): that write is cut short, half its bytes written,
+    and every one after it raises ENOSPC. ``writes``: the write calls made (a first run on an endless disk counts
+    them)."""
 
-    def __init__(self, full_at: int = 1 << 62):
-        self.full_at, self.writes = full_at, 0
+    def __init__(self, full_at: int = 1 << 62, where: str = ""):
+        self.full_at, self.where, self.writes = full_at, where, 0
         self.fdopen = os.fdopen
 
     def open(self, fd, mode="r", buffering=-1, encoding=None, errors=None, newline=None, closefd=True):
         if not {"w", "a", "+"} & set(mode):
             return self.fdopen(fd, mode, buffering, encoding, errors, newline, closefd)
-        disk = self
+        disk, counted = self, self.where in path_of(fd)
 
         class Raw(io.FileIO):
             def write(self, data):
+                if not counted:
+                    return super().write(data)
                 disk.writes += 1
                 if disk.writes - 1 > disk.full_at or disk.writes - 1 == disk.full_at and len(data) < 2:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -139,6 +149,38 @@ def test_a_full_disk_ends_a_classify_run_leaving_no_temporary_file(images, tmp_p
         assert [r["path"] for r in read_jsonl(f"r{full_at}.jsonl")] == [r["path"] for r in read_jsonl("fresh.jsonl")]
 
 
+def noise_video(path: Path, frames: int) -> Path:
+    """A 96x64 MPEG-4 video of random frames (which compress little: a large annotated video)."""
+    import av
+
+    rng = np.random.default_rng(1)
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 96, 64, "yuv420p"
+        for _ in range(frames):
+            rgb = rng.integers(0, 256, (64, 96, 3), dtype=np.uint8)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(rgb, format="rgb24")))
+        container.mux(stream.encode())
+    return path
+
+
+def test_a_video_the_disk_fills_midway_is_dropped_and_resumed_whole(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("av")  # the video extra
+    noise_video(tmp_path / "clip.mp4", frames=60)  # more than H.264's lookahead: written while frames come
+    argv = ["yolov8n", "clip.mp4", "--weights", "synthetic", "--imgsz", "64", "--out", "o", "--jsonl", "o.jsonl"]
+    measure = FullDisk(where="clip.mp4")
+    assert run_on(measure, [*argv[:-4], "--out", "fresh", "--jsonl", "fresh.jsonl"], capsys, monkeypatch)[0] == 0
+    for full_at in (0, measure.writes // 2, measure.writes - 1):  # the video's first write, one midway, its last
+        code, err = run_on(FullDisk(full_at, "clip.mp4"), [*argv, "--overwrite"], capsys, monkeypatch)
+        one_error(code, err, "o/clip.mp4", "its disk is full")
+        assert not (tmp_path / "o" / "clip.mp4").exists() and hidden(tmp_path / "o") == [], full_at
+        code, err = run_on(None, [*argv, "--resume"], capsys, monkeypatch)
+        assert code == 0, err
+        assert (tmp_path / "o" / "clip.mp4").read_bytes() == (tmp_path / "fresh" / "clip.mp4").read_bytes()
+        assert [r["frame"] for r in read_jsonl("o.jsonl")] == list(range(60))
+        (tmp_path / "o" / "clip.mp4").unlink()
+
+
 # a child under a file size limit (bytes; SIGXFSZ ignored, as Python does): writes past it are cut short, then EFBIG
 LIMITED = r"""
 import resource, signal, sys
@@ -184,3 +226,15 @@ def test_a_record_file_past_the_file_size_limit_ends_the_run_and_resume_complete
     assert sorted(r["path"] for r in read_jsonl(tmp_path / "r.jsonl")) == sorted(
         str(images / f"im{n}.jpg") for n in range(4))
     assert len((tmp_path / "r.csv").read_text().splitlines()) == 5  # the header and each image once
+
+
+def test_a_video_past_the_file_size_limit_fails_alone_not_every_input_after_it(images, tmp_path):
+    pytest.importorskip("av")
+    noise_video(tmp_path / "clip.mp4", frames=10)  # its annotated video passes the limit, an image's does not
+    cli = "from zoo.run import main; sys.exit(main(sys.argv[2:]))"
+    proc = limited(12000, cli, tmp_path, "yolov8n", "clip.mp4", *(str(images / f"im{n}.jpg") for n in range(4)),
+                   "--weights", "synthetic", "--imgsz", "64", "--out", "o")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+    assert "no frames to write" not in proc.stderr, proc.stderr  # each image after it failed so
+    assert {f"im{n}.jpg" for n in range(1, 4)} <= {p.name for p in (tmp_path / "o").iterdir()}
+    assert not (tmp_path / "o" / "clip.mp4").exists() and hidden(tmp_path / "o") == []

@@ -975,10 +975,14 @@ class ResultFiles:
         if self.writer is None:
             return
         expected = self.item.frames // self.vid_stride if self.item.frames else None
-        if complete or self.item.live or self.writer.count == expected:
-            self.writer.close()
-            self.record(self.writer.path)
-        else:
-            self.writer.abort()
-            remove_created_folders(self.out)  # the run folder it made, if the video was all it held
-        self.writer = None
+        try:
+            if self.writer.refused is not None:  # a frame's write failed (said with that frame): its file is gone
+                return
+            if complete or self.item.live or self.writer.count == expected:
+                self.writer.close()
+                self.record(self.writer.path)
+            else:
+                self.writer.abort()
+                remove_created_folders(self.out)  # the run folder it made, if the video was all it held
+        finally:
+            self.writer = None  # closed or failed (its file dropped): the next input's frames start a video of theirs

@@ -1099,9 +1099,20 @@ class VideoWriter(ClosedOnExit):
         self.output: OutputFile | None = None  # created with the first frame
         self.container = self.stream = None
         self.count = 0
+        self.refused: ZooError | None = None  # a write that failed: the video is dropped, no frame follows it
 
     def write(self, rgb: np.ndarray) -> None:
         """Append one (H, W, 3) uint8 RGB frame; every frame has the first one's size."""
+        if self.refused is not None:  # a next frame would start a new file: a video without the frames before
+            raise self.refused
+        try:
+            self._write(rgb)
+        except OSError as e:  # its file's write (a full disk), raised through PyAV
+            self.abort()
+            self.refused = cannot_write(self.path, e)
+            raise self.refused from None
+
+    def _write(self, rgb: np.ndarray) -> None:
         av = import_av()
         h, w = rgb.shape[:2]
         rgb = np.pad(rgb, ((0, h % 2), (0, w % 2), (0, 0)), mode="edge") if h % 2 or w % 2 else rgb
@@ -1166,15 +1177,20 @@ class VideoWriter(ClosedOnExit):
 
     def close(self) -> Path:
         """Finish the video and give it its real name."""
+        if self.refused is not None:
+            raise self.refused
         if self.container is None:
             raise ZooError(f"{self.path}: no frames to write")
+        av = import_av()
         try:
             self.container.mux(self.stream.encode(None))
             self.container.close()
             self.container = None
             self.output.close()
-        except OSError as e:
-            raise ZooError(f"cannot write {self.path}: {e}") from None
+        except OSError as e:  # the last frames' write (a full disk)
+            raise cannot_write(self.path, e) from None
+        except av.error.FFmpegError as e:  # PyAV's word for a write that failed in its callback
+            raise ZooError(f"cannot write {self.path}: {e}; check its disk has space and is writable") from None
         finally:
             self.abort()
         return self.path
