@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from torch_writer import Call, Glob, New, module, tensor, write_torch_zip
+from torch_writer import Call, Glob, New, Reduced, module, tensor, write_torch_zip
 from zoo.errors import ZooError
 from zoo.weights.checkpoint import read_checkpoint, read_checkpoint_with_meta
 from zoo.weights.torchfile import (StubObject, UnsafeCheckpointError, load_torch_file,
@@ -113,6 +113,18 @@ def test_module_attributes_read_namespaces_as_dicts_and_drop_the_rest(tmp_path):
     assert meta["module_class"] == "ultralytics.nn.tasks.DetectionModel"
     assert meta["module_attributes"] == {"training": False, "args": {"task": "detect", "imgsz": 320},
                                          "yaml": {"nc": 2, "scale": "n"}}
+
+
+def test_namespaces_pickled_by_their_own_reduce_read_as_dicts(tmp_path):
+    """types.SimpleNamespace pickles itself as (cls, (), state): REDUCE of the class with no arguments, then BUILD.
+    ultralytics' IterableSimpleNamespace does so in the train_args and model.args of every last.pt of a run not
+    finished (before: refused as a call of ultralytics.utils.IterableSimpleNamespace)."""
+    args = Reduced(Glob("ultralytics.utils", "IterableSimpleNamespace"), {"task": "detect", "imgsz": 320})
+    model = module("ultralytics.nn.tasks.DetectionModel", {"w": tensor([1])}, args=args)
+    path = write_torch_zip(tmp_path / "last.pt", {"model": None, "ema": model, "train_args": args})
+    meta = read_checkpoint_with_meta(path)[1]
+    assert meta["train_args"] == meta["module_attributes"]["args"] == {"task": "detect", "imgsz": 320}
+    assert "ultralytics" not in sys.modules
 
 
 def test_weight_keys_preference(tmp_path):

@@ -34,6 +34,15 @@ class New:
     state: dict
 
 
+@dataclass(frozen=True)
+class Reduced:
+    """Written as cls, (), REDUCE, state, BUILD: how types.SimpleNamespace (and ultralytics'
+    IterableSimpleNamespace) pickles itself, by its own __reduce__."""
+
+    cls: Glob
+    state: dict
+
+
 STORAGES = {np.dtype(np.float32): "FloatStorage", np.dtype(np.float16): "HalfStorage",
             np.dtype(np.int64): "LongStorage"}  # BatchNorm's num_batches_tracked
 
@@ -69,7 +78,15 @@ class Writer(pickle._Pickler):
         self.save(obj.state)
         self.write(pickle.BUILD)
 
+    def save_reduced(self, obj):
+        self.save(obj.cls)
+        self.save(())
+        self.write(pickle.REDUCE)
+        self.save(obj.state)
+        self.write(pickle.BUILD)
+
     dispatch[Glob] = save_glob
+    dispatch[Reduced] = save_reduced
     dispatch[Call] = save_call
     dispatch[New] = save_new
 

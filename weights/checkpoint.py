@@ -107,8 +107,9 @@ def _is_torch_save(path: Path) -> bool:
 
 
 def _torch_metadata(tree) -> dict:
-    meta = ({k: v for k, v in tree.items() if isinstance(k, str) and _is_plain(v)}
-            if isinstance(tree, Mapping) else {})
+    # a namespace of plain values (ultralytics' train_args, timm's args) reads as a dict
+    meta = ({k: v if _is_plain(v) else _as_plain(v) for k, v in tree.items()
+             if isinstance(k, str) and (_is_plain(v) or _as_plain(v) is not None)} if isinstance(tree, Mapping) else {})
     names = module_attribute(tree, "names")
     if names is not None and _is_plain(names):
         meta["names"] = names
