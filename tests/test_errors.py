@@ -63,6 +63,10 @@ def files(tmp_path_factory) -> Path:
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # a pose head of 5 x 2 keypoints
                "model.22.cv4.0.2.weight": np.zeros((10, 1, 1, 1), np.float32)}, str(root / "pose.safetensors"),
               metadata={"kpt_shape": "[17, 3]"})
+    save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # YOLO26's head: no DFL, one2one (E112)
+               "model.23.cv2.0.2.weight": np.zeros((4, 16, 1, 1), np.float32),
+               "model.23.one2one_cv2.0.2.weight": np.zeros((4, 16, 1, 1), np.float32)},
+              str(root / "yolo26n.safetensors"))
     (root / "big.png").write_bytes(forged_png(10000, 10000))
     (root / "bomb.png").write_bytes(forged_png(40000, 40000))
     (root / "lie.safetensors").write_bytes(safetensors_bytes(

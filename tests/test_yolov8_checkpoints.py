@@ -4,6 +4,8 @@ are refused in one line. custom_best.pt is made by tests/fixtures/yolov8/make_cu
 ultralytics); the others are written here without torch (torch_writer)."""
 from __future__ import annotations
 
+import re
+
 import mlx.core as mx
 import numpy as np
 import pytest
@@ -12,13 +14,13 @@ from safetensors.numpy import save_file
 
 import zoo
 from conftest import FIXTURES
-from torch_writer import Glob, New, module, module_tree, tensor, write_torch_zip
+from torch_writer import Glob, New, Reduced, module, module_tree, tensor, write_torch_zip
 from zoo.errors import ZooError
 from zoo.models import yolov8
 
 BEST = FIXTURES / "yolov8" / "custom_best.pt"
 BEST_NAMES = {0: "cat", 1: "dog", 2: "traffic cone"}
-TRAINING_ARGS = New(Glob("ultralytics.utils", "IterableSimpleNamespace"), {"task": "detect", "imgsz": 256})
+TRAINING_ARGS = Reduced(Glob("ultralytics.utils", "IterableSimpleNamespace"), {"task": "detect", "imgsz": 256})
 
 
 @pytest.fixture(scope="module")
@@ -146,6 +148,49 @@ def test_other_heads_are_refused_from_their_tensors(tmp_path, extra, task):
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32), **extra}, str(tmp_path / "w.safetensors"))
     with pytest.raises(ZooError, match=f"holds a YOLO {task} model"):
         zoo.load("yolov8", weights=tmp_path / "w.safetensors", device="cpu")
+
+
+def yolo26(sd: dict) -> dict:
+    """YOLO26's head (ultralytics 8.4, cfg/models/26/yolo26.yaml: Detect(reg_max=1, end2end=True) at 23) on YOLO11's
+    layers: no DFL, 4 box values a cell, and one2one_cv2 / one2one_cv3 copies of the box and class branches."""
+    sd = {k: v for k, v in sd.items() if k != "model.23.dfl.conv.weight"}
+    sd.update({k: v[:4] for k, v in sd.items() if re.fullmatch(r"model\.23\.cv2\.\d\.2\.(weight|bias)", k)})
+    return {**sd, **{k.replace(".cv", ".one2one_cv", 1): v for k, v in sd.items() if k.startswith(("model.23.cv2.",
+                                                                                                  "model.23.cv3."))}}
+
+
+def yolov10(sd: dict) -> dict:
+    """YOLOv10's layout where it meets YOLO11's: the head at 23 with DFL and one2one branches (v10Detect), PSA at 10."""
+    sd = {k.replace("model.10.m.0.attn.", "model.10.attn."): v for k, v in sd.items()}
+    return {**sd, **{k.replace(".cv", ".one2one_cv", 1): v for k, v in sd.items() if k.startswith("model.23.cv")}}
+
+
+def yolov9(sd: dict) -> dict:
+    """YOLOv9's layout where it meets YOLOv8's: the head at 22, layer 2 an ELAN (cv1 ... cv4, no bottlenecks m)."""
+    sd = {k: v for k, v in sd.items() if not k.startswith("model.2.m.")}
+    return {**sd, "model.2.cv3.conv.weight": np.zeros((16, 16, 3, 3), np.float32)}
+
+
+@pytest.mark.parametrize("layout, name, message", [
+    (yolo26, "yolo26n", r"yolo26n.pt holds a detection model \(built from yolo26n.yaml\) whose head model.23 has 4 box values a "
+             r"cell \(reg_max 1, YOLO26's end-to-end head\): only YOLOv8 and YOLO11 checkpoints load"),
+    (yolov10, "yolov10n", r"yolov10n.pt holds a detection model \(built from yolov10n.yaml\) whose head model.23 has an "
+                          r"NMS-free one2one branch \(YOLOv10's and YOLO26's end-to-end head\)"),
+], ids=["yolo26", "yolov10"])
+def test_end_to_end_heads_are_refused_by_what_they_are(tmp_path, layout, name, message):
+    """Before: 'do not match yolov8: missing 183 ...', as if a YOLOv8 file were damaged."""
+    sd = layout(zoo.registry.synthetic_checkpoint(zoo.get_spec("yolo11n"), 0))
+    tree = module_tree(sd, "ultralytics.nn.tasks.DetectionModel", yaml={"nc": 80, "yaml_file": f"{name}.yaml"})
+    path = write_torch_zip(tmp_path / f"{name}.pt", {"model": None, "ema": tree, "train_args": TRAINING_ARGS})
+    for name in (str(path), "yolov8", "yolo11n"):
+        with pytest.raises(ZooError, match=message):
+            zoo.load(name, weights=None if name == str(path) else path, device="cpu")
+
+
+def test_yolov9_layers_are_refused_by_name(tmp_path, two_class):
+    save_file(yolov9(two_class[0]), str(tmp_path / "yolov9t.safetensors"))
+    with pytest.raises(ZooError, match=r"head is model.22, but not YOLOv8's layers \(no model.2.m.0.cv1.conv.weight\)"):
+        zoo.load("yolov8", weights=tmp_path / "yolov9t.safetensors", device="cpu")
 
 
 def test_inconsistent_files_are_one_line(tmp_path, two_class):

@@ -74,9 +74,13 @@ COCO_KPT_SHAPE = (17, 3)  # a pose head of 51 values in a file that does not say
 FIRST_CONV = "model.0.conv.weight"  # (64 x width, 3, 3, 3): its output channels give the scale
 DFL_CONV = re.compile(r"model\.(\d+)\.dfl\.conv\.weight")  # in every detection head: its index names the generation
 THIRD_BRANCH = re.compile(r"model\.\d+\.cv4\.0\.2\.weight")  # Pose's keypoints, OBB's angle
-# A key only the generation's own layout has, where another generation's head sits at the same index
-# (YOLOv9 and YOLOv10 at 23): YOLO11's C2PSA attention.
-MARKERS = {"yolo11": "model.10.m.0.attn.qkv.conv.weight"}
+# A key only the generation's own layout has, where another generation's head sits at the same index:
+# YOLOv8's C2f bottlenecks at layer 2 (YOLOv9's ELAN has none; its head is at 22 too), YOLO11's C2PSA
+# attention (YOLOv10's PSA is model.10.attn; its head is at 23 too).
+MARKERS = {"yolov8": "model.2.m.0.cv1.conv.weight", "yolo11": "model.10.m.0.attn.qkv.conv.weight"}
+# A head's box branch (4 x reg_max, 1, 1) and the NMS-free one2one copy of it that YOLOv10 and YOLO26 add
+BOX_CONV = re.compile(r"model\.(\d+)\.cv2\.0\.2\.weight")
+ONE_TO_ONE = re.compile(r"model\.(\d+)\.one2one_cv2\.")
 
 
 @dataclass(frozen=True)
@@ -188,18 +192,36 @@ def head_indexes(state_dict: dict) -> list[int]:
 def generation(state_dict: dict, yaml: dict, source: str, default: Architecture) -> Architecture:
     """The YOLO generation whose head sits where the file's does (``default`` where it has no head tensors)."""
     heads = head_indexes(state_dict)
+    made_from = f" (built from {yaml['yaml_file']})" if yaml.get("yaml_file") else ""
+    titles = " and ".join(a.title for a in ARCHITECTURES.values())
+    unlike_ours = _unlike_our_heads(state_dict)
+    if unlike_ours:
+        raise ZooError(f"{source} holds a detection model{made_from} whose head {unlike_ours}: only {titles} "
+                       "checkpoints load (their heads have DFL bins and NMS)")
     if not heads:
         return default
     arch = next((a for a in ARCHITECTURES.values() if [a.head] == heads), None)
     marker = MARKERS.get(arch.name) if arch else None
     if arch is None or (marker and marker not in state_dict):
-        made_from = f" (built from {yaml['yaml_file']})" if yaml.get("yaml_file") else ""
-        titles = " and ".join(a.title for a in ARCHITECTURES.values())
         unlike = (f"but not {arch.title}'s layers (no {marker})" if arch else
                   "not " + " or ".join(f"{a.title}'s model.{a.head}" for a in ARCHITECTURES.values()))
         raise ZooError(f"{source} holds a detection model whose head is {', '.join(f'model.{h}' for h in heads)}"
                        f"{made_from}, {unlike}: only {titles} checkpoints load")
     return arch
+
+
+def _unlike_our_heads(state_dict: dict) -> str:
+    """How a detection head differs from YOLOv8's and YOLO11's ('' where it does not): without DFL
+    (reg_max 1: 4 box values, YOLO26's) or with an NMS-free one2one branch (YOLOv10's and YOLO26's)."""
+    box = next(((m.group(1), state_dict[m.string]) for m in map(BOX_CONV.fullmatch, state_dict) if m), None)
+    one_to_one = next((m.group(1) for m in map(ONE_TO_ONE.match, state_dict) if m), None)
+    if box is not None and box[1].shape[0] != 4 * REG_MAX:
+        reg_max = box[1].shape[0] / 4
+        return (f"model.{box[0]} has {box[1].shape[0]} box values a cell (reg_max {reg_max:g}"
+                + (", YOLO26's end-to-end head" if reg_max == 1 and one_to_one else "") + ")")
+    if one_to_one is not None:
+        return f"model.{one_to_one} has an NMS-free one2one branch (YOLOv10's and YOLO26's end-to-end head)"
+    return ""
 
 
 def checkpoint_scale(state_dict: dict, arch: Architecture, source: str, default: str) -> str:
