@@ -949,9 +949,16 @@ def hole_boxes(hole: np.ndarray, cell: int = 8) -> list[tuple[int, int, int, int
     return boxes
 
 
+# the LaMa repo's bin/to_jit.py traces JITWrapper(training module), whose .model is the module holding .generator:
+# IOPaint's big-lama.pt (TorchScript) names the generator model.generator.*
+JIT_WRAPPER_PREFIX = "model."
+
+
 def sanitize(state_dict: dict[str, np.ndarray], meta: dict) -> dict[str, np.ndarray]:
     """Keep the generator of a Lightning ``best.ckpt`` (it also holds the discriminator and
-    the losses' networks, which inpainting does not use)."""
+    the losses' networks, which inpainting does not use) or of a traced big-lama.pt."""
+    if not any(k.startswith("generator.") for k in state_dict):
+        state_dict = {k.removeprefix(JIT_WRAPPER_PREFIX): v for k, v in state_dict.items()}
     weights = {k: v for k, v in state_dict.items() if k.startswith("generator.")}
     if not weights:
         raise ZooError("the checkpoint has no generator.* weights: pass big-lama's best.ckpt or "

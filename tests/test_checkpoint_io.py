@@ -127,6 +127,23 @@ def test_namespaces_pickled_by_their_own_reduce_read_as_dicts(tmp_path):
     assert "ultralytics" not in sys.modules
 
 
+def test_torchscript_archives_give_their_modules_tensors(tmp_path):
+    """torch.jit.save pickles each module as a __torch__.<class> object holding all its attributes at once, and a
+    scripted one's int lists through torch.jit._pickle.build_intlist (before: 'no weights found', and refused)."""
+    conv = New(Glob("__torch__.torch.nn.modules.conv", "Conv2d"), {
+        "training": False, "weight": tensor(np.ones((2, 3, 1, 1))), "bias": tensor([0.5, -1]),
+        "_reversed_padding_repeated_twice": Call(Glob("torch.jit._pickle", "build_intlist"), ([0, 0, 0, 0],))})
+    net = New(Glob("__torch__.___torch_mangle_10", "Net"), {
+        "training": False, "conv1": conv, "layer": New(Glob("__torch__.torch.nn.modules.container", "Sequential"), {
+            "0": New(Glob("__torch__.torch.nn.modules.conv", "Conv2d"), {"weight": tensor(np.zeros((2, 2, 1, 1)))})}),
+        "options": Call(Glob("torch.jit._pickle", "restore_type_tag"), ({"mode": 1}, "Dict[str, int]"))})
+    path = write_torch_zip(tmp_path / "traced.pt", net, records={"code/__torch__.py": b"", "constants.pkl": b"\x80\x02)."})
+    weights, meta = read_checkpoint_with_meta(path)
+    assert_same(weights, {"conv1.weight": np.ones((2, 3, 1, 1), np.float32), "conv1.bias": np.float32([0.5, -1]),
+                          "layer.0.weight": np.zeros((2, 2, 1, 1), np.float32)})
+    assert meta["module_class"] == "__torch__.___torch_mangle_10.Net"
+
+
 def test_weight_keys_preference(tmp_path):
     flat = {"w": tensor([1.0])}
     cases = {"ema_fallback.pt": ({"model": None, "ema": detector()}, DETECTOR_WEIGHTS),

@@ -15,7 +15,7 @@ from mlx.utils import tree_flatten
 
 import zoo
 from conftest import load_case, parity_run, rebuild_input
-from torch_writer import Glob, New, tensor, write_torch_zip
+from torch_writer import Glob, New, script_tree, tensor, write_torch_zip
 from zoo import registry
 from zoo.compiled import eager
 from zoo.errors import ZooError
@@ -284,3 +284,16 @@ def test_best_ckpt_loads_the_generator_and_drops_the_rest(weights, tmp_path):
     assert got.keys() == want.keys()
     assert all(mx.array_equal(got[name], want[name]) for name in want)
     assert not {"torch", "omegaconf", "pytorch_lightning"} & set(sys.modules)
+
+
+def test_traced_big_lama_pt_loads_its_generator(weights, tmp_path):
+    """IOPaint's big-lama.pt: the LaMa repo's bin/to_jit.py traces JITWrapper(training module) with torch.jit, so
+    the generator is model.generator.* among attributes of __torch__ objects (no _parameters), beside code/ and
+    constants.pkl. Before: 'no weights found'."""
+    generator = {f"model.{k}": v for k, v in weights.state_dict.items()}
+    path = write_torch_zip(tmp_path / "big-lama.pt", script_tree(generator, "JITWrapper"), records={
+        "code/__torch__.py": b"class JITWrapper(Module):\n  pass\n", "constants.pkl": b"\x80\x02).", "version": b"3\n"})
+    got = dict(tree_flatten(zoo.load("lama", weights=path, device="cpu").parameters()))
+    want = dict(tree_flatten(registry.build(registry.get_spec("lama"), weights).parameters()))
+    assert got.keys() == want.keys()
+    assert all(mx.array_equal(got[name], want[name]) for name in want)

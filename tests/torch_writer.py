@@ -97,8 +97,10 @@ def tensor(values, dtype=np.float32) -> Call:
     return Call(Glob("torch._utils", "_rebuild_tensor_v2"), (array, 0, array.shape, stride, False, {}))
 
 
-def write_torch_zip(path: Path, obj=None, *, data: bytes | None = None, big_endian=False) -> Path:
-    """A torch zip-format file holding ``obj`` (or the raw pickle ``data``)."""
+def write_torch_zip(path: Path, obj=None, *, data: bytes | None = None, big_endian=False,
+                    records: dict[str, bytes] | None = None) -> Path:
+    """A torch zip-format file holding ``obj`` (or the raw pickle ``data``), and ``records`` beside it
+    (archive/<name>: a TorchScript archive's code/..., constants.pkl)."""
     buffer, writer = io.BytesIO(), None
     if data is None:
         writer = Writer(buffer)
@@ -107,6 +109,8 @@ def write_torch_zip(path: Path, obj=None, *, data: bytes | None = None, big_endi
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("archive/data.pkl", data)
         archive.writestr("archive/byteorder", "big" if big_endian else "little")
+        for name, record in (records or {}).items():
+            archive.writestr(f"archive/{name}", record)
         for key, array in enumerate(writer.storages if writer else []):
             archive.writestr(f"archive/data/{key}", array.astype(array.dtype.newbyteorder(">" if big_endian else "<"))
                              .tobytes())
@@ -139,3 +143,22 @@ def module_tree(state_dict: dict, cls: str, **attributes) -> New:
                       **attributes)
 
     return build(nested, cls, **attributes)
+
+
+def script_tree(state_dict: dict, cls: str) -> New:
+    """A module as torch.jit.save pickles it: a __torch__.<cls> object whose state holds every attribute
+    (tensors, submodules as __torch__ objects, flags), without _parameters, _buffers or _modules."""
+    nested: dict = {}
+    for key, value in state_dict.items():
+        *path, leaf = key.split(".")
+        node = nested
+        for part in path:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+
+    def build(node: dict, cls: str) -> New:
+        return New(Glob("__torch__" + ("." + cls.rpartition(".")[0] if "." in cls else ""), cls.rpartition(".")[2]),
+                   {"training": False, **{k: build(v, "torch.nn.modules.module.Module") if isinstance(v, dict)
+                                          else tensor(v, v.dtype) for k, v in node.items()}})
+
+    return build(nested, cls)

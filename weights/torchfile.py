@@ -289,6 +289,11 @@ def _numpy_scalar(dtype, data):
     return np.frombuffer(data, np.dtype(dtype.code).newbyteorder(dtype.byteorder), count=1)[0]
 
 
+def _value_of_tagged(value, type_tag):
+    """torch.jit._pickle.restore_type_tag: the value (a dict or list), its TorchScript type string dropped."""
+    return value
+
+
 # --- the restricted unpickler -----------------------------------------------------------------
 
 _ALLOWED = {
@@ -303,6 +308,9 @@ _ALLOWED = {
     "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
     "torch.Size": _torch_size,
     "torch.device": _torch_device,
+    # what torch.jit.save's pickle calls to type its lists and tagged values: the values as they are
+    **{f"torch.jit._pickle.build_{kind}list": list for kind in ("int", "double", "bool", "tensor", "generic")},
+    "torch.jit._pickle.restore_type_tag": _value_of_tagged,
     "numpy.dtype": _NumpyDtype,
     "numpy.core.multiarray.scalar": _numpy_scalar,
     "numpy._core.multiarray.scalar": _numpy_scalar,
@@ -638,8 +646,29 @@ def _find_weights(obj) -> dict[str, np.ndarray]:
     return {k: v for k, v in obj.items() if isinstance(k, str) and isinstance(v, (np.ndarray, TensorHeader))}
 
 
+# torch.jit.save pickles a module as a __torch__.<class> object whose state is every attribute at once
+# (parameters, buffers, submodules, flags): no _parameters, _buffers or _modules
+TORCHSCRIPT_PREFIX = "__torch__."
+
+
+def is_torchscript(module) -> bool:
+    return isinstance(module, StubObject) and type(module).stub_qualname.startswith(TORCHSCRIPT_PREFIX)
+
+
+def _script_state_dict(module: StubObject, prefix: str) -> dict[str, np.ndarray]:
+    weights = {}
+    for name, value in vars(module).items():
+        if isinstance(value, (np.ndarray, TensorHeader)):
+            weights[prefix + name] = value
+        elif is_torchscript(value):
+            weights.update(_script_state_dict(value, f"{prefix}{name}."))
+    return weights
+
+
 def _module_state_dict(module: StubObject, prefix: str) -> dict[str, np.ndarray]:
     attributes = vars(module)
+    if is_torchscript(module) and "_parameters" not in attributes:
+        return _script_state_dict(module, prefix)
 
     def mapping(name):
         value = attributes.get(name)
