@@ -297,7 +297,11 @@ def test_unusable_paths_are_one_line_errors(tmp_path):
     (tmp_path / "dir.pt").mkdir()
     (tmp_path / "noise.pt").write_bytes(bytes(range(256)) * 4)
     write_torch_zip(tmp_path / "empty.pt", {"epoch": 1})
-    for name, reason in [("weights.onnx", "unknown weights format"), ("missing.pt", "no such file"),
+    (tmp_path / "best_openvino_model").mkdir()  # yolo export format=openvino's folder
+    (tmp_path / "weights.bad").write_bytes(b"x")
+    for name, reason in [("weights.onnx", "is an ONNX export (a graph for another runtime"),
+                         ("best_openvino_model", "is an export (a graph for another runtime"),
+                         ("weights.bad", "unknown weights format"), ("missing.pt", "no such file"),
                          ("dir.pt", "is a folder"), ("noise.pt", "is not a PyTorch checkpoint"), ("empty.pt", "no weights")]:
         with pytest.raises(ZooError) as error:
             read_checkpoint(tmp_path / name)

@@ -67,6 +67,9 @@ def files(tmp_path_factory) -> Path:
                "model.23.cv2.0.2.weight": np.zeros((4, 16, 1, 1), np.float32),
                "model.23.one2one_cv2.0.2.weight": np.zeros((4, 16, 1, 1), np.float32)},
               str(root / "yolo26n.safetensors"))
+    (root / "best.onnx").write_bytes(b"an ONNX graph")  # E113
+    save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # BatchNorm folded in (E114)
+               "model.0.conv.bias": np.zeros(16, np.float32)}, str(root / "fused.safetensors"))
     (root / "big.png").write_bytes(forged_png(10000, 10000))
     (root / "bomb.png").write_bytes(forged_png(40000, 40000))
     (root / "lie.safetensors").write_bytes(safetensors_bytes(

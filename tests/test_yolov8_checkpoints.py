@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 
 import zoo
 from conftest import FIXTURES
-from torch_writer import Glob, New, Reduced, module, module_tree, tensor, write_torch_zip
+from torch_writer import Glob, New, Reduced, module, module_tree, script_tree, tensor, write_torch_zip
 from zoo.errors import ZooError
 from zoo.models import yolov8
 
@@ -191,6 +191,21 @@ def test_yolov9_layers_are_refused_by_name(tmp_path, two_class):
     save_file(yolov9(two_class[0]), str(tmp_path / "yolov9t.safetensors"))
     with pytest.raises(ZooError, match=r"head is model.22, but not YOLOv8's layers \(no model.2.m.0.cv1.conv.weight\)"):
         zoo.load("yolov8", weights=tmp_path / "yolov9t.safetensors", device="cpu")
+
+
+def test_fused_exports_are_refused_by_what_they_are(tmp_path, two_class):
+    """`yolo export format=torchscript` traces the fused model (each BatchNorm folded into its Conv's bias) and saves
+    it with torch.jit.save as yolov8n.torchscript. Before: 'unknown weights format .torchscript', and renamed .pt,
+    'do not match yolov8: missing 228 (model.0.bn.bias, ...)'."""
+    sd = {k: v for k, v in two_class[0].items() if ".bn." not in k}
+    sd.update({k.replace(".conv.weight", ".conv.bias"): np.zeros(len(v), np.float32) for k, v in sd.items()
+               if k.endswith(".conv.weight") and k.replace(".conv.weight", ".bn.weight") in two_class[0]})
+    path = write_torch_zip(tmp_path / "yolov8n.torchscript", script_tree(sd, "ultralytics.nn.tasks.DetectionModel"),
+                           records={"extra/config.txt": b'{"task": "detect"}'})
+    for name in (str(path), "yolov8"):
+        with pytest.raises(ZooError, match=r"yolov8n.torchscript holds a fused YOLO model \(each BatchNorm folded into "
+                                           r"its Conv, as model.fuse\(\) and `yolo export` leave it\): pass the training"):
+            zoo.load(name, weights=None if name == str(path) else path, device="cpu")
 
 
 def test_inconsistent_files_are_one_line(tmp_path, two_class):

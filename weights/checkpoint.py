@@ -19,7 +19,11 @@ from zoo.errors import ZooError
 from .torchfile import (EMA_KEYS, StubObject, TensorHeader, bfloat16_to_float32, load_torch_file, module_attribute,
                         root_module, state_dict_from, tensor_header)
 
-_TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".pth.tar")  # .pth.tar: timm's train.py (model_best.pth.tar)
+# .pth.tar: timm's train.py (model_best.pth.tar); .torchscript: torch.jit.save's, as `yolo export` names it
+_TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".pth.tar", ".torchscript")
+# graphs for other runtimes (`yolo export format=...`): files, and folders named <model>_<format>_model
+EXPORTS = {".onnx": "an ONNX", ".engine": "a TensorRT", ".tflite": "a TFLite", ".pb": "a TensorFlow GraphDef",
+           ".mnn": "an MNN", ".mlmodel": "a Core ML", ".mlpackage": "a Core ML", ".rknn": "an RKNN"}
 SUFFIXES = (".safetensors", *_TORCH_SUFFIXES)
 _FIX = "pass a .safetensors, .pt, .pth or .ckpt file"
 DATA_PARALLEL_PREFIX = "module."  # torch's DataParallel / DistributedDataParallel wrap the model as .module
@@ -63,6 +67,11 @@ def read_checkpoint_header(path) -> tuple[dict[str, TensorHeader], dict]:
 def _read(path, tensors: bool):
     path = Path(path)
     suffix = weights_suffix(path)
+    export = EXPORTS.get(suffix) or ("an" if path.name.endswith("_model") and path.is_dir() else None)
+    if export is not None:
+        raise ZooError(f"{path} is {export} export (a graph for another runtime, without "
+                       "the model's weights as PyTorch names them): pass the .pt it was exported from (e.g. "
+                       "yolov8n.pt, best.pt) or a .safetensors file")
     if path.is_dir():
         raise ZooError(f"{path} is a folder: pass the weights file in it (.safetensors, .pt, .pth or .ckpt)")
     if suffix not in SUFFIXES:

@@ -123,6 +123,9 @@ def describe(state_dict: dict, meta: dict, source: str, default: str = "yolov8n"
     if task not in SUPPORTED_TASKS:
         raise ZooError(f"{source} holds a YOLO {task} model ({meta.get('module_class', 'its head')}): the YOLO "
                        f"tasks that load are {', '.join(SUPPORTED_TASKS)}; pass such a checkpoint")
+    if FIRST_CONV.replace("conv.weight", "conv.bias") in state_dict and "model.0.bn.weight" not in state_dict:
+        raise ZooError(f"{source} holds a fused YOLO model (each BatchNorm folded into its Conv, as model.fuse() and "
+                       "`yolo export` leave it): pass the training checkpoint it was made from (yolov8n.pt, best.pt)")
     default_arch, default_scale, _ = split_variant(default)
     arch = generation(state_dict, yaml, source, default_arch)
     scale = checkpoint_scale(state_dict, arch, source, default_scale)
