@@ -6,9 +6,11 @@ torchvision's v1.5 (the stride sits on the 3x3 conv of a Bottleneck).
 """
 from __future__ import annotations
 
+import json
 import math
 import numbers
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -428,12 +430,68 @@ def pretrained_cfg(spec) -> dict:
             "origin_url": "https://github.com/pytorch/vision"}
 
 
+# Beside a timm model.safetensors: the Hub snapshot's config.json (timm's save_for_hf writes the same), else the name
+# of the Hub cache folder it sits in (models--timm--resnet50.a1_in1k/snapshots/REV/model.safetensors)
+TIMM_CONFIG = "config.json"
+HUB_CACHE_PREFIX = "models--timm--"
+TIMM_CONFIG_BYTES = 1 << 20  # a timm config.json is ~1 kB
+
+
+def timm_config(source: str) -> tuple[dict, str]:
+    """What timm says about a weights file, and where: its config.json's architecture and pretrained_cfg, else
+    the architecture and tag of the Hub cache folder it sits in; ({}, "") for neither (or a source not a file)."""
+    path = Path(source)
+    if not path.is_file():
+        return {}, ""
+    config = path.parent / TIMM_CONFIG
+    try:
+        data = json.loads(config.read_bytes()) if config.is_file() and config.stat().st_size < TIMM_CONFIG_BYTES else {}
+    except (OSError, ValueError):
+        data = {}
+    if isinstance(data, dict) and isinstance(data.get("architecture"), str):  # a transformers config has none
+        return data, TIMM_CONFIG
+    repo = next((p.removeprefix(HUB_CACHE_PREFIX) for p in path.parts if p.startswith(HUB_CACHE_PREFIX)), None)
+    if repo is None:
+        return {}, ""
+    architecture, _, tag = repo.partition(".")
+    return {"architecture": architecture, "pretrained_cfg": {"tag": tag} if tag else {}}, "its Hub folder"
+
+
+def checkpoint_spec(spec, weights):
+    """The spec fitted to what timm says of the file (timm_config): another architecture is refused, since
+    several of timm's have ResNet's very tensors (resnetblur50, resnetaa50: blur or average pooling before each
+    strided conv); the file's pre-processing (crop_pct, input size, mean, std) replaces the name's."""
+    config, told = timm_config(weights.source)
+    if not config:
+        return spec
+    architecture = config["architecture"].partition(".")[0]
+    if architecture != spec.variant:
+        raise ZooError(f"{weights.source} holds timm's {architecture} ({told} says so), not {spec.variant}: another "
+                       f"network, whose tensors may have {spec.variant}'s names and shapes; mlx-zoo builds "
+                       f"{', '.join(DEPTHS)}: pass a checkpoint of one of them")
+    cfg = config.get("pretrained_cfg") if isinstance(config.get("pretrained_cfg"), dict) else {}
+    p = dict(spec.preprocess)
+    size, crop_pct = cfg.get("input_size"), cfg.get("crop_pct")
+    if isinstance(size, list) and len(size) == 3 and isinstance(size[-1], int) and size[-1] > 0:
+        p["crop"] = size[-1]
+    if isinstance(crop_pct, (int, float)) and 0 < crop_pct <= 1:
+        p["resize"] = math.floor(p["crop"] / crop_pct)  # timm's transforms_factory: scale_size
+    for key in ("mean", "std"):
+        if isinstance(cfg.get(key), list) and len(cfg[key]) == 3 and all(isinstance(v, (int, float)) for v in cfg[key]):
+            p[key] = tuple(cfg[key])
+    return replace(spec, preprocess=p, config={"pretrained_cfg": cfg, "architecture": config["architecture"]})
+
+
 def build(spec, num_classes: int | None = None, features_only: bool = False, out_indices=(0, 1, 2, 3, 4),
           global_pool: str = "avg") -> ResNet:
     kind, layers = DEPTHS[spec.variant]
     model = ResNet(BasicBlock if kind == "basic" else Bottleneck, layers, spec.preprocess, num_classes,
                    features_only, out_indices, global_pool)
-    model.pretrained_cfg = pretrained_cfg(spec)
+    model.pretrained_cfg = {**pretrained_cfg(spec), **spec.config.get("pretrained_cfg", {})}
+    interpolation = model.pretrained_cfg["interpolation"]
+    if interpolation != "bilinear":  # the file's config says how it was trained; predict resizes bilinear
+        print(f"note: {spec.config['architecture']} was trained on images resized {interpolation} (its "
+              f"{TIMM_CONFIG}); predict() resizes bilinear: results differ slightly from timm's", file=sys.stderr)
     return model
 
 

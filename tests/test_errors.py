@@ -70,6 +70,9 @@ def files(tmp_path_factory) -> Path:
     (root / "best.onnx").write_bytes(b"an ONNX graph")  # E113
     save_file({"model.0.conv.weight": np.zeros((16, 3, 3, 3), np.float32),  # BatchNorm folded in (E114)
                "model.0.conv.bias": np.zeros(16, np.float32)}, str(root / "fused.safetensors"))
+    (root / "blur").mkdir()  # timm's resnetblur18: ResNet-18's very tensors, its config.json beside them (E115)
+    synthetic_checkpoint("resnet18", root / "blur" / "model.safetensors")
+    (root / "blur" / "config.json").write_text('{"architecture": "resnetblur18", "pretrained_cfg": {"tag": "bh_in1k"}}')
     (root / "big.png").write_bytes(forged_png(10000, 10000))
     (root / "bomb.png").write_bytes(forged_png(40000, 40000))
     (root / "lie.safetensors").write_bytes(safetensors_bytes(

@@ -1,6 +1,7 @@
 """ResNet's timm-style interface: forward_features / forward_head, features_only stage maps,
 a new head (num_classes, reset_classifier), list_models wildcards; every tensor against the
 numpy reference's module outputs (stem relu, layer1..layer4, avgpool, fc)."""
+import json
 import re
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from zoo.models import resnet
 from zoo.validate.engine import TOLERANCES
 from zoo.validate.reference import resnet as reference
 from zoo.validate.reference.trace import Trace
-from conftest import cli_error
+from conftest import cli_error, synthetic_checkpoint
 
 TOL = TOLERANCES["float32"]["end-to-end"]  # the validator's float32 parity bound: 1e-4 relative
 
@@ -514,3 +515,40 @@ def test_an_empty_batch_gives_empty_logits_as_timm():
     assert model(mx.zeros((0, 32, 32, 3))).shape == (0, 1000)
     model.reset_classifier(0, "catavgmax")
     assert model(mx.zeros((0, 32, 32, 3))).shape == (0, 1024)
+
+
+def timm_hub_config(architecture: str, tag: str) -> dict:
+    """config.json as timm's save_for_hf writes it beside model.safetensors (timm 1.0.31, resnet18.a1_in1k's values)."""
+    return {"architecture": architecture, "num_classes": 1000, "num_features": 512, "global_pool": "avg",
+            "model_args": {"in_chans": 3, "num_classes": 1000, "global_pool": "avg"},
+            "pretrained_cfg": {"tag": tag, "custom_load": False, "input_size": [3, 224, 224],
+                               "test_input_size": [3, 288, 288], "fixed_input_size": False, "interpolation": "bicubic",
+                               "crop_pct": 0.95, "test_crop_pct": 1.0, "crop_mode": "center",
+                               "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225], "num_classes": 1000,
+                               "pool_size": [7, 7], "first_conv": "conv1", "classifier": "fc", "license": "apache-2.0"}}
+
+
+def test_a_timm_config_beside_the_weights_is_followed(tmp_path, capsys):
+    """resnet18.a1_in1k's model.safetensors with its Hub config.json: crop_pct 0.95 (resize 235) and bicubic, where
+    the name's tv_in1k is 256 bilinear. Before: the name's pre-processing and pretrained_cfg, without a word."""
+    weights = synthetic_checkpoint("resnet18", tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(timm_hub_config("resnet18", "a1_in1k")))
+    for model in (zoo.load("resnet18", weights=weights, device="cpu"), zoo.load(str(weights), device="cpu")):
+        assert model.preprocess["resize"] == 235 and model.preprocess["crop"] == 224
+        assert model.pretrained_cfg["tag"] == "a1_in1k" and model.pretrained_cfg["interpolation"] == "bicubic"
+    assert "note: resnet18 was trained on images resized bicubic (its config.json)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["config.json", "hub folder"])
+def test_timm_networks_with_resnet_tensors_are_refused(tmp_path, where):
+    """timm's resnetblur18 / resnetaa50 have exactly ResNet's tensor names and shapes (their blur and average pools
+    hold none), so their weights loaded into a ResNet without a word. What timm says of the file is checked."""
+    folder = tmp_path / "models--timm--resnetblur18.bh_in1k" / "snapshots" / "0a1b" if where == "hub folder" else tmp_path
+    folder.mkdir(parents=True, exist_ok=True)
+    weights = synthetic_checkpoint("resnet18", folder / "model.safetensors")
+    if where == "config.json":
+        (folder / "config.json").write_text(json.dumps(timm_hub_config("resnetblur18", "bh_in1k")))
+    told = "config.json says so" if where == "config.json" else "its Hub folder says so"
+    for args in (("resnet18",), ()):
+        with pytest.raises(ZooError, match=rf"holds timm's resnetblur18 \({told}\), not resnet18: another network"):
+            zoo.load(*args, weights=weights, device="cpu") if args else zoo.load(str(weights), device="cpu")
