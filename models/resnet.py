@@ -458,10 +458,15 @@ def timm_config(source: str) -> tuple[dict, str]:
 
 
 def checkpoint_spec(spec, weights):
-    """The spec fitted to what timm says of the file (timm_config): another architecture is refused, since
+    """The spec fitted to what timm says of the file (timm_config, or the --model of the training run that saved
+    it): another architecture is refused, since
     several of timm's have ResNet's very tensors (resnetblur50, resnetaa50: blur or average pooling before each
     strided conv); the file's pre-processing (crop_pct, input size, mean, std) replaces the name's."""
     config, told = timm_config(weights.source)
+    trained = weights.meta.get("args")
+    if not config and isinstance(trained, dict) and isinstance(trained.get("model"), str):
+        # timm's train.py (and torchvision's references) save their arguments: --model names the network
+        config, told = {"architecture": trained["model"].removeprefix("hf-hub:").rpartition("/")[2]}, "its args.model"
     if not config:
         return spec
     architecture = config["architecture"].partition(".")[0]

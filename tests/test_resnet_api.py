@@ -19,6 +19,7 @@ from zoo.validate.engine import TOLERANCES
 from zoo.validate.reference import resnet as reference
 from zoo.validate.reference.trace import Trace
 from conftest import cli_error, synthetic_checkpoint
+from torch_writer import Glob, New, tensor, write_torch_zip
 
 TOL = TOLERANCES["float32"]["end-to-end"]  # the validator's float32 parity bound: 1e-4 relative
 
@@ -539,16 +540,30 @@ def test_a_timm_config_beside_the_weights_is_followed(tmp_path, capsys):
     assert "note: resnet18 was trained on images resized bicubic (its config.json)" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("where", ["config.json", "hub folder"])
+def timm_train_checkpoint(path: Path, model: str) -> Path:
+    """timm's train.py checkpoint (CheckpointSaver): arch is the class's name, args the argparse.Namespace of the
+    run (--model), the EMA beside the weights."""
+    state = {k: tensor(v) for k, v in registry.read_weights(registry.get_spec("resnet18"), "synthetic:0").state_dict.items()}
+    args = New(Glob("argparse", "Namespace"), {"model": model, "pretrained": False, "crop_pct": None, "epochs": 300})
+    return write_torch_zip(path, {"epoch": 3, "arch": "resnet", "state_dict": state, "version": 2, "args": args,
+                                  "state_dict_ema": state, "metric": 12.5})
+
+
+@pytest.mark.parametrize("where", ["config.json", "hub folder", "args.model"])
 def test_timm_networks_with_resnet_tensors_are_refused(tmp_path, where):
     """timm's resnetblur18 / resnetaa50 have exactly ResNet's tensor names and shapes (their blur and average pools
     hold none), so their weights loaded into a ResNet without a word. What timm says of the file is checked."""
     folder = tmp_path / "models--timm--resnetblur18.bh_in1k" / "snapshots" / "0a1b" if where == "hub folder" else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
-    weights = synthetic_checkpoint("resnet18", folder / "model.safetensors")
+    if where == "args.model":
+        weights = timm_train_checkpoint(folder / "last.pth.tar", "resnetblur18")
+        assert zoo.load(str(timm_train_checkpoint(tmp_path / "ours.pth.tar", "resnet18")), device="cpu")
+    else:
+        weights = synthetic_checkpoint("resnet18", folder / "model.safetensors")
     if where == "config.json":
         (folder / "config.json").write_text(json.dumps(timm_hub_config("resnetblur18", "bh_in1k")))
-    told = "config.json says so" if where == "config.json" else "its Hub folder says so"
+    told = {"config.json": "config.json says so", "hub folder": "its Hub folder says so",
+            "args.model": "its args.model says so"}[where]
     for args in (("resnet18",), ()):
         with pytest.raises(ZooError, match=rf"holds timm's resnetblur18 \({told}\), not resnet18: another network"):
             zoo.load(*args, weights=weights, device="cpu") if args else zoo.load(str(weights), device="cpu")
