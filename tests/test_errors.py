@@ -73,6 +73,9 @@ def files(tmp_path_factory) -> Path:
     (root / "blur").mkdir()  # timm's resnetblur18: ResNet-18's very tensors, its config.json beside them (E115)
     synthetic_checkpoint("resnet18", root / "blur" / "model.safetensors")
     (root / "blur" / "config.json").write_text('{"architecture": "resnetblur18", "pretrained_cfg": {"tag": "bh_in1k"}}')
+    save_file({"image_encoder.pos_embed": np.zeros((1, 1, 1, 768), np.float32),  # SAM's ViT-B encoder (E116)
+               "image_encoder.patch_embed.proj.weight": np.zeros((768, 3, 16, 16), np.float32)},
+              str(root / "sam_vit_b.safetensors"))
     (root / "big.png").write_bytes(forged_png(10000, 10000))
     (root / "bomb.png").write_bytes(forged_png(40000, 40000))
     (root / "lie.safetensors").write_bytes(safetensors_bytes(

@@ -92,6 +92,40 @@ def test_official_pt_and_candle_safetensors_load_the_same(checkpoint, tmp_path):
     assert all(mx.array_equal(a[k], b[k]) for k in a)
 
 
+def sam_vit_b(checkpoint: dict) -> dict:
+    """segment-anything's sam_vit_b_01ec64.pth (a plain state dict): MobileSAM's prompt encoder and mask decoder, and a
+    ViT-B image encoder (width 768, 16 x 16 patches, 64 x 64 positions; its first block and neck shown)."""
+    vit = {"image_encoder.pos_embed": np.zeros((1, 64, 64, 768), np.float16),
+           "image_encoder.patch_embed.proj.weight": np.zeros((768, 3, 16, 16), np.float16),
+           "image_encoder.patch_embed.proj.bias": np.zeros(768, np.float16),
+           "image_encoder.blocks.0.attn.qkv.weight": np.zeros((2304, 768), np.float16),
+           "image_encoder.blocks.0.attn.rel_pos_h": np.zeros((27, 64), np.float16),
+           "image_encoder.neck.0.weight": np.zeros((256, 768, 1, 1), np.float16)}
+    return {**{k: v for k, v in checkpoint.items() if not k.startswith("image_encoder.")}, **vit}
+
+
+def sam2_hiera(checkpoint: dict) -> dict:
+    """SAM 2's sam2_hiera_tiny.pt: {"model": ...} with a Hiera trunk, memory attention, sam_* heads (a few shown)."""
+    return {"image_encoder.trunk.patch_embed.proj.weight": np.zeros((96, 3, 7, 7), np.float32),
+            "image_encoder.trunk.blocks.0.attn.qkv.weight": np.zeros((288, 96), np.float32),
+            "memory_attention.layers.0.self_attn.q_proj.weight": np.zeros((256, 256), np.float32),
+            "sam_mask_decoder.iou_token.weight": np.zeros((1, 256), np.float32)}
+
+
+@pytest.mark.parametrize("layout, file, held", [
+    (sam_vit_b, "sam_vit_b_01ec64.pth", r"segment-anything's SAM ViT-B \(sam_vit_b_01ec64.pth\)"),
+    (sam2_hiera, "sam2_hiera_tiny.pt", r"SAM 2's model \(a Hiera image encoder and memory attention\)")],
+    ids=["sam-vit-b", "sam2"])
+def test_other_sams_are_refused_by_name(checkpoint, tmp_path, layout, file, held):
+    """Before: 'its header claims 374,942,912 bytes of tensors, more than 4x ...' (ViT-B), a list of missing keys
+    (SAM 2)."""
+    state = {k: tensor(v, v.dtype) for k, v in layout(checkpoint).items()}
+    path = write_torch_zip(tmp_path / file, {"model": state} if file.startswith("sam2") else state)
+    with pytest.raises(ZooError, match=rf"{file}: the checkpoint holds {held}, not MobileSAM's TinyViT image encoder: "
+                                       "mlx-zoo has MobileSAM only; pass mobile_sam.pt or mobile_sam-tiny-vitt"):
+        zoo.load("mobilesam", weights=path, device="cpu")
+
+
 def test_a_missing_key_is_refused(checkpoint, tmp_path):
     partial = {k: v for k, v in checkpoint.items() if k != "mask_decoder.iou_token.weight"}
     save_file(partial, str(tmp_path / "partial.safetensors"))

@@ -300,6 +300,11 @@ def check_header(spec: ModelSpec | None, path) -> None:
     from zoo.weights.convert import TORCH_ONLY_SUFFIXES, mismatch
 
     header, meta = read_checkpoint_header(path)
+    if spec is not None:
+        try:  # before the size bound: a family's sanitize names the other models it knows (SAM's ViT-H for MobileSAM)
+            names = {n for n in sanitized(spec, header, meta) if not n.endswith(TORCH_ONLY_SUFFIXES)}
+        except ZooError as error:
+            raise ZooError(f"{path}: {error}") from None
     # the family's own name (yolov8) takes any of its variants
     variants = ({s.variant for s in REGISTRY.values()} if spec is None else
                 {s.variant for s in REGISTRY.values() if s.family == spec.family} if spec.name == spec.family else
@@ -312,7 +317,6 @@ def check_header(spec: ModelSpec | None, path) -> None:
                        f"{most:,} bytes of {model}'s weights; nothing was read: pass the checkpoint of this model")
     if spec is None:
         return
-    names = {n for n in sanitized(spec, header, meta) if not n.endswith(TORCH_ONLY_SUFFIXES)}
     needed = {n for n in sanitized(spec, manifest(spec.variant), {}) if not n.endswith(TORCH_ONLY_SUFFIXES)}
     missing, unexpected = sorted(needed - names), sorted(names - needed)
     # a file that shares no name with the model is another model's; a partial one (a features-only

@@ -48,8 +48,29 @@ def build(spec) -> Sam:
     return Sam(spec.preprocess["image_size"])
 
 
+# segment-anything's SAM checkpoints (a ViT image encoder), by the encoder's width; SAM 2's (a Hiera trunk, memory
+# attention): the same prompt encoder and mask decoder, another network
+SAM_VITS = {768: "ViT-B (sam_vit_b_01ec64.pth)", 1024: "ViT-L (sam_vit_l_0b3195.pth)",
+            1280: "ViT-H (sam_vit_h_4b8939.pth)"}
+
+
+def other_sam(state_dict: dict) -> str:
+    """Which other SAM a checkpoint holds ('' for none): ViT-B/L/H, or SAM 2."""
+    patch = state_dict.get("image_encoder.patch_embed.proj.weight")
+    if "image_encoder.pos_embed" in state_dict and patch is not None:
+        width = int(patch.shape[0])
+        return "segment-anything's SAM " + SAM_VITS.get(width, f"ViT of width {width}")
+    if any(k.startswith(("image_encoder.trunk.", "memory_attention.")) for k in state_dict):
+        return "SAM 2's model (a Hiera image encoder and memory attention)"
+    return ""
+
+
 def sanitize(state_dict: dict, meta: dict) -> dict:
-    """Drop the classifier head and any stored copies of recomputed buffers."""
+    """Drop the classifier head and any stored copies of recomputed buffers; refuse another SAM by name."""
+    other = other_sam(state_dict)
+    if other:
+        raise ZooError(f"the checkpoint holds {other}, not MobileSAM's TinyViT image encoder: mlx-zoo has MobileSAM "
+                       "only; pass mobile_sam.pt or mobile_sam-tiny-vitt.safetensors")
     return {
         name: value
         for name, value in state_dict.items()
