@@ -462,6 +462,17 @@ def checkpoint_spec(spec, weights):
     it): another architecture is refused, since
     several of timm's have ResNet's very tensors (resnetblur50, resnetaa50: blur or average pooling before each
     strided conv); the file's pre-processing (crop_pct, input size, mean, std) replaces the name's."""
+    other = other_resnet(weights.state_dict)
+    kind, layers = block_counts(weights.state_dict)
+    if not other and all(layers) and (kind, layers) != DEPTHS[spec.variant]:  # a backbone without layer4: the loader's
+        held = next((name for name, depth in DEPTHS.items() if depth == (kind, layers)), "")
+        if held:
+            raise ZooError(f"{weights.source} holds a {held} ({kind} blocks {layers} a stage), not a {spec.variant}: "
+                           f"load it as '{held}'")
+        other = f"a ResNet of {kind} blocks {layers} a stage (timm's resnet26, resnet14t ... kind)"
+    if other:
+        raise ZooError(f"{weights.source} holds {other}, not {spec.variant}: mlx-zoo builds torchvision's ResNets "
+                       f"({', '.join(DEPTHS)}); pass a checkpoint of one of them")
     config, told = timm_config(weights.source)
     trained = weights.meta.get("args")
     if not config and isinstance(trained, dict) and isinstance(trained.get("model"), str):
@@ -501,15 +512,39 @@ def build(spec, num_classes: int | None = None, features_only: bool = False, out
 
 
 def holds(state_dict: dict, meta: dict) -> bool:
-    """A ResNet in torchvision's naming (timm's is the same): its stem and its first block."""
-    return "conv1.weight" in state_dict and "layer1.0.conv1.weight" in state_dict
+    """A ResNet in torchvision's naming (timm's is the same): its stem (a deep one too: checkpoint_spec names
+    that variant) and its first block."""
+    return ("conv1.weight" in state_dict or "conv1.0.weight" in state_dict) and "layer1.0.conv1.weight" in state_dict
+
+
+def other_resnet(state_dict: dict) -> str:
+    """Which ResNet variant mlx-zoo does not build a checkpoint holds, as its tensors (torch layout) tell; ''
+    for torchvision's own."""
+    if "conv1.0.weight" in state_dict:
+        return "a ResNet with a deep stem (conv1.0, conv1.3 ...: timm's resnet50d, resnet50c, resnet50s, resnet50t)"
+    if any(".se." in k for k in state_dict):
+        return "a ResNet with attention in its blocks (.se.: timm's seresnet50, ecaresnet50 ...)"
+    conv2 = state_dict.get("layer1.0.conv2.weight")
+    if "layer1.0.conv3.weight" not in state_dict or conv2 is None or len(conv2.shape) != 4:
+        return ""
+    width, per_group = int(conv2.shape[0]), int(conv2.shape[1])
+    if per_group != width:
+        return f"a ResNeXt ({width // max(per_group, 1)} groups of {per_group} channels in its 3x3 convs: resnext50_32x4d's kind)"
+    if width != 64:
+        return f"a wide ResNet ({width} channels in layer1's 3x3 convs where torchvision's has 64: wide_resnet50_2's kind)"
+    return ''
+
+
+def block_counts(state_dict: dict) -> tuple[str, tuple[int, ...]]:
+    """A ResNet checkpoint's blocks: basic or bottleneck, and how many in each stage."""
+    kind = "bottleneck" if "layer1.0.conv3.weight" in state_dict else "basic"
+    return kind, tuple(len({key.split(".")[1] for key in state_dict if key.startswith(f"layer{stage}.")})
+                       for stage in range(1, 5))
 
 
 def variant_of(state_dict: dict) -> str:
     """The registered ResNet a checkpoint holds, by its blocks: basic or bottleneck, and how many in each stage."""
-    kind = "bottleneck" if "layer1.0.conv3.weight" in state_dict else "basic"
-    layers = tuple(len({key.split(".")[1] for key in state_dict if key.startswith(f"layer{stage}.")})
-                   for stage in range(1, 5))
+    kind, layers = block_counts(state_dict)
     name = next((name for name, depth in DEPTHS.items() if depth == (kind, layers)), None)
     if name is None:
         raise ZooError(f"it holds a ResNet of {kind} blocks {layers} a stage, which is none of "

@@ -64,7 +64,8 @@ def test_corrupt_file_among_good_ones_is_skipped(photo, tmp_path, capsys):
 def test_wrong_shaped_weights(photo, tmp_path, capsys):
     weights = synthetic_checkpoint("resnet18", tmp_path / "r18.safetensors")
     err = cli_error(["resnet50", str(photo), "--weights", str(weights)], capsys)
-    assert "do not match resnet50" in err and "mis-shaped" in err
+    assert "r18.safetensors holds a resnet18 (basic blocks (2, 2, 2, 2) a stage), not a resnet50: load it as " \
+           "'resnet18'" in err
 
 
 def test_missing_weights_file(photo, capsys):

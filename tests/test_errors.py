@@ -76,6 +76,10 @@ def files(tmp_path_factory) -> Path:
     save_file({"image_encoder.pos_embed": np.zeros((1, 1, 1, 768), np.float32),  # SAM's ViT-B encoder (E116)
                "image_encoder.patch_embed.proj.weight": np.zeros((768, 3, 16, 16), np.float32)},
               str(root / "sam_vit_b.safetensors"))
+    save_file({"conv1.weight": np.zeros((64, 3, 7, 7), np.float32),  # timm's seresnet50: attention in its blocks (E117)
+               "layer1.0.conv1.weight": np.zeros((64, 64, 1, 1), np.float32),
+               "layer1.0.se.fc1.weight": np.zeros((16, 256, 1, 1), np.float32)}, str(root / "seresnet50.safetensors"))
+    synthetic_checkpoint("resnet18", root / "r18.safetensors")  # E118
     (root / "big.png").write_bytes(forged_png(10000, 10000))
     (root / "bomb.png").write_bytes(forged_png(40000, 40000))
     (root / "lie.safetensors").write_bytes(safetensors_bytes(

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten
 from PIL import Image
+from safetensors.numpy import save_file
 
 import zoo
 from zoo import registry
@@ -567,3 +568,27 @@ def test_timm_networks_with_resnet_tensors_are_refused(tmp_path, where):
     for args in (("resnet18",), ()):
         with pytest.raises(ZooError, match=rf"holds timm's resnetblur18 \({told}\), not resnet18: another network"):
             zoo.load(*args, weights=weights, device="cpu") if args else zoo.load(str(weights), device="cpu")
+
+
+@pytest.mark.parametrize("change, held", [
+    (lambda sd: {**{k: v for k, v in sd.items() if k != "conv1.weight"}, "conv1.0.weight": np.zeros((32, 3, 3, 3))},
+     r"a ResNet with a deep stem \(conv1.0, conv1.3 ...: timm's resnet50d"),
+    (lambda sd: {**sd, "layer1.0.se.fc1.weight": np.zeros((8, 256, 1, 1))}, r"a ResNet with attention in its blocks"),
+    (lambda sd: {**sd, "layer1.0.conv2.weight": np.zeros((128, 4, 3, 3))},
+     r"a ResNeXt \(32 groups of 4 channels in its 3x3 convs: resnext50_32x4d's kind\)"),
+    (lambda sd: {**sd, "layer1.0.conv2.weight": np.zeros((128, 128, 3, 3))},
+     r"a wide ResNet \(128 channels in layer1's 3x3 convs where torchvision's has 64: wide_resnet50_2's kind\)"),
+    (lambda sd: {k: v for k, v in sd.items() if not k.startswith(("layer1.2.", "layer2.2.", "layer2.3.", "layer3.2.",
+                                                                   "layer3.3.", "layer3.4.", "layer3.5.", "layer4.2."))},
+     r"a ResNet of bottleneck blocks \(2, 2, 2, 2\) a stage \(timm's resnet26"),
+], ids=["resnet50d", "seresnet50", "resnext50_32x4d", "wide_resnet50_2", "resnet26"])
+def test_timm_resnet_variants_are_refused_by_name(tmp_path, change, held):
+    """timm's ResNet variants with torchvision's names (shapes and a few keys apart). Before: 'do not match resnet50:
+    mis-shaped 176 ...: pass the checkpoint of this model variant', or 'cannot tell which model it holds'."""
+    sd = change(dict(registry.read_weights(registry.get_spec("resnet50"), "synthetic:0").state_dict))
+    save_file({k: np.asarray(v, np.float32) for k, v in sd.items()}, str(tmp_path / "timm.safetensors"))
+    for args in (("resnet50",), ()) if "resnet26" not in held else (("resnet50",),):  # identified: E86's message
+        with pytest.raises(ZooError, match=rf"timm.safetensors holds {held}.*, not resnet50: mlx-zoo builds "
+                                           r"torchvision's ResNets \(resnet18, .*\); pass a checkpoint of one of them"):
+            zoo.load(*args, weights=tmp_path / "timm.safetensors", device="cpu") if args else \
+                zoo.load(str(tmp_path / "timm.safetensors"), device="cpu")
