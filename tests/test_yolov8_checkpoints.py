@@ -106,6 +106,17 @@ def test_fp32_last_pt_with_ema_and_a_namespace_of_arguments(tmp_path, two_class)
     assert same_outputs(model, sd)
 
 
+def test_a_data_parallel_wrapped_model_keeps_its_names(tmp_path, two_class):
+    """A model pickled inside DistributedDataParallel (its weights module.model.*): the names, task and training size
+    are the wrapped model's. Before: the wrapper's (none), so a custom 2-class model's classes read class0, class1."""
+    sd, _ = two_class
+    model = module_tree(sd, "ultralytics.nn.tasks.DetectionModel", names={0: "hard hat", 1: "vest"},
+                        args=TRAINING_ARGS, yaml={"nc": 2, "scale": "n"})
+    ddp = module("torch.nn.parallel.distributed.DistributedDataParallel", children={"module": model}, device_ids=[0])
+    loaded = zoo.load(str(write_torch_zip(tmp_path / "ddp.pt", {"model": ddp, "ema": None})), device="cpu")
+    assert loaded.names == {0: "hard hat", 1: "vest"} and loaded.imgsz == 256 and same_outputs(loaded, sd)
+
+
 def test_safetensors_with_text_metadata_and_candle_naming(tmp_path, two_class):
     sd, _ = two_class
     meta = {"names": repr(["helmet", "vest"]), "imgsz": "416"}

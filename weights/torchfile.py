@@ -684,10 +684,20 @@ def _module_state_dict(module: StubObject, prefix: str) -> dict[str, np.ndarray]
     return weights
 
 
+# torch's wrappers for data-parallel training: the model is their one child, .module
+DATA_PARALLEL_CLASSES = ("torch.nn.parallel.data_parallel.DataParallel",
+                         "torch.nn.parallel.distributed.DistributedDataParallel")
+
+
 def root_module(obj) -> StubObject | None:
-    """The checkpoint's pickled root nn.Module: ``obj`` itself or the first under a weight key."""
+    """The checkpoint's pickled root nn.Module: ``obj`` itself or the first under a weight key; the model
+    inside a DataParallel or DistributedDataParallel wrapper (whose class and attributes say nothing of it)."""
     candidates = [obj] + ([obj.get(k) for k in _WEIGHT_KEYS] if isinstance(obj, Mapping) else [])
-    return next((c for c in candidates if isinstance(c, StubObject)), None)
+    root = next((c for c in candidates if isinstance(c, StubObject)), None)
+    if root is not None and type(root).stub_qualname in DATA_PARALLEL_CLASSES:
+        inner = (vars(root).get("_modules") or {}).get("module")
+        return inner if isinstance(inner, StubObject) else root
+    return root
 
 
 def module_attribute(obj, name: str, default=None):
