@@ -550,6 +550,18 @@ def timm_train_checkpoint(path: Path, model: str) -> Path:
                                   "state_dict_ema": state, "metric": 12.5})
 
 
+def test_pretrained_cfg_overlay_file_loads_as_timm(tmp_path):
+    """timm.create_model("resnet18.a1_in1k", pretrained=True, pretrained_cfg_overlay=dict(file=PATH)): timm's way to
+    load a local pretrained file. Before: 'resnet18 takes no option pretrained_cfg_overlay'."""
+    weights = synthetic_checkpoint("resnet18", tmp_path / "model.safetensors", seed=3)
+    (tmp_path / "config.json").write_text(json.dumps(timm_hub_config("resnet18", "a1_in1k")))
+    model = zoo.create_model("resnet18", pretrained=True, pretrained_cfg_overlay=dict(file=str(weights)))
+    same = zoo.load("resnet18", weights=weights, device="cpu")
+    assert mx.array_equal(model.conv1.weight, same.conv1.weight) and model.preprocess["resize"] == 235
+    with pytest.raises(UsageError, match="pretrained_cfg_overlay: mlx-zoo takes only file= .*, not crop_pct"):
+        zoo.create_model("resnet18", pretrained=True, pretrained_cfg_overlay=dict(file=str(weights), crop_pct=0.9))
+
+
 @pytest.mark.parametrize("where", ["config.json", "hub folder", "args.model"])
 def test_timm_networks_with_resnet_tensors_are_refused(tmp_path, where):
     """timm's resnetblur18 / resnetaa50 have exactly ResNet's tensor names and shapes (their blur and average pools

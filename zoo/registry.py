@@ -483,10 +483,18 @@ def SAM(model: str | Path = "mobile_sam.pt", *args, **options):  # noqa: N802
 def create_model(model_name: str, pretrained: bool = False, checkpoint_path: str | Path | None = None,
                  **kwargs) -> nn.Module:
     """timm's ``create_model``: as timm, ``pretrained=False`` (its default) gives random weights and
-    ``checkpoint_path`` a checkpoint to load; the other keywords are load's (``num_classes``,
-    ``global_pool``, ``features_only``, ``out_indices``, ``dtype``, ``device``, ...)."""
+    ``checkpoint_path`` a checkpoint to load, as does ``pretrained_cfg_overlay=dict(file=PATH)`` with
+    ``pretrained=True`` (timm's way to load a local copy of the pretrained file); the other keywords are
+    load's (``num_classes``, ``global_pool``, ``features_only``, ``out_indices``, ``dtype``, ``device``, ...)."""
+    overlay = kwargs.pop("pretrained_cfg_overlay", None) or {}
+    if not isinstance(overlay, dict) or set(overlay) - {"file"}:
+        other = sorted(set(overlay) - {"file"}) if isinstance(overlay, dict) else [type(overlay).__name__]
+        raise UsageError(f"pretrained_cfg_overlay: mlx-zoo takes only file= (the weights to load), not "
+                         f"{', '.join(map(str, other))}: the pre-processing comes from the file's config.json")
     if checkpoint_path:
         kwargs["weights"] = checkpoint_path
+    elif overlay.get("file") and pretrained:
+        kwargs["weights"] = overlay["file"]
     return load(model_name, pretrained=pretrained, **kwargs)
 
 
