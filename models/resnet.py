@@ -457,6 +457,12 @@ def timm_config(source: str) -> tuple[dict, str]:
     return {"architecture": architecture, "pretrained_cfg": {"tag": tag} if tag else {}}, "its Hub folder"
 
 
+# torchvision's IMAGENET1K_V2 files (their names are torchvision's urls): resized to 232, not V1's 256 (timm's tv2_in1k
+# tag says crop_pct 0.965)
+TORCHVISION_V2_FILES = {"resnet50-11ad3fa6.pth": "resnet50", "resnet101-cd907fc2.pth": "resnet101",
+                        "resnet152-f82ba261.pth": "resnet152"}
+
+
 def checkpoint_spec(spec, weights):
     """The spec fitted to what timm says of the file (timm_config, or the --model of the training run that saved
     it): another architecture is refused, since
@@ -478,6 +484,10 @@ def checkpoint_spec(spec, weights):
     if not config and isinstance(trained, dict) and isinstance(trained.get("model"), str):
         # timm's train.py (and torchvision's references) save their arguments: --model names the network
         config, told = {"architecture": trained["model"].removeprefix("hf-hub:").rpartition("/")[2]}, "its args.model"
+    v2 = Path(weights.source).name
+    if not config and v2 in TORCHVISION_V2_FILES and Path(weights.source).is_file():
+        config, told = {"architecture": TORCHVISION_V2_FILES[v2], "pretrained_cfg": {
+            "tag": "tv2_in1k", "crop_pct": 0.965, "url": f"https://download.pytorch.org/models/{v2}"}}, "its file name"
     if not config:
         return spec
     architecture = config["architecture"].partition(".")[0]

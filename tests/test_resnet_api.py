@@ -550,6 +550,16 @@ def timm_train_checkpoint(path: Path, model: str) -> Path:
                                   "state_dict_ema": state, "metric": 12.5})
 
 
+def test_torchvision_v2_files_are_resized_as_torchvision(tmp_path):
+    """torchvision's ResNet50_Weights.IMAGENET1K_V2 (resnet50-11ad3fa6.pth, a plain state dict) was trained for a resize
+    to 232, not V1's 256 (timm's tv2_in1k: crop_pct 0.965). Before: 256, without a word."""
+    sd = registry.read_weights(registry.get_spec("resnet50"), "synthetic:0").state_dict
+    path = write_torch_zip(tmp_path / "resnet50-11ad3fa6.pth", {k: tensor(v, np.float16) for k, v in sd.items()})
+    model = zoo.load("resnet50", weights=path, device="cpu")
+    assert model.preprocess["resize"] == 232 and model.preprocess["crop"] == 224
+    assert model.pretrained_cfg["tag"] == "tv2_in1k" and model.pretrained_cfg["url"].endswith("resnet50-11ad3fa6.pth")
+
+
 def test_pretrained_cfg_overlay_file_loads_as_timm(tmp_path):
     """timm.create_model("resnet18.a1_in1k", pretrained=True, pretrained_cfg_overlay=dict(file=PATH)): timm's way to
     load a local pretrained file. Before: 'resnet18 takes no option pretrained_cfg_overlay'."""
