@@ -143,10 +143,12 @@ def test_scale_from_tensor_shapes_alone(tmp_path, scale):
     assert model.model["0"].conv.weight.shape[0] == yolov8.checkpoint.first_width(yolov8.YOLOV8, scale) and model.nc == 5
 
 
-@pytest.mark.parametrize("model_class, task", [("ClassificationModel", "classify"), ("OBBModel", "obb")])
-def test_other_tasks_are_refused_by_name(tmp_path, model_class, task):
+@pytest.mark.parametrize("model_class, task, args_task", [
+    ("ClassificationModel", "classify", "classify"), ("OBBModel", "obb", "obb"),
+    ("YOLOESegModel", "yoloe-seg", "segment")])  # yoloe-11s-seg.pt's args say segment: it was built as a YOLO11-seg
+def test_other_tasks_are_refused_by_name(tmp_path, model_class, task, args_task):
     path = write_torch_zip(tmp_path / "best.pt", {"model": module(f"ultralytics.nn.tasks.{model_class}",
-                                                                  {"w": tensor([1])}, args={"task": task})})
+                                                                  {"w": tensor([1])}, args={"task": args_task})})
     with pytest.raises(ZooError, match=rf"best.pt holds a YOLO {task} model \(ultralytics.nn.tasks.{model_class}\): "
                                        "the YOLO tasks that load are detect, segment, pose; pass such a checkpoint"):
         zoo.load(str(path), device="cpu")

@@ -63,7 +63,7 @@ def sanitize(state_dict: dict, meta: dict) -> dict:
 # ultralytics' model classes by task
 MODEL_TASKS = {"DetectionModel": "detect", "SegmentationModel": "segment", "PoseModel": "pose",
                "ClassificationModel": "classify", "OBBModel": "obb", "WorldModel": "world",
-               "YOLOEModel": "yoloe", "RTDETRDetectionModel": "rtdetr"}
+               "YOLOEModel": "yoloe", "YOLOESegModel": "yoloe-seg", "RTDETRDetectionModel": "rtdetr"}
 TASKS = ("detect", "segment", "pose", "classify", "obb")
 SUPPORTED_TASKS = ("detect", "segment", "pose")  # the tasks whose checkpoints load
 # a variant's name per task, as ultralytics names its files: yolov8n, yolov8n-seg, yolo11s-pose
