@@ -125,6 +125,9 @@ def test_namespaces_pickled_by_their_own_reduce_read_as_dicts(tmp_path):
     meta = read_checkpoint_with_meta(path)[1]
     assert meta["train_args"] == meta["module_attributes"]["args"] == {"task": "detect", "imgsz": 320}
     assert "ultralytics" not in sys.modules
+    plain = Reduced(Glob("types", "SimpleNamespace"), {"model": "resnet50", "lr": 0.1})  # 'types' is otherwise refused
+    path = write_torch_zip(tmp_path / "train.pth", {"state_dict": {"w": tensor([1])}, "args": plain})
+    assert read_checkpoint_with_meta(path)[1]["args"] == {"model": "resnet50", "lr": 0.1}
 
 
 def test_torchscript_archives_give_their_modules_tensors(tmp_path):

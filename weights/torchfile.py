@@ -311,6 +311,8 @@ _ALLOWED = {
     # what torch.jit.save's pickle calls to type its lists and tagged values: the values as they are
     **{f"torch.jit._pickle.build_{kind}list": list for kind in ("int", "double", "bool", "tensor", "generic")},
     "torch.jit._pickle.restore_type_tag": _value_of_tagged,
+    # training scripts' arguments as a plain namespace: a stub like any class ('types' is otherwise refused)
+    "types.SimpleNamespace": _make_stub_class("types", "SimpleNamespace"),
     "numpy.dtype": _NumpyDtype,
     "numpy.core.multiarray.scalar": _numpy_scalar,
     "numpy._core.multiarray.scalar": _numpy_scalar,
@@ -342,7 +344,7 @@ def _python3_name(module: str, name: str) -> tuple[str, str]:
 
 
 # Called by identity: a pickle can build unhashable or oddly-comparing values.
-_CALLABLE_IDS = frozenset(id(value) for value in _ALLOWED.values() if callable(value))
+_CALLABLE_IDS = frozenset(id(value) for value in _ALLOWED.values() if callable(value) and not isinstance(value, _StubClass))
 
 
 def _no_lazy_iterables(func, args) -> None:
