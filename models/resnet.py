@@ -505,7 +505,8 @@ def checkpoint_spec(spec, weights):
     for key in ("mean", "std"):
         if isinstance(cfg.get(key), list) and len(cfg[key]) == 3 and all(isinstance(v, (int, float)) for v in cfg[key]):
             p[key] = tuple(cfg[key])
-    return replace(spec, preprocess=p, config={"pretrained_cfg": cfg, "architecture": config["architecture"]})
+    return replace(spec, preprocess=p, config={"pretrained_cfg": cfg, "architecture": config["architecture"],
+                                               "told": told})
 
 
 def build(spec, num_classes: int | None = None, features_only: bool = False, out_indices=(0, 1, 2, 3, 4),
@@ -514,6 +515,11 @@ def build(spec, num_classes: int | None = None, features_only: bool = False, out
     model = ResNet(BasicBlock if kind == "basic" else Bottleneck, layers, spec.preprocess, num_classes,
                    features_only, out_indices, global_pool)
     model.pretrained_cfg = {**pretrained_cfg(spec), **spec.config.get("pretrained_cfg", {})}
+    tag = model.pretrained_cfg["tag"]
+    if spec.config.get("told") == "its Hub folder" and tag != spec.tag:  # the weights' own cfg is in their config.json
+        print(f"note: {spec.variant}.{tag} weights (their Hub folder's name) without their {TIMM_CONFIG}: pre-processed "
+              f"as {spec.tag} (resize {spec.preprocess['resize']}, crop {spec.preprocess['crop']}); put the "
+              f"{TIMM_CONFIG} of timm/{spec.variant}.{tag} beside them for theirs", file=sys.stderr)
     interpolation = model.pretrained_cfg["interpolation"]
     if interpolation != "bilinear":  # the file's config says how it was trained; predict resizes bilinear
         print(f"note: {spec.config['architecture']} was trained on images resized {interpolation} (its "

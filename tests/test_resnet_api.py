@@ -550,6 +550,18 @@ def timm_train_checkpoint(path: Path, model: str) -> Path:
                                   "state_dict_ema": state, "metric": 12.5})
 
 
+def test_a_hub_folder_without_its_config_says_which_cfg_is_used(tmp_path, capsys):
+    """resnet18.a1_in1k's model.safetensors in its Hub cache folder, without config.json (hf_hub_download fetches only
+    the file asked for): its own crop_pct and interpolation are unknown; the name's tv_in1k ones are said in one note."""
+    folder = tmp_path / "models--timm--resnet18.a1_in1k" / "snapshots" / "0a1b"
+    folder.mkdir(parents=True)
+    model = zoo.load("resnet18", weights=synthetic_checkpoint("resnet18", folder / "model.safetensors"), device="cpu")
+    assert model.pretrained_cfg["tag"] == "a1_in1k" and model.preprocess["resize"] == 256
+    assert ("note: resnet18.a1_in1k weights (their Hub folder's name) without their config.json: pre-processed as "
+            "tv_in1k (resize 256, crop 224); put the config.json of timm/resnet18.a1_in1k beside them for theirs"
+            ) in capsys.readouterr().err
+
+
 def test_torchvision_v2_files_are_resized_as_torchvision(tmp_path):
     """torchvision's ResNet50_Weights.IMAGENET1K_V2 (resnet50-11ad3fa6.pth, a plain state dict) was trained for a resize
     to 232, not V1's 256 (timm's tv2_in1k: crop_pct 0.965). Before: 256, without a word."""
