@@ -517,9 +517,9 @@ def build(spec, num_classes: int | None = None, features_only: bool = False, out
     model.pretrained_cfg = {**pretrained_cfg(spec), **spec.config.get("pretrained_cfg", {})}
     tag = model.pretrained_cfg["tag"]
     if spec.config.get("told") == "its Hub folder" and tag != spec.tag:  # the weights' own cfg is in their config.json
-        print(f"note: {spec.variant}.{tag} weights (their Hub folder's name) without their {TIMM_CONFIG}: pre-processed "
-              f"as {spec.tag} (resize {spec.preprocess['resize']}, crop {spec.preprocess['crop']}); put the "
-              f"{TIMM_CONFIG} of timm/{spec.variant}.{tag} beside them for theirs", file=sys.stderr)
+        print(f"note: {spec.variant}.{tag} weights (their Hub folder's name) without their {TIMM_CONFIG}: "
+              f"pre-processed as {spec.tag} (resize {spec.preprocess['resize']}, crop {spec.preprocess['crop']}); "
+              f"put the {TIMM_CONFIG} of timm/{spec.variant}.{tag} beside them for theirs", file=sys.stderr)
     interpolation = model.pretrained_cfg["interpolation"]
     if interpolation != "bilinear":  # the file's config says how it was trained; predict resizes bilinear
         print(f"note: {spec.config['architecture']} was trained on images resized {interpolation} (its "
@@ -545,9 +545,11 @@ def other_resnet(state_dict: dict) -> str:
         return ""
     width, per_group = int(conv2.shape[0]), int(conv2.shape[1])
     if per_group != width:
-        return f"a ResNeXt ({width // max(per_group, 1)} groups of {per_group} channels in its 3x3 convs: resnext50_32x4d's kind)"
+        groups = width // max(per_group, 1)
+        return f"a ResNeXt ({groups} groups of {per_group} channels in its 3x3 convs: resnext50_32x4d's kind)"
     if width != 64:
-        return f"a wide ResNet ({width} channels in layer1's 3x3 convs where torchvision's has 64: wide_resnet50_2's kind)"
+        return (f"a wide ResNet ({width} channels in layer1's 3x3 convs where torchvision's has 64: "
+                "wide_resnet50_2's kind)")
     return ''
 
 

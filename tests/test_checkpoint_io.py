@@ -140,7 +140,8 @@ def test_torchscript_archives_give_their_modules_tensors(tmp_path):
         "training": False, "conv1": conv, "layer": New(Glob("__torch__.torch.nn.modules.container", "Sequential"), {
             "0": New(Glob("__torch__.torch.nn.modules.conv", "Conv2d"), {"weight": tensor(np.zeros((2, 2, 1, 1)))})}),
         "options": Call(Glob("torch.jit._pickle", "restore_type_tag"), ({"mode": 1}, "Dict[str, int]"))})
-    path = write_torch_zip(tmp_path / "traced.pt", net, records={"code/__torch__.py": b"", "constants.pkl": b"\x80\x02)."})
+    path = write_torch_zip(tmp_path / "traced.pt", net,
+                           records={"code/__torch__.py": b"", "constants.pkl": b"\x80\x02)."})
     weights, meta = read_checkpoint_with_meta(path)
     assert_same(weights, {"conv1.weight": np.ones((2, 3, 1, 1), np.float32), "conv1.bias": np.float32([0.5, -1]),
                           "layer.0.weight": np.zeros((2, 2, 1, 1), np.float32)})

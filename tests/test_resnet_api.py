@@ -544,7 +544,8 @@ def test_a_timm_config_beside_the_weights_is_followed(tmp_path, capsys):
 def timm_train_checkpoint(path: Path, model: str) -> Path:
     """timm's train.py checkpoint (CheckpointSaver): arch is the class's name, args the argparse.Namespace of the
     run (--model), the EMA beside the weights."""
-    state = {k: tensor(v) for k, v in registry.read_weights(registry.get_spec("resnet18"), "synthetic:0").state_dict.items()}
+    weights = registry.read_weights(registry.get_spec("resnet18"), "synthetic:0").state_dict
+    state = {k: tensor(v) for k, v in weights.items()}
     args = New(Glob("argparse", "Namespace"), {"model": model, "pretrained": False, "crop_pct": None, "epochs": 300})
     return write_torch_zip(path, {"epoch": 3, "arch": "resnet", "state_dict": state, "version": 2, "args": args,
                                   "state_dict_ema": state, "metric": 12.5})
@@ -552,7 +553,7 @@ def timm_train_checkpoint(path: Path, model: str) -> Path:
 
 def test_a_hub_folder_without_its_config_says_which_cfg_is_used(tmp_path, capsys):
     """resnet18.a1_in1k's model.safetensors in its Hub cache folder, without config.json (hf_hub_download fetches only
-    the file asked for): its own crop_pct and interpolation are unknown; the name's tv_in1k ones are said in one note."""
+    the file asked for): its own crop_pct and interpolation are unknown; the name's tv_in1k ones are said in a note."""
     folder = tmp_path / "models--timm--resnet18.a1_in1k" / "snapshots" / "0a1b"
     folder.mkdir(parents=True)
     model = zoo.load("resnet18", weights=synthetic_checkpoint("resnet18", folder / "model.safetensors"), device="cpu")
@@ -588,7 +589,8 @@ def test_pretrained_cfg_overlay_file_loads_as_timm(tmp_path):
 def test_timm_networks_with_resnet_tensors_are_refused(tmp_path, where):
     """timm's resnetblur18 / resnetaa50 have exactly ResNet's tensor names and shapes (their blur and average pools
     hold none), so their weights loaded into a ResNet without a word. What timm says of the file is checked."""
-    folder = tmp_path / "models--timm--resnetblur18.bh_in1k" / "snapshots" / "0a1b" if where == "hub folder" else tmp_path
+    hub = tmp_path / "models--timm--resnetblur18.bh_in1k" / "snapshots" / "0a1b"
+    folder = hub if where == "hub folder" else tmp_path
     folder.mkdir(parents=True, exist_ok=True)
     if where == "args.model":
         weights = timm_train_checkpoint(folder / "last.pth.tar", "resnetblur18")
@@ -613,7 +615,8 @@ def test_timm_networks_with_resnet_tensors_are_refused(tmp_path, where):
     (lambda sd: {**sd, "layer1.0.conv2.weight": np.zeros((128, 128, 3, 3))},
      r"a wide ResNet \(128 channels in layer1's 3x3 convs where torchvision's has 64: wide_resnet50_2's kind\)"),
     (lambda sd: {k: v for k, v in sd.items() if not k.startswith(("layer1.2.", "layer2.2.", "layer2.3.", "layer3.2.",
-                                                                   "layer3.3.", "layer3.4.", "layer3.5.", "layer4.2."))},
+                                                                   "layer3.3.", "layer3.4.", "layer3.5.",
+                                                                   "layer4.2."))},
      r"a ResNet of bottleneck blocks \(2, 2, 2, 2\) a stage \(timm's resnet26"),
 ], ids=["resnet50d", "seresnet50", "resnext50_32x4d", "wide_resnet50_2", "resnet26"])
 def test_timm_resnet_variants_are_refused_by_name(tmp_path, change, held):

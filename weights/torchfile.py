@@ -344,7 +344,8 @@ def _python3_name(module: str, name: str) -> tuple[str, str]:
 
 
 # Called by identity: a pickle can build unhashable or oddly-comparing values.
-_CALLABLE_IDS = frozenset(id(value) for value in _ALLOWED.values() if callable(value) and not isinstance(value, _StubClass))
+_CALLABLE_IDS = frozenset(id(value) for value in _ALLOWED.values()
+                          if callable(value) and not isinstance(value, _StubClass))
 
 
 def _no_lazy_iterables(func, args) -> None:
