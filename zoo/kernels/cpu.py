@@ -812,7 +812,8 @@ def rfft2_parts(x: mx.array) -> mx.array:
     if host is None:
         spectrum = mx.fft.rfft2(x.astype(mx.float32), axes=(1, 2), norm="ortho")
         return mx.stack([mx.real(spectrum), mx.imag(spectrum)], axis=-1).reshape(n, h, w // 2 + 1, 2 * c)
-    spectrum = np.fft.rfft2(host, axes=(1, 2), norm="ortho").astype(np.complex64, copy=False)
+    # order="C": numpy 1.x returns the spectrum with its last axis strided, which no float32 view can take
+    spectrum = np.fft.rfft2(host, axes=(1, 2), norm="ortho").astype(np.complex64, order="C", copy=False)
     return mx.array(spectrum.view(np.float32).reshape(n, h, w // 2 + 1, 2 * c))
 
 
