@@ -9,7 +9,8 @@ from zoo.images import center_crop, image_files, load_image, resize_shorter_side
 
 @pytest.mark.parametrize("mode", ["L", "LA", "P", "RGBA", "CMYK", "I;16", "I", "F", "1"])
 def test_modes_become_rgb(tmp_path, mode):
-    img = Image.new("RGB", (7, 5), (200, 100, 50)).convert(mode)
+    img = Image.new("RGB", (7, 5), (200, 100, 50))
+    img = (img.convert("L") if mode == "I;16" else img).convert(mode)  # Pillow 10.1 makes I;16 only from greyscale
     path = tmp_path / ("x.tiff" if mode in ("I;16", "I", "F", "CMYK") else "x.png")
     img.save(path)
     a = load_image(path)

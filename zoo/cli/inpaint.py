@@ -490,8 +490,8 @@ def side_by_side(image: Image.Image, hole: np.ndarray, result: Image.Image) -> I
 def deep_pixels(path: Path) -> bool:
     """More than 8 bits a channel in the file: 16-bit grey (Pillow's I;16 modes), 32-bit integer or float
     pixels, or 16-bit colour, which Pillow decodes to 8-bit RGB itself (its raw mode says RGB;16B)."""
-    with reading_errors(path), Image.open(path) as src:
-        return src.mode in ("I", "F") or src.mode.startswith("I;16") or any(";16" in str(t.args) for t in src.tile)
+    with reading_errors(path), Image.open(path) as src:  # a tile's args: its 4th field (plain tuples before Pillow 11)
+        return src.mode in ("I", "F") or src.mode.startswith("I;16") or any(";16" in str(t[3:]) for t in src.tile)
 
 
 def metadata(path: Path) -> dict:
