@@ -885,9 +885,11 @@ class OpenCVCamera:
             import cv2
         except ImportError:
             return None
-        logging = cv2.utils.logging  # its warnings of a camera that does not open: our one error line says it
+        # its lines on a camera that does not open (errors too, before OpenCV 4.13): our one error line says it.
+        # OpenCV 4.13 moved the level functions from cv2 to cv2.utils.logging; level 0 is silent in both
+        logging = getattr(cv2.utils, "logging", cv2)
         level = logging.getLogLevel()
-        logging.setLogLevel(logging.LOG_LEVEL_ERROR)
+        logging.setLogLevel(0)
         try:
             capture = cv2.VideoCapture(index)
         finally:
