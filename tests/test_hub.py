@@ -69,12 +69,15 @@ def hub(monkeypatch, tmp_path):
 
 
 def reload_hub_constants():
-    """huggingface_hub reads its environment once, at import."""
+    """huggingface_hub reads its environment once, at import; before 0.25 its downloader also keeps copies of
+    the endpoint and cache folder, taken at its own import."""
     import importlib
 
     import huggingface_hub.constants
+    import huggingface_hub.file_download
 
     importlib.reload(huggingface_hub.constants)
+    importlib.reload(huggingface_hub.file_download)
 
 
 def blobs(root: Path) -> list[Path]:
