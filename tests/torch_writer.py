@@ -124,9 +124,8 @@ def module(cls: str, parameters=None, buffers=None, children=None, non_persisten
         "_non_persistent_buffers_set": set(non_persistent), "_modules": children or {}, **attributes})
 
 
-def module_tree(state_dict: dict, cls: str, **attributes) -> New:
-    """A pickled nn.Module tree of class ``cls`` holding ``state_dict`` (tensors in their dtypes,
-    running statistics as buffers), its children plain Modules."""
+def nested_names(state_dict: dict) -> dict:
+    """``state_dict``'s dotted names as nested dicts: {"a.b.w": x} -> {"a": {"b": {"w": x}}}."""
     nested: dict = {}
     for key, value in state_dict.items():
         *path, leaf = key.split(".")
@@ -134,6 +133,13 @@ def module_tree(state_dict: dict, cls: str, **attributes) -> New:
         for part in path:
             node = node.setdefault(part, {})
         node[leaf] = value
+    return nested
+
+
+def module_tree(state_dict: dict, cls: str, **attributes) -> New:
+    """A pickled nn.Module tree of class ``cls`` holding ``state_dict`` (tensors in their dtypes,
+    running statistics as buffers), its children plain Modules."""
+    nested = nested_names(state_dict)
 
     def build(node: dict, cls: str, **attributes) -> New:
         stats = ("running_mean", "running_var")
@@ -148,13 +154,7 @@ def module_tree(state_dict: dict, cls: str, **attributes) -> New:
 def script_tree(state_dict: dict, cls: str) -> New:
     """A module as torch.jit.save pickles it: a __torch__.<cls> object whose state holds every attribute
     (tensors, submodules as __torch__ objects, flags), without _parameters, _buffers or _modules."""
-    nested: dict = {}
-    for key, value in state_dict.items():
-        *path, leaf = key.split(".")
-        node = nested
-        for part in path:
-            node = node.setdefault(part, {})
-        node[leaf] = value
+    nested = nested_names(state_dict)
 
     def build(node: dict, cls: str) -> New:
         return New(Glob("__torch__" + ("." + cls.rpartition(".")[0] if "." in cls else ""), cls.rpartition(".")[2]),
