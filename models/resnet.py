@@ -550,7 +550,7 @@ def other_resnet(state_dict: dict) -> str:
     if width != 64:
         return (f"a wide ResNet ({width} channels in layer1's 3x3 convs where torchvision's has 64: "
                 "wide_resnet50_2's kind)")
-    return ''
+    return ""
 
 
 def block_counts(state_dict: dict) -> tuple[str, tuple[int, ...]]:
