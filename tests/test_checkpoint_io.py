@@ -303,8 +303,8 @@ def test_unusable_paths_are_one_line_errors(tmp_path):
     write_torch_zip(tmp_path / "empty.pt", {"epoch": 1})
     (tmp_path / "best_openvino_model").mkdir()  # yolo export format=openvino's folder
     (tmp_path / "weights.bad").write_bytes(b"x")
-    for name, reason in [("weights.onnx", "is an ONNX export (a graph for another runtime"),
-                         ("best_openvino_model", "is an export (a graph for another runtime"),
+    for name, reason in [("weights.onnx", "is an export (ONNX: a graph for another runtime"),
+                         ("best_openvino_model", "is an export (OpenVINO: a graph for another runtime"),
                          ("weights.bad", "unknown weights format"), ("missing.pt", "no such file"),
                          ("dir.pt", "is a folder"), ("noise.pt", "is not a PyTorch checkpoint"), ("empty.pt", "no weights")]:
         with pytest.raises(ZooError) as error:

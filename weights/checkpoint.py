@@ -21,9 +21,18 @@ from .torchfile import (EMA_KEYS, StubObject, TensorHeader, bfloat16_to_float32,
 
 # .pth.tar: timm's train.py (model_best.pth.tar); .torchscript: torch.jit.save's, as `yolo export` names it
 _TORCH_SUFFIXES = (".pt", ".pth", ".ckpt", ".bin", ".pth.tar", ".torchscript")
-# graphs for other runtimes (`yolo export format=...`): files, and folders named <model>_<format>_model
-EXPORTS = {".onnx": "an ONNX", ".engine": "a TensorRT", ".tflite": "a TFLite", ".pb": "a TensorFlow GraphDef",
-           ".mnn": "an MNN", ".mlmodel": "a Core ML", ".mlpackage": "a Core ML", ".rknn": "an RKNN"}
+# how the files and folders of graphs for other runtimes end (ultralytics' `yolo export format=...`), and their
+# formats; a .torchscript is read (its tensors are the model's)
+EXPORT_ENDINGS = {".onnx": "ONNX", ".engine": "TensorRT", ".mlpackage": "CoreML", ".mlmodel": "CoreML",
+                  ".tflite": "TensorFlow Lite", ".pb": "TensorFlow GraphDef", ".mnn": "MNN", ".rknn": "RKNN",
+                  "_openvino_model": "OpenVINO", "_saved_model": "TensorFlow SavedModel", "_web_model": "TensorFlow.js",
+                  "_paddle_model": "PaddlePaddle", "_ncnn_model": "NCNN", "_imx_model": "IMX", "_rknn_model": "RKNN"}
+
+
+def export_format(name: str | Path) -> str | None:
+    """The format of an export for another runtime that ``name`` (a file or folder) ends as, or None."""
+    name = str(name).rstrip("/\\").lower()
+    return next((fmt for ending, fmt in EXPORT_ENDINGS.items() if name.endswith(ending)), None)
 SUFFIXES = (".safetensors", *_TORCH_SUFFIXES)
 _FIX = "pass a .safetensors, .pt, .pth or .ckpt file"
 DATA_PARALLEL_PREFIX = "module."  # torch's DataParallel / DistributedDataParallel wrap the model as .module
@@ -67,9 +76,9 @@ def read_checkpoint_header(path) -> tuple[dict[str, TensorHeader], dict]:
 def _read(path, tensors: bool):
     path = Path(path)
     suffix = weights_suffix(path)
-    export = EXPORTS.get(suffix) or ("an" if path.name.endswith("_model") and path.is_dir() else None)
+    export = export_format(path)
     if export is not None:
-        raise ZooError(f"{path} is {export} export (a graph for another runtime, without "
+        raise ZooError(f"{path} is an export ({export}: a graph for another runtime, without "
                        "the model's weights as PyTorch names them): pass the .pt it was exported from (e.g. "
                        "yolov8n.pt, best.pt) or a .safetensors file")
     if path.is_dir():

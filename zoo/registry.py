@@ -136,22 +136,16 @@ def release_file_model(name: str | Path) -> str | None:
     return spec.name if spec is not None and spec.hub_file == name else None
 
 
-# how the files and folders of ultralytics' exports (yolo export format=...) end, and their formats
-EXPORTED_ENDINGS = {".onnx": "ONNX", ".torchscript": "TorchScript", ".engine": "TensorRT", ".mlpackage": "CoreML",
-                    ".mlmodel": "CoreML", ".tflite": "TensorFlow Lite", ".pb": "TensorFlow GraphDef", ".mnn": "MNN",
-                    "_openvino_model": "OpenVINO", "_saved_model": "TensorFlow SavedModel",
-                    "_web_model": "TensorFlow.js", "_paddle_model": "PaddlePaddle", "_ncnn_model": "NCNN",
-                    "_imx_model": "IMX", "_rknn_model": "RKNN"}
-
-
 def refuse_exported(name: str) -> None:
     """One error for an ultralytics export given as a model (YOLO('best.onnx') runs it there): 'unknown model
     best.onnx' listed the registered names, and yolov8n.onnx was read as yolov8n with a weights tag 'onnx'."""
-    for ending, fmt in EXPORTED_ENDINGS.items():
-        if name.rstrip("/\\").endswith(ending):
-            raise UsageError(f"{name} is an exported model ({fmt}, from yolo export): mlx-zoo runs the PyTorch "
-                             "checkpoint it was exported from (a .pt such as best.pt) or a .safetensors of its "
-                             "weights: pass that")
+    from zoo.weights.checkpoint import export_format
+
+    fmt = export_format(name)
+    if fmt is not None:
+        raise UsageError(f"{name} is an exported model ({fmt}, from yolo export): mlx-zoo runs the PyTorch "
+                         "checkpoint it was exported from (a .pt such as best.pt) or a .safetensors of its "
+                         "weights: pass that")
 
 
 def get_spec(name: str) -> ModelSpec:
