@@ -125,9 +125,11 @@ def _is_torch_save(path: Path) -> bool:
 
 
 def _torch_metadata(tree) -> dict:
-    # a namespace of plain values (ultralytics' train_args, timm's args) reads as a dict
-    meta = ({k: v if _is_plain(v) else _as_plain(v) for k, v in tree.items()
-             if isinstance(k, str) and (_is_plain(v) or _as_plain(v) is not None)} if isinstance(tree, Mapping) else {})
+    meta = {}
+    for key, value in tree.items() if isinstance(tree, Mapping) else ():
+        plain = _as_plain(value)  # a namespace of plain values (ultralytics' train_args, timm's args): a dict
+        if isinstance(key, str) and (plain is not None or value is None):
+            meta[key] = plain
     names = module_attribute(tree, "names")
     if names is not None and _is_plain(names):
         meta["names"] = names
