@@ -45,7 +45,7 @@ from zoo.devices import MEMORY_SHARE, as_model_input, device_memory
 from zoo.errors import ZooError, keyword, option
 from zoo.images import load_image, open_image
 from zoo.kernels import cpu as cpu_ops
-from zoo.kernels import few_outputs, implicit_gemm
+from zoo.kernels import few_outputs, implicit_gemm, winograd
 from zoo.models.layers import (BatchNorm, Conv2d, ConvTranspose2d, Sequential, Sigmoid, conv2d_derived, conv_bn,
                                folds_batch_norm, fusing_on_cpu, irfft2_parts, reflect_pad, rfft2_parts)
 
@@ -122,10 +122,15 @@ class ReflectConv2d(Conv2d):
         return conv2d_derived(reflect_pad(x, self.reflect_padding), self, arrays)
 
 
+# Winograd's F2 for LaMa, not the GPU's default F4: 18 residual blocks carry F4's coarser rounding
+# to the output, where it was less accurate than the direct convolution (tests/test_winograd.py).
+WINOGRAD_FORM = winograd.F2
+
+
 def derive(conv: ReflectConv2d, _=None) -> dict[str, mx.array]:
     """A convolution's weight, with its Winograd transform where that form may run (zoo.compiled);
     run by models.layers.conv2d_derived, which picks its form."""
-    return with_winograd(conv, {"weight": conv.weight})
+    return with_winograd(conv, {"weight": conv.weight}, WINOGRAD_FORM)
 
 
 def weight_and_bias(conv: nn.Conv2d, _=None) -> dict[str, mx.array]:
@@ -322,7 +327,7 @@ def subpixel_fold(conv: nn.ConvTranspose2d, bn: nn.BatchNorm) -> dict[str, mx.ar
 def merge_outputs(first: nn.Conv2d, second: nn.Conv2d) -> dict[str, mx.array]:
     """Two convolutions of one input (an FFC's local -> local and local -> global) as one weight:
     one launch where there were two (LaMa's compiled GPU forward is bound by its launches)."""
-    return with_winograd(first, {"weight": mx.concatenate([first.weight, second.weight])})
+    return with_winograd(first, {"weight": mx.concatenate([first.weight, second.weight])}, WINOGRAD_FORM)
 
 
 class FFC_BN_ACT(nn.Module):  # upstream's class name

@@ -23,6 +23,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
+from test_winograd import assert_as_accurate
 
 import zoo.kernels
 from zoo.kernels import core
@@ -301,7 +302,8 @@ def test_depthwise_metal(run_metal, shape, kernel, stride, padding, dtype):
 @pytest.mark.parametrize("shape, out_channels, padding, activation", [
     ((2, 7, 9, 5), 6, 1, None), ((1, 8, 6, 3), 4, 0, "relu"), ((1, 1, 1, 2), 3, 1, "silu"), ((1, 3, 4, 1), 1, 0, None),
     ((2, 5, 6, 4), 5, 1, "silu")])
-def test_winograd_metal(run_metal, shape, out_channels, padding, activation):
+@pytest.mark.parametrize("form", [winograd.F2, winograd.F4], ids=["F2", "F4"])
+def test_winograd_metal(run_metal, shape, out_channels, padding, activation, form):
     # the two transform kernels around numpy's GEMM, against the reference's direct convolution
     rng = np.random.default_rng(3)
     x = rng.standard_normal(shape).astype(np.float32)
@@ -309,12 +311,11 @@ def test_winograd_metal(run_metal, shape, out_channels, padding, activation):
     bias = rng.standard_normal(out_channels).astype(np.float32)
     n, h, w, _ = shape
     out_size = (h + 2 * padding - 2, w + 2 * padding - 2)
-    tiles = (n, -(-out_size[0] // 2), -(-out_size[1] // 2))
-    (v,) = run_metal(winograd.input_launch(mx.array(x), padding, tiles))
-    m = v @ np.array(winograd.transform_weight(mx.array(weight)))
-    (y,) = run_metal(winograd.output_launch(mx.array(m), mx.array(bias), out_size, tiles, activation))
-    expected = ref.conv2d_activated(x, weight, bias, padding, activation)
-    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
+    tiles = (n, -(-out_size[0] // form.tile), -(-out_size[1] // form.tile))
+    (v,) = run_metal(winograd.input_launch(form, mx.array(x), padding, tiles))
+    m = v @ np.array(winograd.transform_weight(mx.array(weight), form))
+    (y,) = run_metal(winograd.output_launch(form, mx.array(m), mx.array(bias), out_size, tiles, activation))
+    assert_as_accurate(form, y, ref.conv2d_activated(x, weight, bias, padding, activation))
 
 
 # ---------------------------------------------------------------- implicit-GEMM convolution

@@ -306,12 +306,13 @@ def fold_in_conv_dtype(conv, bn) -> dict[str, mx.array]:
     return with_winograd(conv, {"weight": weight.astype(dtype), "bias": bias.astype(dtype)})
 
 
-def with_winograd(conv, arrays: dict[str, mx.array]) -> dict[str, mx.array]:
+def with_winograd(conv, arrays: dict[str, mx.array], form: winograd.Form | None = None) -> dict[str, mx.array]:
     """``arrays`` (a derived weight and bias of ``conv``) with, where ``conv`` may run as Winograd's
-    F(2x2, 3x3) (zoo.kernels.winograd.preferred), the transformed weight as "winograd"."""
+    form (zoo.kernels.winograd.preferred), the weight transformed for ``form`` (default
+    winograd.GPU_FORM) as "winograd"."""
     weight = arrays["weight"]
     if winograd.preferred(weight.dtype, weight.shape, conv.stride, conv.padding, conv.groups, conv.dilation):
-        arrays["winograd"] = winograd.transform_weight(weight)
+        arrays["winograd"] = winograd.transform_weight(weight, form or winograd.GPU_FORM)
     return arrays
 
 
