@@ -407,6 +407,28 @@ def decode_error(y: np.ndarray, expected: np.ndarray) -> float:
     return float((np.abs(y - expected) / scale).max())
 
 
+@pytest.mark.parametrize("dtype, tolerance", [(np.float32, 1e-6), (np.float16, 2e-3)])
+def test_dfl_distances(variant, dtype, tolerance):
+    rng = np.random.default_rng(6)
+    box = (rng.standard_normal((2, 37, 64)) * 3).astype(dtype)
+    box[0, 0, :16] = 80.0  # exp overflows without the largest logit subtracted
+    bins = rng.uniform(0, 16, 16).astype(np.float32)  # a file's own bin values, not arange assumed
+    y = box_decode.distances(mx.array(box), mx.array(bins))
+    expected = ref.dfl_distances(box, bins)
+    assert y.dtype == mx.array(box).dtype and y.shape == (2, 37, 4)
+    assert np.abs(np.array(y.astype(mx.float32)) - expected).max() <= tolerance * 16
+
+
+@pytest.mark.parametrize("box, bins, message", [
+    (np.zeros((2, 5, 60), np.float32), np.arange(16), "4 x 16"),
+    (np.zeros((2, 5, 64), np.int32), np.arange(16), "float"),
+    (np.zeros((10, 64), np.float32), np.arange(16), r"\(N, A, 4 x 16\)"),
+])
+def test_dfl_distances_bad_input(box, bins, message):
+    with pytest.raises(ZooError, match=message):
+        box_decode.distances(mx.array(box), mx.array(bins.astype(np.float32)))
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda b, c, s: (b[:2], c, s), "3 levels"),
     (lambda b, c, s: ([b[0][..., :60], *b[1:]], c, s), "4 x 16"),

@@ -279,6 +279,16 @@ def test_box_decode_metal(run_metal, n, nc, sizes, dtype):
     assert decode_error(y.astype(np.float64), expected) <= (2e-6 if dtype == np.float32 else 2e-3)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_dfl_distances_metal(run_metal, dtype):
+    rng = np.random.default_rng(6)
+    box = (rng.standard_normal((2, 9, 64)) * 3).astype(dtype)
+    bins = rng.uniform(0, 16, 16).astype(np.float32)
+    (y,) = run_metal(box_decode.distances_launch(mx.array(box), mx.array(bins)))
+    tolerance = 1e-6 if dtype == np.float32 else 2e-3
+    assert np.abs(y.astype(np.float64) - ref.dfl_distances(box, bins)).max() <= tolerance * 16
+
+
 # ---------------------------------------------------------------- depthwise convolution
 
 

@@ -100,8 +100,13 @@ class Pose(Detect):
         return [*super().branches_by_stride(), *((self.cv4[str(i)], s) for i, s in enumerate(STRIDES))]
 
     def __call__(self, *levels: mx.array) -> mx.array:
-        keypoints = [self.decode(self.cv4[str(i)](x), stride) for i, (x, stride) in enumerate(zip(levels, STRIDES))]
         preds = super().__call__(*levels)
+        if folding():
+            # a compiled forward computes the keypoint branches after the detections (mx.depends): MLX
+            # ordered them side by side, and yolo11n-pose b16 float32 peaked 454 MiB against 341 after
+            # the DFL became one kernel (H200, 2026-12-01, docs/speed-gpu.md)
+            levels = [mx.depends(x, preds) for x in levels]
+        keypoints = [self.decode(self.cv4[str(i)](x), stride) for i, (x, stride) in enumerate(zip(levels, STRIDES))]
         return mx.concatenate([preds, mx.concatenate(keypoints, axis=1).astype(preds.dtype)], axis=-1)
 
     def decode(self, raw: mx.array, stride: int) -> mx.array:

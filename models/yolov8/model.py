@@ -559,7 +559,10 @@ class Detect(nn.Module):
                 return decoded
         n = levels[0].shape[0]
         box = mx.concatenate([b.reshape(n, -1, 4 * REG_MAX) for b in boxes], axis=1)
-        dist = self.dfl(box.swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b
+        if folding():  # one kernel for the DFL's copy, softmax and product; the graph's order kept (above)
+            dist = box_decode.distances(box, folded(self.dfl.conv)["bins"])
+        else:
+            dist = self.dfl(box.swapaxes(1, 2)).swapaxes(1, 2)  # (N, A, 4): l, t, r, b
         xywh = box_decode.boxes_from_distances(dist, [x.shape[1:3] for x in levels], STRIDES)
         return mx.concatenate([xywh, sigmoid(mx.concatenate([c.reshape(n, -1, self.nc) for c in classes], axis=1))],
                               axis=-1)

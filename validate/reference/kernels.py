@@ -157,13 +157,21 @@ def depthwise_conv2d(x, weight, stride=1, padding=0) -> np.ndarray:
     return nchw.transpose(0, 2, 3, 1)
 
 
+def dfl_distances(box, bins) -> np.ndarray:
+    """ultralytics' DFL integral in float64: (N, A, 4 * R) box logits, each side's R bins together ->
+    (N, A, 4) distances, the softmax over each side's bins weighted by ``bins``."""
+    bins = np.asarray(bins, np.float64).ravel()
+    n, a, _ = box.shape
+    return ops.softmax(np.asarray(box, np.float64).reshape(n, a, 4, bins.size), axis=-1) @ bins
+
+
 def box_decode(boxes, classes, bins, strides) -> np.ndarray:
     """ultralytics' Detect decode in float64: the levels' NHWC box maps (N, H, W, 4 * R) and class
     maps (N, H, W, nc) -> (N, A, 4 + nc), boxes as centre x, centre y, width, height in pixels."""
     bins = np.asarray(bins, np.float64).ravel()
     n = boxes[0].shape[0]
-    logits = np.concatenate([np.asarray(b, np.float64).reshape(n, -1, 4, bins.size) for b in boxes], axis=1)
-    dist = ops.softmax(logits, axis=-1) @ bins  # (N, A, 4): left, top, right, bottom
+    dist = dfl_distances(np.concatenate([np.asarray(b).reshape(n, -1, 4 * bins.size) for b in boxes], axis=1),
+                         bins)  # (N, A, 4): left, top, right, bottom
     points, steps = [], []
     for b, stride in zip(boxes, strides):
         h, w = b.shape[1:3]

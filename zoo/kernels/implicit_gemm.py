@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from zoo.errors import ZooError
-from zoo.kernels import core, coverage, winograd
+from zoo.kernels import core, coverage
 from zoo.kernels.winograd import ACTIVATIONS
 
 K_STEP = 8  # input channels per slice of the K loop; each thread reads 4 of them at once
@@ -314,9 +314,11 @@ def suits(dtype: mx.Dtype, weight_shape, stride, padding, groups, dilation) -> b
 # ResNet-50 b32, YOLOv8n/s b16, LaMa 512): with at least a slice's worth of input channels (4 of 8
 # in a slice read zeros), an output of 2**20 elements or more (smaller grids leave multiprocessors
 # idle), and not the small stride-1 3x3 convolutions of 32 channels or more a side (under
-# winograd.MIN_GFLOP), where cuDNN was 0-9% faster with workspaces of at most 25 MiB. A large 1x1
-# stride-1 convolution is one matrix product (cuBLAS).
+# SMALL_3X3_GFLOP), where cuDNN was 0-9% faster with workspaces of at most 25 MiB (on CUDA in float32
+# the models' forwards give those of 1 GFLOP or more to Winograd's form first: models.layers.conv2d_derived).
+# A large 1x1 stride-1 convolution is one matrix product (cuBLAS).
 MIN_OUTPUT_ELEMENTS = 2**20
+SMALL_3X3_GFLOP = 2.0
 # And where its grid is small enough to split its K steps (``splits_for``), 1x1 stride-1 ones too:
 # at batch 1 (H100, 2026-11-27 14:20-14:27 UTC, float32) this took ResNet-50's peak memory under
 # zoo.compiled's cap from 32 MiB (cuDNN's workspaces and cuBLASLt's split-K ones of 2-4 MiB, held
@@ -333,7 +335,7 @@ def worth_it(x_shape, weight_shape, stride, padding) -> bool:
     rows = n * out_h * out_w
     pointwise = (kh, kw) == (1, 1) and (sh, sw) == (1, 1) and core.pair(padding) == (0, 0)
     small_3x3 = (kh, kw) == (3, 3) and (sh, sw) == (1, 1) and min(ci, co) >= 32 \
-        and 2 * n * h * w * 9 * ci * co < winograd.MIN_GFLOP * 1e9
+        and 2 * n * h * w * 9 * ci * co < SMALL_3X3_GFLOP * 1e9
     large = rows * co >= MIN_OUTPUT_ELEMENTS and not small_3x3 and not pointwise
     split = splits_for(rows, co, k_steps(weight_shape), tiles_for(rows, co)) > 1
     return ci >= K_STEP and (large or split)

@@ -266,12 +266,23 @@ def box_decode_case(rng, n, nc, sizes, dtype=np.float32, timed=False):
                 1e-4 if dtype == np.float32 else 1e-3, timed)  # float16: one ulp (2**-10) of the rounded result
 
 
+def dfl_case(rng, n, anchors, timed=False):
+    box = (rng.standard_normal((n, anchors, 64)) * 3).astype(np.float32)
+    bins = np.arange(16, dtype=np.float32)
+    args = (mx.array(box), mx.array(bins))
+    # distances up to 15: float32 sums of 16 exponentials, divided
+    return Case("box_decode", f"DFL distances N={n} anchors={anchors} float32", lambda: box_decode.distances(*args),
+                lambda: [ref.dfl_distances(box, bins).astype(np.float32)], 1e-5, timed)
+
+
 def box_decode_cases(rng) -> list[Case]:
     yolo_640 = ((80, 80), (40, 40), (20, 20))
     return [box_decode_case(rng, 2, 5, ((4, 6), (2, 3), (1, 2))),
             box_decode_case(rng, 2, 5, ((4, 6), (2, 3), (1, 2)), np.float16),
             box_decode_case(rng, 16, 80, yolo_640, timed=True),
-            box_decode_case(rng, 16, 80, yolo_640, np.float16, timed=True)]
+            box_decode_case(rng, 16, 80, yolo_640, np.float16, timed=True),
+            dfl_case(rng, 2, 37),
+            dfl_case(rng, 16, 8400, timed=True)]
 
 
 def depthwise_case(rng, shape, kernel=3, stride=1, dtype=np.float32, timed=False):
