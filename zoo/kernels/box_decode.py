@@ -23,6 +23,7 @@ from zoo.kernels import core, coverage
 
 LEVELS = 3  # the kernel's inputs: P3, P4, P5
 
+
 def _side_distance(read: str, base: str, result: str) -> str:
     """The C lines that set ``result`` to one box side's distance: the softmax over its BINS logits,
     element i read by the expression ``read`` (of ``i``), from index ``base`` on, weighted by ``bins``."""
@@ -46,7 +47,6 @@ def _side_distance(read: str, base: str, result: str) -> str:
 
 
 _LEVEL_READ = "level == 0 ? box0[i] : (level == 1 ? box1[i] : box2[i])"
-
 DECODE = core.Kernel(
     name="zoo_box_decode",
     input_names=("box0", "box1", "box2", "cls0", "cls1", "cls2", "bins", "sizes"),
