@@ -91,9 +91,10 @@ def test_the_gpu_form_is_f4_and_the_kernels_are_written_from_its_matrices():
         assert f"float d[{form.patch}][{form.patch}]" in form.input_kernel.body
 
 
-@pytest.mark.parametrize("name, side", [("resnet18", 64), ("yolov8n", 64)])
+@pytest.mark.parametrize("name, side", [("resnet18", 64), ("yolov8n", 64), ("yolov8n-seg", 64), ("yolo11n-pose", 64)])
 def test_compiled_forward_with_winograd_equals_eager(name, side, monkeypatch):
-    # As on CUDA in float32, with the MLX-op form of the transforms (no GPU here)
+    # As on CUDA in float32 (GPU_FORM, F4), with the MLX-op form of the transforms (no GPU here); the
+    # segmentation head's prototypes in parts and the pose head's zero-padded keypoint branch included
     monkeypatch.setenv("ZOO_COMPILE", "on")
     monkeypatch.setenv("ZOO_KERNELS", "fallback")
     monkeypatch.setattr(winograd, "preferred", winograd.suits)
@@ -101,14 +102,21 @@ def test_compiled_forward_with_winograd_equals_eager(name, side, monkeypatch):
     monkeypatch.setattr(winograd, "MIN_CHANNELS", 0)
     model = zoo.load(name, weights="synthetic", device="cpu")
     x = mx.array(np.random.default_rng(1).uniform(0, 1, (2, side, side + 32, 3)).astype(np.float32))
+
+    def outputs():
+        y = model(x)  # a segmentation model's: (predictions, prototypes)
+        return [np.array(part) for part in (y if isinstance(y, tuple) else (y,))]
+
     forms = []
     with coverage.listening(lambda op, impl: forms.append(op)):
-        got = np.array(model(x))
+        got = outputs()
     folds = model.compiled.folds.arrays.values()
-    assert sum("winograd" in f for f in folds) > 0 and forms.count("winograd conv3x3") > 0
+    assert sum(f.get("winograd", mx.zeros((0,))).shape[0] == 36 for f in folds) > 0
+    assert forms.count("winograd conv3x3") > 0
     with eager():
-        want = np.array(model(x))
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        want = outputs()
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
 
 def test_lama_compiled_forward_with_winograd_is_as_accurate_as_eager(monkeypatch):
