@@ -469,9 +469,8 @@ def checkpoint_spec(spec, weights):
     several of timm's have ResNet's very tensors (resnetblur50, resnetaa50: blur or average pooling before each
     strided conv); the file's pre-processing (crop_pct, input size, mean, std) replaces the name's."""
     other = other_resnet(weights.state_dict)
-    kind, layers = block_counts(weights.state_dict)
+    kind, layers, held = block_counts(weights.state_dict)
     if not other and all(layers) and (kind, layers) != DEPTHS[spec.variant]:  # a backbone without layer4: the loader's
-        held = next((name for name, depth in DEPTHS.items() if depth == (kind, layers)), "")
         if held:
             raise ZooError(f"{weights.source} holds a {held} ({kind} blocks {layers} a stage), not a {spec.variant}: "
                            f"load it as '{held}'")
@@ -553,18 +552,19 @@ def other_resnet(state_dict: dict) -> str:
     return ""
 
 
-def block_counts(state_dict: dict) -> tuple[str, tuple[int, ...]]:
-    """A ResNet checkpoint's blocks: basic or bottleneck, and how many in each stage."""
+def block_counts(state_dict: dict) -> tuple[str, tuple[int, ...], str]:
+    """A ResNet checkpoint's blocks: basic or bottleneck, how many in each stage, and the registered ResNet
+    that has those ('' for none)."""
     kind = "bottleneck" if "layer1.0.conv3.weight" in state_dict else "basic"
-    return kind, tuple(len({key.split(".")[1] for key in state_dict if key.startswith(f"layer{stage}.")})
-                       for stage in range(1, 5))
+    layers = tuple(len({key.split(".")[1] for key in state_dict if key.startswith(f"layer{stage}.")})
+                   for stage in range(1, 5))
+    return kind, layers, next((name for name, depth in DEPTHS.items() if depth == (kind, layers)), "")
 
 
 def variant_of(state_dict: dict) -> str:
     """The registered ResNet a checkpoint holds, by its blocks: basic or bottleneck, and how many in each stage."""
-    kind, layers = block_counts(state_dict)
-    name = next((name for name, depth in DEPTHS.items() if depth == (kind, layers)), None)
-    if name is None:
+    kind, layers, name = block_counts(state_dict)
+    if not name:
         raise ZooError(f"it holds a ResNet of {kind} blocks {layers} a stage, which is none of "
                        f"{', '.join(DEPTHS)}: mlx-zoo builds only these")
     return name

@@ -23,7 +23,6 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 import pytest
-from test_winograd import assert_as_accurate
 
 import zoo.kernels
 from zoo.kernels import core
@@ -33,7 +32,8 @@ from zoo.kernels.sppf import sppf_launch
 from zoo.kernels import box_decode, depthwise, few_outputs, implicit_gemm, winograd
 from zoo.validate.reference import kernels as ref
 
-from test_kernels import decode_error
+from test_kernels import decode_error, dfl_logits, dfl_within_bound
+from test_winograd import assert_as_accurate
 
 COMPILER = shutil.which("g++") or shutil.which("clang++")
 pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C++ compiler (g++ or clang++) on PATH")
@@ -281,12 +281,9 @@ def test_box_decode_metal(run_metal, n, nc, sizes, dtype):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_dfl_distances_metal(run_metal, dtype):
-    rng = np.random.default_rng(6)
-    box = (rng.standard_normal((2, 9, 64)) * 3).astype(dtype)
-    bins = rng.uniform(0, 16, 16).astype(np.float32)
+    box, bins = dfl_logits(9, dtype)
     (y,) = run_metal(box_decode.distances_launch(mx.array(box), mx.array(bins)))
-    tolerance = 1e-6 if dtype == np.float32 else 2e-3
-    assert np.abs(y.astype(np.float64) - ref.dfl_distances(box, bins)).max() <= tolerance * 16
+    assert dfl_within_bound(y, box, bins)
 
 
 # ---------------------------------------------------------------- depthwise convolution

@@ -33,6 +33,8 @@ def export_format(name: str | Path) -> str | None:
     """The format of an export for another runtime that ``name`` (a file or folder) ends as, or None."""
     name = str(name).rstrip("/\\").lower()
     return next((fmt for ending, fmt in EXPORT_ENDINGS.items() if name.endswith(ending)), None)
+
+
 SUFFIXES = (".safetensors", *_TORCH_SUFFIXES)
 _FIX = "pass a .safetensors, .pt, .pth or .ckpt file"
 DATA_PARALLEL_PREFIX = "module."  # torch's DataParallel / DistributedDataParallel wrap the model as .module

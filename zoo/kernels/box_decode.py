@@ -131,8 +131,7 @@ def _checked(boxes, classes, bins, strides):
                        f"{len(boxes)}, {len(classes)} and {len(strides)}")
     boxes = [core.nhwc_float_input("box decode", b) for b in boxes]
     classes = [core.nhwc_float_input("box decode", c) for c in classes]
-    bins = core.as_array("bins", bins)
-    bins = bins if bins.ndim == 1 else bins.reshape(-1)  # no op in a trace for bins already flat
+    bins = _flat_bins(bins)
     first = boxes[0]
     for b, c in zip(boxes, classes):
         if b.dtype != first.dtype or c.dtype != first.dtype:
@@ -147,7 +146,15 @@ def _checked(boxes, classes, bins, strides):
         raise ZooError(f"box decode: strides must be positive integers, got {strides!r}")
     cells = sum(b.shape[1] * b.shape[2] for b in boxes)
     core.check_size("box decode output", first.shape[0] * cells * (4 + classes[0].shape[3]))
-    return boxes, classes, bins if bins.dtype == mx.float32 else bins.astype(mx.float32)
+    return boxes, classes, bins
+
+
+def _flat_bins(bins) -> mx.array:
+    """The DFL weights as the kernels read them: (bins,) float32, from bin values or the (1, 1, 1, bins) 1x1
+    convolution; no op in a trace for bins already so (zoo.models.yolov8's dfl_bins makes them once)."""
+    bins = core.as_array("bins", bins)
+    bins = bins if bins.ndim == 1 else bins.reshape(-1)
+    return bins if bins.dtype == mx.float32 else bins.astype(mx.float32)
 
 
 def decode_launch(boxes, classes, bins: mx.array, strides) -> core.Launch:
@@ -190,11 +197,9 @@ def distances(box: mx.array, bins: mx.array) -> mx.array:
     the (N, A, 4 * bins) box logits (each side's bins together), softmax over each side's bins and
     their weighted sum, in float32, rounded once to the logits' dtype. One thread per side, in place
     of a copy, a softmax and a product (YOLOv8n b16 float32 on an H200: the softmax alone 0.33 ms)."""
-    box, bins = core.as_array("box", box), core.as_array("bins", bins)
-    bins = bins if bins.ndim == 1 else bins.reshape(-1)
+    box, bins = core.as_array("box", box), _flat_bins(bins)
     if box.ndim != 3 or box.shape[2] != 4 * bins.size or not core.is_float(box.dtype):
         raise ZooError(f"dfl distances: box must be float (N, A, 4 x {bins.size}), got {box.dtype} {tuple(box.shape)}")
-    bins = bins if bins.dtype == mx.float32 else bins.astype(mx.float32)
     backend = core.native_backend()
     coverage.note("dfl distances", coverage.MLX_OP if backend is None else coverage.CUSTOM_KERNEL)
     if backend is None:

@@ -243,12 +243,12 @@ ACTIVATIONS = {name: core.ACTIVATIONS[name] for name in (None, "relu", "silu")}
 
 def conv3x3(x: mx.array, u: mx.array, bias: mx.array | None = None, padding: int = 1,
             activation: str | None = None) -> mx.array:
-    """activation(mx.conv2d(x, weight, stride=1, padding=padding) + bias) for u = transform_weight(weight);
-    x NHWC (N, H, W, C), padding 0 or 1, activation None, "relu" or "silu"."""
+    """activation(mx.conv2d(x, weight, stride=1, padding=padding) + bias) for u = transform_weight(weight, form),
+    the form told by u's first dimension; x NHWC (N, H, W, C), padding 0 or 1, activation None, "relu" or "silu"."""
     x = core.nhwc_float_input("winograd conv3x3", x)
     if u.ndim != 3 or u.shape[0] not in FORMS or u.shape[1] != x.shape[-1]:
-        raise ZooError(f"winograd conv3x3: u must be (16 or 36, {x.shape[-1]}, O) from transform_weight, "
-                       f"got shape {tuple(u.shape)}")
+        raise ZooError(f"winograd conv3x3: u must be ({' or '.join(map(str, FORMS))}, {x.shape[-1]}, O) from "
+                       f"transform_weight, got shape {tuple(u.shape)}")
     form = FORMS[u.shape[0]]
     if activation not in ACTIVATIONS:
         raise ZooError(f"winograd conv3x3: activation must be one of {list(ACTIVATIONS)}, got {activation!r}")
