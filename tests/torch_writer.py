@@ -72,16 +72,17 @@ class Writer(pickle._Pickler):
         self.write(pickle.REDUCE)
 
     def save_new(self, obj):
-        self.save(obj.cls)
-        self.save(())
-        self.write(pickle.NEWOBJ)
-        self.save(obj.state)
-        self.write(pickle.BUILD)
+        self.save_built(obj, pickle.NEWOBJ)
 
     def save_reduced(self, obj):
+        self.save_built(obj, pickle.REDUCE)
+
+    def save_built(self, obj, make: bytes):
+        """obj.cls made with no arguments by ``make`` (NEWOBJ as pickle's protocol 2, or a call: REDUCE), then
+        given obj.state (BUILD)."""
         self.save(obj.cls)
         self.save(())
-        self.write(pickle.REDUCE)
+        self.write(make)
         self.save(obj.state)
         self.write(pickle.BUILD)
 
