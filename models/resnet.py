@@ -18,7 +18,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from zoo.compiled import CompiledForward
+from zoo.compiled import CompiledForward, Stage, stages_pay
 from zoo.concurrency import serialized
 from zoo.devices import as_model_input
 from zoo.errors import UsageError, ZooError, in_command_line, option
@@ -65,6 +65,19 @@ class BasicBlock(nn.Module):
         convs = [(self[f"conv{i}"], self[f"bn{i}"]) for i in range(1, 4) if f"conv{i}" in self]
         return convs + ([(self.downsample["0"], self.downsample["1"])] if "downsample" in self else [])
 
+    def flop_per_pixel(self, stride: int) -> tuple[float, int]:
+        """The convolutions' FLOPs (two per multiply-add) per pixel of the network's input, the block's input at
+        ``stride``, and its output's stride: conv1, conv2 (, conv3) one after the other, the downsample beside."""
+        total, at = 0.0, stride
+        for i in range(1, 4):
+            if f"conv{i}" in self:
+                conv = self[f"conv{i}"]
+                at *= conv.stride[0]
+                total += 2 * conv.weight.size / at**2
+        if "downsample" in self:
+            total += 2 * self.downsample["0"].weight.size / at**2
+        return total, at
+
     def __call__(self, x: mx.array) -> mx.array:
         out = conv_bn(self.conv1, self.bn1, x, activation="relu")
         return conv_bn(self.conv2, self.bn2, out, activation="relu", residual=self.shortcut(x))
@@ -86,6 +99,7 @@ class Bottleneck(nn.Module):
 
     shortcut = BasicBlock.shortcut
     conv_bn_pairs = BasicBlock.conv_bn_pairs
+    flop_per_pixel = BasicBlock.flop_per_pixel
 
     def __call__(self, x: mx.array) -> mx.array:
         out = conv_bn(self.conv1, self.bn1, x, activation="relu")
@@ -220,10 +234,47 @@ class ResNet(nn.Module):
         self.compiled = self.compiled_forward()
 
     def compiled_forward(self) -> CompiledForward:
-        """``forward`` compiled, with the BatchNorms of the blocks the model has folded into their convolutions."""
+        """``forward`` compiled, with the BatchNorms of the blocks the model has folded into their convolutions;
+        a classifier's big inputs in four stages (the stem and layer1, layer2, layer3, layer4 and the head:
+        ``staged``), each stage's graph built while the GPU runs the one before."""
         blocks = [m for m in self.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+        self.flop_per_pixel = self.conv_flop_per_pixel()
+        stages = [] if self.features_only else [
+            Stage(lambda x: self.layer1(self.maxpool(self.stem(x))), [self.conv1, self.bn1, self.layer1]),
+            Stage(lambda x: self.layer2(x), [self.layer2]),
+            Stage(lambda x: self.layer3(x), [self.layer3]),
+            Stage(lambda x: self.forward_head(self.layer4(x)),
+                  [self.layer4, self.avgpool] + ([self.fc] if "fc" in self else []))]
         return CompiledForward(self.forward, self, folds=[(self.conv1, self.bn1)] + [
-            pair for block in blocks for pair in block.conv_bn_pairs()])
+            pair for block in blocks for pair in block.conv_bn_pairs()], stages=stages, staged=self.staged)
+
+    def conv_flop_per_pixel(self) -> float:
+        """The convolutions' FLOPs (two per multiply-add) per input pixel, each at its output's stride."""
+        stride = self.conv1.stride[0]
+        total = 2 * self.conv1.weight.size / stride**2
+        stride *= 2  # the max pooling
+        for i in range(1, STAGES):
+            for block in self[f"layer{i}"].children_in_order() if f"layer{i}" in self else []:
+                flops, stride = block.flop_per_pixel(stride)
+                total += flops
+        return total
+
+    def staged(self, x: mx.array) -> bool:
+        """Whether the compiled forward runs ``x`` in stages (zoo.compiled.stages_pay)."""
+        n, h, w, _ = x.shape
+        return stages_pay(self.flop_per_pixel * n * h * w / 1e9, x.dtype)
+
+    def __setitem__(self, key, value):
+        """A module set in place of a child (``model.fc = nn.Linear(...)``, torchvision's way of a new head)
+        compiles the forward again: the stages read the children they were built with."""
+        super().__setitem__(key, value)
+        if isinstance(value, nn.Module) and "compiled" in self.__dict__:
+            self.compiled = self.compiled_forward()
+
+    def __delitem__(self, key):
+        super().__delitem__(key)
+        if "compiled" in self.__dict__:
+            self.compiled = self.compiled_forward()
 
     @property
     def dtype(self) -> mx.Dtype:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import zoo
+from zoo import compiled
 from zoo.compiled import CompiledForward, Stage, eager, enabled
 from zoo.errors import ZooError
 from zoo.models.layers import conv_bn
@@ -152,7 +153,7 @@ def test_yolov8_compiled_forward_runs_in_stages_for_big_inputs(compile_on, monke
     x = mx.array(np.random.default_rng(5).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))
     got = {}
     for threshold in (1e9, 0):
-        monkeypatch.setattr(yolo, "STAGED_FROM_GFLOP", {True: threshold, False: threshold})
+        monkeypatch.setattr(compiled, "STAGED_FROM_GFLOP", {True: threshold, False: threshold})
         model.compiled.clear()
         got[threshold] = np.array(model(x))
         (traced, _), = model.compiled.traces.values()
@@ -162,6 +163,33 @@ def test_yolov8_compiled_forward_runs_in_stages_for_big_inputs(compile_on, monke
         want = np.array(model(x))
     for out in got.values():
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_resnet_compiled_forward_runs_in_stages_for_big_inputs(compile_on, monkeypatch):
+    model = zoo.load("resnet50", weights="synthetic", device="cpu")
+    # the convolutions' GFLOPs at 224 px: torchvision's ResNet-50 is 4.09 GMACs
+    assert model.flop_per_pixel * 224 * 224 / 1e9 == pytest.approx(8.17, abs=0.01)
+    assert [model.staged(mx.zeros((n, 224, 224, 3))) for n in (4, 8)] == [False, True]  # float32 from 60 GFLOP
+    assert not model.staged(mx.zeros((32, 224, 224, 3), mx.float16))  # 262 GFLOP: float16 from 300
+    model = zoo.load("resnet18", weights="synthetic", device="cpu")
+    x = images(2, 64)
+    with eager():
+        want = np.array(model(x))
+    monkeypatch.setattr(compiled, "STAGED_FROM_GFLOP", {True: 0, False: 0})
+    np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
+    (traced, _), = model.compiled.traces.values()
+    assert len(traced) == 4  # the stem and layer1, layer2, layer3, layer4 and the head
+    # a new head set in place of fc (torchvision's way) is the one the stages run
+    head = mx_nn.Linear(512, 3)
+    model.fc = head
+    with eager():
+        want = np.array(model(x))
+    assert want.shape == (2, 3)
+    np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
+    del model["fc"]  # no head: the pooled features
+    assert model(x).shape == (2, 512)
+    features = zoo.load("resnet18", weights="synthetic", device="cpu", features_only=True, out_indices=(2, 4))
+    assert [m.shape for m in features(x)] == [(2, 8, 8, 128), (2, 2, 2, 512)]  # no stages: maps, not logits
 
 
 def test_sam_decoder_compiled_equals_eager(compile_on):
@@ -491,12 +519,20 @@ def test_memory_cap_bounds_the_forwards_peak_and_restores_the_limit(compile_on, 
     limit = mx.get_memory_limit()
     uncapped = peak_above_active(lambda: forward(x))
     monkeypatch.setattr(compiled, "capping", lambda: True)  # on the CPU there is none
+    monkeypatch.setattr(compiled, "CAP_FLOOR", 0)  # the cap at this small forward's least memory itself
     forward.clear()
     first = peak_above_active(lambda: forward(x))  # the trace's first call: one commit at a time
     (_, least), = forward.traces.values()
     assert least / 2**20 == pytest.approx(first, abs=0.5)
     capped = [peak_above_active(lambda: forward(x)) for _ in range(2)]
-    assert uncapped > 40 and least < 24 * 2**20 and max(capped) < 30, (uncapped, least, capped)
+    # the floor: no cap tighter than CAP_FLOOR above the memory in use (here twice this forward's least memory)
+    monkeypatch.setattr(compiled, "CAP_FLOOR", 2 * least)
+    floored = peak_above_active(lambda: forward(x))
+    assert uncapped > 40 and least < 24 * 2**20 and max(capped) < 30 < floored < 2 * least / 2**20 + 8, \
+        (uncapped, least, capped, floored)
+    without_floor = CompiledForward(chain, [], cap_floor=False)  # MobileSAM's decoder: capped at its least memory
+    without_floor(x)
+    assert peak_above_active(lambda: without_floor(x)) < 30
     monkeypatch.setenv(compiled.MEMORY_FACTOR_VAR, "4")  # room for more work in flight
     assert 40 < peak_above_active(lambda: forward(x)) < 4 * least / 2**20 + 8
     assert mx.get_memory_limit() == limit

@@ -19,6 +19,7 @@ from safetensors.numpy import save_file
 import zoo
 from conftest import FIXTURES, MANIFESTS, cli_error
 from torch_writer import module, module_tree, tensor, write_torch_zip
+from zoo import compiled
 from zoo.compiled import eager
 from zoo.errors import ZooError
 from zoo.models import yolov8
@@ -178,7 +179,7 @@ def test_compiled_forward_matches_eager_in_one_trace_and_in_stages(monkeypatch):
     with eager():
         want = np.array(model(x))
     for threshold in (1e9, 0):
-        monkeypatch.setattr(yolo, "STAGED_FROM_GFLOP", {True: threshold, False: threshold})
+        monkeypatch.setattr(compiled, "STAGED_FROM_GFLOP", {True: threshold, False: threshold})
         model.compiled.clear()
         np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
         (traced, _), = model.compiled.traces.values()

@@ -30,9 +30,13 @@ the project's own figures: docs/speed-gpu.md).
   evaluated one commit at a time (``least_memory``: MLX's memory limit at the memory in use),
   which gives the least memory this forward runs in under MLX; every later call is scheduled
   (``mx.async_eval``) under ``mx.set_memory_limit(in use + FACTOR x that least memory)``, past
-  which MLX's eval waits for committed work to finish before encoding more. Without CUDA graphs
-  (zoo/__init__) such a wait costs little: docs/speed-gpu.md has the trade measured.
-- Stages (``CompiledForward(stages=...)``; YOLOv8's big inputs): a forward compiled as a chain of
+  which MLX's eval waits for committed work to finish before encoding more. Such a wait leaves the
+  GPU idle while the host encodes what follows: 3-7% of a big float32 batch's time, 5-9% in
+  float16 and MobileSAM's encoder (H200, 2026-12-01; docs/speed-gpu.md has the trade). The cap is
+  never tighter than ``CAP_FLOOR`` (32 MiB) above the memory in use: below that its waits kept the
+  host and the GPU to one commit at a time to save a few MiB (ResNet-50 batch 1 float32 on an
+  H200: 3.25 ms and 19 MiB capped at its least memory, 2.11 ms and 31 MiB at the floor).
+- Stages (``CompiledForward(stages=...)``; the big inputs of YOLO and ResNet): a forward compiled as a chain of
   traces, each stage's outputs scheduled on MLX's CUDA backend before the next stage's graph is
   built, so that the GPU computes while the host builds; one memory cap spans them.
 - The validator records every layer with eager modules: inside ``eager()`` every
@@ -61,6 +65,10 @@ MODES = ("auto", "on", "off")
 MAX_TRACES = 8
 MEMORY_FACTOR_VAR = "ZOO_GPU_MEMORY_FACTOR"
 DEFAULT_MEMORY_FACTOR = 1.0
+CAP_FLOOR = 32 * 2**20  # bytes: no cap tighter than this above the memory in use (the module's docstring says why)
+# A forward's convolution GFLOPs from which it runs in stages (CompiledForward's ``staged``), keyed by "float32":
+# measured on YOLOv8 and ResNet-50 (docs/speed-gpu.md "YOLOv8 in stages", "ResNet in stages, and the cap's floor")
+STAGED_FROM_GFLOP = {True: 60.0, False: 300.0}
 TRANSFORM_REFUSAL = "[async_eval] Not allowed inside a graph transformation"  # MLX's message
 _capping = threading.Lock()  # the limit is process-wide: one capped scheduling at a time
 
@@ -164,6 +172,12 @@ def schedule_capped(run: Callable, cap: int):
         finally:
             mx.set_memory_limit(previous)
         return out
+
+
+def stages_pay(gflop: float, dtype: mx.Dtype) -> bool:
+    """Whether a forward of ``gflop`` convolution GFLOPs in ``dtype`` runs in stages (STAGED_FROM_GFLOP): where
+    the GPU's work outlasts the host's building of the next stage's graph."""
+    return gflop >= STAGED_FROM_GFLOP[dtype == mx.float32]
 
 
 def _signature(value):
@@ -352,11 +366,15 @@ class CompiledForward:
     builds the next: MLX rebuilds a compiled graph on every call (about 1 ms for YOLOv8's), which
     the GPU otherwise waits out. Each stage costs the host about 0.1 ms, so small inputs run
     whole (docs/speed-gpu.md).
+
+    ``cap_floor=False``: the memory cap at the forward's least memory however small (no ``CAP_FLOOR``),
+    for a forward whose waits under it cost no time.
     """
 
     def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES, folds=(), stages=(),
-                 staged: Callable[..., bool] | None = None):
+                 staged: Callable[..., bool] | None = None, cap_floor: bool = True):
         self.fn = fn
+        self.cap_floor = cap_floor
         self.modules = modules
         self.max_traces = max_traces
         self.traces: OrderedDict = OrderedDict()
@@ -400,7 +418,7 @@ class CompiledForward:
             out = run(_lazy)
             least = least_memory((args, self.folds.arrays if folding else {}), out)
         elif capping():
-            out = schedule_capped(run, int(memory_factor() * least))
+            out = schedule_capped(run, max(int(memory_factor() * least), CAP_FLOOR if self.cap_floor else 0))
         else:
             out = run(_schedule if cuda_backend() else _lazy)
         if new and folding:

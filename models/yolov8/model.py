@@ -31,7 +31,7 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten
 
-from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_dtype, folded, folding,
+from zoo.compiled import (CompiledForward, Stage, fold_batch_norm, fold_in_conv_dtype, folded, folding, stages_pay,
                           with_winograd)
 from zoo import devices
 from zoo.devices import as_model_input
@@ -150,7 +150,6 @@ STRIDES = (8, 16, 32)
 # Stages pay where the GPU's work outlasts the host's building of the next stage's graph: on an
 # H100 from about 60 GFLOP a call in float32 (YOLOv8s b4, YOLOv8n b8 at 640) and 300 in float16
 # (YOLOv8s b16); below that each stage's ~0.1 ms of host time is lost (docs/speed-gpu.md).
-STAGED_FROM_GFLOP = {True: 60.0, False: 300.0}  # keyed by "float32"
 REG_MAX = 16  # DFL bins per box side
 
 
@@ -721,9 +720,9 @@ class DetectionModel(nn.Module):
         return self.compiled(x)
 
     def staged(self, x: mx.array) -> bool:
-        """Whether the compiled forward runs ``x`` in stages (STAGED_FROM_GFLOP)."""
+        """Whether the compiled forward runs ``x`` in stages (zoo.compiled.stages_pay)."""
         n, h, w, _ = x.shape
-        return self.flop_per_pixel * n * h * w / 1e9 >= STAGED_FROM_GFLOP[x.dtype == mx.float32]
+        return stages_pay(self.flop_per_pixel * n * h * w / 1e9, x.dtype)
 
     def forward(self, x: mx.array) -> mx.array:
         return self.layers(0, len(self.arch.layers), x)
