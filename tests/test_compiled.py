@@ -143,8 +143,6 @@ def test_a_fold_outside_every_stage_is_refused():
 
 
 def test_yolov8_compiled_forward_runs_in_stages_for_big_inputs(compile_on, monkeypatch):
-    import zoo.models.yolov8.model as yolo
-
     model = zoo.load("yolov8n", weights="synthetic", device="cpu")
     # the convolutions' GFLOPs at 640 px: ultralytics' model summary says 8.7 for YOLOv8n
     assert model.flop_per_pixel * 640 * 640 / 1e9 == pytest.approx(8.7, abs=0.05)
