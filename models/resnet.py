@@ -65,7 +65,7 @@ class BasicBlock(nn.Module):
         convs = [(self[f"conv{i}"], self[f"bn{i}"]) for i in range(1, 4) if f"conv{i}" in self]
         return convs + ([(self.downsample["0"], self.downsample["1"])] if "downsample" in self else [])
 
-    def flop_per_pixel(self, stride: int) -> tuple[float, int]:
+    def flops_at(self, stride: int) -> tuple[float, int]:
         """The convolutions' FLOPs (two per multiply-add) per pixel of the network's input, the block's input at
         ``stride``, and its output's stride: conv1, conv2 (, conv3) one after the other, the downsample beside."""
         total, at = 0.0, stride
@@ -99,7 +99,7 @@ class Bottleneck(nn.Module):
 
     shortcut = BasicBlock.shortcut
     conv_bn_pairs = BasicBlock.conv_bn_pairs
-    flop_per_pixel = BasicBlock.flop_per_pixel
+    flops_at = BasicBlock.flops_at
 
     def __call__(self, x: mx.array) -> mx.array:
         out = conv_bn(self.conv1, self.bn1, x, activation="relu")
@@ -255,7 +255,7 @@ class ResNet(nn.Module):
         stride *= 2  # the max pooling
         for i in range(1, STAGES):
             for block in self[f"layer{i}"].children_in_order() if f"layer{i}" in self else []:
-                flops, stride = block.flop_per_pixel(stride)
+                flops, stride = block.flops_at(stride)
                 total += flops
         return total
 

@@ -31,7 +31,7 @@ the project's own figures: docs/speed-gpu.md).
   which gives the least memory this forward runs in under MLX; every later call is scheduled
   (``mx.async_eval``) under ``mx.set_memory_limit(in use + FACTOR x that least memory)``, past
   which MLX's eval waits for committed work to finish before encoding more. Such a wait leaves the
-  GPU idle while the host encodes what follows: 3-7% of a big float32 batch's time, 5-9% in
+  GPU idle while the host encodes what follows: 2-7% of a big float32 batch's time, 4-8% in
   float16 and MobileSAM's encoder (H200, 2026-12-01; docs/speed-gpu.md has the trade). The cap is
   never tighter than ``CAP_FLOOR`` (32 MiB) above the memory in use: below that its waits kept the
   host and the GPU to one commit at a time to save a few MiB (ResNet-50 batch 1 float32 on an
@@ -66,8 +66,11 @@ MAX_TRACES = 8
 MEMORY_FACTOR_VAR = "ZOO_GPU_MEMORY_FACTOR"
 DEFAULT_MEMORY_FACTOR = 1.0
 CAP_FLOOR = 32 * 2**20  # bytes: no cap tighter than this above the memory in use (the module's docstring says why)
-# A forward's convolution GFLOPs from which it runs in stages (CompiledForward's ``staged``), keyed by "float32":
-# measured on YOLOv8 and ResNet-50 (docs/speed-gpu.md "YOLOv8 in stages", "ResNet in stages, and the cap's floor")
+# A forward's convolution GFLOPs from which it runs in stages (``stages_pay``), keyed by "float32". Stages pay where
+# the GPU's work outlasts the host's building of the next stage's graph: on an H100 from about 60 GFLOP a call in
+# float32 (YOLOv8s b4, YOLOv8n b8 at 640) and 300 in float16 (YOLOv8s b16); below that each stage's ~0.1 ms of host
+# time is lost. ResNet-50 on an H200 alike: staged at b32 in float32 (262 GFLOP), not in float16 nor at b1
+# (docs/speed-gpu.md, "YOLOv8 in stages" and "ResNet in stages, and a floor under the memory cap").
 STAGED_FROM_GFLOP = {True: 60.0, False: 300.0}
 TRANSFORM_REFUSAL = "[async_eval] Not allowed inside a graph transformation"  # MLX's message
 _capping = threading.Lock()  # the limit is process-wide: one capped scheduling at a time

@@ -147,9 +147,6 @@ YOLO11 = Architecture(
 
 ARCHITECTURES = {arch.name: arch for arch in (YOLOV8, YOLO11)}
 STRIDES = (8, 16, 32)
-# Stages pay where the GPU's work outlasts the host's building of the next stage's graph: on an
-# H100 from about 60 GFLOP a call in float32 (YOLOv8s b4, YOLOv8n b8 at 640) and 300 in float16
-# (YOLOv8s b16); below that each stage's ~0.1 ms of host time is lost (docs/speed-gpu.md).
 REG_MAX = 16  # DFL bins per box side
 
 
