@@ -13,12 +13,19 @@ from zoo.kernels import depthwise, implicit_gemm, winograd
 class Sequential(nn.Module):
     """torch.nn.Sequential's naming: children are "0", "1", ... so that
     checkpoint keys like ``downsample.0.weight`` load by name (MLX's own
-    Sequential names them ``layers.0``)."""
+    Sequential names them ``layers.0``). A child is also found by its int
+    index (``model.layer1[0]``, as torch's; MLX's ``update`` and ``load_weights``
+    index digit-named children so)."""
 
     def __init__(self, *modules: nn.Module):
         super().__init__()
         for i, module in enumerate(modules):
             self[str(i)] = module
+
+    def __getitem__(self, key):
+        if isinstance(key, int) and not isinstance(key, bool):
+            key = str(key + len(self) if key < 0 else key)
+        return super().__getitem__(key)
 
     def children_in_order(self) -> list[nn.Module]:
         return [self[key] for key in sorted((k for k in self.keys() if k.isdigit()), key=int)]

@@ -254,9 +254,15 @@ class ResNet(nn.Module):
         total = 2 * self.conv1.weight.size / stride**2
         stride *= 2  # the max pooling
         for i in range(1, STAGES):
-            for block in self[f"layer{i}"].children_in_order() if f"layer{i}" in self else []:
-                flops, stride = block.flops_at(stride)
-                total += flops
+            layer = self.get(f"layer{i}")
+            # a layer set by the user may be another module: ResNet blocks in a Sequential (zoo's or MLX's)
+            # or alone are counted, anything else not
+            blocks = layer.children_in_order() if isinstance(layer, Sequential) else \
+                layer.layers if isinstance(layer, nn.Sequential) else [layer]
+            for block in blocks:
+                if isinstance(block, (BasicBlock, Bottleneck)):
+                    flops, stride = block.flops_at(stride)
+                    total += flops
         return total
 
     def staged(self, x: mx.array) -> bool:

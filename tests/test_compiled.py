@@ -10,6 +10,7 @@ from zoo import compiled
 from zoo.compiled import CompiledForward, Stage, eager, enabled
 from zoo.errors import ZooError
 from zoo.models.layers import conv_bn
+from zoo.models.resnet import BasicBlock
 
 
 @pytest.fixture
@@ -188,6 +189,32 @@ def test_resnet_compiled_forward_runs_in_stages_for_big_inputs(compile_on, monke
     assert model(x).shape == (2, 512)
     features = zoo.load("resnet18", weights="synthetic", device="cpu", features_only=True, out_indices=(2, 4))
     assert [m.shape for m in features(x)] == [(2, 8, 8, 128), (2, 2, 2, 512)]  # no stages: maps, not logits
+
+
+def test_resnet_compiled_forward_follows_the_modules_a_user_sets(compile_on, monkeypatch):
+    monkeypatch.setattr(compiled, "STAGED_FROM_GFLOP", {True: 0, False: 0})  # the stages, whose modules are fixed
+    x = images(2, 64)
+    model = zoo.load("resnet18", weights="synthetic", device="cpu")
+    model(x)  # a trace before each change
+    # a layer of another kind (MLX's modules, not zoo's Sequential) and a head to match
+    for layer4, width in ((mx_nn.Identity(), 256), (mx_nn.Sequential(BasicBlock(256, 512, 2)), 512)):
+        model.layer4, model.fc = layer4, mx_nn.Linear(width, 5)
+        model.eval()
+        with eager():
+            want = np.array(model(x))
+        np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
+    # training mode runs eagerly: traced, the BatchNorms' running statistics were left as tracers
+    model = zoo.load("resnet18", weights="synthetic", device="cpu")
+    model(x)
+    model.train()
+    model(x)
+    model.bn1 = mx_nn.BatchNorm(64)  # a new module, in training mode
+    model(x)
+    model.eval()
+    np.array(model.bn1.running_mean), np.array(model.layer1[0].bn1.running_var)  # evaluable arrays
+    with eager():
+        want = np.array(model(x))
+    np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
 
 
 def test_sam_decoder_compiled_equals_eager(compile_on):
@@ -454,15 +481,15 @@ def test_folds_follow_an_array_added_after_tracing(compile_on):
     assert np.abs(got - before).max() > 0.1
 
 
-def test_training_mode_is_not_folded(resnet, compile_on):
+def test_training_mode_runs_eagerly(resnet, compile_on):
     resnet.compiled.clear()
     resnet.train()
     try:
-        resnet(images(2, 32))
+        resnet(images(2, 32))  # the BatchNorms update their running statistics: no trace, no fold
     finally:
         resnet.eval()
-    (key, _), = resnet.compiled.traces.items()
-    assert not key[0]
+    assert not resnet.compiled.traces
+    np.array(resnet.bn1.running_mean)  # an array, not a trace's tracer
 
 
 def test_yolov8_call_is_compiled_and_validator_path_is_eager(compile_on):

@@ -106,6 +106,19 @@ def test_reset_classifier():
         model.predict(np.zeros((40, 40, 3), np.uint8))
 
 
+def test_mlx_save_and_load_weights_round_trip(tmp_path):
+    """MLX's own Module.save_weights / load_weights (mlx-examples' way): the digit-named children of the
+    torch-named Sequentials load from the lists MLX's tree_unflatten makes of them, and index as torch's."""
+    model = zoo.load("resnet18", weights="synthetic:1", device="cpu")
+    path = str(tmp_path / "resnet18.safetensors")
+    model.save_weights(path)
+    other = zoo.load("resnet18", weights="synthetic:2", device="cpu")
+    other.load_weights(path)
+    x = mx.array(np.random.default_rng(0).standard_normal((1, 64, 64, 3)).astype(np.float32))
+    np.testing.assert_array_equal(np.array(other(x)), np.array(model(x)))
+    assert model.layer1[0] is model.layer1["0"] and model.layer1[-1] is model.layer1["1"]
+
+
 def test_num_classes_via_zoo_load(capsys):
     model = zoo.load("resnet50", weights="synthetic:0", device="cpu", num_classes=10)
     assert model(mx.zeros((2, 32, 32, 3))).shape == (2, 10)

@@ -23,7 +23,8 @@ the project's own figures: docs/speed-gpu.md).
   ``folded(conv)`` gives that convolution's weight scaled by the BatchNorm and its bias
   (models.layers.conv_bn runs them). The folded arrays are inputs of the trace, built
   on the first compiled call and again whenever one of their source arrays was replaced
-  (weights loaded or cast later); a module in training mode is never folded.
+  (weights loaded or cast later). A forward with a module in training mode runs eagerly: its
+  BatchNorms update their running statistics, which a trace would leave holding its tracers.
 - A memory cap on MLX's CUDA backend (``ZOO_GPU_MEMORY_FACTOR``): MLX keeps every op's inputs
   (and cuDNN workspace) until the GPU has passed the commit after it, with up to ten commits in
   flight, so a big batch held several times PyTorch's peak. The first call of each trace is
@@ -255,10 +256,8 @@ class FoldedConvs:
         return {key: self.arrays[key] for key in self.pairs if key in inside}
 
     def usable(self) -> bool:
-        """No module in training mode, and every BatchNorm with running statistics to fold."""
-        # _training read directly: through the property it was 40 us per call for YOLOv8n (2-core CPU)
-        return not any(map(_TRAINING, self.modules)) \
-            and all(bn.track_running_stats and "weight" in bn for bn in self.batch_norms)
+        """Every BatchNorm with running statistics to fold (a forward in training mode runs eagerly)."""
+        return all(bn.track_running_stats and "weight" in bn for bn in self.batch_norms)
 
 
 def members(conv, partner) -> tuple:
@@ -379,6 +378,8 @@ class CompiledForward:
         self.fn = fn
         self.cap_floor = cap_floor
         self.modules = modules
+        self.roots = [m for m in (modules if isinstance(modules, (list, tuple)) else [modules])
+                      if isinstance(m, nn.Module)]
         self.max_traces = max_traces
         self.traces: OrderedDict = OrderedDict()
         self.folds = FoldedConvs(folds)
@@ -392,7 +393,9 @@ class CompiledForward:
             raise ValueError(f"{len(outside)} folded convolutions are in no stage's modules")
 
     def __call__(self, *args):
-        if not enabled():
+        # _training read directly: through the property it was 40 us per call for YOLOv8n (2-core CPU)
+        if not enabled() or any(map(_TRAINING, self.roots)) or any(map(_TRAINING, self.folds.modules)):
+            # in training mode its BatchNorms update their running statistics: a trace would leave them tracers
             return self.fn(*args)
         folding = self.folds.usable()
         if folding:
