@@ -217,6 +217,35 @@ def test_resnet_compiled_forward_follows_the_modules_a_user_sets(compile_on, mon
     np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_module_replaced_inside_the_network_makes_the_forward_run_eagerly(compile_on, capsys):
+    """A BatchNorm set inside a block after loading (its fold, and a trace, hold the one replaced): the
+    forward runs uncompiled from then on, said in one line, and its results are the network's."""
+    x = images(2, 64)
+    for change in ("a BatchNorm in a block", "a block appended to a stage"):
+        model = zoo.load("resnet18", weights="synthetic", device="cpu")
+        model(x)
+        capsys.readouterr()
+        if change == "a BatchNorm in a block":
+            bn = mx_nn.BatchNorm(64)
+            bn.eval()
+            model.layer1[0].bn1 = bn
+        else:
+            model.layer4["2"] = BasicBlock(512, 512)
+            model.eval()
+        with eager():
+            want = np.array(model(x))
+        for _ in range(2):
+            np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
+        note = capsys.readouterr().err
+        assert note.count("its forward runs uncompiled from now on") == 1, (change, note)
+        assert ("ResNet.layer1.0.bn1 was set" in note) == (change == "a BatchNorm in a block")
+        assert model.compiled.structure is None and not model.compiled.traces
+    model = zoo.load("resnet18", weights="synthetic", device="cpu")
+    model.fc = mx_nn.Linear(512, 3)  # a new head: the forward is built again, compiled
+    model(x)
+    assert model.compiled.structure is not None and model.compiled.traces
+
+
 def test_sam_decoder_compiled_equals_eager(compile_on):
     sam = zoo.load("mobilesam", weights="synthetic", device="cpu")
     features = mx.array(np.random.default_rng(0).standard_normal((1, 64, 64, 256)).astype(np.float32))

@@ -24,7 +24,9 @@ the project's own figures: docs/speed-gpu.md).
   (models.layers.conv_bn runs them). The folded arrays are inputs of the trace, built
   on the first compiled call and again whenever one of their source arrays was replaced
   (weights loaded or cast later). A forward with a module in training mode runs eagerly: its
-  BatchNorms update their running statistics, which a trace would leave holding its tracers.
+  BatchNorms update their running statistics, which a trace would leave holding its tracers. A
+  module set in place of one inside the network after it was built (``Structure``) makes its
+  forward run uncompiled from then on, said in one line (its folds and traces hold the old one).
 - A memory cap on MLX's CUDA backend (``ZOO_GPU_MEMORY_FACTOR``): MLX keeps every op's inputs
   (and cuDNN workspace) until the GPU has passed the commit after it, with up to ten commits in
   flight, so a big batch held several times PyTorch's peak. The first call of each trace is
@@ -49,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import operator
 import os
+import sys
 import threading
 from collections import OrderedDict
 from typing import Callable, NamedTuple
@@ -345,6 +348,63 @@ def folded(conv) -> dict[str, mx.array] | None:
     return None if folds is None else folds.arrays.get(id(conv))
 
 
+class Structure:
+    """Where each module a forward reads sits (its container and key) and how many modules each list or
+    Sequential holds, when the forward was built: a module set in place of another since (a BatchNorm
+    inside a block, a block of a stage) would leave the traces and folds running the one they were made
+    with, a wrong answer. Checked on every call, by identity, in C."""
+
+    def __init__(self, roots):
+        self.containers, self.keys, self.children, self.paths = [], [], [], []
+        self.sized: list = []  # lists and Sequentials of modules, whose lengths are checked
+        for root in roots:
+            self._walk(root, type(root).__name__)
+        self.sizes = list(map(len, self.sized))
+        # dicts (modules) and lists apart, each read by its own type's __getitem__ in C (a subclass's own, as
+        # zoo's Sequential's int indexing, ran in Python: 67 us a call for a YOLOv8n, 216 for LaMa)
+        by_kind = {kind: [i for i, c in enumerate(self.containers) if isinstance(c, dict) == (kind is dict)]
+                   for kind in (dict, list)}
+        self.lookups = [(kind.__getitem__, [self.containers[i] for i in picked], [self.keys[i] for i in picked],
+                         [self.children[i] for i in picked]) for kind, picked in by_kind.items()]
+
+    def _walk(self, container, path: str) -> None:
+        items = list(container.items() if isinstance(container, dict) else enumerate(container))
+        holds = False
+        for key, value in items:
+            if isinstance(value, (nn.Module, list, tuple)) and _holds_modules(value):
+                holds = True
+                self.containers.append(container)
+                self.keys.append(key)
+                self.children.append(value)
+                self.paths.append(f"{path}.{key}")
+                self._walk(value, f"{path}.{key}")
+        if holds and (isinstance(container, (list, tuple)) or all(k.isdigit() for k, _ in items)):
+            self.sized.append(container)
+
+    def changed(self) -> str | None:
+        """The path of a module replaced since (or of a list or Sequential resized), or None."""
+        try:
+            same = all(all(map(operator.is_, map(get, containers, keys), children))
+                       for get, containers, keys, children in self.lookups)
+        except (KeyError, IndexError):
+            same = False
+        if same and list(map(len, self.sized)) == self.sizes:
+            return None
+        for container, key, child, path in zip(self.containers, self.keys, self.children, self.paths):
+            try:
+                if container[key] is not child:
+                    return path
+            except (KeyError, IndexError):
+                return path
+        return "a list or Sequential of modules"
+
+
+def _holds_modules(value) -> bool:
+    if isinstance(value, nn.Module):
+        return True
+    return any(_holds_modules(v) for v in value if isinstance(v, (nn.Module, list, tuple)))
+
+
 class Stage(NamedTuple):
     """A part of a compiled forward: ``fn`` maps the previous stage's outputs (spread when a
     tuple; the forward's arguments for the first stage) to its own, reading the arrays of
@@ -371,6 +431,9 @@ class CompiledForward:
 
     ``cap_floor=False``: the memory cap at the forward's least memory however small (no ``CAP_FLOOR``),
     for a forward whose waits under it cost no time.
+
+    A module set in place of one of ``modules``' submodules after the forward was built (``Structure``)
+    makes it run uncompiled from then on, said in one line: eager, the results are the network's.
     """
 
     def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES, folds=(), stages=(),
@@ -380,6 +443,7 @@ class CompiledForward:
         self.modules = modules
         self.roots = [m for m in (modules if isinstance(modules, (list, tuple)) else [modules])
                       if isinstance(m, nn.Module)]
+        self.structure: Structure | None = Structure(self.roots)
         self.max_traces = max_traces
         self.traces: OrderedDict = OrderedDict()
         self.folds = FoldedConvs(folds)
@@ -396,6 +460,14 @@ class CompiledForward:
         # _training read directly: through the property it was 40 us per call for YOLOv8n (2-core CPU)
         if not enabled() or any(map(_TRAINING, self.roots)) or any(map(_TRAINING, self.folds.modules)):
             # in training mode its BatchNorms update their running statistics: a trace would leave them tracers
+            return self.fn(*args)
+        if self.structure is not None and (replaced_at := self.structure.changed()) is not None:
+            self.structure = None
+            self.traces.clear()
+            print(f"note: {replaced_at} was set in place of the module this model was built with: its forward runs "
+                  "uncompiled from now on (the same results, slower); load the model again to compile it",
+                  file=sys.stderr)
+        if self.structure is None:
             return self.fn(*args)
         folding = self.folds.usable()
         if folding:
