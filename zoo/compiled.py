@@ -360,12 +360,13 @@ class Structure:
         for root in roots:
             self._walk(root, type(root).__name__)
         self.sizes = list(map(len, self.sized))
-        # dicts (modules) and lists apart, each read by its own type's __getitem__ in C (a subclass's own, as
-        # zoo's Sequential's int indexing, ran in Python: 67 us a call for a YOLOv8n, 216 for LaMa)
+        # modules read by dict's own __getitem__ in C (a subclass's, as zoo's Sequential's int indexing, ran in
+        # Python: 67 us a call for a YOLOv8n, 216 for LaMa), lists and tuples by theirs
         by_kind = {kind: [i for i, c in enumerate(self.containers) if isinstance(c, dict) == (kind is dict)]
                    for kind in (dict, list)}
-        self.lookups = [(kind.__getitem__, [self.containers[i] for i in picked], [self.keys[i] for i in picked],
-                         [self.children[i] for i in picked]) for kind, picked in by_kind.items()]
+        self.lookups = [(dict.__getitem__ if kind is dict else operator.getitem, [self.containers[i] for i in picked],
+                         [self.keys[i] for i in picked], [self.children[i] for i in picked])
+                        for kind, picked in by_kind.items()]
 
     def _walk(self, container, path: str) -> None:
         items = list(container.items() if isinstance(container, dict) else enumerate(container))
@@ -378,7 +379,8 @@ class Structure:
                 self.children.append(value)
                 self.paths.append(f"{path}.{key}")
                 self._walk(value, f"{path}.{key}")
-        if holds and (isinstance(container, (list, tuple)) or all(k.isdigit() for k, _ in items)):
+        digits = all(isinstance(k, str) and k.isdigit() for k, _ in items)  # a Sequential's children
+        if holds and (isinstance(container, (list, tuple)) or digits):
             self.sized.append(container)
 
     def changed(self) -> str | None:
