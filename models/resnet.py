@@ -234,19 +234,25 @@ class ResNet(nn.Module):
         self.compiled = self.compiled_forward()
 
     def compiled_forward(self) -> CompiledForward:
-        """``forward`` compiled, with the BatchNorms of the blocks the model has folded into their convolutions;
-        a classifier's big inputs in four stages (the stem and layer1, layer2, layer3, layer4 and the head:
-        ``staged``), each stage's graph built while the GPU runs the one before."""
-        blocks = [m for m in self.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+        """``forward`` compiled (zoo.compiled), its parts (``compiled_parts``) made again whenever a module of
+        the model is set in place of another (a new head, a layer pruned, a BatchNorm replaced)."""
+        return CompiledForward(self.forward, self, parts=self.compiled_parts, staged=self.staged)
+
+    def compiled_parts(self) -> tuple[list, list]:
+        """The compiled forward's folds, the BatchNorms of the model's blocks folded into their convolutions,
+        and a classifier's four stages for big inputs (the stem and layer1, layer2, layer3, layer4 and the
+        head: ``staged``), each stage's graph built while the GPU runs the one before."""
         self.flop_per_pixel = self.conv_flop_per_pixel()
+        blocks = [m for m in self.modules() if isinstance(m, (BasicBlock, Bottleneck))]
+        pairs = [(self.conv1, self.bn1)] + [pair for block in blocks for pair in block.conv_bn_pairs()]
         stages = [] if self.features_only else [
             Stage(lambda x: self.layer1(self.maxpool(self.stem(x))), [self.conv1, self.bn1, self.layer1]),
             Stage(lambda x: self.layer2(x), [self.layer2]),
             Stage(lambda x: self.layer3(x), [self.layer3]),
             Stage(lambda x: self.forward_head(self.layer4(x)),
                   [self.layer4, self.avgpool] + ([self.fc] if "fc" in self else []))]
-        return CompiledForward(self.forward, self, folds=[(self.conv1, self.bn1)] + [
-            pair for block in blocks for pair in block.conv_bn_pairs()], stages=stages, staged=self.staged)
+        # a BatchNorm the user replaced by another module (nn.Identity) runs as it is, unfolded
+        return [(conv, bn) for conv, bn in pairs if isinstance(bn, nn.BatchNorm)], stages
 
     def conv_flop_per_pixel(self) -> float:
         """The convolutions' FLOPs (two per multiply-add) per input pixel, each at its output's stride."""
@@ -269,18 +275,6 @@ class ResNet(nn.Module):
         """Whether the compiled forward runs ``x`` in stages (zoo.compiled.stages_pay)."""
         n, h, w, _ = x.shape
         return stages_pay(self.flop_per_pixel * n * h * w / 1e9, x.dtype)
-
-    def __setitem__(self, key, value):
-        """A module set in place of a child (``model.fc = nn.Linear(...)``, torchvision's way of a new head)
-        compiles the forward again: the stages read the children they were built with."""
-        super().__setitem__(key, value)
-        if isinstance(value, nn.Module) and "compiled" in self.__dict__:
-            self.compiled = self.compiled_forward()
-
-    def __delitem__(self, key):
-        super().__delitem__(key)
-        if "compiled" in self.__dict__:
-            self.compiled = self.compiled_forward()
 
     @property
     def dtype(self) -> mx.Dtype:
@@ -324,9 +318,7 @@ class ResNet(nn.Module):
             self.fc = Linear(self.head_hidden_size, num_classes)
             self.fc.update({"weight": mx.zeros_like(self.fc.weight, dtype=self.dtype),
                             "bias": mx.zeros_like(self.fc.bias, dtype=self.dtype)})
-        self.num_classes = num_classes
-        if getattr(self, "compiled", None) is not None:
-            self.compiled.clear()  # the traces hold the old head and pooling
+        self.num_classes = num_classes  # the compiled forward sees the new head and pooling (compiled_parts)
 
     def prune_intermediate_layers(self, indices=1, prune_norm: bool = False, prune_head: bool = True) -> list[int]:
         """timm's: the stages after the last feature map ``indices`` picks become empty (the maps of their
@@ -346,8 +338,7 @@ class ResNet(nn.Module):
             self.num_features = self.feature_info[last]["num_chs"]
         if prune_head or last < STAGES - 1:
             self.reset_classifier(0, "")
-        self.compiled = self.compiled_forward()  # without the folds of the blocks removed
-        return taken
+        return taken  # the compiled forward is made again without the blocks removed (compiled_parts)
 
     def stem(self, x: mx.array) -> mx.array:
         x = as_model_input(x, self.dtype, channels=self.conv1.weight.shape[-1])

@@ -218,32 +218,48 @@ def test_resnet_compiled_forward_follows_the_modules_a_user_sets(compile_on, mon
 
 
 def test_a_module_replaced_inside_the_network_makes_the_forward_run_eagerly(compile_on, capsys):
-    """A BatchNorm set inside a block after loading (its fold, and a trace, hold the one replaced): the
-    forward runs uncompiled from then on, said in one line, and its results are the network's."""
-    x = images(2, 64)
-    for change in ("a BatchNorm in a block", "a block appended to a stage"):
-        model = zoo.load("resnet18", weights="synthetic", device="cpu")
+    """A BatchNorm set inside a layer after loading (its fold, and a trace, hold the one replaced), in a model
+    that gives no parts to build again (YOLO): the forward runs uncompiled from then on, said in one line, and
+    its results are the network's."""
+    x = mx.array(np.random.default_rng(4).uniform(0, 1, (1, 64, 96, 3)).astype(np.float32))
+    for change in ("a BatchNorm in a layer", "a convolution in a layer"):
+        model = zoo.load("yolov8n", weights="synthetic", device="cpu")
         model(x)
         capsys.readouterr()
-        if change == "a BatchNorm in a block":
-            bn = mx_nn.BatchNorm(64)
+        if change == "a BatchNorm in a layer":
+            bn = mx_nn.BatchNorm(model.model["1"].bn.weight.shape[0], eps=1e-3)
             bn.eval()
-            model.layer1[0].bn1 = bn
+            model.model["1"].bn = bn
         else:
-            model.layer4["2"] = BasicBlock(512, 512)
-            model.eval()
+            model.model["1"].conv = mx_nn.Conv2d(16, 32, 3, stride=2, padding=1, bias=False)
         with eager():
             want = np.array(model(x))
         for _ in range(2):
             np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
         note = capsys.readouterr().err
         assert note.count("its forward runs uncompiled from now on") == 1, (change, note)
-        assert ("ResNet.layer1.0.bn1 was set" in note) == (change == "a BatchNorm in a block")
+        assert ("DetectionModel.model.1.bn was set" in note) == (change == "a BatchNorm in a layer"), note
         assert model.compiled.structure is None and not model.compiled.traces
+
+
+def test_a_module_replaced_inside_a_resnet_builds_its_compiled_forward_again(compile_on, capsys):
+    """ResNet gives its parts (compiled_parts): a BatchNorm set inside a block, a block appended to a stage or a
+    new head makes the folds and stages again, and the forward stays compiled, with the network's results."""
+    x = images(2, 64)
     model = zoo.load("resnet18", weights="synthetic", device="cpu")
-    model.fc = mx_nn.Linear(512, 3)  # a new head: the forward is built again, compiled
     model(x)
-    assert model.compiled.structure is not None and model.compiled.traces
+    bn = mx_nn.BatchNorm(64)
+    bn.eval()
+    changes = [lambda: model.layer1[0].update_modules({"bn1": bn}), lambda: model.layer4.__setitem__(
+        "2", BasicBlock(512, 512)), lambda: setattr(model, "fc", mx_nn.Linear(512, 3))]
+    for change in changes:
+        change()
+        model.eval()
+        with eager():
+            want = np.array(model(x))
+        np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
+        assert model.compiled.structure is not None and len(model.compiled.traces) == 1
+    assert "uncompiled" not in capsys.readouterr().err
 
 
 def test_sam_decoder_compiled_equals_eager(compile_on):

@@ -26,7 +26,8 @@ the project's own figures: docs/speed-gpu.md).
   (weights loaded or cast later). A forward with a module in training mode runs eagerly: its
   BatchNorms update their running statistics, which a trace would leave holding its tracers. A
   module set in place of one inside the network after it was built (``Structure``) makes its
-  forward run uncompiled from then on, said in one line (its folds and traces hold the old one).
+  folds and stages be built again where the model gives them as ``parts`` (ResNet), else its
+  forward run uncompiled from then on, said in one line (its folds and traces held the old one).
 - A memory cap on MLX's CUDA backend (``ZOO_GPU_MEMORY_FACTOR``): MLX keeps every op's inputs
   (and cuDNN workspace) until the GPU has passed the commit after it, with up to ten commits in
   flight, so a big batch held several times PyTorch's peak. The first call of each trace is
@@ -434,42 +435,54 @@ class CompiledForward:
     ``cap_floor=False``: the memory cap at the forward's least memory however small (no ``CAP_FLOOR``),
     for a forward whose waits under it cost no time.
 
-    A module set in place of one of ``modules``' submodules after the forward was built (``Structure``)
-    makes it run uncompiled from then on, said in one line: eager, the results are the network's.
+    ``parts``: a callable giving the (folds, stages) afresh: a module set in place of one of
+    ``modules``' submodules after the forward was built (``Structure``) builds them again. Without it
+    such a change makes the forward run uncompiled from then on, said in one line: eager, the results
+    are the network's.
     """
 
     def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES, folds=(), stages=(),
-                 staged: Callable[..., bool] | None = None, cap_floor: bool = True):
+                 staged: Callable[..., bool] | None = None, cap_floor: bool = True,
+                 parts: Callable[[], tuple] | None = None):
         self.fn = fn
         self.cap_floor = cap_floor
         self.modules = modules
         self.roots = [m for m in (modules if isinstance(modules, (list, tuple)) else [modules])
                       if isinstance(m, nn.Module)]
-        self.structure: Structure | None = Structure(self.roots)
         self.max_traces = max_traces
         self.traces: OrderedDict = OrderedDict()
+        self.staged = staged or (lambda *args: True)
+        self.parts = parts
+        self._build(*(parts() if parts else (folds, stages)))
+
+    def _build(self, folds, stages) -> None:
+        """The folds, the stages and the structure they were made for; no trace."""
+        self.traces.clear()
         self.folds = FoldedConvs(folds)
-        self.whole = [(Stage(fn, modules), self.folds.arrays)]
+        self.whole = [(Stage(self.fn, self.modules), self.folds.arrays)]
         # each stage's trace reads only its own arrays: handing every stage the whole model's cost
         # 130 us per call and stage for YOLOv8n (2-core CPU)
         self.stages = [(stage, self.folds.within(stage.modules)) for stage in stages] or self.whole
-        self.staged = staged or (lambda *args: True)
         outside = set(self.folds.pairs) - {key for _, arrays in self.stages for key in arrays}
         if outside:
             raise ValueError(f"{len(outside)} folded convolutions are in no stage's modules")
+        self.structure: Structure | None = Structure(self.roots)
 
     def __call__(self, *args):
-        # _training read directly: through the property it was 40 us per call for YOLOv8n (2-core CPU)
-        if not enabled() or any(map(_TRAINING, self.roots)) or any(map(_TRAINING, self.folds.modules)):
-            # in training mode its BatchNorms update their running statistics: a trace would leave them tracers
+        if not enabled():
             return self.fn(*args)
         if self.structure is not None and (replaced_at := self.structure.changed()) is not None:
-            self.structure = None
-            self.traces.clear()
-            print(f"note: {replaced_at} was set in place of the module this model was built with: its forward runs "
-                  "uncompiled from now on (the same results, slower); load the model again to compile it",
-                  file=sys.stderr)
-        if self.structure is None:
+            if self.parts is not None:
+                self._build(*self.parts())
+            else:
+                self.structure = None
+                self.traces.clear()
+                print(f"note: {replaced_at} was set in place of the module this model was built with: its forward "
+                      "runs uncompiled from now on (the same results, slower); load the model again to compile it",
+                      file=sys.stderr)
+        # _training read directly: through the property it was 40 us per call for YOLOv8n (2-core CPU)
+        if self.structure is None or any(map(_TRAINING, self.roots)) or any(map(_TRAINING, self.folds.modules)):
+            # in training mode its BatchNorms update their running statistics: a trace would leave them tracers
             return self.fn(*args)
         folding = self.folds.usable()
         if folding:
