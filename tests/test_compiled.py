@@ -452,6 +452,24 @@ def test_batch_norms_folded_in_the_compiled_forward_equal_eager(name, side, comp
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_sam_encoder_folds_every_batch_norm_runs_in_stages_and_equals_eager(compile_on):
+    from zoo.models.mobilesam.sam import Sam
+    sam = Sam(img_size=256)  # the 1024 encoder's layers at a quarter of its side
+    sam.eval()
+    perturbed_batch_norms(sam)
+    x = images(1, 256)
+    got = np.array(sam.encode_image(x))
+    folds = sam.encode_image.folds
+    assert {id(bn) for _, bn in folds.pairs.values()} == {id(m) for _, m in sam.image_encoder.named_modules()
+                                                           if isinstance(m, mx_nn.BatchNorm)}
+    assert all(set(arrays) >= {"weight", "bias"} for arrays in folds.arrays.values())
+    (traced, _), = sam.encode_image.traces.values()
+    assert len(traced) == 4  # the patch embedding with the convolutional stage, two transformer stages, the last
+    with eager():
+        want = np.array(sam.encode_image(x))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on, monkeypatch):
     """The four C2f after a Concat take its parts apart (Conv.of_parts), the two after an Upsample at
     half size: their results are test_batch_norms_folded_in_the_compiled_forward_equal_eager's."""

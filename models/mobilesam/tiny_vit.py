@@ -14,6 +14,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
+from zoo.compiled import Stage
 from zoo.devices import as_model_input
 from zoo.errors import ZooError
 from zoo.kernels import cpu as cpu_ops
@@ -274,12 +275,32 @@ class TinyViT(nn.Module):
     def dtype(self) -> mx.Dtype:
         return self.neck["0"].weight.dtype
 
+    def folds(self) -> list[tuple]:
+        """Every convolution's BatchNorm, folded into it in the compiled forward (zoo.compiled.FoldedConvs): apart,
+        each ran as its own element-wise pass after the first stages' convolutions."""
+        return [(block.c, block.bn) for _, block in self.named_modules() if isinstance(block, Conv2d_BN)]
+
+    def stages(self) -> list[Stage]:
+        """The forward as zoo.compiled Stages, each stage's graph built while the GPU runs the one before: the
+        patch embedding with the convolutional stage, each transformer stage, the last with the neck."""
+        first, *middle, last = self.layers
+        return [Stage(self.embed, [self.patch_embed, first]), *(Stage(layer, [layer]) for layer in middle),
+                Stage(self.project, [last, self.neck])]
+
     def __call__(self, x: mx.array) -> mx.array:
+        x = self.embed(x)
+        for layer in self.layers[1:-1]:
+            x = layer(x)
+        return self.project(x)
+
+    def embed(self, x: mx.array) -> mx.array:
+        """The image -> the convolutional stage's tokens."""
         x = as_model_input(x, self.dtype, "image")
         if x.ndim != 4 or x.shape[1:] != (self.img_size, self.img_size, 3):
             raise ZooError(f"TinyViT expects (B, {self.img_size}, {self.img_size}, 3), got {tuple(x.shape)}: pass the image as SamPredictor.set_image does (resized and padded to {self.img_size})")
-        x = self.patch_embed(x)
-        for layer in self.layers:
-            x = layer(x)
-        x = x.reshape(x.shape[0], *self.output_resolution, x.shape[-1])
-        return self.neck(x)
+        return self.layers[0](self.patch_embed(x))
+
+    def project(self, x: mx.array) -> mx.array:
+        """The last transformer stage's tokens -> the embeddings."""
+        x = self.layers[-1](x)
+        return self.neck(x.reshape(x.shape[0], *self.output_resolution, x.shape[-1]))
