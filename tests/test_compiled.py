@@ -583,9 +583,9 @@ def test_only_replaced_weights_are_folded_again(compile_on, monkeypatch):
 
 
 def chain(x):
-    """40 matrix products on a (2048, 512) float32 array: MLX schedules them ahead of their runs."""
+    """40 matrix products on a (32768, 32) float32 array (4 MiB): MLX schedules them ahead of their runs."""
     for _ in range(40):
-        x = mx.sin(x) @ mx.ones((512, 512)) * 1e-3 + x
+        x = mx.sin(x) @ mx.ones((32, 32)) * 1e-3 + x
     return x
 
 
@@ -600,7 +600,7 @@ def peak_above_active(call) -> float:
 def test_memory_cap_bounds_the_forwards_peak_and_restores_the_limit(compile_on, monkeypatch):
     from zoo import compiled
 
-    x = mx.random.normal((2048, 512))
+    x = mx.random.normal((32768, 32))
     mx.eval(x)
     forward = CompiledForward(chain, [])
     want = np.array(forward(x))
@@ -660,7 +660,7 @@ def test_least_memory_leaves_out_the_arrays_a_trace_makes(compile_on, monkeypatc
 def test_memory_cap_keeps_a_lower_limit_and_passes_over_tracers(monkeypatch):
     from zoo import compiled
 
-    x = mx.ones((64, 512))
+    x = mx.ones((64, 32))
     limit = mx.get_memory_limit()
     mx.set_memory_limit(2**20)
     try:
@@ -671,7 +671,7 @@ def test_memory_cap_keeps_a_lower_limit_and_passes_over_tracers(monkeypatch):
         assert limits == [2**20] and mx.get_memory_limit() == 2**20  # never above the user's limit
         # inside a caller's transform the outputs are tracers, which MLX does not schedule
         g = mx.grad(lambda a: compiled.schedule_capped(lambda schedule: a * 2, 2**30).sum())(x)
-        np.testing.assert_array_equal(np.array(g), 2 * np.ones((64, 512)))
+        np.testing.assert_array_equal(np.array(g), 2 * np.ones((64, 32)))
         seen = []
 
         def loss(a):
@@ -679,7 +679,7 @@ def test_memory_cap_keeps_a_lower_limit_and_passes_over_tracers(monkeypatch):
             seen.append(compiled.least_memory(a, y))
             return y.sum()
 
-        np.testing.assert_array_equal(np.array(mx.grad(loss)(x)), 2 * np.ones((64, 512)))
+        np.testing.assert_array_equal(np.array(mx.grad(loss)(x)), 2 * np.ones((64, 32)))
         assert seen == [None] and mx.get_memory_limit() == 2**20
     finally:
         mx.set_memory_limit(limit)
