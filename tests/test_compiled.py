@@ -468,6 +468,9 @@ def test_sam_encoder_folds_every_batch_norm_runs_in_stages_and_equals_eager(comp
     with eager():
         want = np.array(sam.encode_image(x))
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    sam.set_dtype(mx.float16)  # whole in float16, where the stages did not pay
+    sam.encode_image(x.astype(mx.float16))
+    assert sorted(len(traced) for traced, _ in sam.encode_image.traces.values()) == [1, 4]
 
 
 def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on, monkeypatch):

@@ -39,10 +39,11 @@ class Sam(nn.Module):
         self.mask_decoder = MaskDecoder(PROMPT_EMBED_DIM)
         # the user paths, compiled per input signature (zoo.compiled): set_image's encoder and
         # predict's prompt encoder + mask decoder (one trace per prompt kind and point count)
-        # its BatchNorms folded, in stages at any batch (H200, batch 1, three processes: folded 3-5% faster in float32,
-        # -4 to +6% in float16; staged 0.5-8% faster than whole but once, 1% slower; docs/speed-gpu.md)
+        # its BatchNorms folded; in stages in float32 (H200, batch 1, five processes against whole: 1% slower once,
+        # 1-8% faster in four; float16 -7 to +4%, so whole), as zoo.compiled.stages_pay has ResNet and YOLO
         self.encode_image = CompiledForward(self.image_encoder, self.image_encoder, folds=self.image_encoder.folds(),
-                                            stages=self.image_encoder.stages())
+                                            stages=self.image_encoder.stages(),
+                                            staged=lambda *args: self.image_encoder.dtype == mx.float32)
         # no floor under its memory cap: capped at its least memory it took the same time (H200, float32: 2.53 ms
         # and 23 MiB, 2.59 ms and 32 MiB at the 32 MiB floor; PyTorch's peak 32 MiB)
         self.decode_prompt = CompiledForward(self.prompt_and_decode, [self.prompt_encoder, self.mask_decoder],
