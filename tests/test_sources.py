@@ -849,13 +849,14 @@ print(json.dumps({"before": before, "after": peak_rss_kb(), "kept": kept, "count
 def test_resume_streams_a_large_record_file(tmp_path):
     """--resume reads the record file as a stream: a 300,000-record file (27 MiB) held as record dicts took 356
     MiB (measured 2026-11-30 on main b3bc88d: the child's peak grew from 40 to 404 MiB); streamed, the resume
-    and its rewrite (error records dropped) add nothing measurable to the peak (0 MiB measured). The bound, 16
-    MiB, leaves room for the allocator and the readers' buffers, a twentieth of what the records took."""
+    and its rewrite (error records dropped) add nothing measurable to the peak (0 MiB measured). Here 100,000
+    records (a third: about 119 MiB held); the bound, 16 MiB, leaves room for the allocator and the readers'
+    buffers, a seventh of what the records would take."""
     import subprocess
     import sys
 
     path = tmp_path / "r.jsonl"
-    n = 300_000
+    n = 100_000
     top, error = '"top": [{"index": 281, "label": "tabby cat", "probability": 0.5}]', '"error": "bad"'
     path.write_text("".join([json.dumps(HEADER) + "\n",
                              *(f'{{"path": "imgs/{i:07d}.jpg", {top if i % 1000 else error}}}\n'
