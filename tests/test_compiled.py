@@ -319,7 +319,10 @@ def test_lama_compiled_equals_eager(compile_on, monkeypatch):
     got = lama(image, mask)
     with eager():
         want = lama(image, mask)
-    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
+    # With one OpenBLAS thread (a 1-core machine, OPENBLAS_NUM_THREADS=1) 8 of its 3,072 outputs differed by up to
+    # 3.8e-4, with two by none: the synthetic weights amplify the products' rounding through its 18 blocks. A wrapper
+    # that ran stale weights or dropped a fold is off by far more: one BatchNorm's weight 1% off moved them by 0.07.
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-3)
     assert len(lama.compiled.traces) == 1
 
 
