@@ -17,6 +17,16 @@ for name in [name for name in os.environ if name.startswith("ZOO_") and name != 
 import synthetic_cache  # noqa: E402
 
 synthetic_cache.memoise()  # before any test module imports synthetic_state_dict
+
+# Under pytest-xdist the workers share the host's cores: each runs OpenBLAS and the C routines on its share (2 cores,
+# 2 workers: one thread each). With a thread per core each, one worker's idle threads spun on the cores the other
+# computed on: the README's command took 9:04 against 6:21 (2026-12-01, docs/testing.md). The threaded forms keep
+# their own test (test_cpu_ops.py: one thread against several, bit for bit).
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    from zoo import blas
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1  # macOS
+    blas.set_threads(max(1, cores // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
 from zoo.weights.synthetic import read_manifest, synthetic_state_dict  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -80,4 +80,4 @@ def test_lama_compiled_forward_runs_its_last_convolution_padded_in_place(monkeyp
     with coverage.listening(lambda op, impl: forms.append(op)), eager():
         want = np.array(lama(image, mask))
     assert "few_outputs conv2d" not in forms
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)  # test_compiled.py's LaMa test says why
