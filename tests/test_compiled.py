@@ -476,6 +476,22 @@ def test_sam_encoder_folds_every_batch_norm_runs_in_stages_and_equals_eager(comp
     assert sorted(len(traced) for traced, _ in sam.encode_image.traces.values()) == [1, 4]
 
 
+def test_sam_encoder_compiled_takes_a_numpy_image_as_its_eager_network_does(compile_on):
+    """encode_image(numpy) was a TypeError ('unhashable type') wherever it compiled (the GPU), the eager encoder
+    taking it: the image is brought to the model at the compiled forward's boundary (prepare)."""
+    from zoo.models.mobilesam.sam import Sam
+    sam = Sam(img_size=256)
+    sam.eval()
+    image = np.random.default_rng(0).uniform(0, 255, (1, 256, 256, 3)).astype(np.uint8)
+    got = np.array(sam.encode_image(image))
+    assert len(sam.encode_image.traces) == 1
+    with eager():
+        want = np.array(sam.encode_image(image))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ZooError, match=r"TinyViT expects \(B, 256, 256, 3\), got \(1, 128, 128, 3\)"):
+        sam.encode_image(image[:, :128, :128])
+
+
 def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on, monkeypatch):
     """The four C2f after a Concat take its parts apart (Conv.of_parts), the two after an Upsample at
     half size: their results are test_batch_norms_folded_in_the_compiled_forward_equal_eager's."""

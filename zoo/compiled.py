@@ -439,12 +439,17 @@ class CompiledForward:
     ``modules``' submodules after the forward was built (``Structure``) builds them again. Without it
     such a change makes the forward run uncompiled from then on, said in one line: eager, the results
     are the network's.
+
+    ``prepare``: maps the call's arguments to those the traces take, before their signature: the
+    network's own input boundary where it takes what a trace cannot (a numpy image, made an mx.array
+    in the model's dtype).
     """
 
     def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES, folds=(), stages=(),
                  staged: Callable[..., bool] | None = None, cap_floor: bool = True,
-                 parts: Callable[[], tuple] | None = None):
+                 parts: Callable[[], tuple] | None = None, prepare: Callable[..., tuple] | None = None):
         self.fn = fn
+        self.prepare = prepare
         self.cap_floor = cap_floor
         self.modules = modules
         self.roots = [m for m in (modules if isinstance(modules, (list, tuple)) else [modules])
@@ -471,6 +476,8 @@ class CompiledForward:
     def __call__(self, *args):
         if not enabled():
             return self.fn(*args)
+        if self.prepare is not None:
+            args = self.prepare(*args)
         if self.structure is not None and (replaced_at := self.structure.changed()) is not None:
             if self.parts is not None:
                 self._build(*self.parts())

@@ -293,12 +293,16 @@ class TinyViT(nn.Module):
             x = layer(x)
         return self.project(x)
 
-    def embed(self, x: mx.array) -> mx.array:
-        """The image -> the convolutional stage's tokens."""
+    def model_input(self, x) -> mx.array:
+        """The image (an mx.array or numpy array) checked and in the model's dtype."""
         x = as_model_input(x, self.dtype, "image")
         if x.ndim != 4 or x.shape[1:] != (self.img_size, self.img_size, 3):
             raise ZooError(f"TinyViT expects (B, {self.img_size}, {self.img_size}, 3), got {tuple(x.shape)}: pass the image as SamPredictor.set_image does (resized and padded to {self.img_size})")
-        return self.layers[0](self.patch_embed(x))
+        return x
+
+    def embed(self, x: mx.array) -> mx.array:
+        """The image -> the convolutional stage's tokens."""
+        return self.layers[0](self.patch_embed(self.model_input(x)))
 
     def project(self, x: mx.array) -> mx.array:
         """The last transformer stage's tokens -> the embeddings."""
