@@ -492,6 +492,32 @@ def test_sam_encoder_compiled_takes_a_numpy_image_as_its_eager_network_does(comp
         sam.encode_image(image[:, :128, :128])
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_sam_decode_prompt_takes_numpy_prompts_and_embedding(compiled, monkeypatch):
+    """decode_prompt(numpy embedding or points) was a TypeError ('Cannot interpret mlx.core.float32 as a data
+    type') compiled and eager: its arguments are brought to the network at its boundary (Sam.prompt_inputs)."""
+    from zoo.models.mobilesam.sam import Sam
+    monkeypatch.setenv("ZOO_COMPILE", "on" if compiled else "off")
+    monkeypatch.setenv("ZOO_KERNELS", "fallback")
+    sam = Sam(img_size=256)
+    sam.eval()
+    rng = np.random.default_rng(0)
+    features = rng.standard_normal((1, 16, 16, 256)).astype(np.float32)
+    coords, labels, box = np.array([[[100.0, 80.0], [20.0, 40.0]]]), np.array([[1, 0]]), np.array([[8, 8, 200, 180]])
+    want = sam.decode_prompt(mx.array(features), (mx.array(coords, mx.float32), mx.array(labels, mx.int32)),
+                             mx.array(box, mx.float32), None, True)
+    for args in [(features, (coords, labels), box), (features, (coords.tolist(), labels.tolist()), box.tolist())]:
+        got = sam.decode_prompt(*args, None, True)
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.array(g), np.array(w))
+    with pytest.raises(ZooError, match=r"image embedding has shape \(1, 16, 16, 128\), expected \(B, 16, 16, 256\)"):
+        sam.decode_prompt(features[..., :128], (coords, labels), None, None, True)
+    with pytest.raises(ZooError, match="point labels must be a numeric"):
+        sam.decode_prompt(features, (coords, np.array([["a", "b"]])), None, None, True)
+    with pytest.raises(ZooError, match=r"points are \(coords \(B, N, 2\), labels \(B, N\)\)"):
+        sam.decode_prompt(features, coords, None, None, True)
+
+
 def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on, monkeypatch):
     """The four C2f after a Concat take its parts apart (Conv.of_parts), the two after an Upsample at
     half size: their results are test_batch_norms_folded_in_the_compiled_forward_equal_eager's."""

@@ -11,9 +11,24 @@ import math
 import mlx.core as mx
 import mlx.nn as nn
 
+import numpy as np
+
 from zoo.compiled import folded, kept
 from zoo.devices import as_model_input
+from zoo.errors import ZooError
 from zoo.models.layers import GELU, Sequential
+
+
+def prompt_array(a, dtype: mx.Dtype, what: str) -> mx.array:
+    """A prompt's coordinates, labels or boxes: an mx.array as given (the encoder casts it), numpy arrays and
+    lists made one in ``dtype``."""
+    if isinstance(a, mx.array):
+        return a
+    array = np.asarray(a) if isinstance(a, (np.ndarray, list, tuple)) else None
+    if array is None or array.dtype.kind not in "fiub":
+        raise ZooError(f"{what} must be a numeric mx.array or numpy array, got "
+                       f"{type(a).__name__ if array is None else array.dtype}")
+    return mx.array(array, dtype)
 
 
 class PositionEmbeddingRandom(nn.Module):

@@ -8,6 +8,7 @@ import mlx.nn as nn
 import numpy as np
 
 from zoo.compiled import CompiledForward
+from zoo.devices import as_model_input
 from zoo.kernels import resize
 from zoo.kernels.resize import source_taps
 from zoo.errors import ZooError
@@ -16,7 +17,7 @@ from zoo.results import is_device
 from .automatic_mask_generator import SamAutomaticMaskGenerator
 from .mask_decoder import MaskDecoder, image_projections_with_pe, merged_projections, stack_heads
 from .predictor import SamPredictor
-from .prompt_encoder import PromptEncoder
+from .prompt_encoder import PromptEncoder, prompt_array
 from .tiny_vit import TinyViT
 
 PIXEL_MEAN = (123.675, 116.28, 103.53)
@@ -48,7 +49,8 @@ class Sam(nn.Module):
         # no floor under its memory cap: capped at its least memory it took the same time (H200, float32: 2.53 ms
         # and 23 MiB, 2.59 ms and 32 MiB at the 32 MiB floor; PyTorch's peak 32 MiB)
         self.decode_prompt = CompiledForward(self.prompt_and_decode, [self.prompt_encoder, self.mask_decoder],
-                                             folds=self.decoder_folds(), cap_floor=False)
+                                             folds=self.decoder_folds(), cap_floor=False,
+                                             prepare=self.prompt_inputs)
 
     @property
     def dtype(self) -> mx.Dtype:
@@ -91,8 +93,27 @@ class Sam(nn.Module):
             outputs.append({"masks": masks, "iou_predictions": iou, "low_res_logits": low_res})
         return outputs
 
-    def prompt_and_decode(self, features: mx.array, points, boxes, masks, multimask_output: bool):
+    def prompt_inputs(self, features, points, boxes, masks, multimask_output) -> tuple:
+        """decode_prompt's arguments (mx.arrays or numpy arrays) as its network takes them: the embedding and
+        the mask input checked and in the model's dtype, coordinates and boxes float32, labels int32."""
+        features = as_model_input(features, self.dtype, "image embedding")
+        expected = (*self.prompt_encoder.image_embedding_size, self.prompt_encoder.embed_dim)
+        if features.ndim != 4 or tuple(features.shape[1:]) != expected:
+            raise ZooError(f"the image embedding has shape {tuple(features.shape)}, expected "
+                           f"(B, {', '.join(map(str, expected))}): pass what encode_image returned")
+        if points is not None:
+            if not isinstance(points, (tuple, list)) or len(points) != 2:
+                raise ZooError("decode_prompt's points are (coords (B, N, 2), labels (B, N)): pass a pair or None")
+            points = (prompt_array(points[0], mx.float32, "point coords"),
+                      prompt_array(points[1], mx.int32, "point labels"))
+        boxes = None if boxes is None else prompt_array(boxes, mx.float32, "boxes")
+        masks = None if masks is None else as_model_input(masks, self.dtype, "mask input")
+        return features, points, boxes, masks, bool(multimask_output)
+
+    def prompt_and_decode(self, features, points, boxes, masks, multimask_output: bool):
         """Image embedding (B, 64, 64, 256) + one prompt -> (low-res mask logits (B, 256, 256, C), IoU (B, C))."""
+        features, points, boxes, masks, multimask_output = self.prompt_inputs(features, points, boxes, masks,
+                                                                               multimask_output)
         sparse, dense = self.prompt_encoder(points, boxes, masks)
         if masks is None:  # the same no-mask embedding for every prompt set: the decoder shares its image side
             dense = dense[:1]
