@@ -10,7 +10,6 @@ import math
 
 import mlx.core as mx
 import mlx.nn as nn
-
 import numpy as np
 
 from zoo.compiled import folded, kept
