@@ -516,6 +516,28 @@ def test_sam_decode_prompt_takes_numpy_prompts_and_embedding(compiled, monkeypat
         sam.decode_prompt(features, (coords, np.array([["a", "b"]])), None, None, True)
     with pytest.raises(ZooError, match=r"points are \(coords \(B, N, 2\), labels \(B, N\)\)"):
         sam.decode_prompt(features, coords, None, None, True)
+    # upstream's modules take keywords; the prompts default to none, multimask_output to True
+    got = sam.decode_prompt(features, boxes=box, points=(coords, labels))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.array(g), np.array(w))
+    assert sam.decode_prompt(features, (coords, labels))[0].shape == (1, 64, 64, 3)
+    # each prompt's shape, and the prompt sets' counts, as one line (MLX's concatenate / conv errors before)
+    bad = {r"mask input has shape \(1, 1, 64, 64\).*NCHW": dict(masks=np.zeros((1, 1, 64, 64), np.float32)),
+           r"mask input has shape \(1, 32, 32, 1\), expected \(B, 64, 64, 1\)": dict(masks=np.zeros((1, 32, 32, 1))),
+           r"boxes has shape \(1, 5\), expected \(B, 4\)": dict(boxes=np.zeros((1, 5))),
+           r"points: coords \(2, 2\) and labels \(1, 2\), expected \(B, N, 2\) and \(B, N\)":
+               dict(points=(coords[0], labels)),
+           r"points: coords \(1, 2, 2\) and labels \(1, 3\)": dict(points=(coords, np.ones((1, 3)))),
+           r"prompt set counts differ \(points: 1, boxes: 2\)": dict(points=(coords, labels), boxes=np.zeros((2, 4))),
+           r"no prompt sets \(B = 0\)": dict(points=(np.zeros((0, 1, 2)), np.zeros((0, 1)))),
+           r"the image embedding's batch is 2 for 3 prompt set\(s\)": dict(boxes=np.zeros((3, 4)), features=2)}
+    for message, prompts in bad.items():
+        batch = prompts.pop("features", 1)
+        with pytest.raises(ZooError, match=message):
+            sam.decode_prompt(np.repeat(features, batch, axis=0), **prompts)
+    with pytest.raises(ZooError, match=r"mask input is mlx.core.bool, not floats: convert with "
+                                       r"x.astype\(mx.float32\)$"):
+        sam.decode_prompt(features, masks=mx.zeros((1, 64, 64, 1), mx.bool_))
 
 
 def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on, monkeypatch):

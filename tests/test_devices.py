@@ -75,6 +75,9 @@ def test_model_refuses_an_input_of_another_dtype():
     model = zoo.load("resnet18", weights="synthetic", dtype="float16", device="cpu")
     with pytest.raises(ZooError, match="input is float32 but the model runs in float16"):
         model(mx.zeros((1, 32, 32, 3), mx.float32))
+    # an integer or bool array is not floats: loading the model in another dtype would not help
+    with pytest.raises(ZooError, match=r"input is mlx.core.uint8, not floats: convert with x.astype\(mx.float16\)$"):
+        model(mx.zeros((1, 32, 32, 3), mx.uint8))
     # numpy input is converted once at the boundary; the whole pass stays in float16
     assert model(np.zeros((1, 32, 32, 3), np.float32)).dtype == mx.float16
 

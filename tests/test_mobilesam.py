@@ -285,6 +285,62 @@ class _BFloat16Tensor:
         raise TypeError("Got unsupported ScalarType BFloat16")  # torch's
 
 
+class _GradTensor(_CudaTensor):
+    """A tensor that requires grad, as torch's: .numpy() refuses until .detach(); no __array__."""
+
+    def cpu(self):
+        return self
+
+    def detach(self):
+        return _CudaTensor(self._values)
+
+    def numpy(self):
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+
+
+class _BFloat16Values(_CudaTensor):
+    """A bfloat16 tensor of these values: .numpy() refuses (numpy has no bfloat16) until .float()."""
+
+    dtype = type("dtype", (), {"__str__": lambda self: "torch.bfloat16"})()
+
+    def float(self):
+        return _CudaTensor(self._values.astype(np.float32))
+
+    def numpy(self):
+        raise TypeError("Got unsupported ScalarType BFloat16")  # torch's
+
+
+def test_prompts_as_tensors_that_require_grad_or_are_bfloat16_predict_as_numpys(small_sam, predictor):
+    """Upstream's predictor takes tensors that require grad (a detector's boxes in a training loop) and bfloat16
+    ones: each prompt argument was torch's RuntimeError / TypeError, the features setter alone detaching first."""
+    coords, labels = np.array([[40.0, 30.0], [80.0, 60.0]]), np.array([1, 0])
+    low_res = predictor.predict(point_coords=coords, point_labels=labels)[2][:1]
+    want = predictor.predict(point_coords=coords, point_labels=labels, box=np.array([10, 5, 100, 80]),
+                             mask_input=low_res)
+    for kind in (_GradTensor, _BFloat16Values):
+        got = predictor.predict(point_coords=kind(coords), point_labels=kind(labels),
+                                box=kind(np.array([10, 5, 100, 80])), mask_input=kind(low_res))
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+    boxes = predictor.transform.apply_boxes_torch(_GradTensor(np.array([[10.0, 5, 100, 80]])), predictor.original_size)
+    assert predictor.predict_torch(None, None, boxes=_GradTensor(boxes))[0].shape == (1, 3, 90, 120)
+    row, column, crop = predictor.mask_crop(_GradTensor(want[2][0]))
+    assert crop.dtype == bool
+    image = SamPredictor(small_sam)
+    image.set_torch_image(_GradTensor(predictor.transform.apply_image(np.zeros((90, 120, 3), np.uint8))
+                                      .transpose(2, 0, 1)[None]), (90, 120))
+    assert image.is_image_set
+
+
+def test_box_beside_n_prompts_is_one_error_naming_boxes(predictor):
+    with pytest.raises(ZooError, match=r"^give box \(one prompt\) or boxes \(N prompts\), not both$"):
+        predictor.predict(box=[0, 0, 10, 10], boxes=[[0, 0, 10, 10]])
+    # 3-D points are N prompts: the message named boxes, which were not given
+    with pytest.raises(ZooError, match=r"^point_coords of shape \(2, 1, 2\) are N prompts \(N, P, 2\): give their "
+                                       r"boxes as boxes=\(N, 4\), or one prompt's points \(P, 2\) with box$"):
+        predictor.predict(point_coords=np.zeros((2, 1, 2)), point_labels=np.ones((2, 1)), box=[0, 0, 10, 10])
+
+
 def test_a_cached_embedding_restored_as_upstreams_predicts_the_same_masks(small_sam, predictor, image):
     """SAM web demos and annotation tools cache each image's embedding after set_image and restore it later
     without the encoder, as upstream's attributes allow: ``reset_image(); features = cached; original_size = ...;
@@ -572,12 +628,12 @@ def test_a_prompt_of_a_masks_pixels_is_refused_before_decoding(predictor, monkey
     quadratic in them (12,000 points took 1.4 GB and 47 s; 50,000, ~20 GB). Refused before the decoder runs, as
     one line naming the fix; the masks of a few points are unaffected."""
     module = importlib.import_module(SamPredictor.__module__)
-    monkeypatch.setattr(module, "host_memory", lambda: 64 << 20)  # 32 MiB for the scores: ~2,900 tokens
+    monkeypatch.setattr(module, "host_memory", lambda: 64 << 20)  # 32 MiB for the scores: ~2,000 tokens
     decode = predictor.decode
     monkeypatch.setattr(predictor, "decode", lambda *a, **k: pytest.fail("decoded before the check"))
     points = np.random.default_rng(0).uniform(0, 60, (3000, 2))
     with pytest.raises(ZooError, match=r"^3,000 points per prompt: the mask decoder's attention between them takes "
-                                       r"at least 0.0337 GiB \(1 prompt\(s\) at once\), more than 50% of this "
+                                       r"at least 0.0673 GiB \(1 prompt\(s\) at once\), more than 50% of this "
                                        r"machine's 0.0625 GiB: give a few points per object"):
         predictor.predict(point_coords=points, point_labels=np.ones(3000), multimask_output=False)
     with pytest.raises(ZooError, match=r"^2,000 points per prompt: .* \(3 prompt\(s\) at once\)"):
@@ -586,14 +642,25 @@ def test_a_prompt_of_a_masks_pixels_is_refused_before_decoding(predictor, monkey
     assert predictor.predict(point_coords=points[:10], point_labels=np.ones(10))[0].shape[0] == 3
 
 
-def test_masks_beyond_the_machines_memory_are_refused_before_decoding(predictor, monkeypatch):
+def test_masks_beyond_the_machines_memory_are_refused_before_decoding(small_sam, predictor, monkeypatch):
     """10,000 boxes on a 12 MP photo are 112 GiB of masks: numpy's MemoryError (or, under the overcommit limit,
     an allocation filling up as the masks came); now one ZooError naming the fix, before the decoder runs"""
     module = importlib.import_module(SamPredictor.__module__)
 
-    monkeypatch.setattr(module, "host_memory", lambda: 4 * 90 * 120)  # the 4 bool masks: twice half of it
+    low_res = 32 * 32 * 4  # one mask's low-res logits, float32, on this 128 px model
+    monkeypatch.setattr(module, "host_memory", lambda: 4 * (90 * 120 + low_res))  # the 4 masks: twice half of it
     monkeypatch.setattr(predictor, "decode", lambda *a, **k: pytest.fail("decoded before the check"))
     boxes = [[10, 10, 50, 50]] * 4
-    with pytest.raises(ZooError, match=r"4 prompt\(s\) x 1 mask\(s\) of 120x90 take .* GiB, more than 50% of this "
-                                       r"machine's .* GiB: pass fewer prompts per call, or predict_low_res"):
+    with pytest.raises(ZooError, match=r"4 prompt\(s\) x 1 mask\(s\) of 120x90 take .* GiB with their low-res logits, "
+                                       r"more than 50% of this machine's .* GiB: pass fewer prompts per call, or "
+                                       r"predict_low_res"):
         predictor.predict(boxes=boxes, multimask_output=False)
+    # on a 4x4 image the masks are 48 bytes a prompt and their logits 12 KiB here (768 KiB at 1024 px): 2,000 boxes took
+    # 3.4 GB and 89 s, unchecked, where the masks' check passed them
+    tiny = SamPredictor(small_sam)
+    tiny.set_image(np.zeros((4, 4, 3), np.uint8))
+    monkeypatch.setattr(tiny, "decode", lambda *a, **k: pytest.fail("decoded before the check"))
+    monkeypatch.setattr(module, "host_memory", lambda: 4 * 3 * low_res)
+    with pytest.raises(ZooError, match=r"^4 prompt\(s\) x 3 mask\(s\) take .* GiB of low-res logits \(32x32 float32\), "
+                                       r"more than 50% of this machine's .* GiB: pass fewer prompts per call$"):
+        tiny.predict_low_res(boxes=[[0, 0, 4, 4]] * 4)

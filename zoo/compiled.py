@@ -50,6 +50,7 @@ the project's own figures: docs/speed-gpu.md).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import operator
 import os
 import sys
@@ -449,6 +450,7 @@ class CompiledForward:
                  staged: Callable[..., bool] | None = None, cap_floor: bool = True,
                  parts: Callable[[], tuple] | None = None, prepare: Callable[..., tuple] | None = None):
         self.fn = fn
+        self.signature = inspect.signature(fn)
         self.prepare = prepare
         self.cap_floor = cap_floor
         self.modules = modules
@@ -473,7 +475,11 @@ class CompiledForward:
             raise ValueError(f"{len(outside)} folded convolutions are in no stage's modules")
         self.structure: Structure | None = Structure(self.roots)
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:  # the traces are keyed by position: keywords are bound to theirs, defaults filled in
+            bound = self.signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args = bound.args
         if not enabled():
             return self.fn(*args)
         if self.prepare is not None:

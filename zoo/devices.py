@@ -174,10 +174,11 @@ def as_model_input(x, dtype: mx.Dtype, what: str = "input", channels: int | None
         return mx.array(x.astype(np.float32)).astype(dtype)
     if not isinstance(x, mx.array):
         raise ZooError(f"{what} must be an mx.array or numpy array, got {type(x).__name__}")
+    if x.dtype not in DTYPES.values():  # integers or bool: no model dtype would take them as they are
+        raise ZooError(f"{what} is {x.dtype}, not floats: convert with x.astype(mx.{dtype_name(dtype)})")
     if x.dtype != dtype:
         raise ZooError(
-            f"{what} is {dtype_name(x.dtype) if x.dtype in DTYPES.values() else x.dtype} but the "
-            f"model runs in {dtype_name(dtype)}: convert with x.astype(mx.{dtype_name(dtype)}) "
-            f"or load the model with dtype='{dtype_name(x.dtype) if x.dtype in DTYPES.values() else 'float32'}'"
+            f"{what} is {dtype_name(x.dtype)} but the model runs in {dtype_name(dtype)}: convert with "
+            f"x.astype(mx.{dtype_name(dtype)}) or load the model with dtype='{dtype_name(x.dtype)}'"
         )
     return x

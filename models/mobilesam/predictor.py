@@ -85,9 +85,22 @@ def check_input_size(original_size: tuple[int, int], input_size: tuple[int, int]
 POINT_LABELS = {1: "1 (foreground)", 0: "0 (background)", -1: "-1 (padding: not a point, its position ignored)"}
 
 
+def readable(value):
+    """A torch tensor as numpy reads it: detached (one that requires grad refuses .numpy(), where upstream's
+    predictor takes it), on the CPU, bfloat16 as float32 (numpy has no bfloat16); anything else as given."""
+    if isinstance(value, np.ndarray) or not callable(getattr(value, "cpu", None)):
+        return value
+    if callable(getattr(value, "detach", None)):
+        value = value.detach()
+    value = value.cpu()
+    if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+        value = value.float()
+    return value.numpy() if callable(getattr(value, "numpy", None)) else value
+
+
 def _float_array(name: str, value) -> np.ndarray:
     try:
-        a = np.asarray(value)
+        a = np.asarray(readable(value))
         # complex numbers as float64 dropped their imaginary parts (a warning, a point elsewhere); text was parsed
         a = a.astype(np.float64) if a.dtype.kind not in "cSUV" else None
     except (TypeError, ValueError):
@@ -103,10 +116,18 @@ def _float_array(name: str, value) -> np.ndarray:
 
 def _labels_array(point_labels) -> np.ndarray:
     try:
-        return np.asarray(point_labels)
+        return np.asarray(readable(point_labels))
     except ValueError:  # ragged rows
         raise ZooError(f"point_labels must be an array of labels, one per point, as many in each row, got "
                        f"{type(point_labels).__name__}") from None
+
+
+def _mask_input_array(mask_input, expected: str) -> np.ndarray:
+    try:
+        return np.asarray(readable(mask_input))
+    except ValueError:  # ragged rows
+        raise ZooError(f"mask_input must be an array of low-res logits, {expected}, got {type(mask_input).__name__} "
+                       "of rows of different lengths: pass low_res[i:i+1] from a previous predict") from None
 
 
 def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, box=None, mask_input=None,
@@ -166,8 +187,8 @@ def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=N
             raise UsageError(f"box ({x1:g}, {y1:g}, {x2:g}, {y2:g}) reaches outside the {width}x{height} image: "
                            f"keep 0 <= x <= {width} and 0 <= y <= {height}")
     if mask_input is not None:
-        mask_input = np.asarray(mask_input)
         expected = (1, *mask_input_size)
+        mask_input = _mask_input_array(mask_input, str(expected))
         if mask_input.shape != expected or mask_input.dtype.kind not in "fiub":
             raise UsageError(f"mask_input has shape {mask_input.shape} ({mask_input.dtype}): expected {expected} "
                            "low-res logits, e.g. low_res[i:i+1] from a previous predict")
@@ -197,7 +218,7 @@ def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_
         if labels.shape != coords.shape[:2]:
             raise ZooError(f"point_labels has shape {labels.shape}: expected {coords.shape[:2]}, one label per point")
     if mask_input is not None:
-        mask_input = np.asarray(mask_input)
+        mask_input = _mask_input_array(mask_input, f"(N, 1, {mask_input_size[0]}, {mask_input_size[1]})")
         if mask_input.ndim != 4:
             raise ZooError(f"mask_input has shape {mask_input.shape}: expected (N, 1, {mask_input_size[0]}, "
                            f"{mask_input_size[1]}) for N prompts")
@@ -257,19 +278,25 @@ def past_memory_share(need: int) -> str | None:
     return None
 
 
-def check_masks_memory(shape: tuple[int, int, int, int], dtype) -> None:
-    """Refuse (N, C, H, W) masks larger than MASKS_MEMORY_SHARE of the machine's memory, before anything runs."""
-    need = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    if past := past_memory_share(need):
-        n, c, h, w = shape
-        raise ZooError(f"{n} prompt(s) x {c} mask(s) of {w}x{h} take {need / 2**30:.3g} GiB, {past}: pass fewer "
-                       "prompts per call, or predict_low_res(...) then mask_crop(low_res[i]) one mask at a time")
+def check_outputs_memory(n: int, channels: int, low_res_size: tuple[int, int], size: tuple[int, int],
+                         mask_dtype=None) -> None:
+    """Refuse outputs larger than MASKS_MEMORY_SHARE of the machine's memory, before anything runs: the low-res
+    logits (N, C, 256, 256) float32 (a 4x4 image's masks are 48 bytes, their logits 768 KiB), and the (N, C, H, W)
+    masks of ``mask_dtype`` where asked."""
+    low_res = n * channels * low_res_size[0] * low_res_size[1] * np.dtype(np.float32).itemsize
+    masks = 0 if mask_dtype is None else n * channels * size[0] * size[1] * np.dtype(mask_dtype).itemsize
+    if past := past_memory_share(low_res + masks):
+        what = (f"of {size[1]}x{size[0]} take {(low_res + masks) / 2**30:.3g} GiB with their low-res logits" if masks
+                else f"take {low_res / 2**30:.3g} GiB of low-res logits ({low_res_size[1]}x{low_res_size[0]} float32)")
+        raise ZooError(f"{n} prompt(s) x {channels} mask(s) {what}, {past}: pass fewer prompts per call"
+                       + (", or predict_low_res(...) then mask_crop(low_res[i]) one mask at a time" if masks else ""))
 
 
 # The mask decoder's token self-attention holds a score for each pair of a prompt's tokens (its points, box corners
-# and 5 output tokens): at least this many bytes a pair (the CPU's path measured 5-8 on 4,000-12,000 points). SAM
-# takes a few points per object; a mask's pixels passed as points (np.argwhere) are quadratic: 12,000 took 1.4 GB.
-ATTENTION_BYTES_PER_PAIR = 4
+# and 5 output tokens): this many bytes a pair (the CPU's path measured 7.0-8.4 on 5,000-30,000 points, 2026-12-01;
+# at 4 a pair, 55,000 points passed the check and needed ~23 GiB). SAM takes a few points per object; a mask's pixels
+# passed as points (np.argwhere) are quadratic: 12,000 took 1.4 GB.
+ATTENTION_BYTES_PER_PAIR = 8
 
 
 def check_prompt_tokens_memory(prompts: int, tokens: int, points: int) -> None:
@@ -392,11 +419,7 @@ class SamPredictor:
         """An assigned NCHW embedding -> the model's NHWC MLX array in its dtype, or one error naming the problem."""
         expected = (1, self.model.prompt_encoder.embed_dim, *self.model.prompt_encoder.image_embedding_size)
         try:
-            if not isinstance(embedding, np.ndarray) and callable(getattr(embedding, "cpu", None)):
-                if callable(getattr(embedding, "detach", None)):  # a tensor that requires grad refuses .numpy()
-                    embedding = embedding.detach()
-                embedding = embedding.cpu().numpy()  # a tensor, on any device
-            array = np.asarray(embedding)
+            array = np.asarray(readable(embedding))  # a tensor, on any device
         except (TypeError, ValueError, RuntimeError, AttributeError) as e:
             raise ZooError(f"features: a {type(embedding).__name__} is not readable as an array ({e}): assign "
                            f"the {expected} float32 embedding that predictor.features gave") from None
@@ -443,7 +466,7 @@ class SamPredictor:
         """upstream's: an image already resized by ``self.transform.apply_image``, channels first,
         (1, 3, H, W) with max(H, W) the model's input size (a CPU tensor, or anything numpy reads), and the
         original image's (height, width), the size predict's masks take."""
-        image = np.asarray(transformed_image)
+        image = np.asarray(readable(transformed_image))
         size = self.model.img_size
         if (image.ndim != 4 or image.shape[:2] != (1, 3) or max(image.shape[2:]) != size
                 or image.dtype.kind not in "uif"):
@@ -529,7 +552,9 @@ class SamPredictor:
         frame = self.input_size if resized_frame else self.original_size
         if batched:
             if box is not None:
-                raise ZooError("give box (one prompt) or boxes (N prompts), not both")
+                raise ZooError("give box (one prompt) or boxes (N prompts), not both" if boxes is not None else
+                               f"point_coords of shape {np.shape(point_coords)} are N prompts (N, P, 2): give their "
+                               "boxes as boxes=(N, 4), or one prompt's points (P, 2) with box")
             coords, labels, boxes, mask_input = check_batched_prompts(
                 frame, point_coords, point_labels, boxes, mask_input, self.model.prompt_encoder.mask_input_size,
                 as_upstream=True)
@@ -546,11 +571,12 @@ class SamPredictor:
         if coords is not None:  # the decoder's tokens: points (a padding point without a box), corners, outputs
             tokens = coords.shape[1] + (1 if boxes is None else 2) + 1 + self.model.mask_decoder.num_mask_tokens
             check_prompt_tokens_memory(min(n, PROMPTS_PER_DECODE), tokens, coords.shape[1])
-        if mask_dtype is not None:
-            check_masks_memory((n, channels, *self.original_size), mask_dtype)
+        low_res_size = self.model.prompt_encoder.mask_input_size
+        check_outputs_memory(n, channels, low_res_size, self.original_size, mask_dtype)
         masks = None if mask_dtype is None else np.empty((n, channels, *self.original_size), mask_dtype)
+        iou, low_res = np.empty((n, channels), np.float32), np.empty((n, channels, *low_res_size), np.float32)
         if n == 0:
-            return batched, masks, np.zeros((0, channels), np.float32), np.zeros((0, channels, 256, 256), np.float32)
+            return batched, masks, iou, low_res
         transform, original = self.transform, self.original_size
         with np.errstate(over="ignore"):  # a coordinate past float32's range: refused just below
             if coords is not None:
@@ -561,26 +587,30 @@ class SamPredictor:
             # points may lie outside the image, but one this far is no position: upstream's masks are NaN
             raise ZooError("a point or box lies too far outside the image: scaled to the model's input, its "
                            "coordinates pass float32's range (3.4e38); give pixel coordinates near the image")
-        iou, low_res = [], []
         for start in range(0, n, PROMPTS_PER_DECODE):  # the decoder takes ~50 MB per prompt
             part = slice(start, start + PROMPTS_PER_DECODE)
             chunk = (None if a is None else a[part] for a in (coords, labels, boxes, mask_input))
             part_low_res, part_iou = self.decode(*chunk, multimask_output)
             if masks is not None:
                 self.model.masks_into(part_low_res, self.input_size, masks[part])
-            low_res.append(np.array(part_low_res.astype(mx.float32).transpose(0, 3, 1, 2)))
-            iou.append(np.array(part_iou.astype(mx.float32)))
-        return batched, masks, np.concatenate(iou), np.concatenate(low_res)
+            low_res[part] = np.array(part_low_res.astype(mx.float32).transpose(0, 3, 1, 2))
+            iou[part] = np.array(part_iou.astype(mx.float32))
+        return batched, masks, iou, low_res
 
     @serialized(lambda predictor: predictor.model)
     def mask_crop(self, low_res: np.ndarray) -> tuple[int, int, np.ndarray]:
         """One mask's low-res logits (256, 256) from predict_low_res -> (top, left, crop): its full-size
         mask (predict's) is the bool ``crop`` at rows top.., columns left.., false elsewhere (Sam.mask_crop)."""
         self._check_image_set()
-        low_res = np.asarray(low_res)
-        if low_res.ndim != 2 or low_res.dtype.kind not in "fiub":  # (1, 256, 256) failed inside the resize
-            raise ZooError(f"mask_crop takes one mask's low-res logits, 2-D, got {low_res.shape} ({low_res.dtype}): "
+        try:
+            array = np.asarray(readable(low_res))
+        except ValueError:  # ragged rows
+            array = None
+        if array is None or array.ndim != 2 or array.dtype.kind not in "fiub":  # (1, 256, 256) failed in the resize
+            got = "rows of different lengths" if array is None else f"{array.shape} ({array.dtype})"
+            raise ZooError(f"mask_crop takes one mask's low-res logits, 2-D, got {got}: "
                            "pass low_res[i] (or low_res[k, i]) from predict_low_res")
+        low_res = array
         return self.model.mask_crop(mx.array(low_res.astype(np.float32)[None, ..., None]), self.input_size,
                                     self.original_size)
 

@@ -93,24 +93,49 @@ class Sam(nn.Module):
             outputs.append({"masks": masks, "iou_predictions": iou, "low_res_logits": low_res})
         return outputs
 
-    def prompt_inputs(self, features, points, boxes, masks, multimask_output) -> tuple:
-        """decode_prompt's arguments (mx.arrays or numpy arrays) as its network takes them: the embedding and
-        the mask input checked and in the model's dtype, coordinates and boxes float32, labels int32."""
+    def prompt_inputs(self, features, points=None, boxes=None, masks=None, multimask_output: bool = True) -> tuple:
+        """decode_prompt's arguments (mx.arrays or numpy arrays) as its network takes them, or one ZooError: the
+        embedding and the mask input in the model's dtype, coordinates and boxes float32, labels int32; B >= 1
+        prompt sets alike in each prompt given, with one embedding for all of them or one each."""
+        encoder = self.prompt_encoder
         features = as_model_input(features, self.dtype, "image embedding")
-        expected = (*self.prompt_encoder.image_embedding_size, self.prompt_encoder.embed_dim)
+        expected = (*encoder.image_embedding_size, encoder.embed_dim)
         if features.ndim != 4 or tuple(features.shape[1:]) != expected:
             raise ZooError(f"the image embedding has shape {tuple(features.shape)}, expected "
                            f"(B, {', '.join(map(str, expected))}): pass what encode_image returned")
+        counts = {}
         if points is not None:
             if not isinstance(points, (tuple, list)) or len(points) != 2:
                 raise ZooError("decode_prompt's points are (coords (B, N, 2), labels (B, N)): pass a pair or None")
-            points = (prompt_array(points[0], mx.float32, "point coords"),
-                      prompt_array(points[1], mx.int32, "point labels"))
-        boxes = None if boxes is None else prompt_array(boxes, mx.float32, "boxes")
-        masks = None if masks is None else as_model_input(masks, self.dtype, "mask input")
+            coords = prompt_array(points[0], mx.float32, "point coords")
+            labels = prompt_array(points[1], mx.int32, "point labels")
+            if coords.ndim != 3 or coords.shape[2] != 2 or tuple(labels.shape) != tuple(coords.shape[:2]):
+                raise ZooError(f"points: coords {tuple(coords.shape)} and labels {tuple(labels.shape)}, expected "
+                               "(B, N, 2) and (B, N): N points (x, y) for each of B prompt sets, a label each")
+            points, counts["points"] = (coords, labels), coords.shape[0]
+        if boxes is not None:
+            boxes = prompt_array(boxes, mx.float32, "boxes")
+            if boxes.ndim != 2 or boxes.shape[1] != 4:
+                raise ZooError(f"boxes has shape {tuple(boxes.shape)}, expected (B, 4): x1, y1, x2, y2 a prompt set")
+            counts["boxes"] = boxes.shape[0]
+        if masks is not None:
+            masks = as_model_input(masks, self.dtype, "mask input", channels=1)
+            if tuple(masks.shape[1:3]) != encoder.mask_input_size:
+                raise ZooError(f"mask input has shape {tuple(masks.shape)}, expected (B, "
+                               f"{', '.join(map(str, encoder.mask_input_size))}, 1): low-res logits, channels last")
+            counts["masks"] = masks.shape[0]
+        sets = set(counts.values()) or {1}
+        if len(sets) > 1:
+            raise ZooError(f"prompt set counts differ ({', '.join(f'{k}: {v}' for k, v in counts.items())}): give "
+                           "each prompt kind for every set")
+        if sets == {0}:
+            raise ZooError("no prompt sets (B = 0): give at least one")
+        if features.shape[0] not in (1, *sets):
+            raise ZooError(f"the image embedding's batch is {features.shape[0]} for {sets.pop()} prompt set(s): pass "
+                           "one embedding (batch 1) for all of them, or one for each")
         return features, points, boxes, masks, bool(multimask_output)
 
-    def prompt_and_decode(self, features, points, boxes, masks, multimask_output: bool):
+    def prompt_and_decode(self, features, points=None, boxes=None, masks=None, multimask_output: bool = True):
         """Image embedding (B, 64, 64, 256) + one prompt -> (low-res mask logits (B, 256, 256, C), IoU (B, C))."""
         features, points, boxes, masks, multimask_output = self.prompt_inputs(features, points, boxes, masks,
                                                                                multimask_output)
