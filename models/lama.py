@@ -637,7 +637,14 @@ class LaMa(nn.Module):
                       resize_limit: int = RESIZE_LIMIT, crop_margin: int = CROP_MARGIN,
                       crop_trigger_size: int = CROP_TRIGGER_SIZE, max_megapixels: float | None = None,
                       progress: bool = False) -> np.ndarray:
-        """``inpaint`` on an (H, W, 3) uint8 image and an (H, W) bool hole that marks some pixel."""
+        """``inpaint`` on an (H, W, 3) uint8 image and an (H, W) bool hole that marks some pixel, checked as such
+        (a 0/1 uint8 hole indexed rows, a float image came back half 0-255, no error)."""
+        if not (isinstance(image, np.ndarray) and image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3):
+            raise ZooError(f"inpaint_array takes an (H, W, 3) uint8 image, got {array_kind(image)}: "
+                           "pass any other image (a path, PIL, float, grey, RGBA) to inpaint")
+        if not (isinstance(hole, np.ndarray) and hole.dtype == bool and hole.shape == image.shape[:2] and hole.any()):
+            raise ZooError(f"inpaint_array takes an {image.shape[:2]} bool hole marking some pixel, got "
+                           f"{array_kind(hole)}: pass any other mask (0/255, a path, PIL) to inpaint")
         check_max_megapixels(max_megapixels)
         scale, boxes = plan_passes(hole, hd_strategy, resize_limit, crop_margin, crop_trigger_size)
         for size in pass_sizes(hole.shape, scale, boxes):  # all of them before the first pass
@@ -674,6 +681,11 @@ class LaMa(nn.Module):
         filled = self._inpaint_pass(small, small_hole)
         big = np.asarray(Image.fromarray(filled).resize((w, h), Image.BICUBIC))
         return np.where(hole[..., None], big, image)
+
+
+def array_kind(a) -> str:
+    """How an argument reads in an error: an array's shape and dtype, else its type."""
+    return f"{a.shape} {a.dtype}" if isinstance(a, np.ndarray) else type(a).__name__
 
 
 def split_alpha(image) -> tuple[np.ndarray, np.ndarray | None]:

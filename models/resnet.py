@@ -384,6 +384,11 @@ class ResNet(nn.Module):
     def forward_head(self, x: mx.array, pre_logits: bool = False) -> mx.array:
         """(N, h, w, C) feature map -> (N, head_hidden_size) pooled features (``pre_logits`` or no head; the
         map itself for global_pool='') or (N, num_classes) logits."""
+        # a timm user's NCHW map gave (N, 7) pooled features or a reshape error; the width the head takes (a
+        # layer4 or fc set by the user may change it)
+        head = self["fc"] if "fc" in self else None
+        width = head.weight.shape[-1] // self.avgpool.feat_mult() if head is not None else self.num_features
+        x = as_model_input(x, self.dtype, "feature map", channels=width)
         x = self.avgpool(x)
         if self.avgpool.pool_type:
             x = x.reshape(x.shape[0], math.prod(x.shape[1:]))  # -1 cannot be inferred for an empty batch

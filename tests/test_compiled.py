@@ -482,7 +482,7 @@ def test_sam_encoder_compiled_takes_a_numpy_image_as_its_eager_network_does(comp
     from zoo.models.mobilesam.sam import Sam
     sam = Sam(img_size=256)
     sam.eval()
-    image = np.random.default_rng(0).uniform(0, 255, (1, 256, 256, 3)).astype(np.uint8)
+    image = np.random.default_rng(0).standard_normal((1, 256, 256, 3))  # float64: made the model's dtype
     got = np.array(sam.encode_image(image))
     assert len(sam.encode_image.traces) == 1
     with eager():
@@ -490,6 +490,9 @@ def test_sam_encoder_compiled_takes_a_numpy_image_as_its_eager_network_does(comp
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     with pytest.raises(ZooError, match=r"TinyViT expects \(B, 256, 256, 3\), got \(1, 128, 128, 3\)"):
         sam.encode_image(image[:, :128, :128])
+    # uint8 pixels are not the normalised image it takes: refused, not read as values of 0-255 (as before)
+    with pytest.raises(ZooError, match=r"image has dtype uint8: pass floats, scaled as the network takes them"):
+        sam.encode_image(np.zeros((1, 256, 256, 3), np.uint8))
 
 
 @pytest.mark.parametrize("compiled", [True, False])
@@ -538,6 +541,20 @@ def test_sam_decode_prompt_takes_numpy_prompts_and_embedding(compiled, monkeypat
     with pytest.raises(ZooError, match=r"mask input is mlx.core.bool, not floats: convert with "
                                        r"x.astype\(mx.float32\)$"):
         sam.decode_prompt(features, masks=mx.zeros((1, 64, 64, 1), mx.bool_))
+
+
+def test_a_call_that_fails_in_its_trace_leaves_the_model_working(compile_on):
+    """mx.compile leaves its inputs' arrays as tracers when the traced function raises: after one failed call
+    (YOLO at batch 0, an error inside SPPF) every later call of the model failed, its eager forward too ('eval
+    an array without a primitive'). The arrays are put back."""
+    model = zoo.load("yolov8n", weights="synthetic:0", device="cpu")
+    x = mx.array(np.random.default_rng(0).uniform(0, 1, (1, 64, 64, 3)).astype(np.float32))
+    want = np.array(model(x))
+    with pytest.raises(ZooError, match="is empty"):
+        mx.eval(model(x[:0]))
+    np.testing.assert_array_equal(np.array(model(x)), want)
+    with eager():
+        np.testing.assert_allclose(np.array(model(x)), want, rtol=1e-4, atol=1e-4)
 
 
 def test_yolov8_compiled_head_reads_each_concatenation_apart(compile_on, monkeypatch):

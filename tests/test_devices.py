@@ -80,6 +80,12 @@ def test_model_refuses_an_input_of_another_dtype():
         model(mx.zeros((1, 32, 32, 3), mx.uint8))
     # numpy input is converted once at the boundary; the whole pass stays in float16
     assert model(np.zeros((1, 32, 32, 3), np.float32)).dtype == mx.float16
+    # uint8 pixels went in as 0-255 where the network takes normalised values; an image of no pixels gave
+    # logits of uninitialised memory
+    with pytest.raises(ZooError, match="input has dtype uint8: pass floats, scaled as the network takes them"):
+        model(np.zeros((1, 32, 32, 3), np.uint8))
+    with pytest.raises(ZooError, match=r"input has shape \(1, 0, 32, 3\): an image of no pixels"):
+        model(np.zeros((1, 0, 32, 3), np.float32))
 
 
 def test_weights_are_converted_to_the_requested_dtype():

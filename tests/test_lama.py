@@ -12,6 +12,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 from mlx.utils import tree_flatten
+from PIL import Image
 
 import zoo
 from conftest import load_case, parity_run, rebuild_input
@@ -241,6 +242,29 @@ def test_raw_call_checks_shapes_and_dtype(model):
         model(np.zeros((1, 16, 16, 3)), np.zeros((1, 1, 16, 16)))
     with pytest.raises(ZooError, match="model runs in float32"):
         model(mx.zeros((1, 16, 16, 3), mx.float16), mx.zeros((1, 16, 16, 1), mx.float16))
+    # uint8 pixels went in as 0-255 (the same pixels as an mx.array were refused)
+    with pytest.raises(ZooError, match="image has dtype uint8: pass floats"):
+        model(np.zeros((1, 16, 16, 3), np.uint8), np.zeros((1, 16, 16, 1), np.float32))
+
+
+def test_inpaint_array_takes_only_what_it_says(model):
+    """A 0/1 uint8 hole was read as row indices (rows 0 and 1 overwritten, the hole left), a float image came back
+    with its hole in 0-255, a hole smaller than the image ran: each is one error naming inpaint."""
+    image = np.random.default_rng(0).integers(0, 256, (37, 53, 3), dtype=np.uint8)
+    hole = np.zeros((37, 53), bool)
+    hole[10:20, 5:30] = True
+    out = model.inpaint_array(image, hole)
+    assert np.array_equal(out[~hole], image[~hole]) and not np.array_equal(out[hole], image[hole])
+    bad_holes = (hole.astype(np.uint8), hole.astype(np.uint8) * 255, hole[:30], np.zeros_like(hole), hole[..., None])
+    for bad_hole in bad_holes:
+        with pytest.raises(ZooError, match=r"inpaint_array takes an \(37, 53\) bool hole marking some pixel, got .*: "
+                                           r"pass any other mask \(0/255, a path, PIL\) to inpaint"):
+            model.inpaint_array(image, bad_hole)
+    for bad_image in (image / 255.0, image[..., 0], np.dstack([image, image[..., :1]]), Image.fromarray(image)):
+        with pytest.raises(ZooError, match=r"inpaint_array takes an \(H, W, 3\) uint8 image, got .*: pass any other "
+                                           r"image \(a path, PIL, float, grey, RGBA\) to inpaint"):
+            model.inpaint_array(bad_image, hole)
+    np.testing.assert_array_equal(model.inpaint(image, hole.astype(np.uint8) * 255), out)  # inpaint takes them
 
 
 def test_sanitize_keeps_only_the_generator():

@@ -63,6 +63,7 @@ import mlx.nn as nn
 from mlx.utils import tree_flatten
 
 from zoo import devices
+from zoo.concurrency import lock_of, release_mlx_at_thread_exit
 from zoo.errors import ZooError
 from zoo.kernels import winograd
 
@@ -242,10 +243,10 @@ class FoldedConvs:
             sources = sources_of(*members(conv, partner))
             if replaced(sources, self.sources.get(key)):
                 self.sources[key] = sources
-                # evaluated with the first output that uses them
                 derived = self.makers.get(key, fold_in_conv_dtype)(conv, partner)
                 self.arrays[key].clear()
                 self.arrays[key].update(derived)
+        evaluated(self.arrays)
         self.named = [(m, name) for m in self.modules for name, value in m.items() if isinstance(value, mx.array)]
         self.known = self.all_sources()
 
@@ -295,8 +296,28 @@ def kept(owner, name: str, modules: tuple, make: Callable):
     sources = sources_of(*modules)
     held = owner.__dict__.get(name)
     if held is None or replaced(sources, held[0]):
-        held = owner.__dict__[name] = (sources, make())
+        held = owner.__dict__[name] = (sources, evaluated(make()))
     return held[1]
+
+
+def evaluated(tree):
+    """``tree``'s arrays evaluated now, where they are kept for later calls: a lazy array holds its thread's
+    stream, and another thread's call could not evaluate it ("There is no Stream(cpu, 2) in current thread").
+    Inside a trace (MLX refuses to evaluate there) they are the trace's own."""
+    with contextlib.suppress(ValueError):  # "Attempting to eval an array during function transformations"
+        mx.eval(tree)
+    return tree
+
+
+def arrays_in(tree, found: list | None = None) -> list[tuple]:
+    """Every array in a tree of lists and dicts (modules are dicts) as (container, key, array)."""
+    found = [] if found is None else found
+    for key, value in (tree.items() if isinstance(tree, dict) else enumerate(tree)):
+        if isinstance(value, mx.array):
+            found.append((tree, key, value))
+        elif isinstance(value, (dict, list)):
+            arrays_in(value, found)
+    return found
 
 
 def recording_layers() -> bool:
@@ -444,11 +465,15 @@ class CompiledForward:
     ``prepare``: maps the call's arguments to those the traces take, before their signature: the
     network's own input boundary where it takes what a trace cannot (a numpy image, made an mx.array
     in the model's dtype).
+
+    ``owner``: whose lock (zoo.concurrency) each call holds, the first module by default (a SAM model's
+    networks: the model, whose predictor's calls hold it too).
     """
 
     def __init__(self, fn: Callable, modules, max_traces: int = MAX_TRACES, folds=(), stages=(),
                  staged: Callable[..., bool] | None = None, cap_floor: bool = True,
-                 parts: Callable[[], tuple] | None = None, prepare: Callable[..., tuple] | None = None):
+                 parts: Callable[[], tuple] | None = None, prepare: Callable[..., tuple] | None = None,
+                 owner=None):
         self.fn = fn
         self.signature = inspect.signature(fn)
         self.prepare = prepare
@@ -456,6 +481,7 @@ class CompiledForward:
         self.modules = modules
         self.roots = [m for m in (modules if isinstance(modules, (list, tuple)) else [modules])
                       if isinstance(m, nn.Module)]
+        self.owner = owner if owner is not None else self.roots[0] if self.roots else self
         self.max_traces = max_traces
         self.traces: OrderedDict = OrderedDict()
         self.staged = staged or (lambda *args: True)
@@ -480,6 +506,13 @@ class CompiledForward:
             bound = self.signature.bind(*args, **kwargs)
             bound.apply_defaults()
             args = bound.args
+        release_mlx_at_thread_exit()
+        # calls take turns (zoo.concurrency): the traces, folds and derived weights are the model's, shared by
+        # threads; two threads at once in a trace crashed the process (a segfault in 4 of 5 runs)
+        with lock_of(self.owner):
+            return self._call(*args)
+
+    def _call(self, *args):
         if not enabled():
             return self.fn(*args)
         if self.prepare is not None:
@@ -510,7 +543,20 @@ class CompiledForward:
             parts = self.stages if self.staged(*args) else self.whole
             traced = [mx.compile(self._tracer(stage.fn, folding), inputs=[stage.modules, arrays if folding else {}])
                       for stage, arrays in parts]
+            inputs = arrays_in([self.roots, self.folds.arrays])
+        try:
+            out = self._run(traced, key, least, folding, args)
+        except BaseException:
+            if new:  # a trace that raised left mx.compile's inputs as its tracers: every later call failed
+                for container, name, array in inputs:
+                    container[name] = array
+            raise
+        if new and folding:
+            self.folds.retraced()
+        return out
 
+    def _run(self, traced: list, key: tuple, least: int | None, folding: bool, args: tuple):
+        """The traced stages on ``args``, scheduled under the memory cap; the trace kept under ``key``."""
         def run(schedule):
             out = traced[0](*args)
             for stage in traced[1:]:
@@ -527,8 +573,6 @@ class CompiledForward:
             out = schedule_capped(run, max(int(memory_factor() * least), CAP_FLOOR if self.cap_floor else 0))
         else:
             out = run(_schedule if cuda_backend() else _lazy)
-        if new and folding:
-            self.folds.retraced()
         self.traces[key] = (traced, least)
         return out
 

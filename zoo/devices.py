@@ -168,9 +168,13 @@ def as_model_input(x, dtype: mx.Dtype, what: str = "input", channels: int | None
         nchw = x.ndim == 4 and x.shape[1] == channels
         raise ZooError(f"{what} has shape {tuple(x.shape)}: expected (N, H, W, {channels}), channels last"
                        + (" (this looks like NCHW: pass x.transpose(0, 2, 3, 1))" if nchw else ""))
+    if isinstance(x, (np.ndarray, mx.array)) and channels is not None and 0 in x.shape[1:3]:
+        # ResNet returned logits of uninitialised memory (5e10 in one run, 2.8e32 in the next)
+        raise ZooError(f"{what} has shape {tuple(x.shape)}: an image of no pixels, pass images of 1x1 or more")
     if isinstance(x, np.ndarray):
-        if x.dtype.kind not in "fiu":
-            raise ZooError(f"{what} has dtype {x.dtype}: pass a float array")
+        if x.dtype.kind != "f":  # uint8 pixels went in as 0-255 where the network takes 0-1 or normalised values
+            raise ZooError(f"{what} has dtype {x.dtype}: pass floats, scaled as the network takes them (an integer "
+                           "image is not scaled here)")
         return mx.array(x.astype(np.float32)).astype(dtype)
     if not isinstance(x, mx.array):
         raise ZooError(f"{what} must be an mx.array or numpy array, got {type(x).__name__}")

@@ -45,12 +45,12 @@ class Sam(nn.Module):
         self.encode_image = CompiledForward(self.image_encoder, self.image_encoder, folds=self.image_encoder.folds(),
                                             stages=self.image_encoder.stages(),
                                             staged=lambda *args: self.image_encoder.dtype == mx.float32,
-                                            prepare=lambda x: (self.image_encoder.model_input(x),))
+                                            prepare=lambda x: (self.image_encoder.model_input(x),), owner=self)
         # no floor under its memory cap: capped at its least memory it took the same time (H200, float32: 2.53 ms
         # and 23 MiB, 2.59 ms and 32 MiB at the 32 MiB floor; PyTorch's peak 32 MiB)
         self.decode_prompt = CompiledForward(self.prompt_and_decode, [self.prompt_encoder, self.mask_decoder],
                                              folds=self.decoder_folds(), cap_floor=False,
-                                             prepare=self.prompt_inputs)
+                                             prepare=self.prompt_inputs, owner=self)
 
     @property
     def dtype(self) -> mx.Dtype:
