@@ -57,6 +57,7 @@ def test_forward_features_and_head_equal_the_reference(case):
     logits = model.forward_head(features)
     assert logits.shape == (2, 1000) and rel_err(logits, ref["fc"]) < TOL
     assert mx.array_equal(model(x), logits)
+    assert model(x[:0]).shape == (0, 1000)  # as timm's; ResNet-50's head was an MLX conv error on the CPU
     # timm's NCHW map gave (2, 2) pooled features with pre_logits, a reshape error without
     with pytest.raises(ZooError, match=rf"feature map has shape \(2, {model.num_features}, 2, 2\).*NCHW: pass"):
         model.forward_head(features.transpose(0, 3, 1, 2), pre_logits=True)

@@ -746,7 +746,7 @@ LINEAR_MIN_WEIGHT = 1 << 20
 def linear_in_c(x: mx.array, weight: mx.array) -> bool:
     """Whether ``linear`` of x by weight runs in C: on the CPU, from LINEAR_MIN_ELEMENTS inputs or
     LINEAR_MIN_WEIGHT weights."""
-    return (_fast_path() and _library() is not None
+    return (_fast_path() and _library() is not None and x.size > 0  # an empty batch: MLX's (0, out), no C call
             and (x.size >= LINEAR_MIN_ELEMENTS or weight.size >= LINEAR_MIN_WEIGHT))
 
 
