@@ -308,7 +308,7 @@ def test_sam_decoder_rederives_its_merged_arrays_when_weights_change(compile_on)
             np.testing.assert_allclose(np.array(g), np.array(w), rtol=1e-4, atol=1e-4, err_msg=name)
 
 
-def test_lama_compiled_equals_eager(compile_on, monkeypatch):
+def test_lama_compiled_equals_eager(compile_on, monkeypatch, two_blas_threads):
     import zoo.models.lama as lama_module
 
     monkeypatch.setattr(lama_module, "DFT_MAX_SIDE", 0)  # the Fourier units' FFTs, as eager (next tests)
@@ -319,10 +319,7 @@ def test_lama_compiled_equals_eager(compile_on, monkeypatch):
     got = lama(image, mask)
     with eager():
         want = lama(image, mask)
-    # With one OpenBLAS thread (a 1-core machine, OPENBLAS_NUM_THREADS=1) 8 of its 3,072 outputs differed by up to
-    # 3.8e-4, with two by none: the synthetic weights amplify the products' rounding through its 18 blocks. A wrapper
-    # that ran stale weights or dropped a fold is off by far more: one BatchNorm's weight 1% off moved them by 0.07.
-    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-3)
+    np.testing.assert_allclose(np.array(got), np.array(want), rtol=1e-5, atol=1e-5)
     assert len(lama.compiled.traces) == 1
 
 
@@ -531,7 +528,7 @@ def test_sam_decode_prompt_takes_numpy_prompts_and_embedding(compiled, monkeypat
            r"points: coords \(2, 2\) and labels \(1, 2\), expected \(B, N, 2\) and \(B, N\)":
                dict(points=(coords[0], labels)),
            r"points: coords \(1, 2, 2\) and labels \(1, 3\)": dict(points=(coords, np.ones((1, 3)))),
-           r"prompt set counts differ \(points: 1, boxes: 2\)": dict(points=(coords, labels), boxes=np.zeros((2, 4))),
+           r"prompt counts differ \(points: 1, boxes: 2\)": dict(points=(coords, labels), boxes=np.zeros((2, 4))),
            r"no prompt sets \(B = 0\)": dict(points=(np.zeros((0, 1, 2)), np.zeros((0, 1)))),
            r"the image embedding's batch is 2 for 3 prompt set\(s\)": dict(boxes=np.zeros((3, 4)), features=2)}
     for message, prompts in bad.items():

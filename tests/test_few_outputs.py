@@ -59,7 +59,7 @@ def test_preferred_only_for_float32_on_cuda(monkeypatch):
     assert not few_outputs.preferred(f32, (3, 7, 7, 64), 1, 1, 1)
 
 
-def test_lama_compiled_forward_runs_its_last_convolution_padded_in_place(monkeypatch):
+def test_lama_compiled_forward_runs_its_last_convolution_padded_in_place(monkeypatch, two_blas_threads):
     # As on CUDA (the MLX-op form: no GPU here): the compiled forward's last layers are this
     # convolution, the eager network (the validator's) keeps upstream's pad and convolution.
     import zoo.models.lama as lama_module
@@ -80,4 +80,4 @@ def test_lama_compiled_forward_runs_its_last_convolution_padded_in_place(monkeyp
     with coverage.listening(lambda op, impl: forms.append(op)), eager():
         want = np.array(lama(image, mask))
     assert "few_outputs conv2d" not in forms
-    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)  # test_compiled.py's LaMa test says why
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -114,20 +114,32 @@ def _float_array(name: str, value) -> np.ndarray:
     return a
 
 
-def _labels_array(point_labels) -> np.ndarray:
+def _array(value, ragged: str) -> np.ndarray:
+    """``value`` as numpy (a tensor as ``readable`` reads it); rows of different lengths are one ZooError."""
     try:
-        return np.asarray(readable(point_labels))
-    except ValueError:  # ragged rows
-        raise ZooError(f"point_labels must be an array of labels, one per point, as many in each row, got "
-                       f"{type(point_labels).__name__}") from None
+        return np.asarray(readable(value))
+    except ValueError:
+        raise ZooError(ragged) from None
+
+
+def _labels_array(point_labels) -> np.ndarray:
+    return _array(point_labels, f"point_labels must be an array of labels, one per point, as many in each row, got "
+                                f"{type(point_labels).__name__}")
 
 
 def _mask_input_array(mask_input, expected: str) -> np.ndarray:
-    try:
-        return np.asarray(readable(mask_input))
-    except ValueError:  # ragged rows
-        raise ZooError(f"mask_input must be an array of low-res logits, {expected}, got {type(mask_input).__name__} "
-                       "of rows of different lengths: pass low_res[i:i+1] from a previous predict") from None
+    return _array(mask_input, f"mask_input must be an array of low-res logits, {expected}, got "
+                              f"{type(mask_input).__name__} of rows of different lengths: pass low_res[i:i+1] from a "
+                              "previous predict")
+
+
+def prompt_count(sizes: dict[str, int]) -> int | None:
+    """The number of prompts each given kind holds (``sizes``: kind -> its count), None where none is given;
+    counts that differ are one ZooError."""
+    if len(set(sizes.values())) > 1:
+        raise ZooError(f"prompt counts differ ({', '.join(f'{k}: {v}' for k, v in sizes.items())}): "
+                       "give one of each per object")
+    return next(iter(sizes.values()), None)
 
 
 def check_prompts(image_size: tuple[int, int], point_coords=None, point_labels=None, box=None, mask_input=None,
@@ -224,10 +236,7 @@ def check_batched_prompts(image_size: tuple[int, int], point_coords=None, point_
                            f"{mask_input_size[1]}) for N prompts")
     sizes = {name: len(a) for name, a in (("boxes", boxes), ("point_coords", coords), ("mask_input", mask_input))
              if a is not None}
-    if len(set(sizes.values())) > 1:
-        raise ZooError(f"prompt counts differ ({', '.join(f'{k}: {v}' for k, v in sizes.items())}): "
-                       "give one of each per object")
-    if not sizes:
+    if prompt_count(sizes) is None:
         raise ZooError("empty prompt: give boxes (N, 4) and/or point_coords (N, P, 2) with point_labels (N, P)")
     checked = [check_prompts(image_size, None if coords is None else coords[i], None if labels is None else labels[i],
                              None if boxes is None else boxes[i], None if mask_input is None else mask_input[i],
@@ -602,15 +611,11 @@ class SamPredictor:
         """One mask's low-res logits (256, 256) from predict_low_res -> (top, left, crop): its full-size
         mask (predict's) is the bool ``crop`` at rows top.., columns left.., false elsewhere (Sam.mask_crop)."""
         self._check_image_set()
-        try:
-            array = np.asarray(readable(low_res))
-        except ValueError:  # ragged rows
-            array = None
-        if array is None or array.ndim != 2 or array.dtype.kind not in "fiub":  # (1, 256, 256) failed in the resize
-            got = "rows of different lengths" if array is None else f"{array.shape} ({array.dtype})"
-            raise ZooError(f"mask_crop takes one mask's low-res logits, 2-D, got {got}: "
-                           "pass low_res[i] (or low_res[k, i]) from predict_low_res")
-        low_res = array
+        wanted = "mask_crop takes one mask's low-res logits, 2-D, got"
+        fix = "pass low_res[i] (or low_res[k, i]) from predict_low_res"
+        low_res = _array(low_res, f"{wanted} rows of different lengths: {fix}")
+        if low_res.ndim != 2 or low_res.dtype.kind not in "fiub":  # (1, 256, 256) failed inside the resize
+            raise ZooError(f"{wanted} {low_res.shape} ({low_res.dtype}): {fix}")
         return self.model.mask_crop(mx.array(low_res.astype(np.float32)[None, ..., None]), self.input_size,
                                     self.original_size)
 

@@ -16,7 +16,7 @@ from zoo.results import is_device
 
 from .automatic_mask_generator import SamAutomaticMaskGenerator
 from .mask_decoder import MaskDecoder, image_projections_with_pe, merged_projections, stack_heads
-from .predictor import SamPredictor
+from .predictor import SamPredictor, prompt_count
 from .prompt_encoder import PromptEncoder, prompt_array
 from .tiny_vit import TinyViT
 
@@ -124,14 +124,11 @@ class Sam(nn.Module):
                 raise ZooError(f"mask input has shape {tuple(masks.shape)}, expected (B, "
                                f"{', '.join(map(str, encoder.mask_input_size))}, 1): low-res logits, channels last")
             counts["masks"] = masks.shape[0]
-        sets = set(counts.values()) or {1}
-        if len(sets) > 1:
-            raise ZooError(f"prompt set counts differ ({', '.join(f'{k}: {v}' for k, v in counts.items())}): give "
-                           "each prompt kind for every set")
-        if sets == {0}:
+        sets = prompt_count(counts)
+        if sets == 0:
             raise ZooError("no prompt sets (B = 0): give at least one")
-        if features.shape[0] not in (1, *sets):
-            raise ZooError(f"the image embedding's batch is {features.shape[0]} for {sets.pop()} prompt set(s): pass "
+        if features.shape[0] not in (1, sets or 1):
+            raise ZooError(f"the image embedding's batch is {features.shape[0]} for {sets or 1} prompt set(s): pass "
                            "one embedding (batch 1) for all of them, or one for each")
         return features, points, boxes, masks, bool(multimask_output)
 
